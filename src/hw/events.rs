@@ -1,0 +1,144 @@
+//! Architectural event counters with stable dotted names.
+//!
+//! Counting is an array increment on the hot path; names are only produced when a
+//! snapshot is reported. Add an event by adding one line to `events!`.
+
+macro_rules! events {
+    ($($var:ident => $name:literal,)*) => {
+        /// One architectural event.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum Event { $($var,)* }
+
+        impl Event {
+            pub const ALL: &'static [Event] = &[$(Event::$var,)*];
+            pub const COUNT: usize = Event::ALL.len();
+            /// The stable dotted name used in reports.
+            pub const fn name(self) -> &'static str {
+                match self { $(Event::$var => $name,)* }
+            }
+        }
+    };
+}
+
+events! {
+    TlbiVae1is => "arch.tlbi.vae1is",
+    TlbiVale1is => "arch.tlbi.vale1is",
+    TlbiVaae1is => "arch.tlbi.vaae1is",
+    TlbiVaale1is => "arch.tlbi.vaale1is",
+    TlbiAside1is => "arch.tlbi.aside1is",
+    TlbiVmalle1is => "arch.tlbi.vmalle1is",
+    TlbiRvae1is => "arch.tlbi.rvae1is",
+    TlbiRvale1is => "arch.tlbi.rvale1is",
+    TlbiRvaae1is => "arch.tlbi.rvaae1is",
+    TlbiRvaale1is => "arch.tlbi.rvaale1is",
+    TlbiTotal => "arch.tlbi.total",
+    DsbIsh => "arch.dsb.ish",
+    DsbIshst => "arch.dsb.ishst",
+    Isb => "arch.isb",
+    PteRead => "arch.pte.read",
+    PteWrite => "arch.pte.write",
+    PmdRead => "arch.pmd.read",
+    PmdWrite => "arch.pmd.write",
+    PudRead => "arch.pud.read",
+    PudWrite => "arch.pud.write",
+    PgdRead => "arch.pgd.read",
+    PgdWrite => "arch.pgd.write",
+    TlbHit => "arch.tlb.hit",
+    TlbHitL1 => "arch.tlb.hit.l1",
+    TlbHitL2 => "arch.tlb.hit.l2",
+    TlbMiss => "arch.tlb.miss",
+    TlbFill => "arch.tlb.fill",
+    TlbFillCont => "arch.tlb.fill.cont",
+    TlbEvict => "arch.tlb.evict",
+    TlbInvalidated => "arch.tlb.invalidated",
+    Walk => "arch.walk",
+    WalkSteps => "arch.walk.steps",
+    WalkFault => "arch.walk.fault",
+    ContpteFold => "arch.contpte.fold",
+    ContpteUnfold => "arch.contpte.unfold",
+    ContpteConvert => "arch.contpte.convert",
+    ContptePtepGet => "arch.contpte.ptep_get",
+    ContptePtepGetReads => "arch.contpte.ptep_get.reads",
+    FixmapMap => "arch.fixmap.map",
+    FixmapUnmap => "arch.fixmap.unmap",
+    TableAllocL0 => "arch.pgtable.alloc.l0",
+    TableAllocL1 => "arch.pgtable.alloc.l1",
+    TableAllocL2 => "arch.pgtable.alloc.l2",
+    TableAllocL3 => "arch.pgtable.alloc.l3",
+    TableFree => "arch.pgtable.free",
+    PageZero => "arch.page.zero",
+    PageCopy => "arch.page.copy",
+}
+
+/// A set of event counts. Cheap to copy for snapshots.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Events {
+    counts: [u64; Event::COUNT],
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events { counts: [0; Event::COUNT] }
+    }
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter_nonzero()).finish()
+    }
+}
+
+impl Events {
+    #[inline(always)]
+    pub fn inc(&mut self, e: Event) {
+        self.counts[e as usize] += 1;
+    }
+    #[inline(always)]
+    pub fn add(&mut self, e: Event, n: u64) {
+        self.counts[e as usize] += n;
+    }
+    #[inline]
+    pub fn get(&self, e: Event) -> u64 {
+        self.counts[e as usize]
+    }
+    /// Counts accumulated since `earlier` (a snapshot taken with `clone`).
+    pub fn since(&self, earlier: &Events) -> Events {
+        let mut d = Events::default();
+        for i in 0..Event::COUNT {
+            d.counts[i] = self.counts[i] - earlier.counts[i];
+        }
+        d
+    }
+    /// Non-zero events with their names, in declaration order.
+    pub fn iter_nonzero(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Event::ALL.iter().filter(|e| self.get(**e) != 0).map(|e| (e.name(), self.get(*e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_dotted() {
+        let mut names: Vec<_> = Event::ALL.iter().map(|e| e.name()).collect();
+        assert!(names.iter().all(|n| n.starts_with("arch.")));
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Event::COUNT);
+    }
+
+    #[test]
+    fn snapshot_diff() {
+        let mut ev = Events::default();
+        ev.add(Event::PteWrite, 5);
+        let snap = ev.clone();
+        ev.inc(Event::PteWrite);
+        ev.inc(Event::DsbIsh);
+        let d = ev.since(&snap);
+        assert_eq!(d.get(Event::PteWrite), 1);
+        assert_eq!(d.get(Event::DsbIsh), 1);
+        assert_eq!(d.iter_nonzero().count(), 2);
+    }
+}

@@ -1,0 +1,159 @@
+//! Simulated physical memory.
+//!
+//! RAM is a range of frames; only frames that hold translation tables have host
+//! storage, so a 1 TiB machine costs nothing until its tables exist. Table frames are
+//! found through a two-level sparse index (like SPARSEMEM sections):
+//!
+//! ```text
+//!  pfn ──► sections[pfn >> SECTION_SHIFT] ──► slot[pfn & mask] ──► frames[slot - 1]
+//!          (lazily allocated)                  (0: no storage)     (one table page)
+//! ```
+
+use super::addr::{Granule, PhysAddr, Pfn};
+use super::descriptor::Desc;
+
+const SECTION_SHIFT: u32 = 15;
+const SECTION_PFNS: usize = 1 << SECTION_SHIFT;
+
+/// A handle to the storage of one table frame; valid until the frame's storage is released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TableId(u32);
+
+pub struct PhysMem {
+    granule: Granule,
+    nr_frames: u64,
+    sections: Vec<Option<Box<[u32]>>>,
+    frames: Vec<Box<[u64]>>,
+    frame_pfn: Vec<Pfn>,
+    free_slots: Vec<u32>,
+}
+
+impl PhysMem {
+    pub fn new(granule: Granule, ram_bytes: u64) -> PhysMem {
+        let nr_frames = ram_bytes >> granule.page_shift();
+        let nsec = (nr_frames as usize).div_ceil(SECTION_PFNS);
+        PhysMem {
+            granule,
+            nr_frames,
+            sections: (0..nsec).map(|_| None).collect(),
+            frames: Vec::new(),
+            frame_pfn: Vec::new(),
+            free_slots: Vec::new(),
+        }
+    }
+    pub fn granule(&self) -> Granule {
+        self.granule
+    }
+    pub fn nr_frames(&self) -> u64 {
+        self.nr_frames
+    }
+    pub fn ram_bytes(&self) -> u64 {
+        self.nr_frames << self.granule.page_shift()
+    }
+    /// Number of frames that currently have table storage.
+    pub fn table_frames(&self) -> usize {
+        self.frames.len() - self.free_slots.len()
+    }
+
+    /// Give `pfn` zeroed table storage (the frame is about to hold a translation table).
+    pub fn materialize_table(&mut self, pfn: Pfn) -> TableId {
+        assert!(pfn.0 < self.nr_frames, "{pfn:?} beyond RAM");
+        let (s, i) = ((pfn.0 as usize) >> SECTION_SHIFT, (pfn.0 as usize) & (SECTION_PFNS - 1));
+        let sec = self.sections[s].get_or_insert_with(|| vec![0u32; SECTION_PFNS].into_boxed_slice());
+        assert_eq!(sec[i], 0, "{pfn:?} already holds a table");
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.frames[slot as usize].fill(0);
+                self.frame_pfn[slot as usize] = pfn;
+                slot
+            }
+            None => {
+                self.frames.push(vec![0u64; self.granule.ptrs_per_table()].into_boxed_slice());
+                self.frame_pfn.push(pfn);
+                (self.frames.len() - 1) as u32
+            }
+        };
+        sec[i] = slot + 1;
+        TableId(slot)
+    }
+
+    /// Drop the table storage of `pfn` (the frame no longer holds a table).
+    pub fn release_table(&mut self, pfn: Pfn) {
+        let (s, i) = ((pfn.0 as usize) >> SECTION_SHIFT, (pfn.0 as usize) & (SECTION_PFNS - 1));
+        let sec = self.sections[s].as_mut().expect("no table storage in section");
+        let slot = sec[i];
+        assert_ne!(slot, 0, "{pfn:?} holds no table");
+        sec[i] = 0;
+        self.free_slots.push(slot - 1);
+    }
+
+    /// The table storage of `pfn`, if it holds a table.
+    #[inline]
+    pub fn table_id(&self, pfn: Pfn) -> Option<TableId> {
+        let sec = self.sections.get((pfn.0 as usize) >> SECTION_SHIFT)?.as_ref()?;
+        match sec[(pfn.0 as usize) & (SECTION_PFNS - 1)] {
+            0 => None,
+            slot => Some(TableId(slot - 1)),
+        }
+    }
+    #[inline]
+    pub fn table_id_of(&self, pa: PhysAddr) -> Option<TableId> {
+        self.table_id(pa.to_pfn(self.granule))
+    }
+    #[inline]
+    pub fn table_pfn(&self, id: TableId) -> Pfn {
+        self.frame_pfn[id.0 as usize]
+    }
+    #[inline]
+    pub fn read(&self, id: TableId, index: usize) -> Desc {
+        Desc(self.frames[id.0 as usize][index])
+    }
+    #[inline]
+    pub fn write(&mut self, id: TableId, index: usize, d: Desc) {
+        self.frames[id.0 as usize][index] = d.0;
+    }
+    /// The whole table, for bulk scans.
+    #[inline]
+    pub fn table(&self, id: TableId) -> &[u64] {
+        &self.frames[id.0 as usize]
+    }
+    #[inline]
+    pub fn table_mut(&mut self, id: TableId) -> &mut [u64] {
+        &mut self.frames[id.0 as usize]
+    }
+    /// Host bytes held by table storage (for memory reports).
+    pub fn host_bytes(&self) -> usize {
+        self.frames.len() * self.granule.page_size() as usize
+            + self.sections.iter().flatten().count() * SECTION_PFNS * 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terabyte_costs_nothing_until_tables_exist() {
+        let mut m = PhysMem::new(Granule::K4, 1 << 40);
+        assert_eq!(m.nr_frames(), 1 << 28);
+        assert_eq!(m.host_bytes(), 0);
+        let id = m.materialize_table(Pfn((1 << 28) - 1));
+        m.write(id, 511, Desc(0xabc3));
+        assert_eq!(m.read(id, 511), Desc(0xabc3));
+        assert!(m.host_bytes() < 1 << 20);
+    }
+
+    #[test]
+    fn released_storage_is_reused_zeroed() {
+        let mut m = PhysMem::new(Granule::K16, 1 << 30);
+        let a = m.materialize_table(Pfn(10));
+        m.write(a, 3, Desc(7));
+        m.release_table(Pfn(10));
+        assert!(m.table_id(Pfn(10)).is_none());
+        let b = m.materialize_table(Pfn(11));
+        assert_eq!(a, b);
+        assert_eq!(m.read(b, 3), Desc(0));
+        assert_eq!(m.table_pfn(b), Pfn(11));
+        assert_eq!(m.table(b).len(), 2048);
+    }
+}

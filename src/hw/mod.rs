@@ -1,0 +1,16 @@
+//! The simulated hardware. Nothing here knows about Linux.
+
+pub mod addr;
+pub mod check;
+pub mod descriptor;
+pub mod events;
+pub mod machine;
+pub mod memory;
+pub mod tlb;
+pub mod walk;
+
+pub use addr::{Asid, Granule, PhysAddr, Pfn, VirtAddr};
+pub use descriptor::{Attr, Desc, DescKind};
+pub use events::{Event, Events};
+pub use machine::{Features, Machine, MachineConfig, Tlbi};
+pub use memory::{PhysMem, TableId};

@@ -1,0 +1,10 @@
+//! foliolab: a deterministic, executable model of the Linux arm64 memory-management
+//! subsystem. `hw` is the simulated hardware; `arch::arm64` mirrors
+//! `arch/arm64/{include/asm,mm}`; `mm` mirrors the kernel's `mm/`; `workload` is the
+//! workload language; `report` the output shape shared by model and host runs.
+
+pub mod arch;
+pub mod hw;
+pub mod mm;
+pub mod report;
+pub mod workload;

@@ -1,0 +1,220 @@
+//! The knobs of /sys/kernel/mm/transparent_hugepage, with the defaults of
+//! ../shared/spec/workload.md (which the host runner also writes before a run).
+
+use crate::hw::Granule;
+
+/// A per-size or top-level `enabled` setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThpMode {
+    Always,
+    Inherit,
+    Madvise,
+    Never,
+}
+
+impl ThpMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ThpMode::Always => "always",
+            ThpMode::Inherit => "inherit",
+            ThpMode::Madvise => "madvise",
+            ThpMode::Never => "never",
+        }
+    }
+}
+
+/// The `defrag` setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Defrag {
+    Always,
+    Defer,
+    DeferMadvise,
+    Madvise,
+    Never,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThpKnobs {
+    pub granule: Granule,
+    /// Top-level `enabled`: always, madvise or never.
+    pub enabled: ThpMode,
+    pub defrag: Defrag,
+    /// `use_zero_page`: read faults on PMD-suitable ranges may map the huge zero page.
+    pub use_zero_page: bool,
+    /// `shrink_underused`.
+    pub shrink_underused: bool,
+    /// `khugepaged/max_ptes_none`.
+    pub max_ptes_none: u32,
+    /// Per-order `hugepages-<size>kB/enabled`, indexed by order (0 and 1 unused).
+    pub per_order: Vec<ThpMode>,
+}
+
+impl ThpKnobs {
+    pub fn new(granule: Granule) -> ThpKnobs {
+        let pmd = granule.pmd_order() as usize;
+        let mut per_order = vec![ThpMode::Never; pmd + 1];
+        per_order[pmd] = ThpMode::Inherit;
+        ThpKnobs {
+            granule,
+            enabled: ThpMode::Madvise,
+            defrag: Defrag::Madvise,
+            use_zero_page: true,
+            shrink_underused: true,
+            max_ptes_none: (1 << pmd) - 1,
+            per_order,
+        }
+    }
+
+    /// Anonymous mTHP orders the granule allows: 2 ..= PMD order.
+    pub fn anon_orders(&self) -> std::ops::RangeInclusive<u32> {
+        2..=self.granule.pmd_order()
+    }
+
+    /// The `<size>kB` name of an order.
+    pub fn size_kb(&self, order: u32) -> u64 {
+        (self.granule.page_size() << order) >> 10
+    }
+
+    fn order_of_size_kb(&self, kb: u64) -> Option<u32> {
+        self.anon_orders().find(|o| self.size_kb(*o) == kb)
+    }
+
+    /// Write `value` to `knob` (a path below transparent_hugepage/), as sysfs would.
+    pub fn set(&mut self, knob: &str, value: &str) -> Result<(), String> {
+        let bad = |what: &str| Err(format!("invalid value '{value}' for {what}"));
+        match knob {
+            "enabled" => {
+                self.enabled = match value {
+                    "always" => ThpMode::Always,
+                    "madvise" => ThpMode::Madvise,
+                    "never" => ThpMode::Never,
+                    _ => return bad("enabled (always|madvise|never)"),
+                }
+            }
+            "defrag" => {
+                self.defrag = match value {
+                    "always" => Defrag::Always,
+                    "defer" => Defrag::Defer,
+                    "defer+madvise" => Defrag::DeferMadvise,
+                    "madvise" => Defrag::Madvise,
+                    "never" => Defrag::Never,
+                    _ => return bad("defrag (always|defer|defer+madvise|madvise|never)"),
+                }
+            }
+            "use_zero_page" | "shrink_underused" => {
+                let v = match value {
+                    "0" => false,
+                    "1" => true,
+                    _ => return bad(&format!("{knob} (0|1)")),
+                };
+                if knob == "use_zero_page" {
+                    self.use_zero_page = v
+                } else {
+                    self.shrink_underused = v
+                }
+            }
+            "khugepaged/max_ptes_none" => {
+                let max = (1u32 << self.granule.pmd_order()) - 1;
+                match value.parse::<u32>() {
+                    Ok(v) if v <= max => self.max_ptes_none = v,
+                    _ => return bad(&format!("khugepaged/max_ptes_none (0..={max})")),
+                }
+            }
+            _ => {
+                let order = knob
+                    .strip_prefix("hugepages-")
+                    .and_then(|r| r.strip_suffix("kB/enabled"))
+                    .and_then(|kb| kb.parse::<u64>().ok())
+                    .and_then(|kb| self.order_of_size_kb(kb))
+                    .ok_or_else(|| format!("unknown knob '{knob}'"))?;
+                self.per_order[order as usize] = match value {
+                    "always" => ThpMode::Always,
+                    "inherit" => ThpMode::Inherit,
+                    "madvise" => ThpMode::Madvise,
+                    "never" => ThpMode::Never,
+                    _ => return bad(&format!("{knob} (always|inherit|madvise|never)")),
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Every knob the workload language may write, with its default value, in a
+    /// fixed order (the host runner saves, sets and restores exactly these).
+    pub fn defaults(granule: Granule) -> Vec<(String, String)> {
+        let k = ThpKnobs::new(granule);
+        let mut v = vec![
+            ("enabled".to_string(), "madvise".to_string()),
+            ("defrag".to_string(), "madvise".to_string()),
+            ("use_zero_page".to_string(), "1".to_string()),
+            ("shrink_underused".to_string(), "1".to_string()),
+            ("khugepaged/max_ptes_none".to_string(), k.max_ptes_none.to_string()),
+        ];
+        for o in k.anon_orders() {
+            v.push((format!("hugepages-{}kB/enabled", k.size_kb(o)), k.per_order[o as usize].name().to_string()));
+        }
+        v
+    }
+
+    /// thp_vma_allowable_orders for an anonymous VMA in the fault path (sysfs enforced).
+    pub fn allowable_orders(&self, vm_hugepage: bool, vm_nohugepage: bool) -> u64 {
+        if vm_nohugepage {
+            return 0;
+        }
+        let inherit = match self.enabled {
+            ThpMode::Always => true,
+            ThpMode::Madvise => vm_hugepage,
+            _ => false,
+        };
+        let mut mask = 0u64;
+        for o in self.anon_orders() {
+            let on = match self.per_order[o as usize] {
+                ThpMode::Always => true,
+                ThpMode::Madvise => vm_hugepage,
+                ThpMode::Inherit => inherit,
+                ThpMode::Never => false,
+            };
+            if on {
+                mask |= 1 << o;
+            }
+        }
+        mask
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let k = ThpKnobs::new(Granule::K4);
+        assert_eq!(k.allowable_orders(false, false), 0);
+        assert_eq!(k.allowable_orders(true, false), 1 << 9);
+        let d = ThpKnobs::defaults(Granule::K4);
+        assert!(d.contains(&("hugepages-2048kB/enabled".into(), "inherit".into())));
+        assert!(d.contains(&("hugepages-64kB/enabled".into(), "never".into())));
+        assert_eq!(d.iter().filter(|(k, _)| k.starts_with("hugepages-")).count(), 8);
+    }
+
+    #[test]
+    fn inherit_follows_the_top_level() {
+        let mut k = ThpKnobs::new(Granule::K4);
+        k.set("hugepages-64kB/enabled", "inherit").unwrap();
+        k.set("hugepages-16kB/enabled", "madvise").unwrap();
+        assert_eq!(k.allowable_orders(false, false), 0);
+        assert_eq!(k.allowable_orders(true, false), (1 << 9) | (1 << 4) | (1 << 2));
+        k.set("enabled", "always").unwrap();
+        assert_eq!(k.allowable_orders(false, false), (1 << 9) | (1 << 4));
+        assert_eq!(k.allowable_orders(true, true), 0);
+    }
+
+    #[test]
+    fn bad_knobs_and_values_are_refused() {
+        let mut k = ThpKnobs::new(Granule::K4);
+        assert!(k.set("hugepages-8kB/enabled", "always").is_err());
+        assert!(k.set("hugepages-64kB/enabled", "sometimes").is_err());
+        assert!(k.set("enabled", "inherit").is_err());
+        assert!(k.set("frobnicate", "1").is_err());
+    }
+}

@@ -1,0 +1,109 @@
+//! The output object of `foliolab run` / `native` / `boot` (../shared/spec/workload.md).
+
+use serde::ser::SerializeSeq;
+use serde::{Serialize, Serializer};
+use std::collections::BTreeMap;
+
+/// Counter deltas by stable name.
+pub type Counters = BTreeMap<String, i64>;
+
+/// What maps a run of pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PageKind {
+    /// Mapped by a folio of this order.
+    Order(u32),
+    /// The shared zero page.
+    Zero,
+    /// A swap entry.
+    Swap,
+}
+
+impl Serialize for PageKind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PageKind::Order(o) => s.serialize_u32(*o),
+            PageKind::Zero => s.serialize_str("zero"),
+            PageKind::Swap => s.serialize_str("swap"),
+        }
+    }
+}
+
+/// A maximal run `[first_page, n_pages, kind]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub first: u64,
+    pub n: u64,
+    pub kind: PageKind,
+}
+
+impl Serialize for Run {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(3))?;
+        seq.serialize_element(&self.first)?;
+        seq.serialize_element(&self.n)?;
+        seq.serialize_element(&self.kind)?;
+        seq.end()
+    }
+}
+
+/// Builds maximal runs from per-page kinds given in ascending page order.
+#[derive(Default)]
+pub struct RunBuilder {
+    runs: Vec<Run>,
+}
+
+impl RunBuilder {
+    pub fn push(&mut self, page: u64, kind: PageKind) {
+        if let Some(last) = self.runs.last_mut() {
+            if last.kind == kind && last.first + last.n == page {
+                last.n += 1;
+                return;
+            }
+        }
+        self.runs.push(Run { first: page, n: 1, kind });
+    }
+    pub fn finish(self) -> Vec<Run> {
+        self.runs
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Phase {
+    pub label: String,
+    pub counters: Counters,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    /// "model" or "host".
+    pub source: String,
+    pub workload: String,
+    /// Variant settings in force (model only).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub variants: BTreeMap<String, String>,
+    pub counters: Counters,
+    pub phases: Vec<Phase>,
+    /// `"<proc>/<region>"` -> runs.
+    pub layout: BTreeMap<String, Vec<Run>>,
+    /// Counters that could not be read, with the reason.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unavailable: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_maximal_and_serialize_as_triples() {
+        let mut b = RunBuilder::default();
+        for p in 0..32 {
+            b.push(p, PageKind::Order(4));
+        }
+        b.push(40, PageKind::Zero);
+        b.push(41, PageKind::Zero);
+        b.push(42, PageKind::Order(0));
+        let runs = b.finish();
+        assert_eq!(serde_json::to_string(&runs).unwrap(), r#"[[0,32,4],[40,2,"zero"],[42,1,0]]"#);
+    }
+}

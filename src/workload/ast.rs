@@ -1,0 +1,106 @@
+//! The parsed, validated form of a workload (../shared/spec/workload.md).
+//!
+//! The parser resolves everything static: each `mmap` knows its placement address,
+//! every range is checked against the region it names, and `repeat` bodies are kept
+//! as nested statements (executors unroll them).
+
+/// A source position (1-based).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Pos {
+    pub line: u32,
+    pub col: u32,
+}
+
+/// Base address of the k-th mmap: 0x100000000000 + k * 64 GiB.
+pub const PLACEMENT_BASE: u64 = 0x1000_0000_0000;
+pub const PLACEMENT_STRIDE: u64 = 0x10_0000_0000;
+/// The largest region.
+pub const MAX_REGION: u64 = 32 << 30;
+/// The unit of offsets and lengths (the validation host's base page).
+pub const UNIT: u64 = 4096;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// The file name as given (used in error messages).
+    pub path: String,
+    pub stmts: Vec<Stmt>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stmt {
+    pub pos: Pos,
+    /// The process the op runs in (resolved: `@proc` or the current process).
+    pub proc_name: String,
+    pub op: Op,
+}
+
+/// A byte range inside a region: `off .. off + len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub off: u64,
+    pub len: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    DontNeed,
+    Free,
+    PageOut,
+    Cold,
+    HugePage,
+    NoHugePage,
+    Collapse,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prot {
+    None,
+    R,
+    Rw,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Set { knob: String, value: String },
+    Mmap { region: String, size: u64, skew: u64, hugepage: bool, nohugepage: bool, populate: bool, ro: bool, index: u32, addr: u64 },
+    /// `range` None means the whole region.
+    Touch { region: String, range: Option<Range>, write: bool, stride: u64 },
+    Madvise { region: String, range: Range, advice: Advice },
+    Munmap { region: String, range: Option<Range> },
+    Mprotect { region: String, range: Range, prot: Prot },
+    Mlock { region: String, range: Option<Range> },
+    Munlock { region: String, range: Option<Range> },
+    Fork { child: String },
+    Exit,
+    Repeat { n: u64, body: Vec<Stmt> },
+    Mark { label: String },
+}
+
+impl Op {
+    /// The op's keyword, for messages.
+    pub fn keyword(&self) -> &'static str {
+        match self {
+            Op::Set { .. } => "set",
+            Op::Mmap { .. } => "mmap",
+            Op::Touch { .. } => "touch",
+            Op::Madvise { .. } => "madvise",
+            Op::Munmap { .. } => "munmap",
+            Op::Mprotect { .. } => "mprotect",
+            Op::Mlock { .. } => "mlock",
+            Op::Munlock { .. } => "munlock",
+            Op::Fork { .. } => "fork",
+            Op::Exit => "exit",
+            Op::Repeat { .. } => "repeat",
+            Op::Mark { .. } => "mark",
+        }
+    }
+}
+
+/// A workload error, displayed as `file:line:col: message`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{path}:{}:{}: {msg}", pos.line, pos.col)]
+pub struct WorkloadError {
+    pub path: String,
+    pub pos: Pos,
+    pub msg: String,
+}

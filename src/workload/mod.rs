@@ -1,0 +1,8 @@
+//! The workload language: parsing and validation. Executors live with what they drive
+//! (the model in `sim`, the host in `native`).
+
+pub mod ast;
+pub mod parse;
+
+pub use ast::{Advice, Op, Pos, Prot, Range, Stmt, Workload, WorkloadError};
+pub use parse::{parse_file, parse_str};
