@@ -4,6 +4,7 @@
 //! workload language; `report` the output shape shared by model and host runs.
 
 pub mod arch;
+pub mod cmd;
 pub mod hw;
 pub mod mm;
 pub mod report;

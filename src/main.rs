@@ -1,1 +1,41 @@
-fn main(){}
+//! The `foliolab` command line.
+
+use clap::{Parser, Subcommand};
+use foliolab::cmd;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "foliolab", version, about = "A deterministic model of Linux arm64 memory management")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a workload on the model.
+    Run(cmd::run::Args),
+    /// Run a workload for real on the host kernel.
+    Native(cmd::native::Args),
+    /// Run workloads on the model and the host and compare.
+    Validate(cmd::validate::Args),
+    /// Build the kernel linear map of a machine.
+    Boot(cmd::boot::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Run(a) => cmd::run::main(a),
+        Command::Native(a) => cmd::native::main(a),
+        Command::Validate(a) => cmd::validate::main(a),
+        Command::Boot(a) => cmd::boot::main(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("foliolab: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

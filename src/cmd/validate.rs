@@ -1,0 +1,8 @@
+//! `foliolab validate` (placeholder until its issue lands).
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn main(_a: Args) -> super::CmdResult {
+    Err("'validate' is not implemented yet".into())
+}
