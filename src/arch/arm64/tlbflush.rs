@@ -1,0 +1,265 @@
+//! arch/arm64/include/asm/tlbflush.h: the kernel's TLB maintenance sequences, built
+//! from the machine's TLBI and barrier instructions.
+
+use crate::hw::machine::tlbi_range_pages;
+use crate::hw::{Asid, Machine, Tlbi, VirtAddr};
+
+/// Under KPTI the user half of an address space has its own ASID (bit 0 set on
+/// hardware); user TLBIs are issued for both.
+pub const USER_ASID_FLAG: Asid = 1 << 15;
+
+/// MAX_TLBI_RANGE_PAGES: the largest range one set of range ops may cover.
+pub const MAX_TLBI_RANGE_PAGES: u64 = tlbi_range_pages(3, 31);
+
+/// MAX_DVM_OPS: without range ops, larger ranges flush the whole ASID instead.
+pub fn max_dvm_ops(m: &Machine) -> u64 {
+    m.granule().ptrs_per_table() as u64
+}
+
+/// Which flavour of by-VA TLBI a range flush uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlbiOp {
+    /// VAE1IS / RVAE1IS: all levels (tables were freed).
+    Vae1is,
+    /// VALE1IS / RVALE1IS: last level only.
+    Vale1is,
+    /// VAALE1IS / RVAALE1IS: any ASID, last level (kernel mappings).
+    Vaale1is,
+}
+
+fn single(op: TlbiOp, asid: Asid, va: VirtAddr) -> Tlbi {
+    match op {
+        TlbiOp::Vae1is => Tlbi::Vae1is { asid, va },
+        TlbiOp::Vale1is => Tlbi::Vale1is { asid, va },
+        TlbiOp::Vaale1is => Tlbi::Vaale1is { va },
+    }
+}
+
+fn ranged(op: TlbiOp, asid: Asid, base: VirtAddr, scale: u8, num: u8) -> Tlbi {
+    match op {
+        TlbiOp::Vae1is => Tlbi::Rvae1is { asid, base, scale, num },
+        TlbiOp::Vale1is => Tlbi::Rvale1is { asid, base, scale, num },
+        TlbiOp::Vaale1is => Tlbi::Rvaale1is { base, scale, num },
+    }
+}
+
+/// __TLBI_RANGE_NUM: the `num` operand for `pages` at `scale`, or None if < 0.
+pub fn tlbi_range_num(pages: u64, scale: u8) -> Option<u8> {
+    let p = pages.min(tlbi_range_pages(scale, 31));
+    let n = (p >> (5 * scale as u32 + 1)) as i64 - 1;
+    (n >= 0).then_some(n as u8)
+}
+
+/// The operands __flush_tlb_range_op issues for `pages` pages with range ops:
+/// scale from 3 down to 0, then single ops for what is left. Returns
+/// (page offset, Some((scale, num))) for range ops and (page offset, None) for single ops.
+pub fn range_op_plan(mut pages: u64, stride_pages: u64, range: bool) -> Vec<(u64, Option<(u8, u8)>)> {
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    let mut scale: i32 = 3;
+    while pages > 0 {
+        if !range || pages == 1 {
+            out.push((at, None));
+            at += stride_pages;
+            pages = pages.saturating_sub(stride_pages);
+            continue;
+        }
+        if let Some(num) = tlbi_range_num(pages, scale as u8) {
+            out.push((at, Some((scale as u8, num))));
+            let n = tlbi_range_pages(scale as u8, num);
+            at += n;
+            pages -= n;
+        }
+        scale -= 1;
+        // __flush_tlb_range_op can only get here with pages == 0 or an odd page left
+        // once scale 0 has been used.
+        if scale < 0 && pages > 0 {
+            scale = 0;
+        }
+    }
+    out
+}
+
+/// __flush_tlb_range_op: issue the TLBIs for [start, start + pages pages).
+fn flush_tlb_range_op(m: &mut Machine, op: TlbiOp, start: u64, pages: u64, stride: u64, asid: Asid, user: bool) {
+    let ps = m.granule().page_shift();
+    let range = m.cfg.features.tlbi_range;
+    for (off, r) in range_op_plan(pages, stride >> ps, range) {
+        let va = VirtAddr(start + (off << ps));
+        let ops = match r {
+            None => [single(op, asid, va), single(op, asid | USER_ASID_FLAG, va)],
+            Some((scale, num)) => [ranged(op, asid, va, scale, num), ranged(op, asid | USER_ASID_FLAG, va, scale, num)],
+        };
+        m.tlbi(ops[0]);
+        if user {
+            m.tlbi(ops[1]);
+        }
+    }
+}
+
+fn kpti(m: &Machine) -> bool {
+    m.cfg.features.kpti
+}
+
+/// __flush_tlb_range_nosync: DSB ISHST then the TLBIs, without waiting for them.
+pub fn flush_tlb_range_nosync(m: &mut Machine, asid: Asid, start: u64, end: u64, stride: u64, last_level: bool) {
+    let ps = m.granule().page_shift();
+    let start = start & !(stride - 1);
+    let end = (end + stride - 1) & !(stride - 1);
+    let pages = (end - start) >> ps;
+    let excess = (!m.cfg.features.tlbi_range && (end - start) >= max_dvm_ops(m) * stride) || pages > MAX_TLBI_RANGE_PAGES;
+    if excess {
+        flush_tlb_mm(m, asid);
+        return;
+    }
+    m.dsb_ishst();
+    let op = if last_level { TlbiOp::Vale1is } else { TlbiOp::Vae1is };
+    let user = kpti(m);
+    flush_tlb_range_op(m, op, start, pages, stride, asid, user);
+}
+
+/// __flush_tlb_range: the nosync flush followed by DSB ISH.
+pub fn __flush_tlb_range(m: &mut Machine, asid: Asid, start: u64, end: u64, stride: u64, last_level: bool) {
+    flush_tlb_range_nosync(m, asid, start, end, stride, last_level);
+    m.dsb_ish();
+}
+
+/// flush_tlb_range: page stride, all levels.
+pub fn flush_tlb_range(m: &mut Machine, asid: Asid, start: u64, end: u64) {
+    let ps = m.granule().page_size();
+    __flush_tlb_range(m, asid, start, end, ps, false);
+}
+
+/// flush_tlb_mm: DSB ISHST; TLBI ASIDE1IS (+user); DSB ISH.
+pub fn flush_tlb_mm(m: &mut Machine, asid: Asid) {
+    m.dsb_ishst();
+    m.tlbi(Tlbi::Aside1is { asid });
+    if kpti(m) {
+        m.tlbi(Tlbi::Aside1is { asid: asid | USER_ASID_FLAG });
+    }
+    m.dsb_ish();
+}
+
+/// flush_tlb_page_nosync: DSB ISHST; TLBI VALE1IS (+user).
+pub fn flush_tlb_page_nosync(m: &mut Machine, asid: Asid, va: u64) {
+    m.dsb_ishst();
+    m.tlbi(Tlbi::Vale1is { asid, va: VirtAddr(va) });
+    if kpti(m) {
+        m.tlbi(Tlbi::Vale1is { asid: asid | USER_ASID_FLAG, va: VirtAddr(va) });
+    }
+}
+
+/// flush_tlb_page: the nosync form followed by DSB ISH.
+pub fn flush_tlb_page(m: &mut Machine, asid: Asid, va: u64) {
+    flush_tlb_page_nosync(m, asid, va);
+    m.dsb_ish();
+}
+
+/// flush_tlb_all: DSB ISHST; TLBI VMALLE1IS; DSB ISH; ISB.
+pub fn flush_tlb_all(m: &mut Machine) {
+    m.dsb_ishst();
+    m.tlbi(Tlbi::Vmalle1is);
+    m.dsb_ish();
+    m.isb();
+}
+
+/// flush_tlb_kernel_range: per-page TLBI VAALE1IS, or everything past MAX_DVM_OPS.
+pub fn flush_tlb_kernel_range(m: &mut Machine, start: u64, end: u64) {
+    let ps = m.granule().page_size();
+    if end - start > max_dvm_ops(m) * ps {
+        flush_tlb_all(m);
+        return;
+    }
+    m.dsb_ishst();
+    let mut va = start & !(ps - 1);
+    while va < end {
+        m.tlbi(Tlbi::Vaale1is { va: VirtAddr(va) });
+        va += ps;
+    }
+    m.dsb_ish();
+    m.isb();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::{Event, MachineConfig};
+
+    fn covered(plan: &[(u64, Option<(u8, u8)>)]) -> u64 {
+        plan.iter().map(|(_, r)| r.map_or(1, |(s, n)| tlbi_range_pages(s, n))).sum()
+    }
+
+    #[test]
+    fn range_decomposition_covers_exactly_the_pages() {
+        for pages in [1u64, 2, 3, 16, 17, 63, 64, 65, 512, 513, 2047, 262_144, MAX_TLBI_RANGE_PAGES] {
+            let plan = range_op_plan(pages, 1, true);
+            assert_eq!(covered(&plan), pages, "pages={pages}");
+            // Contiguous and ascending.
+            let mut at = 0;
+            for (off, r) in &plan {
+                assert_eq!(*off, at);
+                at += r.map_or(1, |(s, n)| tlbi_range_pages(s, n));
+            }
+            // At most one op per scale plus one single op for an odd page.
+            assert!(plan.len() <= 5, "pages={pages}: {plan:?}");
+        }
+    }
+
+    #[test]
+    fn range_decomposition_examples() {
+        assert_eq!(range_op_plan(16, 1, true), vec![(0, Some((0, 7)))]);
+        assert_eq!(range_op_plan(17, 1, true), vec![(0, Some((0, 7))), (16, None)]);
+        // 512 pages: scale 1 covers 64 per num step -> num 7.
+        assert_eq!(range_op_plan(512, 1, true), vec![(0, Some((1, 7)))]);
+        assert_eq!(range_op_plan(3, 1, false).len(), 3);
+    }
+
+    #[test]
+    fn flush_range_without_tlbirange_uses_one_op_per_page() {
+        let mut m = Machine::new(MachineConfig::default());
+        __flush_tlb_range(&mut m, 5, 0x10000, 0x20000, 4096, true);
+        assert_eq!(m.ev.get(Event::TlbiVale1is), 16);
+        assert_eq!(m.ev.get(Event::DsbIshst), 1);
+        assert_eq!(m.ev.get(Event::DsbIsh), 1);
+    }
+
+    #[test]
+    fn kpti_doubles_user_tlbis() {
+        let mut cfg = MachineConfig::default();
+        cfg.features.kpti = true;
+        let mut m = Machine::new(cfg);
+        __flush_tlb_range(&mut m, 5, 0x10000, 0x20000, 4096, true);
+        assert_eq!(m.ev.get(Event::TlbiVale1is), 32);
+        flush_tlb_mm(&mut m, 5);
+        assert_eq!(m.ev.get(Event::TlbiAside1is), 2);
+    }
+
+    #[test]
+    fn tlbirange_collapses_a_block_to_one_op() {
+        let mut cfg = MachineConfig::default();
+        cfg.features.tlbi_range = true;
+        let mut m = Machine::new(cfg);
+        __flush_tlb_range(&mut m, 5, 0x10000, 0x20000, 4096, true);
+        assert_eq!(m.ev.get(Event::TlbiRvale1is), 1);
+        assert_eq!(m.ev.get(Event::TlbiTotal), 1);
+    }
+
+    #[test]
+    fn large_ranges_fall_back_to_flush_tlb_mm() {
+        let mut m = Machine::new(MachineConfig::default());
+        __flush_tlb_range(&mut m, 5, 0, 512 * 4096, 4096, true);
+        assert_eq!(m.ev.get(Event::TlbiAside1is), 1);
+        assert_eq!(m.ev.get(Event::TlbiVale1is), 0);
+        let mut m = Machine::new(MachineConfig::default());
+        __flush_tlb_range(&mut m, 5, 0, 511 * 4096, 4096, true);
+        assert_eq!(m.ev.get(Event::TlbiVale1is), 511);
+    }
+
+    #[test]
+    fn kernel_range_flush_has_isb() {
+        let mut m = Machine::new(MachineConfig::default());
+        flush_tlb_kernel_range(&mut m, 0xffff_0000_0000_0000, 0xffff_0000_0000_1000);
+        assert_eq!(m.ev.get(Event::TlbiVaale1is), 1);
+        assert_eq!(m.ev.get(Event::Isb), 1);
+    }
+}
