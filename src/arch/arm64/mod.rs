@@ -1,1 +1,3 @@
+pub mod contpte;
+pub mod pgtable;
 pub mod tlbflush;

@@ -1,0 +1,490 @@
+//! arch/arm64/include/asm/pgtable.h: the pte type, Linux's pte helpers, and the pte
+//! API. The public functions (`set_ptes`, `ptep_get`, `clear_full_ptes`, ...) are the
+//! contpte-aware wrappers core mm calls; the private `__xxx` helpers touch one
+//! descriptor each and are what the contpte layer is built from.
+
+use super::contpte;
+use super::tlbflush;
+use crate::hw::descriptor::{Attr, SH_INNER};
+use crate::hw::{Asid, Desc, Event, Granule, Machine, Pfn, PhysAddr, TableId};
+
+/// A pte value (`pte_t`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(transparent)]
+pub struct Pte(pub Desc);
+
+impl std::fmt::Debug for Pte {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pte({:#018x})", self.0 .0)
+    }
+}
+
+/// When !VALID, nG marks a present PROT_NONE pte (PTE_PRESENT_INVALID).
+const PTE_PRESENT_INVALID: Attr = Attr::NG;
+/// Linux's PTE_WRITE is the DBM bit.
+const PTE_WRITE: Attr = Attr::DBM;
+const PTE_DIRTY: Attr = Attr::SW_DIRTY;
+
+/// Page protections (pgprot_t): the attribute bits of a pte without its address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PgProt(pub Attr);
+
+impl PgProt {
+    /// _PAGE_DEFAULT: page type, AF, inner shareable, normal memory.
+    const DEFAULT: Attr = Attr::TABLE_OR_PAGE.union(Attr::AF).union(SH_INNER);
+    /// PAGE_NONE.
+    pub const NONE: PgProt = PgProt(
+        Attr::TABLE_OR_PAGE
+            .union(Attr::AF)
+            .union(SH_INNER)
+            .union(PTE_PRESENT_INVALID)
+            .union(Attr::RDONLY)
+            .union(Attr::PXN)
+            .union(Attr::UXN),
+    );
+    /// PAGE_READONLY (user, non-exec). Private writable mappings also start here.
+    pub const READONLY: PgProt = PgProt(
+        Attr::VALID
+            .union(Self::DEFAULT)
+            .union(Attr::USER)
+            .union(Attr::RDONLY)
+            .union(Attr::NG)
+            .union(Attr::PXN)
+            .union(Attr::UXN),
+    );
+    /// PAGE_KERNEL without exec (the linear map): global.
+    pub const KERNEL_NX: PgProt = PgProt(Attr::VALID.union(Self::DEFAULT).union(Attr::PXN).union(Attr::UXN));
+}
+
+impl Pte {
+    pub const NONE: Pte = Pte(Desc::ZERO);
+
+    #[inline]
+    pub fn pfn_pte(pfn: Pfn, prot: PgProt, g: Granule) -> Pte {
+        Pte(Desc(pfn.to_phys(g).0 | prot.0.bits()))
+    }
+    #[inline]
+    pub fn raw(self) -> u64 {
+        self.0 .0
+    }
+    #[inline]
+    pub fn has(self, a: Attr) -> bool {
+        self.0.has(a)
+    }
+    #[inline]
+    fn set(self, a: Attr) -> Pte {
+        Pte(self.0.with(a))
+    }
+    #[inline]
+    fn clear(self, a: Attr) -> Pte {
+        Pte(self.0.without(a))
+    }
+    #[inline]
+    pub fn pte_none(self) -> bool {
+        self.0.is_none()
+    }
+    #[inline]
+    pub fn pte_valid(self) -> bool {
+        self.0.is_valid()
+    }
+    #[inline]
+    pub fn pte_present(self) -> bool {
+        self.pte_valid() || self.has(PTE_PRESENT_INVALID)
+    }
+    #[inline]
+    pub fn pte_pfn(self, g: Granule) -> Pfn {
+        self.0.pfn(g)
+    }
+    #[inline]
+    pub fn pte_young(self) -> bool {
+        self.has(Attr::AF)
+    }
+    #[inline]
+    pub fn pte_write(self) -> bool {
+        self.has(PTE_WRITE)
+    }
+    #[inline]
+    pub fn pte_hw_dirty(self) -> bool {
+        self.has(PTE_WRITE) && !self.has(Attr::RDONLY)
+    }
+    #[inline]
+    pub fn pte_sw_dirty(self) -> bool {
+        self.has(PTE_DIRTY)
+    }
+    #[inline]
+    pub fn pte_dirty(self) -> bool {
+        self.pte_sw_dirty() || self.pte_hw_dirty()
+    }
+    #[inline]
+    pub fn pte_special(self) -> bool {
+        self.has(Attr::SW_SPECIAL)
+    }
+    #[inline]
+    pub fn pte_cont(self) -> bool {
+        self.has(Attr::CONT)
+    }
+    #[inline]
+    pub fn pte_valid_cont(self) -> bool {
+        self.pte_valid() && self.pte_cont()
+    }
+    #[inline]
+    pub fn pte_mkyoung(self) -> Pte {
+        self.set(Attr::AF)
+    }
+    #[inline]
+    pub fn pte_mkold(self) -> Pte {
+        self.clear(Attr::AF)
+    }
+    /// pte_mkdirty: software dirty, and writable-dirty in hardware terms if writable.
+    #[inline]
+    pub fn pte_mkdirty(self) -> Pte {
+        let p = self.set(PTE_DIRTY);
+        if p.pte_write() {
+            p.clear(Attr::RDONLY)
+        } else {
+            p
+        }
+    }
+    /// pte_mkclean: no software dirty, hardware-clean (RDONLY set).
+    #[inline]
+    pub fn pte_mkclean(self) -> Pte {
+        self.clear(PTE_DIRTY).set(Attr::RDONLY)
+    }
+    /// pte_mkwrite_novma: DBM set; writable in hardware only if already dirty.
+    #[inline]
+    pub fn pte_mkwrite(self) -> Pte {
+        let p = self.set(PTE_WRITE);
+        if p.pte_sw_dirty() {
+            p.clear(Attr::RDONLY)
+        } else {
+            p
+        }
+    }
+    /// pte_wrprotect: a hardware-dirty pte keeps its dirtiness in the software bit.
+    #[inline]
+    pub fn pte_wrprotect(self) -> Pte {
+        let p = if self.pte_hw_dirty() { self.set(PTE_DIRTY) } else { self };
+        p.clear(PTE_WRITE).set(Attr::RDONLY)
+    }
+    #[inline]
+    pub fn pte_mkspecial(self) -> Pte {
+        self.set(Attr::SW_SPECIAL)
+    }
+    #[inline]
+    pub fn pte_mkcont(self) -> Pte {
+        self.set(Attr::CONT)
+    }
+    #[inline]
+    pub fn pte_mknoncont(self) -> Pte {
+        self.clear(Attr::CONT)
+    }
+    /// pte_advance_pfn: the same pte `nr` pages further on.
+    #[inline]
+    pub fn pte_advance_pfn(self, nr: u64, g: Granule) -> Pte {
+        Pte(Desc(self.raw() + (nr << g.page_shift())))
+    }
+    /// The protection bits (everything but the output address).
+    #[inline]
+    pub fn pte_pgprot(self) -> PgProt {
+        PgProt(self.0.with_oa(PhysAddr(0)).attrs())
+    }
+    /// pte_modify: new protections, keeping address, young and dirty.
+    pub fn pte_modify(self, prot: PgProt) -> Pte {
+        let dirty = self.pte_dirty();
+        let young = self.pte_young();
+        let mut p = Pte(Desc(self.0.oa().0 | prot.0.bits()));
+        p = if young { p.pte_mkyoung() } else { p.pte_mkold() };
+        if dirty {
+            p = p.pte_mkdirty();
+        }
+        p
+    }
+    /// arm64 pte_same ignores PTE_RDONLY (present ptes), so clean/dirty writable
+    /// ptes that differ only in hardware dirtiness compare equal.
+    #[inline]
+    pub fn pte_same(self, other: Pte) -> bool {
+        (self.raw() ^ other.raw()) & !Attr::RDONLY.bits() == 0
+    }
+}
+
+/// A pointer to a pte (`pte_t *`): a table frame and an index in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PtePtr {
+    pub table: TableId,
+    pub index: usize,
+}
+
+impl PtePtr {
+    #[inline]
+    pub fn add(self, n: usize) -> PtePtr {
+        PtePtr { table: self.table, index: self.index + n }
+    }
+    #[inline]
+    pub fn sub(self, n: usize) -> PtePtr {
+        PtePtr { table: self.table, index: self.index - n }
+    }
+}
+
+/// Which contpte_ptep_get implementation runs (seed 004).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PtepGetVariant {
+    /// Before 6.17: read all CONT_PTES entries, OR young and dirty.
+    FullScan,
+    /// Upstream since 6.17: stop once both young and dirty are known.
+    EarlyExit,
+    /// Seed 004's modification 1: one loop, break when both known.
+    Mod1,
+    /// Seed 004's modification 2: nested loops hunting the missing bit.
+    Mod2,
+}
+
+/// The address space a pte operation is for (the parts of mm_struct arm64 needs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArchMm {
+    pub asid: Asid,
+    /// init_mm and the EFI mm never get contpte mappings.
+    pub user: bool,
+}
+
+/// The arm64 architecture layer: the machine plus the per-run arch variants.
+pub struct Arch {
+    pub hw: Machine,
+    /// Transparent contiguous-bit mappings for user memory (arm64's default).
+    pub contpte: bool,
+    pub ptep_get: PtepGetVariant,
+}
+
+impl Arch {
+    pub fn new(hw: Machine) -> Arch {
+        Arch { hw, contpte: true, ptep_get: PtepGetVariant::EarlyExit }
+    }
+
+    #[inline]
+    pub fn granule(&self) -> Granule {
+        self.hw.granule()
+    }
+
+    // ---- private helpers: one descriptor each --------------------------------
+
+    /// __ptep_get.
+    #[inline]
+    pub fn __ptep_get(&mut self, ptep: PtePtr) -> Pte {
+        self.hw.ev.inc(Event::PteRead);
+        Pte(self.hw.mem.read(ptep.table, ptep.index))
+    }
+
+    /// __set_pte: store, then (for a valid kernel pte) DSB ISHST + ISB; user ptes rely
+    /// on the fault path's barriers. The model counts only the store.
+    #[inline]
+    pub fn __set_pte(&mut self, addr: u64, ptep: PtePtr, pte: Pte) {
+        self.hw.ev.inc(Event::PteWrite);
+        self.hw.write_desc(ptep.table, ptep.index, 3, crate::hw::VirtAddr(addr), pte.0);
+    }
+
+    /// __set_ptes: `nr` consecutive ptes mapping consecutive pages.
+    #[inline]
+    pub fn __set_ptes(&mut self, addr: u64, ptep: PtePtr, pte: Pte, nr: usize) {
+        let g = self.granule();
+        let ps = g.page_size();
+        for i in 0..nr {
+            self.__set_pte(addr + i as u64 * ps, ptep.add(i), pte.pte_advance_pfn(i as u64, g));
+        }
+    }
+
+    /// __ptep_get_and_clear.
+    #[inline]
+    pub fn __ptep_get_and_clear(&mut self, addr: u64, ptep: PtePtr) -> Pte {
+        let old = self.__ptep_get(ptep);
+        self.__set_pte(addr, ptep, Pte::NONE);
+        old
+    }
+
+    /// __ptep_set_wrprotect.
+    #[inline]
+    pub fn __ptep_set_wrprotect(&mut self, addr: u64, ptep: PtePtr) {
+        let old = self.__ptep_get(ptep);
+        self.__set_pte(addr, ptep, old.pte_wrprotect());
+    }
+
+    /// __ptep_test_and_clear_young.
+    #[inline]
+    pub fn __ptep_test_and_clear_young(&mut self, addr: u64, ptep: PtePtr) -> bool {
+        let old = self.__ptep_get(ptep);
+        if old.pte_young() {
+            self.__set_pte(addr, ptep, old.pte_mkold());
+        }
+        old.pte_young()
+    }
+
+    // ---- the public API ----------------------------------------------------
+
+    #[inline]
+    fn cont_active(&self, mm: ArchMm) -> bool {
+        self.contpte && mm.user
+    }
+
+    /// ptep_get: with contpte, gathers young/dirty from the whole block.
+    #[inline]
+    pub fn ptep_get(&mut self, mm: ArchMm, ptep: PtePtr) -> Pte {
+        let pte = self.__ptep_get(ptep);
+        if !self.cont_active(mm) || !pte.pte_valid_cont() {
+            return pte;
+        }
+        contpte::contpte_ptep_get(self, ptep, pte)
+    }
+
+    /// set_ptes: map `nr` consecutive pages (all targets none when nr > 1). `folio` is
+    /// the head pfn and size of the folio mapped (what pte_page/page_folio give the
+    /// kernel), needed to decide whether a single set may fold a block.
+    pub fn set_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, pte: Pte, nr: usize, folio: Option<(Pfn, u64)>) {
+        let pte = pte.pte_mknoncont();
+        if !self.cont_active(mm) {
+            self.__set_ptes(addr, ptep, pte, nr);
+            return;
+        }
+        if nr == 1 {
+            contpte::contpte_try_unfold(self, mm, addr, ptep);
+            self.__set_ptes(addr, ptep, pte, 1);
+            contpte::contpte_try_fold(self, mm, addr, ptep, pte, folio);
+        } else {
+            contpte::contpte_set_ptes(self, addr, ptep, pte, nr);
+        }
+    }
+
+    /// ptep_get_and_clear_full / ptep_get_and_clear: unfolds a contpte block first.
+    pub fn ptep_get_and_clear(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr) -> Pte {
+        if self.cont_active(mm) {
+            contpte::contpte_try_unfold(self, mm, addr, ptep);
+        }
+        self.__ptep_get_and_clear(addr, ptep)
+    }
+
+    /// pte_clear.
+    pub fn pte_clear(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr) {
+        if self.cont_active(mm) {
+            contpte::contpte_try_unfold(self, mm, addr, ptep);
+        }
+        self.__set_pte(addr, ptep, Pte::NONE);
+    }
+
+    /// clear_full_ptes: clear `nr` ptes of one folio without gathering their state.
+    pub fn clear_full_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, full: bool) {
+        if self.cont_active(mm) {
+            if nr == 1 {
+                contpte::contpte_try_unfold(self, mm, addr, ptep);
+            } else {
+                contpte::contpte_try_unfold_partial(self, mm, addr, ptep, nr);
+            }
+        }
+        let _ = full;
+        let ps = self.granule().page_size();
+        for i in 0..nr {
+            self.__ptep_get_and_clear(addr + i as u64 * ps, ptep.add(i));
+        }
+    }
+
+    /// get_and_clear_full_ptes: clear `nr` ptes, returning the first with the young and
+    /// dirty bits of any of them.
+    pub fn get_and_clear_full_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, full: bool) -> Pte {
+        if self.cont_active(mm) {
+            if nr == 1 {
+                contpte::contpte_try_unfold(self, mm, addr, ptep);
+            } else {
+                contpte::contpte_try_unfold_partial(self, mm, addr, ptep, nr);
+            }
+        }
+        let _ = full;
+        let ps = self.granule().page_size();
+        let mut first = self.__ptep_get_and_clear(addr, ptep);
+        for i in 1..nr {
+            let p = self.__ptep_get_and_clear(addr + i as u64 * ps, ptep.add(i));
+            if p.pte_dirty() {
+                first = first.pte_mkdirty();
+            }
+            if p.pte_young() {
+                first = first.pte_mkyoung();
+            }
+        }
+        first
+    }
+
+    /// wrprotect_ptes: write-protect `nr` ptes of one folio in place.
+    pub fn wrprotect_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize) {
+        if self.cont_active(mm) {
+            if nr == 1 {
+                contpte::contpte_try_unfold(self, mm, addr, ptep);
+            } else {
+                contpte::contpte_try_unfold_partial(self, mm, addr, ptep, nr);
+            }
+        }
+        let ps = self.granule().page_size();
+        for i in 0..nr {
+            self.__ptep_set_wrprotect(addr + i as u64 * ps, ptep.add(i));
+        }
+    }
+
+    /// ptep_clear_flush: clear one pte and flush its TLB entry synchronously.
+    pub fn ptep_clear_flush(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr) -> Pte {
+        let old = self.ptep_get_and_clear(mm, addr, ptep);
+        if old.pte_valid() {
+            tlbflush::flush_tlb_page(&mut self.hw, mm.asid, addr);
+        }
+        old
+    }
+
+    /// pte_batch_hint: how many ptes from `ptep` share one contpte block (1 otherwise).
+    #[inline]
+    pub fn pte_batch_hint(&self, ptep: PtePtr, pte: Pte) -> usize {
+        if !self.contpte || !pte.pte_valid_cont() {
+            return 1;
+        }
+        let n = self.granule().cont_ptes();
+        n - (ptep.index & (n - 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: Granule = Granule::K4;
+
+    #[test]
+    fn anon_write_fault_pte_is_young_dirty_and_hardware_writable() {
+        let p = Pte::pfn_pte(Pfn(5), PgProt::READONLY, G).pte_mkdirty().pte_mkwrite();
+        assert!(p.pte_young() && p.pte_dirty() && p.pte_write() && !p.has(Attr::RDONLY));
+        assert!(p.has(Attr::NG) && p.has(Attr::USER) && p.pte_valid());
+    }
+
+    #[test]
+    fn wrprotect_keeps_hardware_dirtiness_in_software() {
+        let p = Pte::pfn_pte(Pfn(5), PgProt::READONLY, G).pte_mkwrite();
+        assert!(!p.pte_dirty());
+        let hw_dirty = Pte(p.0.without(Attr::RDONLY));
+        assert!(hw_dirty.pte_dirty() && !hw_dirty.pte_sw_dirty());
+        let w = hw_dirty.pte_wrprotect();
+        assert!(w.pte_dirty() && !w.pte_write() && w.has(Attr::RDONLY));
+    }
+
+    #[test]
+    fn mkclean_and_mkold_are_pte_same_with_the_original_modulo_state() {
+        let p = Pte::pfn_pte(Pfn(9), PgProt::READONLY, G).pte_mkwrite().pte_mkdirty();
+        let q = p.pte_mkold().pte_mkclean();
+        assert!(!q.pte_dirty() && !q.pte_young());
+        assert!(q.pte_same(Pte::pfn_pte(Pfn(9), PgProt::READONLY, G).pte_mkwrite().pte_mkold()));
+    }
+
+    #[test]
+    fn prot_none_is_present_but_not_valid() {
+        let p = Pte::pfn_pte(Pfn(1), PgProt::NONE, G);
+        assert!(p.pte_present() && !p.pte_valid());
+    }
+
+    #[test]
+    fn advance_pfn_moves_only_the_address() {
+        let p = Pte::pfn_pte(Pfn(16), PgProt::READONLY, G).pte_mkcont();
+        let q = p.pte_advance_pfn(3, G);
+        assert_eq!(q.pte_pfn(G), Pfn(19));
+        assert_eq!(q.pte_pgprot(), p.pte_pgprot());
+    }
+}

@@ -1,0 +1,215 @@
+//! struct page / struct folio: the memmap, kept in lazily allocated sections
+//! (like SPARSEMEM), so a large machine costs host memory only where it is used.
+//!
+//! ```text
+//!  folio of order 2 (4 pages):
+//!   pfn  n      n+1     n+2     n+3
+//!  +-------+-------+-------+-------+
+//!  | HEAD  | TAIL  | TAIL  | TAIL  |   tails point at the head (compound_head);
+//!  | ref,  | head=n| head=n| head=n|   the head holds the folio-wide counts:
+//!  | maps  |       |       |       |   refcount, large/entire mapcount, flags
+//!  +-------+-------+-------+-------+   every page holds its own pte mapcount
+//! ```
+
+use crate::hw::Pfn;
+use bitflags::bitflags;
+
+/// Empty link.
+pub const NIL: u32 = u32::MAX;
+
+bitflags! {
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub struct PageFlags: u16 {
+        /// On a buddy free list (head of a free block).
+        const BUDDY = 1 << 0;
+        /// First page of a large folio.
+        const HEAD = 1 << 1;
+        /// Later page of a large folio.
+        const TAIL = 1 << 2;
+        const ANON = 1 << 3;
+        /// PageAnonExclusive (per page).
+        const ANON_EXCLUSIVE = 1 << 4;
+        /// A translation table page.
+        const PGTABLE = 1 << 5;
+        /// Never freed: the zero pages, the kernel image.
+        const RESERVED = 1 << 6;
+        /// Folio flag: partially mapped (on the deferred split queue for it).
+        const PARTIALLY_MAPPED = 1 << 7;
+        /// Folio is on the deferred split queue.
+        const DEFERRED = 1 << 8;
+        /// Folio is swap-backed (cleared by MADV_FREE: lazyfree).
+        const SWAPBACKED = 1 << 9;
+        const DIRTY = 1 << 10;
+        const MLOCKED = 1 << 11;
+        /// Allocated and in use (not free).
+        const INUSE = 1 << 12;
+    }
+}
+
+/// One struct page.
+#[derive(Clone, Copy, Debug)]
+pub struct Page {
+    pub flags: PageFlags,
+    /// Buddy order of a free block, or the folio order on a head page.
+    pub order: u8,
+    /// List links (buddy free list or deferred split queue).
+    pub lru_prev: u32,
+    pub lru_next: u32,
+    /// compound_head of a tail page.
+    pub head: u32,
+    /// Pte mappings of this page (the kernel's _mapcount + 1).
+    pub mapcount: i32,
+    /// Head only: folio refcount.
+    pub refcount: i32,
+    /// Head only: all mappings of the folio (ptes and pmds).
+    pub large_mapcount: i32,
+    /// Head only: pmd mappings of the folio.
+    pub entire_mapcount: i32,
+    /// Head only: pages of the folio mapped by at least one pte (_nr_pages_mapped).
+    pub nr_pages_mapped: i32,
+}
+
+impl Default for Page {
+    fn default() -> Self {
+        Page {
+            flags: PageFlags::empty(),
+            order: 0,
+            lru_prev: NIL,
+            lru_next: NIL,
+            head: NIL,
+            mapcount: 0,
+            refcount: 0,
+            large_mapcount: 0,
+            entire_mapcount: 0,
+            nr_pages_mapped: 0,
+        }
+    }
+}
+
+const SECTION_SHIFT: u32 = 15;
+const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
+
+/// The memmap: one Page per frame, in sections allocated on first use.
+pub struct MemMap {
+    nr_pages: u64,
+    sections: Vec<Option<Box<[Page]>>>,
+}
+
+impl MemMap {
+    pub fn new(nr_pages: u64) -> MemMap {
+        let n = (nr_pages as usize).div_ceil(SECTION_PAGES);
+        MemMap { nr_pages, sections: (0..n).map(|_| None).collect() }
+    }
+    pub fn nr_pages(&self) -> u64 {
+        self.nr_pages
+    }
+    /// Allocate the sections covering [start, end) (done before pages there are used).
+    pub fn online(&mut self, start: Pfn, end: Pfn) {
+        let first = (start.0 >> SECTION_SHIFT) as usize;
+        let last = ((end.0 - 1) >> SECTION_SHIFT) as usize;
+        for s in first..=last {
+            self.sections[s].get_or_insert_with(|| vec![Page::default(); SECTION_PAGES].into_boxed_slice());
+        }
+    }
+    #[inline]
+    pub fn page(&self, pfn: Pfn) -> &Page {
+        let s = self.sections[(pfn.0 >> SECTION_SHIFT) as usize].as_ref().expect("page in an offline section");
+        &s[(pfn.0 as usize) & (SECTION_PAGES - 1)]
+    }
+    #[inline]
+    pub fn page_mut(&mut self, pfn: Pfn) -> &mut Page {
+        let s = self.sections[(pfn.0 >> SECTION_SHIFT) as usize].as_mut().expect("page in an offline section");
+        &mut s[(pfn.0 as usize) & (SECTION_PAGES - 1)]
+    }
+    #[inline]
+    pub fn try_page(&self, pfn: Pfn) -> Option<&Page> {
+        let s = self.sections.get((pfn.0 >> SECTION_SHIFT) as usize)?.as_ref()?;
+        Some(&s[(pfn.0 as usize) & (SECTION_PAGES - 1)])
+    }
+    /// Sections with storage, for memory reports.
+    pub fn online_sections(&self) -> usize {
+        self.sections.iter().filter(|s| s.is_some()).count()
+    }
+
+    // ---- folio helpers -------------------------------------------------------
+
+    /// page_folio: the head pfn of the folio holding `pfn`.
+    #[inline]
+    pub fn folio_of(&self, pfn: Pfn) -> Pfn {
+        let p = self.page(pfn);
+        if p.flags.contains(PageFlags::TAIL) {
+            Pfn(p.head as u64)
+        } else {
+            pfn
+        }
+    }
+    #[inline]
+    pub fn folio_order(&self, folio: Pfn) -> u32 {
+        let p = self.page(folio);
+        if p.flags.contains(PageFlags::HEAD) {
+            p.order as u32
+        } else {
+            0
+        }
+    }
+    #[inline]
+    pub fn folio_nr_pages(&self, folio: Pfn) -> u64 {
+        1 << self.folio_order(folio)
+    }
+    #[inline]
+    pub fn folio_test(&self, folio: Pfn, f: PageFlags) -> bool {
+        self.page(folio).flags.contains(f)
+    }
+    #[inline]
+    pub fn folio_set(&mut self, folio: Pfn, f: PageFlags) {
+        self.page_mut(folio).flags.insert(f);
+    }
+    #[inline]
+    pub fn folio_clear(&mut self, folio: Pfn, f: PageFlags) {
+        self.page_mut(folio).flags.remove(f);
+    }
+    /// folio_mapcount: mappings of the folio (for a small folio, of its page).
+    #[inline]
+    pub fn folio_mapcount(&self, folio: Pfn) -> i32 {
+        let p = self.page(folio);
+        if p.flags.contains(PageFlags::HEAD) {
+            p.large_mapcount
+        } else {
+            p.mapcount
+        }
+    }
+    #[inline]
+    pub fn folio_ref_count(&self, folio: Pfn) -> i32 {
+        self.page(folio).refcount
+    }
+    #[inline]
+    pub fn folio_ref_add(&mut self, folio: Pfn, n: i32) {
+        self.page_mut(folio).refcount += n;
+    }
+
+    /// prep_compound_page / post_alloc_hook: turn a freshly allocated block into a
+    /// folio of `order` with one reference.
+    pub fn prep_new_folio(&mut self, pfn: Pfn, order: u32) {
+        {
+            let head = self.page_mut(pfn);
+            *head = Page { refcount: 1, ..Page::default() };
+            head.flags = PageFlags::INUSE;
+            if order > 0 {
+                head.flags |= PageFlags::HEAD;
+                head.order = order as u8;
+            }
+        }
+        for i in 1..(1u64 << order) {
+            let t = self.page_mut(Pfn(pfn.0 + i));
+            *t = Page { head: pfn.0 as u32, ..Page::default() };
+            t.flags = PageFlags::TAIL | PageFlags::INUSE;
+        }
+    }
+
+    /// Reset the pages of a folio about to go back to the buddy allocator.
+    pub fn clear_folio(&mut self, pfn: Pfn, order: u32) {
+        for i in 0..(1u64 << order) {
+            *self.page_mut(Pfn(pfn.0 + i)) = Page::default();
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! mm/page_alloc.c: the buddy allocator over the simulated RAM (one zone).
+//!
+//! Free blocks are kept on per-order lists linked through the memmap, so allocation
+//! and freeing are O(MAX_PAGE_ORDER) with no host allocation. Lists are LIFO, which
+//! keeps the allocator deterministic. RAM enters the allocator lazily, a block at a
+//! time from an untouched range (like deferred struct-page init), so a terabyte
+//! machine boots without touching its memmap.
+
+use super::folio::{MemMap, PageFlags, NIL};
+use crate::hw::{Granule, Pfn};
+
+/// MAX_PAGE_ORDER on arm64 for each granule (CONFIG_ARCH_FORCE_MAX_ORDER).
+pub const fn max_page_order(g: Granule) -> u32 {
+    match g {
+        Granule::K4 => 10,
+        Granule::K16 => 11,
+        Granule::K64 => 13,
+    }
+}
+
+pub struct Buddy {
+    max_order: u32,
+    heads: Vec<u32>,
+    nr_free: Vec<u64>,
+    /// Free pages in total, untouched ones included.
+    pub free_pages: u64,
+    /// [untouched, end) has not entered the free lists yet.
+    untouched: u64,
+    end: u64,
+}
+
+impl Buddy {
+    /// An allocator owning every frame in [start, end).
+    pub fn new(g: Granule, start: Pfn, end: Pfn) -> Buddy {
+        let max_order = max_page_order(g);
+        Buddy {
+            max_order,
+            heads: vec![NIL; max_order as usize + 1],
+            nr_free: vec![0; max_order as usize + 1],
+            free_pages: end.0 - start.0,
+            untouched: start.0,
+            end: end.0,
+        }
+    }
+
+    /// Move the next largest aligned block of untouched RAM onto the free lists.
+    fn grow(&mut self, mm: &mut MemMap) -> bool {
+        let pfn = self.untouched;
+        if pfn >= self.end {
+            return false;
+        }
+        let mut order = self.max_order;
+        while order > 0 && (pfn & ((1 << order) - 1) != 0 || pfn + (1 << order) > self.end) {
+            order -= 1;
+        }
+        mm.online(Pfn(pfn), Pfn(pfn + (1 << order)));
+        self.untouched += 1 << order;
+        self.free_pages -= 1 << order;
+        self.add_free(mm, pfn, order);
+        true
+    }
+
+    pub fn max_order(&self) -> u32 {
+        self.max_order
+    }
+    pub fn nr_free(&self, order: u32) -> u64 {
+        self.nr_free[order as usize]
+    }
+
+    fn add_free(&mut self, mm: &mut MemMap, pfn: u64, order: u32) {
+        let head = self.heads[order as usize];
+        {
+            let p = mm.page_mut(Pfn(pfn));
+            p.flags = PageFlags::BUDDY;
+            p.order = order as u8;
+            p.lru_prev = NIL;
+            p.lru_next = head;
+        }
+        if head != NIL {
+            mm.page_mut(Pfn(head as u64)).lru_prev = pfn as u32;
+        }
+        self.heads[order as usize] = pfn as u32;
+        self.nr_free[order as usize] += 1;
+        self.free_pages += 1 << order;
+    }
+
+    fn del_free(&mut self, mm: &mut MemMap, pfn: u64, order: u32) {
+        let (prev, next) = {
+            let p = mm.page_mut(Pfn(pfn));
+            p.flags.remove(PageFlags::BUDDY);
+            (p.lru_prev, p.lru_next)
+        };
+        if prev != NIL {
+            mm.page_mut(Pfn(prev as u64)).lru_next = next;
+        } else {
+            self.heads[order as usize] = next;
+        }
+        if next != NIL {
+            mm.page_mut(Pfn(next as u64)).lru_prev = prev;
+        }
+        self.nr_free[order as usize] -= 1;
+        self.free_pages -= 1 << order;
+    }
+
+    /// __rmqueue_smallest + expand: the smallest free block of at least `order`, split
+    /// down with the upper halves returned to the free lists.
+    pub fn alloc(&mut self, mm: &mut MemMap, order: u32) -> Option<Pfn> {
+        let mut cur = order;
+        loop {
+            while cur <= self.max_order && self.heads[cur as usize] == NIL {
+                cur += 1;
+            }
+            if cur <= self.max_order {
+                break;
+            }
+            if !self.grow(mm) {
+                return None;
+            }
+            cur = order;
+        }
+        let pfn = self.heads[cur as usize] as u64;
+        self.del_free(mm, pfn, cur);
+        while cur > order {
+            cur -= 1;
+            self.add_free(mm, pfn + (1 << cur), cur);
+        }
+        Some(Pfn(pfn))
+    }
+
+    /// __free_one_page: free a block, merging with free buddies.
+    pub fn free(&mut self, mm: &mut MemMap, pfn: Pfn, order: u32) {
+        let mut pfn = pfn.0;
+        let mut order = order;
+        while order < self.max_order {
+            let buddy = pfn ^ (1 << order);
+            let free_buddy = mm.try_page(Pfn(buddy)).is_some_and(|p| p.flags.contains(PageFlags::BUDDY) && p.order as u32 == order);
+            if !free_buddy {
+                break;
+            }
+            self.del_free(mm, buddy, order);
+            pfn &= !(1 << order);
+            order += 1;
+        }
+        self.add_free(mm, pfn, order);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(pages: u64) -> (MemMap, Buddy) {
+        (MemMap::new(pages), Buddy::new(Granule::K4, Pfn(0), Pfn(pages)))
+    }
+
+    #[test]
+    fn ram_enters_lazily_one_max_order_block_at_a_time() {
+        let (mut mm, mut b) = setup(1 << 24);
+        assert_eq!(b.free_pages, 1 << 24);
+        assert_eq!(mm.online_sections(), 0);
+        b.alloc(&mut mm, 0).unwrap();
+        assert_eq!(mm.online_sections(), 1);
+        assert_eq!(b.free_pages, (1 << 24) - 1);
+    }
+
+    #[test]
+    fn unaligned_ranges_enter_in_aligned_blocks() {
+        let mut mm = MemMap::new(4096);
+        let mut b = Buddy::new(Granule::K4, Pfn(3), Pfn(4096));
+        assert_eq!(b.alloc(&mut mm, 0), Some(Pfn(3)));
+        assert_eq!(b.alloc(&mut mm, 2), Some(Pfn(4)));
+        // Growing for order 10 carves 8, 16, ... 512 on the way to 1024.
+        assert_eq!(b.alloc(&mut mm, 10), Some(Pfn(1024)));
+        assert_eq!(b.alloc(&mut mm, 9), Some(Pfn(512)));
+        assert_eq!(b.free_pages, 4093 - 1 - 4 - 1024 - 512);
+    }
+
+    #[test]
+    fn split_and_merge_restore_the_initial_state() {
+        let (mut mm, mut b) = setup(1 << 11);
+        let a = b.alloc(&mut mm, 0).unwrap();
+        assert_eq!(a, Pfn(0));
+        assert_eq!(b.free_pages, (1 << 11) - 1);
+        // Splitting one 1024-block left one free block at each order 0..9.
+        for o in 0..10 {
+            assert_eq!(b.nr_free(o), 1, "order {o}");
+        }
+        let c = b.alloc(&mut mm, 4).unwrap();
+        assert_eq!(c.0 % 16, 0);
+        b.free(&mut mm, a, 0);
+        b.free(&mut mm, c, 4);
+        // Everything merged back into the one block carved; the other is untouched.
+        assert_eq!(b.nr_free(10), 1);
+        assert_eq!((0..10).map(|o| b.nr_free(o)).sum::<u64>(), 0);
+        assert_eq!(b.free_pages, 1 << 11);
+    }
+
+    #[test]
+    fn exhaustion_returns_none() {
+        let (mut mm, mut b) = setup(1 << 10);
+        assert!(b.alloc(&mut mm, 10).is_some());
+        assert!(b.alloc(&mut mm, 0).is_none());
+    }
+}

@@ -1,0 +1,90 @@
+//! The counters the kernel exposes: /proc/vmstat events and the per-size mTHP stats
+//! of /sys/kernel/mm/transparent_hugepage/hugepages-<size>kB/stats/.
+
+macro_rules! named_enum {
+    ($(#[$m:meta])* $ty:ident { $($var:ident => $name:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum $ty { $($var,)* }
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$var,)*];
+            pub const COUNT: usize = $ty::ALL.len();
+            pub const fn name(self) -> &'static str {
+                match self { $($ty::$var => $name,)* }
+            }
+        }
+    };
+}
+
+named_enum!(
+    /// A /proc/vmstat event counter.
+    VmEvent {
+        PgFault => "pgfault",
+        ThpFaultAlloc => "thp_fault_alloc",
+        ThpFaultFallback => "thp_fault_fallback",
+        ThpFaultFallbackCharge => "thp_fault_fallback_charge",
+        ThpSplitPage => "thp_split_page",
+        ThpSplitPageFailed => "thp_split_page_failed",
+        ThpDeferredSplitPage => "thp_deferred_split_page",
+        ThpSplitPmd => "thp_split_pmd",
+        ThpZeroPageAlloc => "thp_zero_page_alloc",
+        ThpZeroPageAllocFailed => "thp_zero_page_alloc_failed",
+        ThpCollapseAlloc => "thp_collapse_alloc",
+    }
+);
+
+named_enum!(
+    /// A per-size mTHP stat (enum mthp_stat_item).
+    MthpStat {
+        AnonFaultAlloc => "anon_fault_alloc",
+        AnonFaultFallback => "anon_fault_fallback",
+        AnonFaultFallbackCharge => "anon_fault_fallback_charge",
+        Swpout => "swpout",
+        SwpoutFallback => "swpout_fallback",
+        Split => "split",
+        SplitFailed => "split_failed",
+        SplitDeferred => "split_deferred",
+        NrAnon => "nr_anon",
+        NrAnonPartiallyMapped => "nr_anon_partially_mapped",
+    }
+);
+
+/// Event counts, plus the mTHP stats of every order up to `max_order`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmStats {
+    events: [i64; VmEvent::COUNT],
+    mthp: Vec<[i64; MthpStat::COUNT]>,
+}
+
+impl VmStats {
+    pub fn new(max_order: u32) -> VmStats {
+        VmStats { events: [0; VmEvent::COUNT], mthp: vec![[0; MthpStat::COUNT]; max_order as usize + 1] }
+    }
+    #[inline]
+    pub fn count_vm_event(&mut self, e: VmEvent) {
+        self.events[e as usize] += 1;
+    }
+    #[inline]
+    pub fn event(&self, e: VmEvent) -> i64 {
+        self.events[e as usize]
+    }
+    /// count_mthp_stat / mod_mthp_stat: orders 0 and 1 have no stats.
+    #[inline]
+    pub fn mod_mthp_stat(&mut self, order: u32, s: MthpStat, delta: i64) {
+        if order >= 2 && (order as usize) < self.mthp.len() {
+            self.mthp[order as usize][s as usize] += delta;
+        }
+    }
+    #[inline]
+    pub fn count_mthp_stat(&mut self, order: u32, s: MthpStat) {
+        self.mod_mthp_stat(order, s, 1);
+    }
+    #[inline]
+    pub fn mthp(&self, order: u32, s: MthpStat) -> i64 {
+        self.mthp[order as usize][s as usize]
+    }
+    pub fn max_order(&self) -> u32 {
+        self.mthp.len() as u32 - 1
+    }
+}
