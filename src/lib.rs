@@ -8,4 +8,5 @@ pub mod cmd;
 pub mod hw;
 pub mod mm;
 pub mod report;
+pub mod sim;
 pub mod workload;

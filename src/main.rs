@@ -5,7 +5,11 @@ use foliolab::cmd;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "foliolab", version, about = "A deterministic model of Linux arm64 memory management")]
+#[command(
+    name = "foliolab",
+    version,
+    about = "A deterministic model of Linux arm64 memory management"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

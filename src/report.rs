@@ -60,7 +60,11 @@ impl RunBuilder {
                 return;
             }
         }
-        self.runs.push(Run { first: page, n: 1, kind });
+        self.runs.push(Run {
+            first: page,
+            n: 1,
+            kind,
+        });
     }
     pub fn finish(self) -> Vec<Run> {
         self.runs
@@ -104,6 +108,9 @@ mod tests {
         b.push(41, PageKind::Zero);
         b.push(42, PageKind::Order(0));
         let runs = b.finish();
-        assert_eq!(serde_json::to_string(&runs).unwrap(), r#"[[0,32,4],[40,2,"zero"],[42,1,0]]"#);
+        assert_eq!(
+            serde_json::to_string(&runs).unwrap(),
+            r#"[[0,32,4],[40,2,"zero"],[42,1,0]]"#
+        );
     }
 }

@@ -92,7 +92,11 @@ impl Granule {
         let top = 48u32;
         let shift = self.level_shift(level);
         let bits = top - shift;
-        let b = if bits > self.bits_per_level() { self.bits_per_level() } else { bits };
+        let b = if bits > self.bits_per_level() {
+            self.bits_per_level()
+        } else {
+            bits
+        };
         1 << b
     }
     /// Index of `va` in the table at `level`.

@@ -2,7 +2,7 @@
 //! model may use to maintain them (TLBI, DSB, ISB) plus EL0 accesses that walk and
 //! fill TLBs. Kernel code reaches hardware state only through these operations.
 
-use super::addr::{Asid, Granule, PhysAddr, Pfn, VirtAddr};
+use super::addr::{Asid, Granule, Pfn, PhysAddr, VirtAddr};
 use super::check::Violation;
 use super::descriptor::{Attr, Desc};
 use super::events::{Event, Events};
@@ -25,7 +25,12 @@ pub struct Features {
 
 impl Default for Features {
     fn default() -> Self {
-        Features { tlbi_range: false, bbml2: false, kpti: false, hafdbs: true }
+        Features {
+            tlbi_range: false,
+            bbml2: false,
+            kpti: false,
+            hafdbs: true,
+        }
     }
 }
 
@@ -40,7 +45,13 @@ pub struct MachineConfig {
 
 impl Default for MachineConfig {
     fn default() -> Self {
-        MachineConfig { granule: Granule::K4, ram_bytes: 16 << 30, ncpus: 8, features: Features::default(), tlb: TlbConfig::default() }
+        MachineConfig {
+            granule: Granule::K4,
+            ram_bytes: 16 << 30,
+            ncpus: 8,
+            features: Features::default(),
+            tlb: TlbConfig::default(),
+        }
     }
 }
 
@@ -48,22 +59,52 @@ impl Default for MachineConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tlbi {
     /// By VA and ASID, all levels.
-    Vae1is { asid: Asid, va: VirtAddr },
+    Vae1is {
+        asid: Asid,
+        va: VirtAddr,
+    },
     /// By VA and ASID, last level only.
-    Vale1is { asid: Asid, va: VirtAddr },
+    Vale1is {
+        asid: Asid,
+        va: VirtAddr,
+    },
     /// By VA, any ASID, all levels.
-    Vaae1is { va: VirtAddr },
+    Vaae1is {
+        va: VirtAddr,
+    },
     /// By VA, any ASID, last level only.
-    Vaale1is { va: VirtAddr },
+    Vaale1is {
+        va: VirtAddr,
+    },
     /// Every non-global entry of an ASID.
-    Aside1is { asid: Asid },
+    Aside1is {
+        asid: Asid,
+    },
     /// Everything.
     Vmalle1is,
     /// FEAT_TLBIRANGE by ASID: (num+1) * 2^(5*scale+1) pages from `base`.
-    Rvae1is { asid: Asid, base: VirtAddr, scale: u8, num: u8 },
-    Rvale1is { asid: Asid, base: VirtAddr, scale: u8, num: u8 },
-    Rvaae1is { base: VirtAddr, scale: u8, num: u8 },
-    Rvaale1is { base: VirtAddr, scale: u8, num: u8 },
+    Rvae1is {
+        asid: Asid,
+        base: VirtAddr,
+        scale: u8,
+        num: u8,
+    },
+    Rvale1is {
+        asid: Asid,
+        base: VirtAddr,
+        scale: u8,
+        num: u8,
+    },
+    Rvaae1is {
+        base: VirtAddr,
+        scale: u8,
+        num: u8,
+    },
+    Rvaale1is {
+        base: VirtAddr,
+        scale: u8,
+        num: u8,
+    },
 }
 
 /// Pages covered by a range TLBI operand.
@@ -106,7 +147,12 @@ impl Machine {
         Machine {
             mem: PhysMem::new(cfg.granule, cfg.ram_bytes),
             ev: Events::default(),
-            cpus: (0..cfg.ncpus).map(|_| Cpu { tlb: Tlb::new(cfg.tlb), ttbr0: None }).collect(),
+            cpus: (0..cfg.ncpus)
+                .map(|_| Cpu {
+                    tlb: Tlb::new(cfg.tlb),
+                    ttbr0: None,
+                })
+                .collect(),
             ttbr1: None,
             checks: false,
             violations: Vec::new(),
@@ -175,7 +221,9 @@ impl Machine {
         let range = |base: VirtAddr, scale: u8, num: u8| (base.0, base.0 + (tlbi_range_pages(scale, num) << ps));
         let pred: Box<dyn Fn(&TlbEntry) -> bool> = match op {
             // Only leaf entries are cached, so the last-level forms remove the same entries.
-            Tlbi::Vae1is { asid, va } | Tlbi::Vale1is { asid, va } => Box::new(move |e| e.asid == Some(asid) && e.covers(va.0)),
+            Tlbi::Vae1is { asid, va } | Tlbi::Vale1is { asid, va } => {
+                Box::new(move |e| e.asid == Some(asid) && e.covers(va.0))
+            }
             Tlbi::Vaae1is { va } | Tlbi::Vaale1is { va } => Box::new(move |e| e.covers(va.0)),
             Tlbi::Aside1is { asid } => Box::new(move |e| e.asid == Some(asid)),
             Tlbi::Vmalle1is => Box::new(|_| true),
@@ -204,14 +252,19 @@ impl Machine {
         if let Some((e, hit)) = self.cpus[cpu].tlb.lookup(asid, va.0) {
             if !write || e.writable {
                 self.ev.inc(Event::TlbHit);
-                self.ev.inc(if hit == TlbHit::L1 { Event::TlbHitL1 } else { Event::TlbHitL2 });
+                self.ev.inc(if hit == TlbHit::L1 {
+                    Event::TlbHitL1
+                } else {
+                    Event::TlbHitL2
+                });
                 return Ok(PhysAddr(e.pa + (va.0 & ((1u64 << e.span_shift) - 1))));
             }
             // A write through a read-only entry re-walks: hardware dirty update or a fault.
             self.cpus[cpu].tlb.drop_entry(asid, va.0);
         }
         self.ev.inc(Event::TlbMiss);
-        let t = walk(&self.mem, &mut self.ev, root, va).map_err(|WalkFault { level }| AccessFault::Translation { level })?;
+        let t = walk(&self.mem, &mut self.ev, root, va)
+            .map_err(|WalkFault { level }| AccessFault::Translation { level })?;
         let d = self.hw_update(&t, write)?;
         if !d.has(Attr::USER) {
             return Err(AccessFault::Permission { level: t.level });
@@ -258,7 +311,11 @@ impl Machine {
         let (conflicts, evicted) = self.cpus[cpu].tlb.fill(e);
         self.ev.add(Event::TlbEvict, evicted as u64);
         if self.checks && !conflicts.is_empty() {
-            self.violations.push(Violation::TlbConflict { cpu, va: VirtAddr(e.va), asid: e.asid });
+            self.violations.push(Violation::TlbConflict {
+                cpu,
+                va: VirtAddr(e.va),
+                asid: e.asid,
+            });
         }
     }
 
@@ -291,7 +348,8 @@ pub fn needs_bbm(old: Desc, new: Desc, bbml2: bool) -> bool {
     if !old.is_valid() || !new.is_valid() {
         return false;
     }
-    let mut strict = Attr::ATTRINDX0 | Attr::ATTRINDX1 | Attr::ATTRINDX2 | Attr::SH0 | Attr::SH1 | Attr::NG | Attr::TABLE_OR_PAGE;
+    let mut strict =
+        Attr::ATTRINDX0 | Attr::ATTRINDX1 | Attr::ATTRINDX2 | Attr::SH0 | Attr::SH1 | Attr::NG | Attr::TABLE_OR_PAGE;
     if !bbml2 {
         strict |= Attr::CONT;
     }

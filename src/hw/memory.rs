@@ -9,7 +9,7 @@
 //!          (lazily allocated)                  (0: no storage)     (one table page)
 //! ```
 
-use super::addr::{Granule, PhysAddr, Pfn};
+use super::addr::{Granule, Pfn, PhysAddr};
 use super::descriptor::Desc;
 
 const SECTION_SHIFT: u32 = 15;
@@ -68,7 +68,8 @@ impl PhysMem {
                 slot
             }
             None => {
-                self.frames.push(vec![0u64; self.granule.ptrs_per_table()].into_boxed_slice());
+                self.frames
+                    .push(vec![0u64; self.granule.ptrs_per_table()].into_boxed_slice());
                 self.frame_pfn.push(pfn);
                 (self.frames.len() - 1) as u32
             }

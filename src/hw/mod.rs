@@ -9,7 +9,7 @@ pub mod memory;
 pub mod tlb;
 pub mod walk;
 
-pub use addr::{Asid, Granule, PhysAddr, Pfn, VirtAddr};
+pub use addr::{Asid, Granule, Pfn, PhysAddr, VirtAddr};
 pub use descriptor::{Attr, Desc, DescKind};
 pub use events::{Event, Events};
 pub use machine::{Features, Machine, MachineConfig, Tlbi};

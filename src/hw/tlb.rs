@@ -18,7 +18,11 @@ pub struct TlbConfig {
 impl Default for TlbConfig {
     /// Neoverse-N1-like: 48-entry L1 data TLB, 1280-entry 5-way L2 (256 sets).
     fn default() -> Self {
-        TlbConfig { l1_entries: 48, l2_sets: 256, l2_ways: 5 }
+        TlbConfig {
+            l1_entries: 48,
+            l2_sets: 256,
+            l2_ways: 5,
+        }
     }
 }
 
@@ -86,7 +90,12 @@ pub struct Tlb {
 
 impl Tlb {
     pub fn new(cfg: TlbConfig) -> Tlb {
-        Tlb { cfg, l1: Vec::with_capacity(cfg.l1_entries), l2: vec![Vec::new(); cfg.l2_sets], clock: 0 }
+        Tlb {
+            cfg,
+            l1: Vec::with_capacity(cfg.l1_entries),
+            l2: vec![Vec::new(); cfg.l2_sets],
+            clock: 0,
+        }
     }
 
     /// L2 set index: hashed on the 4K-page number, so every span size shares the array.
@@ -106,7 +115,10 @@ impl Tlb {
         // L2 sets are indexed per span size; probe each size that can be cached.
         for shift in [12u32, 14, 16, 21, 25, 29, 30, 34, 35, 36] {
             let set = self.set_of(va, shift);
-            if let Some(pos) = self.l2[set].iter().position(|s| s.entry.span_shift == shift && s.entry.matches(asid, va)) {
+            if let Some(pos) = self.l2[set]
+                .iter()
+                .position(|s| s.entry.span_shift == shift && s.entry.matches(asid, va))
+            {
                 self.l2[set][pos].stamp = now;
                 let e = self.l2[set][pos].entry;
                 self.insert_l1(e);
@@ -117,12 +129,20 @@ impl Tlb {
     }
 
     fn insert_l1(&mut self, e: TlbEntry) -> Option<TlbEntry> {
-        let slot = Slot { entry: e, stamp: self.clock };
+        let slot = Slot {
+            entry: e,
+            stamp: self.clock,
+        };
         if self.l1.len() < self.cfg.l1_entries {
             self.l1.push(slot);
             return None;
         }
-        let victim = self.l1.iter().enumerate().min_by_key(|(_, s)| s.stamp).map(|(i, _)| i)?;
+        let victim = self
+            .l1
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, s)| s.stamp)
+            .map(|(i, _)| i)?;
         let old = std::mem::replace(&mut self.l1[victim], slot);
         Some(old.entry)
     }
@@ -142,7 +162,10 @@ impl Tlb {
             evicted += 1;
         }
         let set = self.set_of(e.va, e.span_shift);
-        let slot = Slot { entry: e, stamp: self.clock };
+        let slot = Slot {
+            entry: e,
+            stamp: self.clock,
+        };
         let ways = self.cfg.l2_ways;
         let s = &mut self.l2[set];
         if s.len() < ways {
@@ -156,7 +179,10 @@ impl Tlb {
 
     /// Every cached entry (L1 and L2; an entry may sit in both).
     pub fn iter(&self) -> impl Iterator<Item = &TlbEntry> {
-        self.l1.iter().map(|s| &s.entry).chain(self.l2.iter().flatten().map(|s| &s.entry))
+        self.l1
+            .iter()
+            .map(|s| &s.entry)
+            .chain(self.l2.iter().flatten().map(|s| &s.entry))
     }
 
     /// Mark entries matching `pred` pending; returns how many distinct translations matched.

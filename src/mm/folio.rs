@@ -98,7 +98,10 @@ pub struct MemMap {
 impl MemMap {
     pub fn new(nr_pages: u64) -> MemMap {
         let n = (nr_pages as usize).div_ceil(SECTION_PAGES);
-        MemMap { nr_pages, sections: (0..n).map(|_| None).collect() }
+        MemMap {
+            nr_pages,
+            sections: (0..n).map(|_| None).collect(),
+        }
     }
     pub fn nr_pages(&self) -> u64 {
         self.nr_pages
@@ -113,12 +116,16 @@ impl MemMap {
     }
     #[inline]
     pub fn page(&self, pfn: Pfn) -> &Page {
-        let s = self.sections[(pfn.0 >> SECTION_SHIFT) as usize].as_ref().expect("page in an offline section");
+        let s = self.sections[(pfn.0 >> SECTION_SHIFT) as usize]
+            .as_ref()
+            .expect("page in an offline section");
         &s[(pfn.0 as usize) & (SECTION_PAGES - 1)]
     }
     #[inline]
     pub fn page_mut(&mut self, pfn: Pfn) -> &mut Page {
-        let s = self.sections[(pfn.0 >> SECTION_SHIFT) as usize].as_mut().expect("page in an offline section");
+        let s = self.sections[(pfn.0 >> SECTION_SHIFT) as usize]
+            .as_mut()
+            .expect("page in an offline section");
         &mut s[(pfn.0 as usize) & (SECTION_PAGES - 1)]
     }
     #[inline]
@@ -192,7 +199,10 @@ impl MemMap {
     pub fn prep_new_folio(&mut self, pfn: Pfn, order: u32) {
         {
             let head = self.page_mut(pfn);
-            *head = Page { refcount: 1, ..Page::default() };
+            *head = Page {
+                refcount: 1,
+                ..Page::default()
+            };
             head.flags = PageFlags::INUSE;
             if order > 0 {
                 head.flags |= PageFlags::HEAD;
@@ -201,7 +211,10 @@ impl MemMap {
         }
         for i in 1..(1u64 << order) {
             let t = self.page_mut(Pfn(pfn.0 + i));
-            *t = Page { head: pfn.0 as u32, ..Page::default() };
+            *t = Page {
+                head: pfn.0 as u32,
+                ..Page::default()
+            };
             t.flags = PageFlags::TAIL | PageFlags::INUSE;
         }
     }

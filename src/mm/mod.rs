@@ -1,6 +1,176 @@
 //! The kernel model: mirrors the kernel's mm/ with the same file and function names.
+//! `Kernel` holds what the real kernel keeps in globals (memmap, zone, vmstat, THP
+//! knobs, the deferred split queue) plus the mms of the model's processes.
 
 pub mod folio;
+pub mod huge_memory;
+pub mod madvise;
+pub mod memory;
+pub mod mm_types;
+pub mod mmap;
+pub mod mmu_gather;
 pub mod page_alloc;
+pub mod pgtable;
+pub mod rmap;
 pub mod thp_sysfs;
 pub mod vmstat;
+
+use crate::arch::arm64::pgtable::{Arch, ArchMm};
+use crate::hw::{Asid, Machine, MachineConfig, Pfn};
+use folio::{MemMap, PageFlags, NIL};
+use mm_types::{MmId, MmStruct};
+use page_alloc::Buddy;
+use std::collections::BTreeMap;
+use thp_sysfs::ThpKnobs;
+use vmstat::{MthpStat, VmStats};
+
+/// How zap_pte_range clears present ptes (seed 000).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZapVariant {
+    /// Before seed 000: one pte at a time (ptep_get_and_clear_full), one rmap and one
+    /// gather slot per page.
+    PerPte,
+    /// After: folio_pte_batch + clear_full_ptes / get_and_clear_full_ptes.
+    Batched,
+}
+
+/// Frames kept out of the allocator at the bottom of RAM: pfn 0 is the zero page.
+const RESERVED_FRAMES: u64 = 16;
+
+/// The deferred split queue (ds_queue), linked through the folios' list links.
+#[derive(Default)]
+pub struct DeferredSplitQueue {
+    pub head: u32,
+    pub tail: u32,
+    pub len: u64,
+}
+
+pub struct Kernel {
+    pub arch: Arch,
+    pub memmap: MemMap,
+    pub buddy: Buddy,
+    pub knobs: ThpKnobs,
+    pub stat: VmStats,
+    pub mms: Vec<Option<MmStruct>>,
+    pub zero_pfn: Pfn,
+    pub huge_zero_folio: Option<Pfn>,
+    pub ds_queue: DeferredSplitQueue,
+    pub zap: ZapVariant,
+    next_asid: Asid,
+}
+
+impl Kernel {
+    pub fn boot(cfg: MachineConfig) -> Kernel {
+        let g = cfg.granule;
+        let hw = Machine::new(cfg);
+        let nr = hw.mem.nr_frames();
+        let mut memmap = MemMap::new(nr);
+        memmap.online(Pfn(0), Pfn(RESERVED_FRAMES));
+        let zero_pfn = Pfn(0);
+        memmap.page_mut(zero_pfn).flags = PageFlags::RESERVED | PageFlags::INUSE;
+        let knobs = ThpKnobs::new(g);
+        Kernel {
+            arch: Arch::new(hw),
+            buddy: Buddy::new(g, Pfn(RESERVED_FRAMES), Pfn(nr)),
+            memmap,
+            stat: VmStats::new(g.pmd_order()),
+            knobs,
+            mms: Vec::new(),
+            zero_pfn,
+            huge_zero_folio: None,
+            ds_queue: DeferredSplitQueue {
+                head: NIL,
+                tail: NIL,
+                len: 0,
+            },
+            zap: ZapVariant::Batched,
+            next_asid: 1,
+        }
+    }
+
+    #[inline]
+    pub fn mm(&self, id: MmId) -> &MmStruct {
+        self.mms[id].as_ref().expect("mm is gone")
+    }
+    #[inline]
+    pub fn mm_mut(&mut self, id: MmId) -> &mut MmStruct {
+        self.mms[id].as_mut().expect("mm is gone")
+    }
+    #[inline]
+    pub fn arch_mm(&self, id: MmId) -> ArchMm {
+        ArchMm {
+            asid: self.mm(id).asid,
+            user: true,
+        }
+    }
+
+    /// mm_alloc + pgd_alloc: a new empty address space with its own ASID.
+    pub fn mm_alloc(&mut self) -> Option<MmId> {
+        let g = self.arch.granule();
+        let (pgd, pgd_table) = self.pgtable_alloc(g.start_level())?;
+        let asid = self.next_asid;
+        self.next_asid += 1;
+        self.mms.push(Some(MmStruct {
+            asid,
+            pgd,
+            pgd_table,
+            vmas: BTreeMap::new(),
+            rss_anon: 0,
+            nr_ptes: 0,
+            nr_pmds: 0,
+            deposited: BTreeMap::new(),
+            min_flt: 0,
+            tlb_flush_pending: 0,
+            tlb_flush_done: 0,
+        }));
+        Some(self.mms.len() - 1)
+    }
+
+    /// Point a CPU at an mm (switch_mm).
+    pub fn switch_mm(&mut self, cpu: usize, mm: MmId) {
+        let g = self.arch.granule();
+        let (pgd, asid) = (self.mm(mm).pgd, self.mm(mm).asid);
+        self.arch.hw.switch_mm(cpu, pgd.to_phys(g), asid);
+    }
+
+    #[inline]
+    pub fn is_zero_pfn(&self, pfn: Pfn) -> bool {
+        pfn == self.zero_pfn
+    }
+
+    /// vma_alloc_folio: a new folio of `order`, or None when the buddy allocator has no
+    /// block that large.
+    pub fn folio_alloc(&mut self, order: u32) -> Option<Pfn> {
+        let pfn = self.buddy.alloc(&mut self.memmap, order)?;
+        self.memmap.prep_new_folio(pfn, order);
+        Some(pfn)
+    }
+
+    /// folio_put_refs: drop references; the last one frees the folio.
+    pub fn folio_put_refs(&mut self, folio: Pfn, refs: i32) {
+        let p = self.memmap.page_mut(folio);
+        p.refcount -= refs;
+        debug_assert!(p.refcount >= 0, "folio {folio:?} refcount underflow");
+        if p.refcount == 0 && !p.flags.contains(PageFlags::RESERVED) {
+            self.free_folio(folio);
+        }
+    }
+
+    #[inline]
+    pub fn folio_put(&mut self, folio: Pfn) {
+        self.folio_put_refs(folio, 1);
+    }
+
+    /// __folio_put / free_pages_prepare: unqueue from the deferred split queue, drop
+    /// the per-size anon count, give the block back and tell the hardware checker.
+    fn free_folio(&mut self, folio: Pfn) {
+        let order = self.memmap.folio_order(folio);
+        huge_memory::folio_unqueue_deferred_split(self, folio);
+        if self.memmap.folio_test(folio, PageFlags::ANON) {
+            self.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
+        }
+        self.memmap.clear_folio(folio, order);
+        self.buddy.free(&mut self.memmap, folio, order);
+        self.arch.hw.frames_freed(folio, 1 << order);
+    }
+}

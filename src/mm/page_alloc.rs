@@ -133,7 +133,9 @@ impl Buddy {
         let mut order = order;
         while order < self.max_order {
             let buddy = pfn ^ (1 << order);
-            let free_buddy = mm.try_page(Pfn(buddy)).is_some_and(|p| p.flags.contains(PageFlags::BUDDY) && p.order as u32 == order);
+            let free_buddy = mm
+                .try_page(Pfn(buddy))
+                .is_some_and(|p| p.flags.contains(PageFlags::BUDDY) && p.order as u32 == order);
             if !free_buddy {
                 break;
             }

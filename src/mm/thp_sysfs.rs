@@ -151,7 +151,10 @@ impl ThpKnobs {
             ("khugepaged/max_ptes_none".to_string(), k.max_ptes_none.to_string()),
         ];
         for o in k.anon_orders() {
-            v.push((format!("hugepages-{}kB/enabled", k.size_kb(o)), k.per_order[o as usize].name().to_string()));
+            v.push((
+                format!("hugepages-{}kB/enabled", k.size_kb(o)),
+                k.per_order[o as usize].name().to_string(),
+            ));
         }
         v
     }

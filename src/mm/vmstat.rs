@@ -59,7 +59,10 @@ pub struct VmStats {
 
 impl VmStats {
     pub fn new(max_order: u32) -> VmStats {
-        VmStats { events: [0; VmEvent::COUNT], mthp: vec![[0; MthpStat::COUNT]; max_order as usize + 1] }
+        VmStats {
+            events: [0; VmEvent::COUNT],
+            mthp: vec![[0; MthpStat::COUNT]; max_order as usize + 1],
+        }
     }
     #[inline]
     pub fn count_vm_event(&mut self, e: VmEvent) {

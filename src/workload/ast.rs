@@ -61,19 +61,61 @@ pub enum Prot {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    Set { knob: String, value: String },
-    Mmap { region: String, size: u64, skew: u64, hugepage: bool, nohugepage: bool, populate: bool, ro: bool, index: u32, addr: u64 },
+    Set {
+        knob: String,
+        value: String,
+    },
+    Mmap {
+        region: String,
+        size: u64,
+        skew: u64,
+        hugepage: bool,
+        nohugepage: bool,
+        populate: bool,
+        ro: bool,
+        index: u32,
+        addr: u64,
+    },
     /// `range` None means the whole region.
-    Touch { region: String, range: Option<Range>, write: bool, stride: u64 },
-    Madvise { region: String, range: Range, advice: Advice },
-    Munmap { region: String, range: Option<Range> },
-    Mprotect { region: String, range: Range, prot: Prot },
-    Mlock { region: String, range: Option<Range> },
-    Munlock { region: String, range: Option<Range> },
-    Fork { child: String },
+    Touch {
+        region: String,
+        range: Option<Range>,
+        write: bool,
+        stride: u64,
+    },
+    Madvise {
+        region: String,
+        range: Range,
+        advice: Advice,
+    },
+    Munmap {
+        region: String,
+        range: Option<Range>,
+    },
+    Mprotect {
+        region: String,
+        range: Range,
+        prot: Prot,
+    },
+    Mlock {
+        region: String,
+        range: Option<Range>,
+    },
+    Munlock {
+        region: String,
+        range: Option<Range>,
+    },
+    Fork {
+        child: String,
+    },
     Exit,
-    Repeat { n: u64, body: Vec<Stmt> },
-    Mark { label: String },
+    Repeat {
+        n: u64,
+        body: Vec<Stmt>,
+    },
+    Mark {
+        label: String,
+    },
 }
 
 impl Op {

@@ -18,7 +18,10 @@ use crate::hw::{Event, Pfn};
 #[inline]
 fn align_down(arch: &Arch, ptep: PtePtr) -> PtePtr {
     let n = arch.granule().cont_ptes();
-    PtePtr { table: ptep.table, index: ptep.index & !(n - 1) }
+    PtePtr {
+        table: ptep.table,
+        index: ptep.index & !(n - 1),
+    }
 }
 
 /// contpte_convert: repaint the whole block with `pte` (CONT set or cleared), with
@@ -40,7 +43,14 @@ pub fn contpte_convert(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, mut
         }
     }
     if !arch.hw.cfg.features.bbml2 {
-        tlbflush::__flush_tlb_range(&mut arch.hw, mm.asid, start_addr, start_addr + g.cont_pte_size(), ps, true);
+        tlbflush::__flush_tlb_range(
+            &mut arch.hw,
+            mm.asid,
+            start_addr,
+            start_addr + g.cont_pte_size(),
+            ps,
+            true,
+        );
     }
     // The block's first pfn: `pte` may describe any entry of the block.
     let first = Pte::pfn_pte(Pfn(pte.pte_pfn(g).0 & !(n as u64 - 1)), pte.pte_pgprot(), g);
@@ -86,7 +96,11 @@ pub fn contpte_set_ptes(arch: &mut Arch, addr: u64, ptep: PtePtr, pte: Pte, nr: 
         let next = ((addr + cont_size) & !(cont_size - 1)).min(end);
         let chunk = ((next - addr) / ps) as usize;
         let mut p = Pte::pfn_pte(pfn, prot, g);
-        p = if (addr | next | pfn.to_phys(g).0) & (cont_size - 1) == 0 { p.pte_mkcont() } else { p.pte_mknoncont() };
+        p = if (addr | next | pfn.to_phys(g).0) & (cont_size - 1) == 0 {
+            p.pte_mkcont()
+        } else {
+            p.pte_mknoncont()
+        };
         arch.__set_ptes(addr, ptep, p, chunk);
         addr = next;
         ptep = ptep.add(chunk);

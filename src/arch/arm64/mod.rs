@@ -1,3 +1,4 @@
 pub mod contpte;
 pub mod pgtable;
+pub mod tlb;
 pub mod tlbflush;

@@ -217,11 +217,17 @@ pub struct PtePtr {
 impl PtePtr {
     #[inline]
     pub fn add(self, n: usize) -> PtePtr {
-        PtePtr { table: self.table, index: self.index + n }
+        PtePtr {
+            table: self.table,
+            index: self.index + n,
+        }
     }
     #[inline]
     pub fn sub(self, n: usize) -> PtePtr {
-        PtePtr { table: self.table, index: self.index - n }
+        PtePtr {
+            table: self.table,
+            index: self.index - n,
+        }
     }
 }
 
@@ -256,7 +262,11 @@ pub struct Arch {
 
 impl Arch {
     pub fn new(hw: Machine) -> Arch {
-        Arch { hw, contpte: true, ptep_get: PtepGetVariant::EarlyExit }
+        Arch {
+            hw,
+            contpte: true,
+            ptep_get: PtepGetVariant::EarlyExit,
+        }
     }
 
     #[inline]
@@ -278,7 +288,8 @@ impl Arch {
     #[inline]
     pub fn __set_pte(&mut self, addr: u64, ptep: PtePtr, pte: Pte) {
         self.hw.ev.inc(Event::PteWrite);
-        self.hw.write_desc(ptep.table, ptep.index, 3, crate::hw::VirtAddr(addr), pte.0);
+        self.hw
+            .write_desc(ptep.table, ptep.index, 3, crate::hw::VirtAddr(addr), pte.0);
     }
 
     /// __set_ptes: `nr` consecutive ptes mapping consecutive pages.
@@ -430,6 +441,71 @@ impl Arch {
             tlbflush::flush_tlb_page(&mut self.hw, mm.asid, addr);
         }
         old
+    }
+
+    /// __ptep_set_access_flags: only AF, dirty, write and RDONLY may change in place;
+    /// a stale read-only TLB entry is flushed when the pte became dirty.
+    fn __ptep_set_access_flags(
+        &mut self,
+        mm: ArchMm,
+        addr: u64,
+        ptep: PtePtr,
+        entry: Pte,
+        dirty: bool,
+        flush: bool,
+    ) -> bool {
+        let old = self.__ptep_get(ptep);
+        // AF, write and dirty are set from `entry`; RDONLY is cleared if `entry` clears it.
+        let mut new = old.raw() | (entry.raw() & (Attr::AF | PTE_WRITE | PTE_DIRTY).bits());
+        if !entry.has(Attr::RDONLY) {
+            new &= !Attr::RDONLY.bits();
+        }
+        if new == old.raw() {
+            return false;
+        }
+        self.__set_pte(addr, ptep, Pte(Desc(new)));
+        if dirty && flush {
+            tlbflush::flush_tlb_page(&mut self.hw, mm.asid, addr);
+        }
+        true
+    }
+
+    /// ptep_set_access_flags: with contpte, a change of the write bit unfolds the
+    /// block; otherwise every entry of the block is updated and the block flushed once.
+    pub fn ptep_set_access_flags(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, entry: Pte, dirty: bool) -> bool {
+        let orig = self.ptep_get(mm, ptep);
+        if !self.cont_active(mm) || !orig.pte_valid_cont() {
+            return self.__ptep_set_access_flags(mm, addr, ptep, entry, dirty, true);
+        }
+        if orig.raw() == entry.raw() {
+            return false;
+        }
+        if orig.pte_write() != entry.pte_write() {
+            contpte::contpte_try_unfold(self, mm, addr, ptep);
+            return self.__ptep_set_access_flags(mm, addr, ptep, entry.pte_mknoncont(), dirty, true);
+        }
+        let g = self.granule();
+        let n = g.cont_ptes();
+        let start = PtePtr {
+            table: ptep.table,
+            index: ptep.index & !(n - 1),
+        };
+        let start_addr = addr & !(g.cont_pte_size() - 1);
+        for i in 0..n {
+            let a = start_addr + i as u64 * g.page_size();
+            self.__ptep_set_access_flags(mm, a, start.add(i), entry, dirty, false);
+        }
+        if dirty {
+            tlbflush::__flush_tlb_range(
+                &mut self.hw,
+                mm.asid,
+                start_addr,
+                start_addr + g.cont_pte_size(),
+                g.page_size(),
+                true,
+            );
+        }
+        true
     }
 
     /// pte_batch_hint: how many ptes from `ptep` share one contpte block (1 otherwise).

@@ -88,7 +88,10 @@ fn flush_tlb_range_op(m: &mut Machine, op: TlbiOp, start: u64, pages: u64, strid
         let va = VirtAddr(start + (off << ps));
         let ops = match r {
             None => [single(op, asid, va), single(op, asid | USER_ASID_FLAG, va)],
-            Some((scale, num)) => [ranged(op, asid, va, scale, num), ranged(op, asid | USER_ASID_FLAG, va, scale, num)],
+            Some((scale, num)) => [
+                ranged(op, asid, va, scale, num),
+                ranged(op, asid | USER_ASID_FLAG, va, scale, num),
+            ],
         };
         m.tlbi(ops[0]);
         if user {
@@ -107,7 +110,8 @@ pub fn flush_tlb_range_nosync(m: &mut Machine, asid: Asid, start: u64, end: u64,
     let start = start & !(stride - 1);
     let end = (end + stride - 1) & !(stride - 1);
     let pages = (end - start) >> ps;
-    let excess = (!m.cfg.features.tlbi_range && (end - start) >= max_dvm_ops(m) * stride) || pages > MAX_TLBI_RANGE_PAGES;
+    let excess =
+        (!m.cfg.features.tlbi_range && (end - start) >= max_dvm_ops(m) * stride) || pages > MAX_TLBI_RANGE_PAGES;
     if excess {
         flush_tlb_mm(m, asid);
         return;
@@ -135,7 +139,9 @@ pub fn flush_tlb_mm(m: &mut Machine, asid: Asid) {
     m.dsb_ishst();
     m.tlbi(Tlbi::Aside1is { asid });
     if kpti(m) {
-        m.tlbi(Tlbi::Aside1is { asid: asid | USER_ASID_FLAG });
+        m.tlbi(Tlbi::Aside1is {
+            asid: asid | USER_ASID_FLAG,
+        });
     }
     m.dsb_ish();
 }
@@ -145,7 +151,10 @@ pub fn flush_tlb_page_nosync(m: &mut Machine, asid: Asid, va: u64) {
     m.dsb_ishst();
     m.tlbi(Tlbi::Vale1is { asid, va: VirtAddr(va) });
     if kpti(m) {
-        m.tlbi(Tlbi::Vale1is { asid: asid | USER_ASID_FLAG, va: VirtAddr(va) });
+        m.tlbi(Tlbi::Vale1is {
+            asid: asid | USER_ASID_FLAG,
+            va: VirtAddr(va),
+        });
     }
 }
 
@@ -186,12 +195,28 @@ mod tests {
     use crate::hw::{Event, MachineConfig};
 
     fn covered(plan: &[(u64, Option<(u8, u8)>)]) -> u64 {
-        plan.iter().map(|(_, r)| r.map_or(1, |(s, n)| tlbi_range_pages(s, n))).sum()
+        plan.iter()
+            .map(|(_, r)| r.map_or(1, |(s, n)| tlbi_range_pages(s, n)))
+            .sum()
     }
 
     #[test]
     fn range_decomposition_covers_exactly_the_pages() {
-        for pages in [1u64, 2, 3, 16, 17, 63, 64, 65, 512, 513, 2047, 262_144, MAX_TLBI_RANGE_PAGES] {
+        for pages in [
+            1u64,
+            2,
+            3,
+            16,
+            17,
+            63,
+            64,
+            65,
+            512,
+            513,
+            2047,
+            262_144,
+            MAX_TLBI_RANGE_PAGES,
+        ] {
             let plan = range_op_plan(pages, 1, true);
             assert_eq!(covered(&plan), pages, "pages={pages}");
             // Contiguous and ascending.

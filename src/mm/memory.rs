@@ -1,0 +1,569 @@
+//! mm/memory.c: the fault path (handle_mm_fault, do_anonymous_page with mTHP order
+//! selection, do_wp_page) and the zap path (unmap_page_range .. zap_pte_range with
+//! mmu_gather), plus free_pgtables.
+
+use super::folio::PageFlags;
+use super::huge_memory;
+use super::mm_types::{MmId, VmFlags, Vma};
+use super::mmu_gather::MmuGather;
+use super::pgtable::PmdPtr;
+use super::vmstat::{MthpStat, VmEvent};
+use super::{Kernel, ZapVariant};
+use crate::arch::arm64::pgtable::{PgProt, Pte, PtePtr};
+use crate::hw::{DescKind, Pfn};
+
+/// Why a fault could not be handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FaultError {
+    #[error("SIGSEGV: no VMA or access not permitted at {0:#x}")]
+    Segv(u64),
+    #[error("out of memory at {0:#x}")]
+    Oom(u64),
+}
+
+/// vm_fault_t, reduced to what the anonymous paths return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmFault {
+    Done,
+    Fallback,
+    Oom,
+}
+
+/// The vm_page_prot of a private anonymous VMA: read-only until written (CoW).
+pub fn vm_page_prot(vma: &Vma) -> PgProt {
+    if vma.flags.contains(VmFlags::READ) {
+        PgProt::READONLY
+    } else {
+        PgProt::NONE
+    }
+}
+
+impl Kernel {
+    /// handle_mm_fault with arm64's do_page_fault access checks in front and
+    /// mm_account_fault behind (pgfault and the task's min_flt).
+    pub fn handle_mm_fault(&mut self, mm: MmId, addr: u64, write: bool) -> Result<(), FaultError> {
+        let Some(vma) = self.mm(mm).find_vma(addr).cloned() else {
+            return Err(FaultError::Segv(addr));
+        };
+        let need = if write { VmFlags::WRITE } else { VmFlags::READ };
+        if !vma.flags.contains(need) {
+            return Err(FaultError::Segv(addr));
+        }
+        let ret = self.__handle_mm_fault(mm, &vma, addr, write);
+        self.stat.count_vm_event(VmEvent::PgFault);
+        match ret {
+            VmFault::Oom => Err(FaultError::Oom(addr)),
+            _ => {
+                self.mm_mut(mm).min_flt += 1;
+                Ok(())
+            }
+        }
+    }
+
+    fn __handle_mm_fault(&mut self, mm: MmId, vma: &Vma, addr: u64, write: bool) -> VmFault {
+        let g = self.arch.granule();
+        let Some(pmd) = self.pmd_alloc(mm, addr) else {
+            return VmFault::Oom;
+        };
+        let pmdval = self.pxd_get(2, pmd);
+        let pmd_order = g.pmd_order();
+        if pmdval.is_none() {
+            if self.thp_vma_allowable_orders(vma) & (1 << pmd_order) != 0 {
+                let ret = huge_memory::do_huge_pmd_anonymous_page(self, mm, vma, pmd, addr, write);
+                if ret != VmFault::Fallback {
+                    return ret;
+                }
+            }
+        } else if let DescKind::Block(_) = pmdval.kind(2, g) {
+            if write && !Pte(pmdval).pte_write() {
+                let ret = huge_memory::do_huge_pmd_wp_page(self, mm, vma, pmd, addr);
+                if ret != VmFault::Fallback {
+                    return ret;
+                }
+            } else {
+                return VmFault::Done;
+            }
+        }
+        self.handle_pte_fault(mm, vma, pmd, addr, write)
+    }
+
+    /// thp_vma_allowable_orders for the fault path (sysfs enforced).
+    pub fn thp_vma_allowable_orders(&self, vma: &Vma) -> u64 {
+        self.knobs.allowable_orders(
+            vma.flags.contains(VmFlags::HUGEPAGE),
+            vma.flags.contains(VmFlags::NOHUGEPAGE),
+        )
+    }
+
+    /// thp_vma_suitable_orders: drop orders whose aligned range around `addr` leaves the VMA.
+    pub fn thp_vma_suitable_orders(&self, vma: &Vma, addr: u64, mut orders: u64) -> u64 {
+        let ps = self.arch.granule().page_size();
+        let mut o = orders;
+        while o != 0 {
+            let order = 63 - o.leading_zeros();
+            o &= !(1 << order);
+            let size = ps << order;
+            let haddr = addr & !(size - 1);
+            if haddr < vma.start || haddr + size > vma.end {
+                orders &= !(1 << order);
+            }
+        }
+        orders
+    }
+
+    fn handle_pte_fault(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, write: bool) -> VmFault {
+        let amm = self.arch_mm(mm);
+        let pte = self.pte_offset_map(pmd, addr);
+        let orig = match pte {
+            Some(p) => self.arch.ptep_get(amm, p),
+            None => Pte::NONE,
+        };
+        if orig.pte_none() {
+            return self.do_anonymous_page(mm, vma, pmd, addr, write);
+        }
+        let ptep = pte.unwrap();
+        // Under the PTL: the pte must not have changed.
+        let cur = self.arch.ptep_get(amm, ptep);
+        if !cur.pte_same(orig) {
+            return VmFault::Done;
+        }
+        let mut entry = orig;
+        if write {
+            if !entry.pte_write() {
+                return self.do_wp_page(mm, vma, ptep, addr, orig);
+            }
+            entry = entry.pte_mkdirty();
+        }
+        entry = entry.pte_mkyoung();
+        self.arch.ptep_set_access_flags(amm, addr, ptep, entry, write);
+        VmFault::Done
+    }
+
+    /// pte_range_none: every pte of [ptep, ptep + nr) is none.
+    fn pte_range_none(&mut self, mm: MmId, ptep: PtePtr, nr: usize) -> bool {
+        let amm = self.arch_mm(mm);
+        (0..nr).all(|i| self.arch.ptep_get(amm, ptep.add(i)).pte_none())
+    }
+
+    /// alloc_anon_folio: the largest allowed, suitable order whose aligned range is all
+    /// none and can be allocated; order 0 otherwise. Returns (folio, order) or None (OOM).
+    fn alloc_anon_folio(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> Option<Pfn> {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let below_pmd = (1u64 << g.pmd_order()) - 1;
+        let mut orders = self.thp_vma_allowable_orders(vma) & below_pmd;
+        orders = self.thp_vma_suitable_orders(vma, addr, orders);
+        if orders != 0 {
+            let base = self.pte_offset_map(pmd, addr & !(g.pmd_size() - 1)).expect("pte table");
+            // Highest order whose aligned range is entirely none; lower ones then are too.
+            while orders != 0 {
+                let order = 63 - orders.leading_zeros();
+                let a = addr & !((ps << order) - 1);
+                let first = base.add(g.index(a, 3));
+                if self.pte_range_none(mm, first, 1 << order) {
+                    break;
+                }
+                orders &= !(1 << order);
+            }
+            while orders != 0 {
+                let order = 63 - orders.leading_zeros();
+                if let Some(f) = self.folio_alloc(order) {
+                    return Some(f);
+                }
+                self.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
+                orders &= !(1 << order);
+            }
+        }
+        self.folio_alloc(0)
+    }
+
+    /// do_anonymous_page: zero page for reads, a new (possibly large) folio for writes.
+    fn do_anonymous_page(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, write: bool) -> VmFault {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let amm = self.arch_mm(mm);
+        if !self.pte_alloc(mm, pmd, addr) {
+            return VmFault::Oom;
+        }
+        let prot = vm_page_prot(vma);
+        if !write {
+            let entry = Pte::pfn_pte(self.zero_pfn, prot, g).pte_mkspecial();
+            let ptep = self.pte_offset_map(pmd, addr).unwrap();
+            if !self.arch.ptep_get(amm, ptep).pte_none() {
+                return VmFault::Done;
+            }
+            self.arch.set_ptes(amm, addr & !(ps - 1), ptep, entry, 1, None);
+            return VmFault::Done;
+        }
+        let Some(folio) = self.alloc_anon_folio(mm, vma, pmd, addr) else {
+            return VmFault::Oom;
+        };
+        let order = self.memmap.folio_order(folio);
+        let nr = 1usize << order;
+        let start = addr & !((ps << order) - 1);
+        let mut entry = Pte::pfn_pte(folio, prot, g);
+        if vma.flags.contains(VmFlags::WRITE) {
+            entry = entry.pte_mkdirty().pte_mkwrite();
+        }
+        let ptep = self.pte_offset_map(pmd, start).unwrap();
+        // Under the PTL: the range must still be none.
+        let raced = if nr == 1 {
+            !self.arch.ptep_get(amm, ptep).pte_none()
+        } else {
+            !self.pte_range_none(mm, ptep, nr)
+        };
+        if raced {
+            self.folio_put(folio);
+            return VmFault::Done;
+        }
+        self.memmap.folio_ref_add(folio, nr as i32 - 1);
+        self.mm_mut(mm).rss_anon += nr as i64;
+        self.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
+        self.folio_add_new_anon_rmap(folio, false);
+        self.arch
+            .set_ptes(amm, start, ptep, entry, nr, Some((folio, nr as u64)));
+        VmFault::Done
+    }
+
+    /// do_wp_page for private anon memory: reuse an exclusive page, else copy one page.
+    fn do_wp_page(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> VmFault {
+        let g = self.arch.granule();
+        let pfn = orig.pte_pfn(g);
+        if !self.is_zero_pfn(pfn) {
+            let folio = self.memmap.folio_of(pfn);
+            if self.memmap.folio_test(folio, PageFlags::ANON)
+                && self.memmap.page(pfn).flags.contains(PageFlags::ANON_EXCLUSIVE)
+            {
+                // wp_page_reuse: make it writable and dirty in place.
+                let amm = self.arch_mm(mm);
+                let entry = orig.pte_mkyoung().pte_mkdirty().pte_mkwrite();
+                self.arch.ptep_set_access_flags(amm, addr, ptep, entry, true);
+                return VmFault::Done;
+            }
+        }
+        self.wp_page_copy(mm, vma, ptep, addr, orig)
+    }
+
+    /// wp_page_copy: a new order-0 folio replaces the pte (ptep_clear_flush first).
+    fn wp_page_copy(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> VmFault {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let amm = self.arch_mm(mm);
+        let addr = addr & !(ps - 1);
+        let Some(new) = self.folio_alloc(0) else {
+            return VmFault::Oom;
+        };
+        if !self.arch.ptep_get(amm, ptep).pte_same(orig) {
+            self.folio_put(new);
+            return VmFault::Done;
+        }
+        let old_pfn = orig.pte_pfn(g);
+        let old = (!self.is_zero_pfn(old_pfn)).then(|| self.memmap.folio_of(old_pfn));
+        if old.is_none() {
+            self.mm_mut(mm).rss_anon += 1;
+        }
+        let mut entry = Pte::pfn_pte(new, vm_page_prot(vma), g);
+        if vma.flags.contains(VmFlags::WRITE) {
+            entry = entry.pte_mkdirty().pte_mkwrite();
+        }
+        self.arch.ptep_clear_flush(amm, addr, ptep);
+        self.folio_add_new_anon_rmap(new, false);
+        self.arch.set_ptes(amm, addr, ptep, entry, 1, Some((new, 1)));
+        if let Some(old) = old {
+            self.folio_remove_rmap_ptes(old, old_pfn, 1);
+            self.folio_put(old);
+        }
+        VmFault::Done
+    }
+
+    // ---- zap ---------------------------------------------------------------
+
+    /// unmap_page_range: zap [addr, end) of one VMA, then flush at the VMA's end.
+    pub fn unmap_page_range(&mut self, tlb: &mut MmuGather, mm: MmId, vma: &Vma, addr: u64, end: u64) {
+        let g = self.arch.granule();
+        let pmd_size = g.pmd_size();
+        let mut addr = addr;
+        while addr < end {
+            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
+            if let Some(pmd) = self.pmd_offset(mm, addr) {
+                let d = self.pxd_get(2, pmd);
+                if let DescKind::Block(_) = d.kind(2, g) {
+                    if next - addr != pmd_size {
+                        huge_memory::__split_huge_pmd(self, mm, vma, pmd, addr);
+                        self.zap_pte_range(tlb, mm, vma, pmd, addr, next);
+                    } else {
+                        huge_memory::zap_huge_pmd(self, tlb, mm, pmd, addr);
+                    }
+                } else if !d.is_none() {
+                    self.zap_pte_range(tlb, mm, vma, pmd, addr, next);
+                }
+            }
+            addr = next;
+        }
+        self.tlb_end_vma(tlb);
+    }
+
+    /// zap_pte_range: clear the ptes of [addr, end) under one pmd, flushing and
+    /// freeing whenever the gather fills.
+    fn zap_pte_range(&mut self, tlb: &mut MmuGather, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, end: u64) {
+        let ps = self.arch.granule().page_size();
+        let mut addr = addr;
+        loop {
+            let Some(start_pte) = self.pte_offset_map(pmd, addr) else {
+                return;
+            };
+            let mut pte = start_pte;
+            let mut force_flush = false;
+            let mut rss = 0i64;
+            while addr != end {
+                let (nr, full) = match self.zap {
+                    ZapVariant::Batched => self.do_zap_pte_range(tlb, mm, vma, pte, addr, end, &mut rss),
+                    ZapVariant::PerPte => self.zap_one_pte(tlb, mm, pte, addr, &mut rss),
+                };
+                pte = pte.add(nr);
+                addr += nr as u64 * ps;
+                if full {
+                    force_flush = true;
+                    break;
+                }
+            }
+            self.mm_mut(mm).rss_anon += rss;
+            if force_flush {
+                self.tlb_flush_mmu_tlbonly(tlb);
+                self.tlb_flush_mmu(tlb);
+            }
+            if addr == end {
+                return;
+            }
+        }
+    }
+
+    /// The pre-seed-000 loop body: one pte, one rmap, one gather slot.
+    fn zap_one_pte(&mut self, tlb: &mut MmuGather, mm: MmId, pte: PtePtr, addr: u64, rss: &mut i64) -> (usize, bool) {
+        let g = self.arch.granule();
+        let amm = self.arch_mm(mm);
+        let ptent = self.arch.ptep_get(amm, pte);
+        if ptent.pte_none() {
+            return (1, false);
+        }
+        let ptent = self.arch.ptep_get_and_clear(amm, addr, pte);
+        tlb.remove_tlb_entries(addr, 1, g.page_size());
+        let pfn = ptent.pte_pfn(g);
+        if self.is_zero_pfn(pfn) {
+            return (1, false);
+        }
+        let folio = self.memmap.folio_of(pfn);
+        *rss -= 1;
+        self.folio_remove_rmap_ptes(folio, pfn, 1);
+        (1, tlb.remove_folio_pages(folio, 1))
+    }
+
+    /// do_zap_pte_range: skip a run of none ptes, then zap one present batch.
+    #[allow(clippy::too_many_arguments)]
+    fn do_zap_pte_range(
+        &mut self,
+        tlb: &mut MmuGather,
+        mm: MmId,
+        vma: &Vma,
+        pte: PtePtr,
+        addr: u64,
+        end: u64,
+        rss: &mut i64,
+    ) -> (usize, bool) {
+        let ps = self.arch.granule().page_size();
+        let amm = self.arch_mm(mm);
+        let mut max_nr = ((end - addr) / ps) as usize;
+        let mut ptent = self.arch.ptep_get(amm, pte);
+        let mut skipped = 0;
+        if ptent.pte_none() {
+            skipped = 1;
+            while skipped < max_nr {
+                ptent = self.arch.ptep_get(amm, pte.add(skipped));
+                if !ptent.pte_none() {
+                    break;
+                }
+                skipped += 1;
+            }
+            max_nr -= skipped;
+            if max_nr == 0 {
+                return (skipped, false);
+            }
+        }
+        let (nr, full) = self.zap_present_ptes(
+            tlb,
+            mm,
+            vma,
+            pte.add(skipped),
+            ptent,
+            max_nr,
+            addr + skipped as u64 * ps,
+            rss,
+        );
+        (skipped + nr, full)
+    }
+
+    /// zap_present_ptes: the zero page one pte at a time; a large folio in one batch.
+    #[allow(clippy::too_many_arguments)]
+    fn zap_present_ptes(
+        &mut self,
+        tlb: &mut MmuGather,
+        mm: MmId,
+        _vma: &Vma,
+        pte: PtePtr,
+        ptent: Pte,
+        max_nr: usize,
+        addr: u64,
+        rss: &mut i64,
+    ) -> (usize, bool) {
+        let g = self.arch.granule();
+        let amm = self.arch_mm(mm);
+        let pfn = ptent.pte_pfn(g);
+        if self.is_zero_pfn(pfn) {
+            self.arch.ptep_get_and_clear(amm, addr, pte);
+            tlb.remove_tlb_entries(addr, 1, g.page_size());
+            return (1, false);
+        }
+        let folio = self.memmap.folio_of(pfn);
+        let nr = if self.memmap.folio_order(folio) > 0 && max_nr != 1 {
+            self.folio_pte_batch(mm, folio, pte, ptent, max_nr)
+        } else {
+            1
+        };
+        // Anon folios: clear without gathering A/D (clear_full_ptes).
+        self.arch.clear_full_ptes(amm, addr, pte, nr, tlb.fullmm);
+        *rss -= nr as i64;
+        tlb.remove_tlb_entries(addr, nr as u64, g.page_size());
+        self.folio_remove_rmap_ptes(folio, pfn, nr as u64);
+        (nr, tlb.remove_folio_pages(folio, nr as u32))
+    }
+
+    /// folio_pte_batch: how many ptes from `pte` map consecutive pages of `folio` with
+    /// the same bits, ignoring young, dirty and write; steps over contpte blocks with
+    /// pte_batch_hint.
+    pub fn folio_pte_batch(&mut self, mm: MmId, folio: Pfn, ptep: PtePtr, pte: Pte, max_nr: usize) -> usize {
+        let g = self.arch.granule();
+        let amm = self.arch_mm(mm);
+        let folio_end = folio.0 + self.memmap.folio_nr_pages(folio);
+        let max_nr = max_nr.min((folio_end - pte.pte_pfn(g).0) as usize);
+        let clear_ignored = |p: Pte| p.pte_mkclean().pte_wrprotect().pte_mkold();
+        let mut nr = self.arch.pte_batch_hint(ptep, pte);
+        let mut expected = clear_ignored(pte.pte_advance_pfn(nr as u64, g));
+        while nr < max_nr {
+            let p = self.arch.ptep_get(amm, ptep.add(nr));
+            if !clear_ignored(p).pte_same(expected) {
+                break;
+            }
+            let cur = self.arch.pte_batch_hint(ptep.add(nr), p);
+            expected = expected.pte_advance_pfn(cur as u64, g);
+            nr += cur;
+        }
+        nr.min(max_nr)
+    }
+
+    /// unmap_vmas: zap [start, end) across the VMAs given.
+    pub fn unmap_vmas(&mut self, tlb: &mut MmuGather, mm: MmId, vmas: &[Vma], start: u64, end: u64) {
+        for vma in vmas {
+            let s = start.max(vma.start);
+            let e = end.min(vma.end);
+            if s < e {
+                self.unmap_page_range(tlb, mm, vma, s, e);
+            }
+        }
+    }
+
+    /// free_pgtables: free the page tables of the unmapped VMAs that no neighbour
+    /// shares, between `floor` and `ceiling` (the neighbours' edges; 0 = none).
+    pub fn free_pgtables(&mut self, tlb: &mut MmuGather, mm: MmId, vmas: &[Vma], floor: u64, ceiling: u64) {
+        for (i, v) in vmas.iter().enumerate() {
+            let next_start = vmas.get(i + 1).map(|n| n.start).unwrap_or(ceiling);
+            self.free_pgd_range(tlb, mm, v.start, v.end, floor, next_start);
+        }
+    }
+
+    /// free_pgd_range: the kernel's floor/ceiling rules, level by level.
+    pub fn free_pgd_range(&mut self, tlb: &mut MmuGather, mm: MmId, addr: u64, end: u64, floor: u64, ceiling: u64) {
+        let g = self.arch.granule();
+        let pmd_mask = !(g.pmd_size() - 1);
+        let mut addr = addr & pmd_mask;
+        if addr < floor {
+            addr = addr.wrapping_add(g.pmd_size());
+            if addr == 0 {
+                return;
+            }
+        }
+        let mut ceiling = ceiling;
+        if ceiling != 0 {
+            ceiling &= pmd_mask;
+            if ceiling == 0 {
+                return;
+            }
+        }
+        let mut end = end;
+        if end.wrapping_sub(1) > ceiling.wrapping_sub(1) {
+            end -= g.pmd_size();
+        }
+        if addr > end.wrapping_sub(1) {
+            return;
+        }
+        let pgd_table = self.mm(mm).pgd_table;
+        self.free_level(tlb, mm, g.start_level(), pgd_table, addr, end, floor, ceiling);
+    }
+
+    /// Free tables below the table at `level` covering [addr, end): a table one level
+    /// down goes when its whole span lies within [floor, ceiling).
+    #[allow(clippy::too_many_arguments)]
+    fn free_level(
+        &mut self,
+        tlb: &mut MmuGather,
+        mm: MmId,
+        level: u8,
+        table: crate::hw::TableId,
+        addr: u64,
+        end: u64,
+        floor: u64,
+        ceiling: u64,
+    ) {
+        let g = self.arch.granule();
+        let span = 1u64 << g.level_shift(level);
+        let mut a = addr;
+        while a < end {
+            let next = ((a + span) & !(span - 1)).min(end);
+            let p = PmdPtr {
+                table,
+                index: g.index(a, level),
+            };
+            let d = self.pxd_get(level, p);
+            if let DescKind::Table(_) = d.kind(level, g) {
+                let child = self.table_of(d);
+                let child_pfn = self.arch.hw.mem.table_pfn(child);
+                if level == 2 {
+                    // free_pte_range.
+                    self.pxd_set(2, a, p, crate::hw::Desc::ZERO);
+                    tlb.flush_pmd_range(a, g.page_size());
+                    tlb.freed_tables = true;
+                    tlb.remove_table(child_pfn);
+                    self.mm_mut(mm).nr_ptes -= 1;
+                } else {
+                    self.free_level(tlb, mm, level + 1, child, a, next, floor, ceiling);
+                    // free_pmd_range's tail: the child table goes if its span starts
+                    // at or above floor and the range ends at or below ceiling (both
+                    // rounded to the span); nothing else can live between them.
+                    let start = a & !(span - 1);
+                    let c = ceiling & !(span - 1);
+                    let inside =
+                        start >= floor && (ceiling == 0 || (c != 0 && next.wrapping_sub(1) <= c.wrapping_sub(1)));
+                    if inside {
+                        self.pxd_set(level, a, p, crate::hw::Desc::ZERO);
+                        tlb.flush_pud_range(a, g.page_size());
+                        if level + 1 == 2 {
+                            self.mm_mut(mm).nr_pmds -= 1;
+                        }
+                        tlb.freed_tables = true;
+                        tlb.remove_table(child_pfn);
+                    }
+                }
+            }
+            a = next;
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! include/linux/mm_types.h: mm_struct and vm_area_struct.
+
+use crate::hw::{Asid, Pfn, TableId};
+use bitflags::bitflags;
+use std::collections::BTreeMap;
+
+bitflags! {
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct VmFlags: u32 {
+        const READ = 1 << 0;
+        const WRITE = 1 << 1;
+        const EXEC = 1 << 2;
+        const MAYREAD = 1 << 4;
+        const MAYWRITE = 1 << 5;
+        const LOCKED = 1 << 13;
+        const HUGEPAGE = 1 << 29;
+        const NOHUGEPAGE = 1 << 30;
+    }
+}
+
+/// A private anonymous VMA.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vma {
+    pub start: u64,
+    pub end: u64,
+    pub flags: VmFlags,
+}
+
+impl Vma {
+    pub fn contains(&self, addr: u64) -> bool {
+        self.start <= addr && addr < self.end
+    }
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// Index of an mm in the kernel's table.
+pub type MmId = usize;
+
+pub struct MmStruct {
+    pub asid: Asid,
+    /// The top-level table (pgd).
+    pub pgd: Pfn,
+    pub pgd_table: TableId,
+    /// VMAs by start address.
+    pub vmas: BTreeMap<u64, Vma>,
+    /// MM_ANONPAGES.
+    pub rss_anon: i64,
+    /// Page-table pages below the pgd, for the invariant checks.
+    pub nr_ptes: i64,
+    pub nr_pmds: i64,
+    /// Page tables deposited with PMD-mapped THPs (pgtable_trans_huge_deposit), by pmd address.
+    pub deposited: BTreeMap<u64, Pfn>,
+    /// The owning task's minor faults (each model process has one mm).
+    pub min_flt: u64,
+    /// tlb_flush_batched: pending generations of deferred reclaim flushes (seed 001).
+    pub tlb_flush_pending: u64,
+    pub tlb_flush_done: u64,
+}
+
+impl MmStruct {
+    /// find_vma: the VMA containing `addr`.
+    pub fn find_vma(&self, addr: u64) -> Option<&Vma> {
+        self.vmas
+            .range(..=addr)
+            .next_back()
+            .map(|(_, v)| v)
+            .filter(|v| v.contains(addr))
+    }
+    /// The VMAs intersecting [start, end), in order.
+    pub fn vmas_in(&self, start: u64, end: u64) -> Vec<Vma> {
+        let first = self.vmas.range(..=start).next_back().map(|(s, _)| *s).unwrap_or(start);
+        self.vmas
+            .range(first..end)
+            .map(|(_, v)| v.clone())
+            .filter(|v| v.end > start)
+            .collect()
+    }
+    /// The neighbours' edges around [start, end): (prev end, next start).
+    pub fn gap_around(&self, start: u64, end: u64) -> (Option<u64>, Option<u64>) {
+        let prev = self
+            .vmas
+            .range(..start)
+            .next_back()
+            .map(|(_, v)| v.end)
+            .filter(|e| *e <= start);
+        let next = self.vmas.range(end..).next().map(|(s, _)| *s);
+        (prev, next)
+    }
+}

@@ -1,0 +1,176 @@
+//! mm/mmap.c + mm/vma.c: creating, splitting, merging and unmapping VMAs.
+
+use super::huge_memory::split_huge_pmd_address;
+use super::mm_types::{MmId, VmFlags, Vma};
+use super::mmu_gather::MmuGather;
+use super::Kernel;
+
+/// Why a VMA operation failed (the errno the syscall would return).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VmaError {
+    #[error("EEXIST: range already mapped")]
+    Exists,
+    #[error("ENOMEM: range not mapped")]
+    NotMapped,
+    #[error("EINVAL")]
+    Invalid,
+}
+
+impl Kernel {
+    /// mmap(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE).
+    pub fn do_mmap(&mut self, mm: MmId, addr: u64, len: u64, flags: VmFlags) -> Result<(), VmaError> {
+        let end = addr + len;
+        if !self.mm(mm).vmas_in(addr, end).is_empty() {
+            return Err(VmaError::Exists);
+        }
+        self.mm_mut(mm).vmas.insert(
+            addr,
+            Vma {
+                start: addr,
+                end,
+                flags: flags | VmFlags::MAYREAD | VmFlags::MAYWRITE,
+            },
+        );
+        Ok(())
+    }
+
+    /// __split_vma: cut the VMA containing `at` in two, splitting a huge pmd across `at`.
+    fn split_vma(&mut self, mm: MmId, at: u64) {
+        let Some(vma) = self.mm(mm).find_vma(at).cloned() else {
+            return;
+        };
+        if vma.start == at {
+            return;
+        }
+        split_huge_pmd_address(self, mm, &vma, at);
+        let m = self.mm_mut(mm);
+        m.vmas.get_mut(&vma.start).unwrap().end = at;
+        m.vmas.insert(
+            at,
+            Vma {
+                start: at,
+                end: vma.end,
+                flags: vma.flags,
+            },
+        );
+    }
+
+    /// Merge VMAs around [start, end) with equal flags into their neighbours
+    /// (what vma_modify's merge achieves).
+    fn merge_around(&mut self, mm: MmId, start: u64, end: u64) {
+        let m = self.mm_mut(mm);
+        let from = m.vmas.range(..start).next_back().map(|(s, _)| *s).unwrap_or(start);
+        let keys: Vec<u64> = m.vmas.range(from..=end).map(|(s, _)| *s).collect();
+        let mut cur: Option<u64> = None;
+        for k in keys {
+            if let Some(c) = cur {
+                let (ce, cf) = (m.vmas[&c].end, m.vmas[&c].flags);
+                let next = m.vmas[&k].clone();
+                if ce == next.start && cf == next.flags {
+                    m.vmas.remove(&k);
+                    m.vmas.get_mut(&c).unwrap().end = next.end;
+                    continue;
+                }
+            }
+            cur = Some(k);
+        }
+    }
+
+    /// vma_modify_flags over [start, end): split at the edges, change flags, merge.
+    pub fn vma_modify_flags(
+        &mut self,
+        mm: MmId,
+        start: u64,
+        end: u64,
+        f: impl Fn(VmFlags) -> VmFlags,
+    ) -> Result<(), VmaError> {
+        if !self.range_fully_mapped(mm, start, end) {
+            return Err(VmaError::NotMapped);
+        }
+        self.split_vma(mm, start);
+        self.split_vma(mm, end);
+        let m = self.mm_mut(mm);
+        let keys: Vec<u64> = m.vmas.range(start..end).map(|(s, _)| *s).collect();
+        for k in keys {
+            let v = m.vmas.get_mut(&k).unwrap();
+            v.flags = f(v.flags);
+        }
+        self.merge_around(mm, start, end);
+        Ok(())
+    }
+
+    /// Whether [start, end) is covered by VMAs without holes.
+    pub fn range_fully_mapped(&self, mm: MmId, start: u64, end: u64) -> bool {
+        let mut at = start;
+        for v in self.mm(mm).vmas_in(start, end) {
+            if v.start > at {
+                return false;
+            }
+            at = v.end;
+        }
+        at >= end
+    }
+
+    /// do_vmi_munmap: split at the edges, detach the VMAs, zap them with one
+    /// mmu_gather and free the page tables no neighbour needs.
+    pub fn do_munmap(&mut self, mm: MmId, start: u64, end: u64) {
+        if self.mm(mm).vmas_in(start, end).is_empty() {
+            return;
+        }
+        self.split_vma(mm, start);
+        self.split_vma(mm, end);
+        let vmas = self.mm(mm).vmas_in(start, end);
+        for v in &vmas {
+            self.mm_mut(mm).vmas.remove(&v.start);
+        }
+        let (prev, next) = self.mm(mm).gap_around(start, end);
+        let g = self.arch.granule();
+        let mut tlb = MmuGather::new(self.mm(mm).asid, false, g.page_size());
+        self.unmap_vmas(&mut tlb, mm, &vmas, start, end);
+        self.free_pgtables(&mut tlb, mm, &vmas, prev.unwrap_or(0), next.unwrap_or(0));
+        self.tlb_finish_mmu(tlb);
+    }
+
+    /// __mm_populate / populate_vma_page_range: fault in [start, end) as GUP would,
+    /// writing for private writable VMAs. Pages already mapped suitably are skipped.
+    pub fn mm_populate(&mut self, mm: MmId, start: u64, end: u64) -> Result<(), super::memory::FaultError> {
+        let ps = self.arch.granule().page_size();
+        for vma in self.mm(mm).vmas_in(start, end) {
+            let write = vma.flags.contains(VmFlags::WRITE);
+            let mut addr = start.max(vma.start);
+            let e = end.min(vma.end);
+            while addr < e {
+                let step = self.follow_page(mm, addr, write);
+                match step {
+                    Some(n) => addr += n,
+                    None => {
+                        self.handle_mm_fault(mm, addr, write)?;
+                    }
+                }
+                let _ = ps;
+            }
+        }
+        Ok(())
+    }
+
+    /// follow_page_mask: if `addr` is mapped well enough for GUP, how far to advance.
+    fn follow_page(&mut self, mm: MmId, addr: u64, write: bool) -> Option<u64> {
+        let g = self.arch.granule();
+        let pmd = self.pmd_offset(mm, addr)?;
+        let d = self.pxd_get(2, pmd);
+        if let crate::hw::DescKind::Block(_) = d.kind(2, g) {
+            let p = crate::arch::arm64::pgtable::Pte(d);
+            if write && !p.pte_write() {
+                return None;
+            }
+            return Some(g.pmd_size() - (addr & (g.pmd_size() - 1)));
+        }
+        let ptep = self.pte_offset_map(pmd, addr)?;
+        let amm = self.arch_mm(mm);
+        let pte = self.arch.ptep_get(amm, ptep);
+        if !pte.pte_present() || (write && !pte.pte_write()) {
+            return None;
+        }
+        Some(g.page_size() - (addr & (g.page_size() - 1)))
+    }
+}

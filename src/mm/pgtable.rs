@@ -1,0 +1,164 @@
+//! The software page-table walk (pgd_offset .. pte_offset_map) and table allocation
+//! (__pud_alloc, __pmd_alloc, __pte_alloc) of include/linux/pgtable.h and mm/memory.c.
+
+use super::folio::PageFlags;
+use super::mm_types::MmId;
+use super::Kernel;
+use crate::arch::arm64::pgtable::PtePtr;
+use crate::hw::{Desc, DescKind, Event, Pfn, TableId, VirtAddr};
+
+/// A pointer to a pmd (or any upper-level) entry.
+pub type PmdPtr = PtePtr;
+
+fn read_event(level: u8) -> Event {
+    match level {
+        0 => Event::PgdRead,
+        1 => Event::PudRead,
+        2 => Event::PmdRead,
+        _ => Event::PteRead,
+    }
+}
+
+fn write_event(level: u8) -> Event {
+    match level {
+        0 => Event::PgdWrite,
+        1 => Event::PudWrite,
+        2 => Event::PmdWrite,
+        _ => Event::PteWrite,
+    }
+}
+
+fn alloc_event(level: u8) -> Event {
+    match level {
+        0 => Event::TableAllocL0,
+        1 => Event::TableAllocL1,
+        2 => Event::TableAllocL2,
+        _ => Event::TableAllocL3,
+    }
+}
+
+impl Kernel {
+    /// Read an upper-level entry (pgdp_get / pudp_get / pmdp_get).
+    #[inline]
+    pub fn pxd_get(&mut self, level: u8, p: PmdPtr) -> Desc {
+        self.arch.hw.ev.inc(read_event(level));
+        self.arch.hw.mem.read(p.table, p.index)
+    }
+
+    /// Write an upper-level entry (set_pmd / pmd_populate / pmd_clear ...).
+    #[inline]
+    pub fn pxd_set(&mut self, level: u8, addr: u64, p: PmdPtr, d: Desc) {
+        self.arch.hw.ev.inc(write_event(level));
+        self.arch.hw.write_desc(p.table, p.index, level, VirtAddr(addr), d);
+    }
+
+    /// Allocate a zeroed page-table page for `level` (pte_alloc_one / pmd_alloc_one).
+    pub fn pgtable_alloc(&mut self, level: u8) -> Option<(Pfn, TableId)> {
+        let pfn = self.buddy.alloc(&mut self.memmap, 0)?;
+        self.memmap.prep_new_folio(pfn, 0);
+        self.memmap.page_mut(pfn).flags.insert(PageFlags::PGTABLE);
+        self.arch.hw.ev.inc(alloc_event(level));
+        Some((pfn, self.arch.hw.mem.materialize_table(pfn)))
+    }
+
+    /// Free a page-table page once no walker can reach it.
+    pub fn pgtable_free(&mut self, pfn: Pfn) {
+        self.arch.hw.mem.release_table(pfn);
+        self.arch.hw.ev.inc(Event::TableFree);
+        self.memmap.clear_folio(pfn, 0);
+        self.buddy.free(&mut self.memmap, pfn, 0);
+    }
+
+    /// The table a table descriptor points at.
+    #[inline]
+    pub fn table_of(&self, d: Desc) -> TableId {
+        self.arch
+            .hw
+            .mem
+            .table_id_of(d.oa())
+            .expect("table descriptor without a table")
+    }
+
+    /// Walk to the pmd entry for `addr` without allocating; None where a level is empty.
+    pub fn pmd_offset(&mut self, mm: MmId, addr: u64) -> Option<PmdPtr> {
+        let g = self.arch.granule();
+        let mut table = self.mms[mm].as_ref().unwrap().pgd_table;
+        for level in g.start_level()..2 {
+            let p = PmdPtr {
+                table,
+                index: g.index(addr, level),
+            };
+            let d = self.pxd_get(level, p);
+            match d.kind(level, g) {
+                DescKind::Table(_) => table = self.table_of(d),
+                _ => return None,
+            }
+        }
+        Some(PmdPtr {
+            table,
+            index: g.index(addr, 2),
+        })
+    }
+
+    /// Walk to the pmd entry for `addr`, allocating missing upper tables
+    /// (p4d_alloc / pud_alloc / pmd_alloc). None on OOM.
+    pub fn pmd_alloc(&mut self, mm: MmId, addr: u64) -> Option<PmdPtr> {
+        let g = self.arch.granule();
+        let mut table = self.mms[mm].as_ref().unwrap().pgd_table;
+        for level in g.start_level()..2 {
+            let p = PmdPtr {
+                table,
+                index: g.index(addr, level),
+            };
+            let d = self.pxd_get(level, p);
+            table = match d.kind(level, g) {
+                DescKind::Table(_) => self.table_of(d),
+                _ => {
+                    let (pfn, id) = self.pgtable_alloc(level + 1)?;
+                    if level + 1 == 2 {
+                        self.mms[mm].as_mut().unwrap().nr_pmds += 1;
+                    }
+                    self.pxd_set(level, addr, p, Desc::table(pfn.to_phys(g)));
+                    id
+                }
+            };
+        }
+        Some(PmdPtr {
+            table,
+            index: g.index(addr, 2),
+        })
+    }
+
+    /// pte_offset_map: the pte for `addr` if the pmd points at a pte table.
+    pub fn pte_offset_map(&mut self, pmd: PmdPtr, addr: u64) -> Option<PtePtr> {
+        let g = self.arch.granule();
+        let d = self.pxd_get(2, pmd);
+        match d.kind(2, g) {
+            DescKind::Table(_) => Some(PtePtr {
+                table: self.table_of(d),
+                index: g.index(addr, 3),
+            }),
+            _ => None,
+        }
+    }
+
+    /// __pte_alloc: give an empty pmd a pte table (no-op if one appeared).
+    pub fn pte_alloc(&mut self, mm: MmId, pmd: PmdPtr, addr: u64) -> bool {
+        let g = self.arch.granule();
+        if !self.pxd_get(2, pmd).is_none() {
+            return true;
+        }
+        let Some((pfn, _)) = self.pgtable_alloc(3) else {
+            return false;
+        };
+        self.mms[mm].as_mut().unwrap().nr_ptes += 1;
+        self.pxd_set(2, addr, pmd, Desc::table(pfn.to_phys(g)));
+        true
+    }
+
+    /// pte_offset_map after pte_alloc, for paths that know the pmd is a table.
+    pub fn pte_offset(&mut self, mm: MmId, addr: u64) -> Option<PtePtr> {
+        let pmd = self.pmd_offset(mm, addr)?;
+        self.pte_offset_map(pmd, addr)
+    }
+}

@@ -1,0 +1,400 @@
+//! The model's workload executor: runs a parsed workload on a booted `Kernel` and
+//! produces the report of ../shared/spec/workload.md.
+
+pub mod variants;
+
+use crate::hw::{Event, VirtAddr};
+use crate::mm::madvise::Madv;
+use crate::mm::memory::FaultError;
+use crate::mm::mm_types::{MmId, VmFlags};
+use crate::mm::vmstat::{MthpStat, VmEvent};
+use crate::mm::Kernel;
+use crate::report::{Counters, PageKind, Phase, Report, RunBuilder};
+use crate::workload::{Advice, Op, Pos, Stmt, Workload};
+use std::collections::BTreeMap;
+pub use variants::Variants;
+
+/// A run that could not complete, with the workload position it stopped at.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("{path}:{}:{}: {what} is not supported by the model yet", pos.line, pos.col)]
+    Unsupported { path: String, pos: Pos, what: String },
+    #[error("{path}:{}:{}: {msg}", pos.line, pos.col)]
+    Failed { path: String, pos: Pos, msg: String },
+    #[error("{0}")]
+    Setup(String),
+}
+
+struct Region {
+    addr: u64,
+    size: u64,
+}
+
+struct Proc {
+    mm: MmId,
+    cpu: usize,
+    regions: BTreeMap<String, Region>,
+}
+
+struct Sim<'w> {
+    k: Kernel,
+    w: &'w Workload,
+    procs: BTreeMap<String, Proc>,
+    phases: Vec<Phase>,
+    phase_label: String,
+    phase_start: Counters,
+}
+
+/// Run `w` on a fresh model machine configured by `v`.
+pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
+    refuse_unsupported(w, &w.stmts)?;
+    let cfg = v.machine();
+    let page = cfg.granule.page_size();
+    let mut k = Kernel::boot(cfg);
+    k.zap = v.zap();
+    k.arch.contpte = v.contpte();
+    k.arch.ptep_get = v.ptep_get();
+    k.arch.hw.checks = v.checks();
+    check_granule(w, &w.stmts, page)?;
+    let mm = k
+        .mm_alloc()
+        .ok_or_else(|| SimError::Setup("out of memory creating the first mm".into()))?;
+    let mut procs = BTreeMap::new();
+    procs.insert(
+        "main".to_string(),
+        Proc {
+            mm,
+            cpu: 0,
+            regions: BTreeMap::new(),
+        },
+    );
+    let mut sim = Sim {
+        k,
+        w,
+        procs,
+        phases: Vec::new(),
+        phase_label: "start".into(),
+        phase_start: Counters::new(),
+    };
+    let initial = sim.counters();
+    sim.phase_start = initial.clone();
+    sim.exec_all(&w.stmts)?;
+    let fin = sim.counters();
+    sim.close_phase(&fin);
+    if let Some(v) = sim.k.arch.hw.violations.first() {
+        return Err(SimError::Setup(format!("architectural checker fired: {v}")));
+    }
+    let layout = sim.layout();
+    Ok(Report {
+        source: "model".into(),
+        workload: w.path.clone(),
+        variants: v.all().clone(),
+        counters: diff(&fin, &initial),
+        phases: sim.phases,
+        layout,
+        unavailable: BTreeMap::new(),
+    })
+}
+
+/// The ops whose model lands with a later issue are refused before anything runs.
+fn refuse_unsupported(w: &Workload, stmts: &[Stmt]) -> Result<(), SimError> {
+    for s in stmts {
+        let what = match &s.op {
+            Op::Repeat { body, .. } => {
+                refuse_unsupported(w, body)?;
+                None
+            }
+            Op::Madvise { advice, .. } => match advice {
+                Advice::DontNeed | Advice::HugePage | Advice::NoHugePage => None,
+                a => Some(format!("madvise {a:?}").to_lowercase()),
+            },
+            Op::Mprotect { .. } | Op::Mlock { .. } | Op::Munlock { .. } | Op::Fork { .. } | Op::Exit => {
+                Some(s.op.keyword().to_string())
+            }
+            _ => None,
+        };
+        if let Some(what) = what {
+            return Err(SimError::Unsupported {
+                path: w.path.clone(),
+                pos: s.pos,
+                what,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Offsets and sizes are 4K multiples; a larger granule needs them aligned to it.
+fn check_granule(w: &Workload, stmts: &[Stmt], page: u64) -> Result<(), SimError> {
+    let bad = |pos: Pos, what: &str| SimError::Failed {
+        path: w.path.clone(),
+        pos,
+        msg: format!("{what} is not a multiple of the {}-byte granule", page),
+    };
+    for s in stmts {
+        match &s.op {
+            Op::Mmap { size, skew, .. } if size % page != 0 || skew % page != 0 => {
+                return Err(bad(s.pos, "region size or skew"))
+            }
+            Op::Touch { range: Some(r), .. } | Op::Madvise { range: r, .. } | Op::Munmap { range: Some(r), .. }
+                if r.off % page != 0 || r.len % page != 0 =>
+            {
+                return Err(bad(s.pos, "range"))
+            }
+            Op::Repeat { body, .. } => check_granule(w, body, page)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn diff(now: &Counters, then: &Counters) -> Counters {
+    now.iter()
+        .map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0)))
+        .collect()
+}
+
+impl Sim<'_> {
+    fn fail(&self, pos: Pos, msg: impl std::fmt::Display) -> SimError {
+        SimError::Failed {
+            path: self.w.path.clone(),
+            pos,
+            msg: msg.to_string(),
+        }
+    }
+
+    fn exec_all(&mut self, stmts: &[Stmt]) -> Result<(), SimError> {
+        for s in stmts {
+            self.exec(s)?;
+        }
+        Ok(())
+    }
+
+    fn exec(&mut self, s: &Stmt) -> Result<(), SimError> {
+        match &s.op {
+            Op::Set { knob, value } => self.k.knobs.set(knob, value).map_err(|e| self.fail(s.pos, e)),
+            Op::Mark { label } => {
+                let now = self.counters();
+                self.close_phase(&now);
+                self.phase_label = label.clone();
+                self.phase_start = now;
+                Ok(())
+            }
+            Op::Repeat { n, body } => {
+                for _ in 0..*n {
+                    self.exec_all(body)?;
+                }
+                Ok(())
+            }
+            Op::Mmap {
+                region,
+                size,
+                hugepage,
+                nohugepage,
+                populate,
+                ro,
+                addr,
+                ..
+            } => {
+                let (mm, cpu) = self.proc(&s.proc_name);
+                self.k.switch_mm(cpu, mm);
+                let mut flags = VmFlags::READ;
+                if !ro {
+                    flags |= VmFlags::WRITE;
+                }
+                self.k
+                    .do_mmap(mm, *addr, *size, flags)
+                    .map_err(|e| self.fail(s.pos, e))?;
+                if *hugepage {
+                    self.k
+                        .do_madvise(mm, *addr, addr + size, Madv::HugePage)
+                        .map_err(|e| self.fail(s.pos, e))?;
+                }
+                if *nohugepage {
+                    self.k
+                        .do_madvise(mm, *addr, addr + size, Madv::NoHugePage)
+                        .map_err(|e| self.fail(s.pos, e))?;
+                }
+                self.procs.get_mut(&s.proc_name).unwrap().regions.insert(
+                    region.clone(),
+                    Region {
+                        addr: *addr,
+                        size: *size,
+                    },
+                );
+                if *populate {
+                    self.k
+                        .mm_populate(mm, *addr, addr + size)
+                        .map_err(|e| self.fail(s.pos, e))?;
+                }
+                Ok(())
+            }
+            Op::Touch {
+                region,
+                range,
+                write,
+                stride,
+            } => {
+                let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));
+                let (mm, cpu) = self.proc(&s.proc_name);
+                self.k.switch_mm(cpu, mm);
+                let mut a = start;
+                while a < end {
+                    self.user_access(mm, cpu, a, *write).map_err(|e| self.fail(s.pos, e))?;
+                    a += stride;
+                }
+                Ok(())
+            }
+            Op::Madvise { region, range, advice } => {
+                let (start, end) = self.range(&s.proc_name, region, Some((range.off, range.len)));
+                let (mm, cpu) = self.proc(&s.proc_name);
+                self.k.switch_mm(cpu, mm);
+                let madv = match advice {
+                    Advice::DontNeed => Madv::DontNeed,
+                    Advice::HugePage => Madv::HugePage,
+                    Advice::NoHugePage => Madv::NoHugePage,
+                    _ => unreachable!("refused before the run"),
+                };
+                self.k.do_madvise(mm, start, end, madv).map_err(|e| self.fail(s.pos, e))
+            }
+            Op::Munmap { region, range } => {
+                let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));
+                let (mm, cpu) = self.proc(&s.proc_name);
+                self.k.switch_mm(cpu, mm);
+                self.k.do_munmap(mm, start, end);
+                let p = self.procs.get_mut(&s.proc_name).unwrap();
+                let r = &p.regions[region];
+                if start == r.addr && end == r.addr + r.size {
+                    p.regions.remove(region);
+                }
+                Ok(())
+            }
+            _ => unreachable!("refused before the run"),
+        }
+    }
+
+    fn proc(&self, name: &str) -> (MmId, usize) {
+        let p = &self.procs[name];
+        (p.mm, p.cpu)
+    }
+
+    fn range(&self, proc_name: &str, region: &str, r: Option<(u64, u64)>) -> (u64, u64) {
+        let reg = &self.procs[proc_name].regions[region];
+        match r {
+            Some((off, len)) => (reg.addr + off, reg.addr + off + len),
+            None => (reg.addr, reg.addr + reg.size),
+        }
+    }
+
+    fn user_access(&mut self, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
+        user_access(&mut self.k, mm, cpu, addr, write)
+    }
+
+    fn counters(&self) -> Counters {
+        let mut c = Counters::new();
+        for (name, p) in &self.procs {
+            c.insert(format!("proc.{name}.minflt"), self.k.mm(p.mm).min_flt as i64);
+        }
+        for e in VmEvent::ALL {
+            c.insert(format!("vmstat.{}", e.name()), self.k.stat.event(*e));
+        }
+        for order in self.k.knobs.anon_orders() {
+            let kb = self.k.knobs.size_kb(order);
+            for s in MthpStat::ALL {
+                c.insert(format!("mthp.{kb}kB.{}", s.name()), self.k.stat.mthp(order, *s));
+            }
+        }
+        for e in Event::ALL {
+            c.insert(e.name().to_string(), self.k.arch.hw.ev.get(*e) as i64);
+        }
+        c
+    }
+
+    fn close_phase(&mut self, now: &Counters) {
+        let d: Counters = diff(now, &self.phase_start)
+            .into_iter()
+            .filter(|(k, v)| *v != 0 || !k.starts_with("arch."))
+            .collect();
+        self.phases.push(Phase {
+            label: self.phase_label.clone(),
+            counters: d,
+        });
+    }
+
+    /// The final state of every live region, page by page.
+    fn layout(&mut self) -> BTreeMap<String, Vec<crate::report::Run>> {
+        let mut out = BTreeMap::new();
+        let names: Vec<(String, MmId, Vec<(String, u64, u64)>)> = self
+            .procs
+            .iter()
+            .map(|(n, p)| {
+                (
+                    n.clone(),
+                    p.mm,
+                    p.regions
+                        .iter()
+                        .map(|(r, reg)| (r.clone(), reg.addr, reg.size))
+                        .collect(),
+                )
+            })
+            .collect();
+        let ps = self.k.arch.granule().page_size();
+        for (pname, mm, regions) in names {
+            for (rname, addr, size) in regions {
+                let mut b = RunBuilder::default();
+                for i in 0..size / ps {
+                    if let Some(kind) = self.k.page_kind(mm, addr + i * ps) {
+                        b.push(i, kind);
+                    }
+                }
+                out.insert(format!("{pname}/{rname}"), b.finish());
+            }
+        }
+        out
+    }
+}
+
+/// One EL0 access by `cpu` (running `mm`): hardware first; a fault goes to the kernel
+/// and the access retries, as the CPU would.
+pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
+    for _ in 0..3 {
+        if k.arch.hw.access(cpu, VirtAddr(addr), write).is_ok() {
+            return Ok(());
+        }
+        k.handle_mm_fault(mm, addr, write)?;
+    }
+    panic!("access at {addr:#x} still faults after the kernel handled it");
+}
+
+impl Kernel {
+    /// What maps `addr` (for layouts): read without counting events.
+    pub fn page_kind(&self, mm: MmId, addr: u64) -> Option<PageKind> {
+        use crate::hw::DescKind;
+        let g = self.arch.granule();
+        let mem = &self.arch.hw.mem;
+        let mut table = self.mm(mm).pgd_table;
+        for level in g.start_level()..=3 {
+            let d = mem.read(table, g.index(addr, level));
+            match d.kind(level, g) {
+                DescKind::Table(pa) => table = mem.table_id_of(pa)?,
+                DescKind::Block(_) | DescKind::Page(_) => {
+                    let pfn = d.pfn(g);
+                    let pfn = if level == 2 {
+                        crate::hw::Pfn(pfn.0 + ((addr >> g.page_shift()) & ((1 << g.pmd_order()) - 1)))
+                    } else {
+                        pfn
+                    };
+                    if self.is_zero_pfn(pfn) || self.huge_zero_folio.is_some_and(|z| self.memmap.folio_of(pfn) == z) {
+                        return Some(PageKind::Zero);
+                    }
+                    return Some(PageKind::Order(self.memmap.folio_order(self.memmap.folio_of(pfn))));
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,202 @@
+//! Exact numbers the real kernel gives (checked on the Linux 6.18 host), driven
+//! through the kernel API the executor uses.
+
+use super::user_access;
+use crate::hw::{Event, MachineConfig};
+use crate::mm::madvise::Madv;
+use crate::mm::mm_types::{MmId, VmFlags};
+use crate::mm::vmstat::{MthpStat, VmEvent};
+use crate::mm::Kernel;
+use crate::report::PageKind;
+
+const BASE: u64 = 0x1000_0000_0000;
+const K4: u64 = 4096;
+
+fn boot(knobs: &[(&str, &str)]) -> (Kernel, MmId) {
+    let mut k = Kernel::boot(MachineConfig::default());
+    k.arch.hw.checks = true;
+    for (kn, v) in knobs {
+        k.knobs.set(kn, v).unwrap();
+    }
+    let mm = k.mm_alloc().unwrap();
+    k.switch_mm(0, mm);
+    (k, mm)
+}
+
+fn touch(k: &mut Kernel, mm: MmId, start: u64, len: u64, write: bool) -> u64 {
+    let before = k.mm(mm).min_flt;
+    let mut a = start;
+    while a < start + len {
+        user_access(k, mm, 0, a, write).unwrap();
+        a += K4;
+    }
+    k.mm(mm).min_flt - before
+}
+
+fn rw() -> VmFlags {
+    VmFlags::READ | VmFlags::WRITE
+}
+
+fn kinds(k: &Kernel, mm: MmId, start: u64, pages: u64) -> Vec<Option<PageKind>> {
+    (0..pages).map(|i| k.page_kind(mm, start + i * K4)).collect()
+}
+
+fn assert_clean(k: &Kernel) {
+    assert!(k.arch.hw.violations.is_empty(), "{:?}", k.arch.hw.violations);
+}
+
+mod faults {
+    use super::*;
+
+    #[test]
+    fn sixty_four_mib_with_64k_mthp_takes_1024_faults() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 64 << 20, rw()).unwrap();
+        assert_eq!(touch(&mut k, mm, BASE, 64 << 20, true), 1024);
+        assert_eq!(k.stat.mthp(4, MthpStat::AnonFaultAlloc), 1024);
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 1024);
+        assert_eq!(k.stat.event(VmEvent::PgFault), 1024);
+        assert!(kinds(&k, mm, BASE, 16384)
+            .iter()
+            .all(|x| *x == Some(PageKind::Order(4))));
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn a_4k_skew_with_16k_and_64k_takes_1030_faults() {
+        let (mut k, mm) = boot(&[
+            ("hugepages-64kB/enabled", "always"),
+            ("hugepages-16kB/enabled", "always"),
+        ]);
+        k.do_mmap(mm, BASE + K4, 64 << 20, rw()).unwrap();
+        assert_eq!(touch(&mut k, mm, BASE + K4, 64 << 20, true), 1030);
+        // Head: 3 base pages then three 16K folios up to the first 64K boundary.
+        let head = kinds(&k, mm, BASE + K4, 16);
+        assert_eq!(&head[..3], &[Some(PageKind::Order(0)); 3]);
+        assert_eq!(&head[3..15], &[Some(PageKind::Order(2)); 12]);
+        assert_eq!(head[15], Some(PageKind::Order(4)));
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn dontneed_of_20_pages_inside_64k_folios_retouches_in_8_faults() {
+        let (mut k, mm) = boot(&[
+            ("hugepages-64kB/enabled", "always"),
+            ("hugepages-16kB/enabled", "always"),
+        ]);
+        k.do_mmap(mm, BASE, 64 << 20, rw()).unwrap();
+        touch(&mut k, mm, BASE, 64 << 20, true);
+        let off = 3 * 65536 + 5 * K4;
+        k.do_madvise(mm, BASE + off, BASE + off + 20 * K4, Madv::DontNeed)
+            .unwrap();
+        // Both touched folios are now partially mapped and queued for deferred split.
+        assert_eq!(k.stat.mthp(4, MthpStat::SplitDeferred), 2);
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnonPartiallyMapped), 2);
+        assert_eq!(touch(&mut k, mm, BASE, 64 << 20, true), 8);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn reads_map_the_zero_page_and_a_write_copies_one_base_page() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 1 << 20, rw()).unwrap();
+        assert_eq!(touch(&mut k, mm, BASE, 1 << 20, false), 256);
+        assert!(kinds(&k, mm, BASE, 256).iter().all(|x| *x == Some(PageKind::Zero)));
+        assert_eq!(touch(&mut k, mm, BASE, 1 << 20, true), 256);
+        assert!(kinds(&k, mm, BASE, 256).iter().all(|x| *x == Some(PageKind::Order(0))));
+        assert_eq!(k.stat.mthp(4, MthpStat::AnonFaultAlloc), 0);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn a_hugepage_region_gets_pmd_thps_and_the_huge_zero_page() {
+        let (mut k, mm) = boot(&[]);
+        k.do_mmap(mm, BASE, 8 << 20, rw() | VmFlags::HUGEPAGE).unwrap();
+        assert_eq!(touch(&mut k, mm, BASE, 4 << 20, true), 2);
+        assert_eq!(touch(&mut k, mm, BASE + (4 << 20), 4 << 20, false), 2);
+        assert_eq!(k.stat.event(VmEvent::ThpFaultAlloc), 2);
+        assert_eq!(k.stat.event(VmEvent::ThpZeroPageAlloc), 1);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(9)));
+        assert_eq!(k.page_kind(mm, BASE + (6 << 20)), Some(PageKind::Zero));
+        // A write to the huge zero page splits the pmd and copies one page.
+        assert_eq!(touch(&mut k, mm, BASE + (4 << 20), K4, true), 1);
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 1);
+        assert_eq!(k.page_kind(mm, BASE + (4 << 20)), Some(PageKind::Order(0)));
+        assert_eq!(k.page_kind(mm, BASE + (4 << 20) + K4), Some(PageKind::Zero));
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn an_unaligned_hugepage_region_falls_back_to_base_pages_without_counting() {
+        let (mut k, mm) = boot(&[]);
+        k.do_mmap(mm, BASE + K4, 2 << 20, rw() | VmFlags::HUGEPAGE).unwrap();
+        assert_eq!(touch(&mut k, mm, BASE + K4, 2 << 20, true), 512);
+        assert_eq!(k.stat.event(VmEvent::ThpFaultFallback), 0);
+        assert_clean(&k);
+    }
+}
+
+mod zap {
+    use super::*;
+    use crate::mm::ZapVariant;
+
+    fn populated(zap: ZapVariant, knob: &str) -> (Kernel, MmId) {
+        let (mut k, mm) = boot(&[(knob, "always")]);
+        k.zap = zap;
+        k.do_mmap(mm, BASE, 16 << 20, rw()).unwrap();
+        touch(&mut k, mm, BASE, 16 << 20, true);
+        (k, mm)
+    }
+
+    #[test]
+    fn munmap_frees_every_page_and_table() {
+        for zap in [ZapVariant::PerPte, ZapVariant::Batched] {
+            let (mut k, mm) = populated(zap, "hugepages-64kB/enabled");
+            let free = k.buddy.free_pages;
+            k.do_munmap(mm, BASE, BASE + (16 << 20));
+            // 4096 data pages, 8 pte tables, the pmd and pud tables come back.
+            assert_eq!(k.buddy.free_pages - free, 4096 + 8 + 2, "{zap:?}");
+            assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 0);
+            assert_eq!(k.mm(mm).rss_anon, 0);
+            assert_clean(&k);
+        }
+    }
+
+    #[test]
+    fn batched_zap_clears_contpte_blocks_without_unfolding() {
+        let (mut k, mm) = populated(ZapVariant::Batched, "hugepages-64kB/enabled");
+        let before = k.arch.hw.ev.clone();
+        k.do_munmap(mm, BASE, BASE + (16 << 20));
+        let d = k.arch.hw.ev.since(&before);
+        assert_eq!(d.get(Event::ContpteUnfold), 0);
+        assert_eq!(k.stat.mthp(4, MthpStat::SplitDeferred), 0);
+    }
+
+    #[test]
+    fn per_pte_zap_unfolds_every_block_and_transiently_defers_splits() {
+        let (mut k, mm) = populated(ZapVariant::PerPte, "hugepages-64kB/enabled");
+        let before = k.arch.hw.ev.clone();
+        k.do_munmap(mm, BASE, BASE + (16 << 20));
+        let d = k.arch.hw.ev.since(&before);
+        assert_eq!(d.get(Event::ContpteUnfold), 256);
+        // Each unfold is break-before-make: 16 TLBI VALE1IS without FEAT_TLBIRANGE.
+        assert!(d.get(Event::TlbiVale1is) >= 256 * 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::SplitDeferred), 256);
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnonPartiallyMapped), 0);
+    }
+
+    #[test]
+    fn partial_munmap_of_a_pmd_thp_splits_the_pmd_and_defers_the_folio_split() {
+        let (mut k, mm) = boot(&[]);
+        k.do_mmap(mm, BASE, 4 << 20, rw() | VmFlags::HUGEPAGE).unwrap();
+        touch(&mut k, mm, BASE, 4 << 20, true);
+        k.do_munmap(mm, BASE + (1 << 20), BASE + (1 << 20) + 8 * K4);
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 1);
+        assert_eq!(k.stat.event(VmEvent::ThpDeferredSplitPage), 1);
+        assert_eq!(k.stat.mthp(9, MthpStat::SplitDeferred), 1);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(9)));
+        assert_eq!(k.page_kind(mm, BASE + (1 << 20)), None);
+        assert_eq!(k.page_kind(mm, BASE + (2 << 20)), Some(PageKind::Order(9)));
+        assert_clean(&k);
+    }
+}
