@@ -2,6 +2,7 @@
 //! `Kernel` holds what the real kernel keeps in globals (memmap, zone, vmstat, THP
 //! knobs, the deferred split queue) plus the mms of the model's processes.
 
+pub mod debug;
 pub mod folio;
 pub mod huge_memory;
 pub mod madvise;

@@ -367,8 +367,8 @@ pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool)
 }
 
 impl Kernel {
-    /// What maps `addr` (for layouts): read without counting events.
-    pub fn page_kind(&self, mm: MmId, addr: u64) -> Option<PageKind> {
+    /// The pfn a user address translates to in the page tables (no events counted).
+    pub fn page_table_pfn(&self, mm: MmId, addr: u64) -> Option<crate::hw::Pfn> {
         use crate::hw::DescKind;
         let g = self.arch.granule();
         let mem = &self.arch.hw.mem;
@@ -378,21 +378,23 @@ impl Kernel {
             match d.kind(level, g) {
                 DescKind::Table(pa) => table = mem.table_id_of(pa)?,
                 DescKind::Block(_) | DescKind::Page(_) => {
-                    let pfn = d.pfn(g);
-                    let pfn = if level == 2 {
-                        crate::hw::Pfn(pfn.0 + ((addr >> g.page_shift()) & ((1 << g.pmd_order()) - 1)))
-                    } else {
-                        pfn
-                    };
-                    if self.is_zero_pfn(pfn) || self.huge_zero_folio.is_some_and(|z| self.memmap.folio_of(pfn) == z) {
-                        return Some(PageKind::Zero);
-                    }
-                    return Some(PageKind::Order(self.memmap.folio_order(self.memmap.folio_of(pfn))));
+                    let off = (addr & ((1u64 << g.level_shift(level)) - 1)) >> g.page_shift();
+                    return Some(crate::hw::Pfn(d.pfn(g).0 + off));
                 }
                 _ => return None,
             }
         }
         None
+    }
+
+    /// What maps `addr` (for layouts): read without counting events.
+    pub fn page_kind(&self, mm: MmId, addr: u64) -> Option<PageKind> {
+        let pfn = self.page_table_pfn(mm, addr)?;
+        let folio = self.memmap.folio_of(pfn);
+        if self.is_zero_pfn(pfn) || self.huge_zero_folio == Some(folio) {
+            return Some(PageKind::Zero);
+        }
+        Some(PageKind::Order(self.memmap.folio_order(folio)))
     }
 }
 

@@ -43,6 +43,7 @@ fn kinds(k: &Kernel, mm: MmId, start: u64, pages: u64) -> Vec<Option<PageKind>> 
 
 fn assert_clean(k: &Kernel) {
     assert!(k.arch.hw.violations.is_empty(), "{:?}", k.arch.hw.violations);
+    k.check_invariants().unwrap();
 }
 
 mod faults {
@@ -198,5 +199,27 @@ mod zap {
         assert_eq!(k.page_kind(mm, BASE + (1 << 20)), None);
         assert_eq!(k.page_kind(mm, BASE + (2 << 20)), Some(PageKind::Order(9)));
         assert_clean(&k);
+    }
+}
+
+mod checker {
+    use super::*;
+    use crate::hw::Pfn;
+
+    #[test]
+    fn the_invariant_checker_fires_on_a_corrupted_mapcount_refcount_and_counter() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 1 << 20, rw()).unwrap();
+        touch(&mut k, mm, BASE, 1 << 20, true);
+        k.check_invariants().unwrap();
+        let pfn = k.page_table_pfn(mm, BASE).unwrap();
+        k.memmap.page_mut(Pfn(pfn.0 + 3)).mapcount += 1;
+        assert!(k.check_invariants().unwrap_err().contains("mapcount"));
+        k.memmap.page_mut(Pfn(pfn.0 + 3)).mapcount -= 1;
+        k.memmap.page_mut(pfn).refcount += 1;
+        assert!(k.check_invariants().unwrap_err().contains("refcount"));
+        k.memmap.page_mut(pfn).refcount -= 1;
+        k.stat.mod_mthp_stat(4, MthpStat::NrAnon, 1);
+        assert!(k.check_invariants().unwrap_err().contains("nr_anon"));
     }
 }
