@@ -2,6 +2,7 @@
 //! (the model in `sim`, the host in `native`).
 
 pub mod ast;
+mod check;
 pub mod parse;
 
 pub use ast::{Advice, Op, Pos, Prot, Range, Stmt, Workload, WorkloadError};

@@ -1,10 +1,721 @@
-//! Placeholder: the parser is being written (issue 3).
-use super::ast::{Workload, WorkloadError};
+//! Syntax of the workload language (../shared/spec/workload.md): lines to a tree of
+//! statements, with every per-op check that needs no state (sizes, alignment, knobs).
+//! The stateful checks (regions, processes, repeat bodies) are in `check`.
 
-pub fn parse_str(_path: &str, _src: &str) -> Result<Workload, WorkloadError> {
-    unimplemented!("workload parser")
+use super::ast::*;
+use super::check::{self, Node, Spans};
+use crate::hw::Granule;
+use crate::mm::thp_sysfs::ThpKnobs;
+
+/// Parses and validates a workload; `path` is only used in messages.
+pub fn parse_str(path: &str, src: &str) -> Result<Workload, WorkloadError> {
+    let nodes = Parser { path, next_index: 0 }.parse(src)?;
+    check::check(path, &nodes)?;
+    Ok(Workload {
+        path: path.to_string(),
+        stmts: nodes.into_iter().map(Node::into_stmt).collect(),
+    })
 }
 
-pub fn parse_file(_path: &str) -> Result<Workload, WorkloadError> {
-    unimplemented!("workload parser")
+/// Reads, parses and validates a workload file.
+pub fn parse_file(path: &str) -> Result<Workload, WorkloadError> {
+    let src = std::fs::read_to_string(path).map_err(|e| WorkloadError {
+        path: path.to_string(),
+        pos: Pos { line: 0, col: 0 },
+        msg: format!("cannot read: {e}"),
+    })?;
+    parse_str(path, &src)
+}
+
+/// The process ops run in when they have no `@proc`.
+pub const MAIN: &str = "main";
+
+/// The highest placement index: slots must end below the x86_64 validation host's user
+/// address limit (2^47 less one page, so the last full 64G slot is out).
+pub const MAX_MMAP_INDEX: u32 = ((0x8000_0000_0000 - PLACEMENT_BASE) / PLACEMENT_STRIDE) as u32 - 2;
+
+#[derive(Clone, Copy)]
+struct Tok<'a> {
+    text: &'a str,
+    pos: Pos,
+}
+
+/// Splits a line into whitespace-separated tokens, dropping a `#` comment.
+fn tokenize(line: &str, line_no: u32) -> Vec<Tok<'_>> {
+    let code = line.split('#').next().unwrap_or("");
+    let mut toks = Vec::new();
+    let mut start: Option<(usize, u32)> = None;
+    let mut col = 0u32;
+    for (i, c) in code.char_indices() {
+        col += 1;
+        match (c.is_whitespace(), start) {
+            (true, Some((s, sc))) => {
+                toks.push(Tok {
+                    text: &code[s..i],
+                    pos: Pos { line: line_no, col: sc },
+                });
+                start = None;
+            }
+            (false, None) => start = Some((i, col)),
+            _ => {}
+        }
+    }
+    if let Some((s, sc)) = start {
+        toks.push(Tok {
+            text: &code[s..],
+            pos: Pos { line: line_no, col: sc },
+        });
+    }
+    toks
+}
+
+/// `[A-Za-z_][A-Za-z0-9_-]*`, the spec's region and process names.
+pub fn valid_name(s: &str) -> bool {
+    let mut cs = s.chars();
+    matches!(cs.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && cs.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// A decimal size with an optional K/M/G/T suffix (powers of 1024), or `0x` hex.
+pub fn parse_size(s: &str) -> Option<u64> {
+    if let Some(hex) = s.strip_prefix("0x") {
+        return u64::from_str_radix(hex, 16).ok().filter(|_| !hex.starts_with('+'));
+    }
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 10),
+        b'M' => (&s[..s.len() - 1], 20),
+        b'G' => (&s[..s.len() - 1], 30),
+        b'T' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// Formats a byte count the way a workload would write it.
+pub fn fmt_size(v: u64) -> String {
+    for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if v != 0 && v % (1 << shift) == 0 {
+            return format!("{}{suffix}", v >> shift);
+        }
+    }
+    v.to_string()
+}
+
+/// One statement in the making: a line's op, or the start/end of a repeat block.
+enum Line {
+    Op(Node),
+    Repeat { n: u64, pos: Pos },
+    End,
+}
+
+struct Parser<'p> {
+    path: &'p str,
+    /// The static index of the next mmap op (its placement slot).
+    next_index: u32,
+}
+
+/// The tokens of one line after the op keyword.
+struct Args<'a, 't> {
+    toks: &'t [Tok<'a>],
+    i: usize,
+    /// Where a missing argument is reported: the op keyword.
+    op: Tok<'a>,
+}
+
+impl<'a> Args<'a, '_> {
+    fn peek(&self) -> Option<Tok<'a>> {
+        self.toks.get(self.i).copied()
+    }
+    fn next(&mut self) -> Option<Tok<'a>> {
+        let t = self.peek();
+        self.i += t.is_some() as usize;
+        t
+    }
+}
+
+impl Parser<'_> {
+    fn err(&self, pos: Pos, msg: impl Into<String>) -> WorkloadError {
+        WorkloadError {
+            path: self.path.to_string(),
+            pos,
+            msg: msg.into(),
+        }
+    }
+
+    fn parse(&mut self, src: &str) -> Result<Vec<Node>, WorkloadError> {
+        // Open repeat blocks: (count, position of `repeat`, body so far).
+        let mut stack: Vec<(u64, Pos, Vec<Node>)> = Vec::new();
+        let mut top = Vec::new();
+        for (i, line) in src.lines().enumerate() {
+            let toks = tokenize(line, i as u32 + 1);
+            if toks.is_empty() {
+                continue;
+            }
+            let body = stack.last_mut().map_or(&mut top, |(_, _, b)| b);
+            match self.line(&toks)? {
+                Line::Op(node) => body.push(node),
+                Line::Repeat { n, pos } => stack.push((n, pos, Vec::new())),
+                Line::End => {
+                    let (n, pos, body) = stack
+                        .pop()
+                        .ok_or_else(|| self.err(toks[0].pos, "'end' without 'repeat'"))?;
+                    let stmt = Stmt {
+                        pos,
+                        proc_name: MAIN.to_string(),
+                        op: Op::Repeat { n, body: Vec::new() },
+                    };
+                    let parent = stack.last_mut().map_or(&mut top, |(_, _, b)| b);
+                    parent.push(Node {
+                        stmt,
+                        at: Spans::default(),
+                        body,
+                    });
+                }
+            }
+        }
+        match stack.pop() {
+            Some((_, pos, _)) => Err(self.err(pos, "'repeat' without a matching 'end'")),
+            None => Ok(top),
+        }
+    }
+
+    fn line<'a>(&mut self, toks: &[Tok<'a>]) -> Result<Line, WorkloadError> {
+        let (proc_tok, rest) = match toks[0].text.strip_prefix('@') {
+            Some(name) => {
+                if !valid_name(name) {
+                    return Err(self.err(toks[0].pos, format!("invalid process name '{name}'")));
+                }
+                (Some((name, toks[0].pos)), &toks[1..])
+            }
+            None => (None, toks),
+        };
+        let Some(&op) = rest.first() else {
+            return Err(self.err(toks[0].pos, "expected an op after the process name"));
+        };
+        let mut a = Args { toks: rest, i: 1, op };
+        if let (Some((_, pos)), "repeat" | "end") = (proc_tok, op.text) {
+            return Err(self.err(
+                pos,
+                format!("'{}' cannot take a process; put @proc on the ops inside", op.text),
+            ));
+        }
+        let mut at = Spans {
+            proc: proc_tok.map(|(_, p)| p),
+            ..Spans::default()
+        };
+        let op_ast = match op.text {
+            "repeat" => {
+                let t = self.arg(&mut a, "a repeat count")?;
+                let n = t
+                    .text
+                    .parse::<u64>()
+                    .map_err(|_| self.err(t.pos, format!("invalid repeat count '{}'", t.text)))?;
+                if n == 0 {
+                    return Err(self.err(t.pos, "repeat count must be at least 1"));
+                }
+                self.finish(&a)?;
+                return Ok(Line::Repeat { n, pos: op.pos });
+            }
+            "end" => {
+                self.finish(&a)?;
+                return Ok(Line::End);
+            }
+            "set" => {
+                let knob = self.arg(&mut a, "a knob")?;
+                let value = self.arg(&mut a, "a value")?;
+                let mut scratch = ThpKnobs::new(Granule::K4);
+                if let Err(e) = scratch.set(knob.text, value.text) {
+                    let pos = if e.starts_with("unknown knob") {
+                        knob.pos
+                    } else {
+                        value.pos
+                    };
+                    return Err(self.err(pos, e));
+                }
+                Op::Set {
+                    knob: knob.text.to_string(),
+                    value: value.text.to_string(),
+                }
+            }
+            "mmap" => self.mmap(&mut a, &mut at)?,
+            "touch" => {
+                let region = self.region(&mut a, &mut at)?;
+                let range = self.opt_range(&mut a, &mut at)?;
+                let (mut write, mut stride) = (None, None);
+                while let Some(t) = a.next() {
+                    match t.text {
+                        "read" | "write" if write.is_none() => write = Some(t.text == "write"),
+                        _ if t.text.starts_with("stride=") && stride.is_none() => {
+                            let s = self.size(t, &t.text[7..], "stride")?;
+                            if s == 0 {
+                                return Err(self.err(t.pos, "stride must not be zero"));
+                            }
+                            stride = Some(s);
+                        }
+                        _ => {
+                            return Err(self.err(
+                                t.pos,
+                                format!("unexpected '{}' (expected read, write or stride=S)", t.text),
+                            ))
+                        }
+                    }
+                }
+                Op::Touch {
+                    region,
+                    range,
+                    write: write.unwrap_or(true),
+                    stride: stride.unwrap_or(UNIT),
+                }
+            }
+            "madvise" => {
+                let region = self.region(&mut a, &mut at)?;
+                let range = self.range(&mut a, &mut at)?;
+                let t = self.arg(&mut a, "an advice")?;
+                let advice = match t.text {
+                    "dontneed" => Advice::DontNeed,
+                    "free" => Advice::Free,
+                    "pageout" => Advice::PageOut,
+                    "cold" => Advice::Cold,
+                    "hugepage" => Advice::HugePage,
+                    "nohugepage" => Advice::NoHugePage,
+                    "collapse" => Advice::Collapse,
+                    _ => return Err(self.err(t.pos, format!("unknown advice '{}' (expected dontneed, free, pageout, cold, hugepage, nohugepage or collapse)", t.text))),
+                };
+                self.finish(&a)?;
+                Op::Madvise { region, range, advice }
+            }
+            "mprotect" => {
+                let region = self.region(&mut a, &mut at)?;
+                let range = self.range(&mut a, &mut at)?;
+                let t = self.arg(&mut a, "a protection")?;
+                let prot = match t.text {
+                    "none" => Prot::None,
+                    "r" => Prot::R,
+                    "rw" => Prot::Rw,
+                    _ => {
+                        return Err(self.err(
+                            t.pos,
+                            format!("unknown protection '{}' (expected none, r or rw)", t.text),
+                        ))
+                    }
+                };
+                self.finish(&a)?;
+                Op::Mprotect { region, range, prot }
+            }
+            "munmap" | "mlock" | "munlock" => {
+                let region = self.region(&mut a, &mut at)?;
+                let range = self.opt_range(&mut a, &mut at)?;
+                self.finish(&a)?;
+                match op.text {
+                    "munmap" => Op::Munmap { region, range },
+                    "mlock" => Op::Mlock { region, range },
+                    _ => Op::Munlock { region, range },
+                }
+            }
+            "fork" => {
+                let t = self.arg(&mut a, "a child process name")?;
+                if !valid_name(t.text) {
+                    return Err(self.err(t.pos, format!("invalid process name '{}'", t.text)));
+                }
+                at.name = t.pos;
+                self.finish(&a)?;
+                Op::Fork {
+                    child: t.text.to_string(),
+                }
+            }
+            "exit" => {
+                self.finish(&a)?;
+                Op::Exit
+            }
+            "mark" => {
+                let t = self.arg(&mut a, "a label")?;
+                self.finish(&a)?;
+                Op::Mark {
+                    label: t.text.to_string(),
+                }
+            }
+            other => return Err(self.err(op.pos, format!("unknown op '{other}'"))),
+        };
+        let proc_name = proc_tok.map_or(MAIN, |(n, _)| n).to_string();
+        Ok(Line::Op(Node {
+            stmt: Stmt {
+                pos: op.pos,
+                proc_name,
+                op: op_ast,
+            },
+            at,
+            body: Vec::new(),
+        }))
+    }
+
+    fn mmap(&mut self, a: &mut Args, at: &mut Spans) -> Result<Op, WorkloadError> {
+        let region = self.region(a, at)?;
+        let t = self.arg(a, "a size")?;
+        let size = self.size(t, t.text, "size")?;
+        if size == 0 || size % UNIT != 0 {
+            return Err(self.err(
+                t.pos,
+                format!("region size {} is not a non-zero multiple of 4K", t.text),
+            ));
+        }
+        if size > MAX_REGION {
+            return Err(self.err(t.pos, format!("region size {} is above the 32G limit", t.text)));
+        }
+        let (mut skew, mut flags) = (None, [None::<Pos>; 4]);
+        const FLAGS: [&str; 4] = ["hugepage", "nohugepage", "populate", "ro"];
+        while let Some(t) = a.next() {
+            if let Some(v) = t.text.strip_prefix("skew=") {
+                let s = self.size(t, v, "skew")?;
+                if skew.is_some() {
+                    return Err(self.err(t.pos, "skew given twice"));
+                }
+                if s % UNIT != 0 {
+                    return Err(self.err(t.pos, format!("skew {v} is not a multiple of 4K")));
+                }
+                if s + size > PLACEMENT_STRIDE {
+                    return Err(self.err(
+                        t.pos,
+                        format!("skew {v} pushes the region out of its 64G placement slot"),
+                    ));
+                }
+                skew = Some(s);
+                continue;
+            }
+            let Some(f) = FLAGS.iter().position(|f| *f == t.text) else {
+                return Err(self.err(
+                    t.pos,
+                    format!(
+                        "unexpected '{}' (expected skew=S, hugepage, nohugepage, populate or ro)",
+                        t.text
+                    ),
+                ));
+            };
+            if flags[f].is_some() {
+                return Err(self.err(t.pos, format!("'{}' given twice", t.text)));
+            }
+            flags[f] = Some(t.pos);
+        }
+        if let (Some(_), Some(p)) = (flags[0], flags[1]) {
+            return Err(self.err(p, "'hugepage' and 'nohugepage' conflict"));
+        }
+        let index = self.next_index;
+        if index > MAX_MMAP_INDEX {
+            return Err(self.err(
+                a.op.pos,
+                format!(
+                    "more than {} mmap ops: placement would leave the user address space",
+                    MAX_MMAP_INDEX + 1
+                ),
+            ));
+        }
+        self.next_index += 1;
+        let skew = skew.unwrap_or(0);
+        let [hugepage, nohugepage, populate, ro] = flags.map(|f| f.is_some());
+        let addr = PLACEMENT_BASE + index as u64 * PLACEMENT_STRIDE + skew;
+        Ok(Op::Mmap {
+            region,
+            size,
+            skew,
+            hugepage,
+            nohugepage,
+            populate,
+            ro,
+            index,
+            addr,
+        })
+    }
+
+    fn arg<'a>(&self, a: &mut Args<'a, '_>, what: &str) -> Result<Tok<'a>, WorkloadError> {
+        let op = a.op;
+        let end = a.toks.last().map_or(op.pos, |t| Pos {
+            line: t.pos.line,
+            col: t.pos.col + t.text.chars().count() as u32,
+        });
+        a.next()
+            .ok_or_else(|| self.err(end, format!("'{}' expects {what}", op.text)))
+    }
+
+    fn finish(&self, a: &Args) -> Result<(), WorkloadError> {
+        match a.peek() {
+            Some(t) => Err(self.err(t.pos, format!("unexpected '{}' after '{}'", t.text, a.op.text))),
+            None => Ok(()),
+        }
+    }
+
+    fn size(&self, t: Tok, text: &str, what: &str) -> Result<u64, WorkloadError> {
+        parse_size(text).ok_or_else(|| {
+            self.err(
+                t.pos,
+                format!("invalid {what} '{text}' (expected e.g. 64K, 2M or 0x10000)"),
+            )
+        })
+    }
+
+    fn region(&self, a: &mut Args, at: &mut Spans) -> Result<String, WorkloadError> {
+        let t = self.arg(a, "a region name")?;
+        if !valid_name(t.text) {
+            return Err(self.err(t.pos, format!("invalid region name '{}'", t.text)));
+        }
+        at.name = t.pos;
+        Ok(t.text.to_string())
+    }
+
+    /// `OFF LEN`, both 4K-aligned, LEN non-zero.
+    fn range(&self, a: &mut Args, at: &mut Spans) -> Result<Range, WorkloadError> {
+        let off_t = self.arg(a, "an offset and a length")?;
+        let off = self.size(off_t, off_t.text, "offset")?;
+        let len_t = self.arg(a, "a length")?;
+        let len = self.size(len_t, len_t.text, "length")?;
+        if off % UNIT != 0 {
+            return Err(self.err(off_t.pos, format!("offset {} is not a multiple of 4K", off_t.text)));
+        }
+        if len == 0 || len % UNIT != 0 {
+            return Err(self.err(
+                len_t.pos,
+                format!("length {} is not a non-zero multiple of 4K", len_t.text),
+            ));
+        }
+        at.range = Some(off_t.pos);
+        Ok(Range { off, len })
+    }
+
+    /// A range if the next token looks like a number.
+    fn opt_range(&self, a: &mut Args, at: &mut Spans) -> Result<Option<Range>, WorkloadError> {
+        match a.peek() {
+            Some(t) if t.text.starts_with(|c: char| c.is_ascii_digit()) => self.range(a, at).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(src: &str) -> Workload {
+        parse_str("t.wl", src).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Asserts `src` fails at `line:col` with a message containing `msg`.
+    #[track_caller]
+    fn fails(src: &str, line: u32, col: u32, msg: &str) {
+        let e = parse_str("t.wl", src).expect_err("should fail");
+        assert_eq!((e.pos.line, e.pos.col), (line, col), "{e}");
+        assert!(e.msg.contains(msg), "'{e}' lacks '{msg}'");
+        assert!(e.to_string().starts_with(&format!("t.wl:{line}:{col}: ")));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("1T"), Some(1 << 40));
+        assert_eq!(parse_size("0x3000"), Some(0x3000));
+        for bad in [
+            "",
+            "K",
+            "4k",
+            "0x",
+            "1.5M",
+            "-4K",
+            "+4096",
+            "0x+1",
+            "99999999999T",
+            "4KB",
+        ] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+        assert_eq!(fmt_size(3 << 20), "3M");
+        assert_eq!(fmt_size(0x5000), "20K");
+        assert_eq!(fmt_size(100), "100");
+    }
+
+    #[test]
+    fn names() {
+        for ok in ["a", "_x", "buf-2", "A_b-c9"] {
+            assert!(valid_name(ok), "{ok}");
+        }
+        for bad in ["", "9a", "-a", "a.b", "a/b", "é"] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_op_parses() {
+        let w = parse(
+            "# a comment\n\
+             set enabled always   # trailing comment\n\
+             set hugepages-64kB/enabled inherit\n\
+             mmap a 64M skew=4K hugepage populate\n\
+             mmap b 0x200000 nohugepage ro\n\
+             \n\
+             mark fault\n\
+             touch a\n\
+             touch a 64K 128K read stride=16K\n\
+             touch b 0 4K read\n\
+             madvise a 0 64K dontneed\n\
+             mprotect a 0 4K r\n\
+             mlock a 2M 2M\n\
+             munlock a\n\
+             fork child\n\
+             @child touch a 4M 4K\n\
+             @child exit\n\
+             repeat 3\n\
+             \trepeat 2\n\
+             \t\ttouch a 8M 4K\n\
+             \tend\n\
+             end\n\
+             munmap a 8M 4K\n\
+             munmap b\n",
+        );
+        let ops: Vec<_> = w.stmts.iter().map(|s| s.op.keyword()).collect();
+        assert_eq!(
+            ops,
+            [
+                "set", "set", "mmap", "mmap", "mark", "touch", "touch", "touch", "madvise", "mprotect", "mlock",
+                "munlock", "fork", "touch", "exit", "repeat", "munmap", "munmap"
+            ]
+        );
+        assert_eq!(
+            w.stmts[2].op,
+            Op::Mmap {
+                region: "a".into(),
+                size: 64 << 20,
+                skew: 4096,
+                hugepage: true,
+                nohugepage: false,
+                populate: true,
+                ro: false,
+                index: 0,
+                addr: 0x1000_0000_1000
+            }
+        );
+        assert!(matches!(
+            w.stmts[3].op,
+            Op::Mmap {
+                index: 1,
+                addr: 0x1010_0000_0000,
+                ro: true,
+                nohugepage: true,
+                ..
+            }
+        ));
+        assert_eq!(
+            w.stmts[5].op,
+            Op::Touch {
+                region: "a".into(),
+                range: None,
+                write: true,
+                stride: 4096
+            }
+        );
+        assert_eq!(
+            w.stmts[6].op,
+            Op::Touch {
+                region: "a".into(),
+                range: Some(Range {
+                    off: 64 << 10,
+                    len: 128 << 10
+                }),
+                write: false,
+                stride: 16384
+            }
+        );
+        assert_eq!(w.stmts[13].proc_name, "child");
+        assert_eq!(w.stmts[13].pos, Pos { line: 16, col: 8 });
+        let Op::Repeat { n: 3, body } = &w.stmts[15].op else {
+            panic!()
+        };
+        let Op::Repeat { n: 2, body: inner } = &body[0].op else {
+            panic!()
+        };
+        assert_eq!(inner[0].pos, Pos { line: 20, col: 3 });
+    }
+
+    #[test]
+    fn placement_counts_mmaps_in_file_order_across_processes() {
+        let w = parse("fork c\n@c mmap x 4K\nmmap y 4K skew=8K\nrepeat 2\n  mmap z 4K\n  munmap z\nend\nmmap w 4K\n");
+        let addrs: Vec<u64> = all_mmaps(&w.stmts);
+        assert_eq!(
+            addrs,
+            [0x1000_0000_0000, 0x1010_0000_2000, 0x1020_0000_0000, 0x1030_0000_0000]
+        );
+    }
+
+    fn all_mmaps(stmts: &[Stmt]) -> Vec<u64> {
+        stmts
+            .iter()
+            .flat_map(|s| match &s.op {
+                Op::Mmap { addr, .. } => vec![*addr],
+                Op::Repeat { body, .. } => all_mmaps(body),
+                _ => vec![],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn syntax_errors_name_the_token() {
+        fails("frob a", 1, 1, "unknown op 'frob'");
+        fails("\n  @c touch a", 2, 3, "unknown process 'c'");
+        fails("@9c touch a", 1, 1, "invalid process name '9c'");
+        fails("@main", 1, 1, "expected an op");
+        fails("set frob 1", 1, 5, "unknown knob 'frob'");
+        fails("set enabled sometimes", 1, 13, "invalid value 'sometimes'");
+        fails("set hugepages-8kB/enabled always", 1, 5, "unknown knob");
+        fails("set enabled", 1, 12, "'set' expects a value");
+        fails("mmap a", 1, 7, "'mmap' expects a size");
+        fails("mmap a 6K", 1, 8, "not a non-zero multiple of 4K");
+        fails("mmap a 0", 1, 8, "not a non-zero multiple of 4K");
+        fails("mmap a 33G", 1, 8, "32G limit");
+        fails("mmap a 2Q", 1, 8, "invalid size '2Q'");
+        fails("mmap a 4K skew=100", 1, 11, "skew 100 is not a multiple of 4K");
+        fails("mmap a 32G skew=33G", 1, 12, "placement slot");
+        fails("mmap a 4K hugepage nohugepage", 1, 20, "conflict");
+        fails("mmap a 4K ro ro", 1, 14, "given twice");
+        fails("mmap a 4K huge", 1, 11, "unexpected 'huge'");
+        fails("mmap 1a 4K", 1, 6, "invalid region name '1a'");
+        fails("mmap a 8K\ntouch a 0 4K write read", 2, 20, "unexpected 'read'");
+        fails("mmap a 8K\ntouch a 0 4K stride=0", 2, 14, "stride must not be zero");
+        fails("mmap a 8K\ntouch a 0", 2, 10, "expects a length");
+        fails("mmap a 8K\ntouch a 2K 4K", 2, 9, "offset 2K is not a multiple of 4K");
+        fails("mmap a 8K\ntouch a 0 0", 2, 11, "length 0 is not a non-zero multiple");
+        fails("mmap a 8K\nmadvise a 0 4K forget", 2, 16, "unknown advice 'forget'");
+        fails("mmap a 8K\nmadvise a 0 4K", 2, 15, "expects an advice");
+        fails("mmap a 8K\nmprotect a 0 4K rx", 2, 17, "unknown protection 'rx'");
+        fails("mmap a 8K\nmunmap a 0 4K x", 2, 15, "unexpected 'x' after 'munmap'");
+        fails("fork 2c", 1, 6, "invalid process name");
+        fails("exit now", 1, 6, "unexpected 'now'");
+        fails("mark", 1, 5, "expects a label");
+    }
+
+    #[test]
+    fn block_errors() {
+        fails("mmap a 4K\nrepeat 2\n  touch a\n", 2, 1, "without a matching 'end'");
+        fails("repeat 2\nrepeat 3\nend\n", 1, 1, "without a matching 'end'");
+        fails("mmap a 4K\n  end\n", 2, 3, "'end' without 'repeat'");
+        fails("repeat 0\nend", 1, 8, "at least 1");
+        fails("repeat x\nend", 1, 8, "invalid repeat count");
+        fails("repeat\nend", 1, 7, "expects a repeat count");
+        fails("fork c\n@c repeat 2\nend", 2, 1, "cannot take a process");
+        fails("repeat 2\nend 2", 2, 5, "unexpected '2'");
+    }
+
+    #[test]
+    fn too_many_mmaps() {
+        let src: String = (0..=MAX_MMAP_INDEX + 1).map(|i| format!("mmap r{i} 4K\n")).collect();
+        fails(&src, MAX_MMAP_INDEX + 2, 1, "more than 1791 mmap ops");
+        let ok: String = (0..=MAX_MMAP_INDEX).map(|i| format!("mmap r{i} 4K\n")).collect();
+        parse(&ok);
+    }
+
+    #[test]
+    fn file_errors_name_the_file() {
+        let e = parse_file("/nonexistent/x.wl").unwrap_err();
+        assert!(e.to_string().starts_with("/nonexistent/x.wl:0:0: cannot read"), "{e}");
+    }
 }

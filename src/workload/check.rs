@@ -1,0 +1,465 @@
+//! Static validation of a parsed workload: each op runs on an abstract state (live
+//! processes, their regions and which pages of each are mapped with what protection), so
+//! that nothing an executor does can fault on an unmapped or protected page, or map over
+//! a live region. `repeat` bodies run on that state until it repeats (or N times), which
+//! covers every iteration an executor will run: the abstract step is deterministic.
+
+use super::ast::*;
+use super::parse::{fmt_size, MAIN};
+use std::collections::BTreeMap;
+
+/// A statement with the source positions of its operands, for messages.
+pub(crate) struct Node {
+    pub stmt: Stmt,
+    pub at: Spans,
+    /// The body of a `repeat` (its `stmt` has an empty one until `into_stmt`).
+    pub body: Vec<Node>,
+}
+
+impl Node {
+    pub fn into_stmt(self) -> Stmt {
+        let mut stmt = self.stmt;
+        if let Op::Repeat { body, .. } = &mut stmt.op {
+            *body = self.body.into_iter().map(Node::into_stmt).collect();
+        }
+        stmt
+    }
+}
+
+/// Where an op's operands are.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Spans {
+    /// The `@proc` token.
+    pub proc: Option<Pos>,
+    /// The region (or child process) name.
+    pub name: Pos,
+    /// The offset of `OFF LEN`.
+    pub range: Option<Pos>,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+struct Region {
+    size: u64,
+    /// Line of the mmap, for messages.
+    line: u32,
+    /// Mapped byte intervals `[start, end)` with their protection: sorted, disjoint, and
+    /// adjacent intervals differ in protection.
+    maps: Vec<(u64, u64, Prot)>,
+}
+
+impl Region {
+    /// Sets `r` to `prot`, or unmaps it.
+    fn set(&mut self, r: Range, prot: Option<Prot>) {
+        let (s, e) = (r.off, r.off + r.len);
+        let mut out = Vec::with_capacity(self.maps.len() + 2);
+        for &(a, b, p) in &self.maps {
+            if a < s {
+                out.push((a, b.min(s), p));
+            }
+            if b > e {
+                out.push((a.max(e), b, p));
+            }
+        }
+        if let Some(p) = prot {
+            out.push((s, e, p));
+        }
+        out.sort_unstable_by_key(|m| m.0);
+        self.maps.clear();
+        for m in out {
+            match self.maps.last_mut() {
+                Some(last) if last.1 == m.0 && last.2 == m.2 => last.1 = m.1,
+                _ => self.maps.push(m),
+            }
+        }
+    }
+
+    /// The first byte of `r` that is unmapped, or mapped without an allowed protection.
+    fn first_bad(&self, r: Range, allowed: impl Fn(Prot) -> bool) -> Option<u64> {
+        let mut at = r.off;
+        for &(a, b, p) in &self.maps {
+            if b <= at {
+                continue;
+            }
+            if a > at || !allowed(p) {
+                return Some(at);
+            }
+            at = b;
+            if at >= r.off + r.len {
+                return None;
+            }
+        }
+        Some(at)
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Default)]
+struct Proc {
+    regions: BTreeMap<String, Region>,
+    /// Regions fully unmapped, with the line, for messages.
+    unmapped: BTreeMap<String, u32>,
+    /// The line of its `exit`.
+    exited: Option<u32>,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+struct State {
+    procs: BTreeMap<String, Proc>,
+}
+
+pub(crate) fn check(path: &str, nodes: &[Node]) -> Result<(), WorkloadError> {
+    let mut st = State {
+        procs: BTreeMap::from([(MAIN.to_string(), Proc::default())]),
+    };
+    Checker { path }.run(&mut st, nodes)
+}
+
+struct Checker<'p> {
+    path: &'p str,
+}
+
+impl Checker<'_> {
+    fn err(&self, pos: Pos, msg: impl Into<String>) -> WorkloadError {
+        WorkloadError {
+            path: self.path.to_string(),
+            pos,
+            msg: msg.into(),
+        }
+    }
+
+    fn run(&self, st: &mut State, nodes: &[Node]) -> Result<(), WorkloadError> {
+        nodes.iter().try_for_each(|n| self.step(st, n))
+    }
+
+    fn step(&self, st: &mut State, node: &Node) -> Result<(), WorkloadError> {
+        let (stmt, at) = (&node.stmt, node.at);
+        if let Op::Repeat { n, .. } = stmt.op {
+            let mut seen = vec![st.clone()];
+            for i in 0..n {
+                self.run(st, &node.body).map_err(|mut e| {
+                    if i > 0 {
+                        e.msg += &format!(" (in iteration {} of the repeat at line {})", i + 1, stmt.pos.line);
+                    }
+                    e
+                })?;
+                if seen.contains(st) {
+                    break;
+                }
+                seen.push(st.clone());
+            }
+            return Ok(());
+        }
+        let proc_pos = at.proc.unwrap_or(stmt.pos);
+        let name = &stmt.proc_name;
+        let proc = match st.procs.get_mut(name) {
+            None => return Err(self.err(proc_pos, format!("unknown process '{name}' (no 'fork {name}' before)"))),
+            Some(Proc { exited: Some(line), .. }) => {
+                return Err(self.err(proc_pos, format!("process '{name}' exited at line {line}")))
+            }
+            Some(p) => p,
+        };
+        match &stmt.op {
+            Op::Set { .. } | Op::Mark { .. } => {}
+            Op::Mmap { region, size, ro, .. } => {
+                if let Some(r) = proc.regions.get(region) {
+                    return Err(self.err(
+                        at.name,
+                        format!(
+                            "region '{region}' is already mapped in process '{name}' (line {})",
+                            r.line
+                        ),
+                    ));
+                }
+                let prot = if *ro { Prot::R } else { Prot::Rw };
+                proc.unmapped.remove(region);
+                proc.regions.insert(
+                    region.clone(),
+                    Region {
+                        size: *size,
+                        line: stmt.pos.line,
+                        maps: vec![(0, *size, prot)],
+                    },
+                );
+            }
+            Op::Touch {
+                region, range, write, ..
+            } => {
+                let (reg, r) = self.region(proc, name, region, *range, at)?;
+                let allowed = |p| if *write { p == Prot::Rw } else { p != Prot::None };
+                if let Some(bad) = reg.first_bad(r, allowed) {
+                    let what = if *write { "writable" } else { "readable" };
+                    return Err(self.err(
+                        at.range.unwrap_or(at.name),
+                        format!(
+                            "touch reaches {} of region '{region}', which is not mapped {what}",
+                            fmt_size(bad)
+                        ),
+                    ));
+                }
+            }
+            Op::Madvise { region, range, .. }
+            | Op::Mprotect { region, range, .. }
+            | Op::Mlock {
+                region,
+                range: Some(range),
+            }
+            | Op::Munlock {
+                region,
+                range: Some(range),
+            } => {
+                let (reg, r) = self.region(proc, name, region, Some(*range), at)?;
+                if let Some(bad) = reg.first_bad(r, |_| true) {
+                    return Err(self.err(
+                        at.range.unwrap_or(at.name),
+                        format!("{} of region '{region}' is not mapped", fmt_size(bad)),
+                    ));
+                }
+                if let Op::Mprotect { prot, .. } = stmt.op {
+                    reg.set(r, Some(prot));
+                }
+            }
+            Op::Mlock { region, range: None } | Op::Munlock { region, range: None } => {
+                self.region(proc, name, region, None, at)?;
+            }
+            Op::Munmap { region, range } => {
+                let (reg, r) = self.region(proc, name, region, *range, at)?;
+                reg.set(r, None);
+                if reg.maps.is_empty() {
+                    proc.regions.remove(region);
+                    proc.unmapped.insert(region.clone(), stmt.pos.line);
+                }
+            }
+            Op::Fork { child } => {
+                let copy = Proc {
+                    exited: None,
+                    ..proc.clone()
+                };
+                match st.procs.get(child) {
+                    Some(Proc { exited: None, .. }) => {
+                        return Err(self.err(at.name, format!("process '{child}' already exists")))
+                    }
+                    _ => st.procs.insert(child.clone(), copy),
+                };
+            }
+            Op::Exit => {
+                *proc = Proc {
+                    exited: Some(stmt.pos.line),
+                    ..Proc::default()
+                };
+            }
+            Op::Repeat { .. } => unreachable!("handled above"),
+        }
+        Ok(())
+    }
+
+    /// The live region `region` of `proc` and the range an op addresses (whole region if
+    /// `range` is None), checked to lie inside it.
+    fn region<'s>(
+        &self,
+        proc: &'s mut Proc,
+        name: &str,
+        region: &str,
+        range: Option<Range>,
+        at: Spans,
+    ) -> Result<(&'s mut Region, Range), WorkloadError> {
+        let Some(reg) = proc.regions.get_mut(region) else {
+            let msg = match proc.unmapped.get(region) {
+                Some(line) => format!("region '{region}' was unmapped at line {line}"),
+                None => format!("region '{region}' is not mapped in process '{name}'"),
+            };
+            return Err(self.err(at.name, msg));
+        };
+        let r = range.unwrap_or(Range { off: 0, len: reg.size });
+        if r.off.checked_add(r.len).is_none_or(|end| end > reg.size) {
+            return Err(self.err(
+                at.range.unwrap_or(at.name),
+                format!(
+                    "range {}+{} is outside region '{region}' (size {})",
+                    fmt_size(r.off),
+                    fmt_size(r.len),
+                    fmt_size(reg.size)
+                ),
+            ));
+        }
+        Ok((reg, r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::workload::parse_str;
+
+    #[track_caller]
+    fn fails(src: &str, line: u32, col: u32, msg: &str) {
+        let e = parse_str("t.wl", src).expect_err("should fail");
+        assert_eq!((e.pos.line, e.pos.col), (line, col), "{e}");
+        assert!(e.msg.contains(msg), "'{e}' lacks '{msg}'");
+    }
+
+    #[track_caller]
+    fn ok(src: &str) {
+        parse_str("t.wl", src).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn regions_must_be_live() {
+        fails("touch a", 1, 7, "region 'a' is not mapped in process 'main'");
+        fails(
+            "mmap a 8K\nmunmap a\ntouch a",
+            3,
+            7,
+            "region 'a' was unmapped at line 2",
+        );
+        fails(
+            "mmap a 8K\nmunmap a 0 4K\nmunmap a 4K 4K\nmadvise a 0 4K cold",
+            4,
+            9,
+            "unmapped at line 3",
+        );
+        fails(
+            "mmap a 8K\nmmap a 8K",
+            2,
+            6,
+            "already mapped in process 'main' (line 1)",
+        );
+        ok("mmap a 8K\nmunmap a\nmmap a 8K\ntouch a");
+    }
+
+    #[test]
+    fn ranges_must_be_inside_and_mapped() {
+        fails(
+            "mmap a 64K\ntouch a 60K 8K",
+            2,
+            9,
+            "range 60K+8K is outside region 'a' (size 64K)",
+        );
+        fails("mmap a 64K\nmadvise a 64K 4K dontneed", 2, 11, "outside");
+        fails("mmap a 64K\nmunmap a 0x10000 0x1000", 2, 10, "outside");
+        fails(
+            "mmap a 64K\nmunmap a 16K 4K\ntouch a",
+            3,
+            7,
+            "touch reaches 16K of region 'a'",
+        );
+        fails(
+            "mmap a 64K\nmunmap a 16K 4K\nmprotect a 12K 8K r",
+            3,
+            12,
+            "16K of region 'a' is not mapped",
+        );
+        fails(
+            "mmap a 64K\nmunmap a 16K 4K\nmlock a 0 64K",
+            3,
+            9,
+            "16K of region 'a' is not mapped",
+        );
+        ok("mmap a 64K\nmunmap a 16K 4K\ntouch a 0 16K\ntouch a 20K 44K\nmunmap a 0 32K\nmunmap a\n");
+    }
+
+    #[test]
+    fn protections_are_tracked() {
+        fails(
+            "mmap a 8K ro\ntouch a",
+            2,
+            7,
+            "touch reaches 0 of region 'a', which is not mapped writable",
+        );
+        ok("mmap a 8K ro\ntouch a read");
+        fails(
+            "mmap a 8K\nmprotect a 4K 4K none\ntouch a 0 8K read",
+            3,
+            9,
+            "reaches 4K",
+        );
+        ok("mmap a 8K\nmprotect a 4K 4K r\nmprotect a 4K 4K rw\ntouch a");
+        ok("mmap a 8K ro\nmprotect a 0 8K rw\ntouch a");
+    }
+
+    #[test]
+    fn processes() {
+        fails("@c touch a", 1, 1, "unknown process 'c'");
+        fails("fork c\nfork c", 2, 6, "process 'c' already exists");
+        fails("exit\ntouch a", 2, 1, "process 'main' exited at line 1");
+        fails("fork c\n@c exit\n@c mark x", 3, 1, "exited at line 2");
+        // The child gets the parent's regions as they were at the fork.
+        ok("mmap a 8K\nfork c\n@c touch a\nmunmap a\n@c touch a\n@c munmap a\n");
+        fails(
+            "mmap a 8K\nfork c\n@c munmap a\n@c touch a",
+            4,
+            10,
+            "unmapped at line 3",
+        );
+        fails("fork c\nmmap a 8K\n@c touch a", 3, 10, "not mapped in process 'c'");
+        fails(
+            "mmap a 8K\nmprotect a 0 4K r\nfork c\n@c touch a",
+            4,
+            10,
+            "not mapped writable",
+        );
+        // A name can be reused once its process exited.
+        ok("fork c\n@c exit\nfork c\n@c exit");
+    }
+
+    #[test]
+    fn repeat_bodies_are_checked_as_executed() {
+        fails(
+            "repeat 2\n  mmap a 8K\nend",
+            2,
+            8,
+            "already mapped in process 'main' (line 2) (in iteration 2 of the repeat at line 1)",
+        );
+        ok("repeat 1\n  mmap a 8K\nend\ntouch a");
+        ok("repeat 100\n  mmap a 8K\n  touch a\n  munmap a\nend");
+        fails(
+            "mmap a 8K\nrepeat 3\n  touch a\n  munmap a\nend",
+            3,
+            9,
+            "unmapped at line 4 (in iteration 2",
+        );
+        fails("repeat 2\n  fork c\nend", 2, 8, "already exists (in iteration 2");
+        ok("mmap a 8K\nrepeat 1000000000\n  fork c\n  @c touch a\n  @c exit\nend");
+        fails(
+            "mmap a 8K\nrepeat 5\n  touch a\n  mprotect a 0 4K r\nend",
+            3,
+            9,
+            "not mapped writable (in iteration 2",
+        );
+        // A state reached only in iteration 4: a chain of copies through forks.
+        let chain = "mmap a 8K\nfork p\nfork q\nfork r\nmunmap a\nrepeat N\n  @r touch a\n  @r exit\n  @q fork r\n  \
+                     @q exit\n  @p fork q\n  @p exit\n  fork p\nend";
+        ok(&chain.replace('N', "3"));
+        fails(
+            &chain.replace('N', "4"),
+            7,
+            12,
+            "unmapped at line 5 (in iteration 4 of the repeat at line 6)",
+        );
+        fails(
+            "mmap a 8K\nrepeat 2\n  repeat 2\n    munmap a\n  end\nend",
+            4,
+            12,
+            "(in iteration 2 of the repeat at line 3)",
+        );
+    }
+
+    #[test]
+    fn interval_map_merges_and_splits() {
+        use super::Region;
+        use crate::workload::{Prot, Range};
+        let mut r = Region {
+            size: 64,
+            line: 1,
+            maps: vec![(0, 64, Prot::Rw)],
+        };
+        r.set(Range { off: 16, len: 16 }, Some(Prot::R));
+        assert_eq!(r.maps, [(0, 16, Prot::Rw), (16, 32, Prot::R), (32, 64, Prot::Rw)]);
+        r.set(Range { off: 16, len: 16 }, Some(Prot::Rw));
+        assert_eq!(r.maps, [(0, 64, Prot::Rw)]);
+        r.set(Range { off: 8, len: 48 }, None);
+        assert_eq!(r.maps, [(0, 8, Prot::Rw), (56, 64, Prot::Rw)]);
+        assert_eq!(r.first_bad(Range { off: 0, len: 8 }, |_| true), None);
+        assert_eq!(r.first_bad(Range { off: 0, len: 16 }, |_| true), Some(8));
+        assert_eq!(r.first_bad(Range { off: 56, len: 8 }, |p| p == Prot::R), Some(56));
+        r.set(Range { off: 0, len: 64 }, None);
+        assert!(r.maps.is_empty());
+    }
+}
