@@ -7,5 +7,6 @@ pub mod arch;
 pub mod cmd;
 pub mod hw;
 pub mod mm;
+pub mod native;
 pub mod report;
 pub mod workload;
