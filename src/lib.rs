@@ -7,6 +7,7 @@ pub mod arch;
 pub mod cmd;
 pub mod hw;
 pub mod mm;
+pub mod native;
 pub mod report;
 pub mod sim;
 pub mod workload;

@@ -1,0 +1,326 @@
+//! `foliolab native`: runs a workload for real on the host kernel and reports what the
+//! model reports, from getrusage, /proc/vmstat, the mTHP stats and pagemap/kpageflags.
+//!
+//! The orchestrator (this process) saves and sets the THP knobs, forks a worker for
+//! `main`, and sends each op, in file order, to the worker of its process; workers fork
+//! further workers on `fork`. Global counters are snapshotted just around each op, so
+//! the runner's own work between ops stays out of them (other processes on the host can
+//! still move them).
+
+mod knobs;
+mod layout;
+mod proto;
+mod stats;
+mod worker;
+
+pub use knobs::{current_value, KnobError, KnobGuard};
+pub use stats::VMSTAT_KEYS;
+
+use crate::report::{Counters, Phase, Report};
+use crate::workload::{Op, Stmt, Workload};
+use proto::{recv, send, Cmd, Dec};
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use worker::Ctx;
+
+/// Where the host's knobs and counters are (tests point these at fake trees).
+pub struct HostPaths {
+    pub thp: PathBuf,
+    pub vmstat: PathBuf,
+}
+
+impl Default for HostPaths {
+    fn default() -> HostPaths {
+        HostPaths {
+            thp: "/sys/kernel/mm/transparent_hugepage".into(),
+            vmstat: "/proc/vmstat".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NativeError {
+    #[error(transparent)]
+    Knob(#[from] KnobError),
+    #[error("{path}:{line}:{col}: {msg}")]
+    Op {
+        path: String,
+        line: u32,
+        col: u32,
+        msg: String,
+    },
+    #[error("{0}")]
+    Host(String),
+}
+
+/// Runs `w` on this host with the real knobs and counters.
+pub fn run(w: &Workload) -> Result<Report, NativeError> {
+    run_with(w, &HostPaths::default())
+}
+
+pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> {
+    let guard = KnobGuard::arm(&paths.thp)?;
+    let mut unavailable = BTreeMap::new();
+    for (knob, why) in &guard.missing {
+        unavailable.insert(format!("knob.{knob}"), why.clone());
+    }
+    let sources = stats::Sources::open(&paths.vmstat, &paths.thp, &mut unavailable);
+    let mut leaves = Vec::new();
+    collect_leaves(&w.stmts, &mut leaves);
+    let mut names = vec![crate::workload::parse::MAIN.to_string()];
+    names.extend(leaves.iter().filter_map(|s| match &s.op {
+        Op::Fork { child } => Some(child.clone()),
+        _ => None,
+    }));
+    names.sort();
+    names.dedup();
+    let mut ours = BTreeMap::new();
+    let mut theirs = BTreeMap::new();
+    for n in &names {
+        let (a, b) = UnixStream::pair().map_err(|e| NativeError::Host(format!("socketpair: {e}")))?;
+        ours.insert(n.clone(), a);
+        theirs.insert(n.clone(), b);
+    }
+    let ctx = Ctx {
+        leaves,
+        sockets: theirs,
+    };
+    let mut keys: Vec<String> = names.iter().map(|n| format!("proc.{n}.minflt")).collect();
+    keys.extend(sources.keys().iter().cloned());
+    let n = sources.keys().len();
+    let mut o = Orchestrator {
+        w,
+        guard: &guard,
+        ctx: &ctx,
+        ours,
+        pids: BTreeMap::new(),
+        sources,
+        before: vec![0; n],
+        after: vec![0; n],
+        totals: keys.iter().map(|k| (k.clone(), 0)).collect(),
+        phases: vec![Phase {
+            label: "start".into(),
+            counters: keys.iter().map(|k| (k.clone(), 0)).collect(),
+        }],
+    };
+    o.start_main()?;
+    o.stmts(&w.stmts)?;
+    let layout = o.finish(&mut unavailable)?;
+    Ok(Report {
+        source: "host".into(),
+        workload: w.path.clone(),
+        variants: BTreeMap::new(),
+        counters: o.totals,
+        phases: o.phases,
+        layout,
+        unavailable,
+    })
+}
+
+/// The non-repeat statements in file order; a worker gets an op as an index into this.
+fn collect_leaves<'w>(stmts: &'w [Stmt], out: &mut Vec<&'w Stmt>) {
+    for s in stmts {
+        match &s.op {
+            Op::Repeat { body, .. } => collect_leaves(body, out),
+            _ => out.push(s),
+        }
+    }
+}
+
+struct Orchestrator<'a> {
+    w: &'a Workload,
+    guard: &'a KnobGuard,
+    ctx: &'a Ctx<'a>,
+    /// Our end of each process's socket.
+    ours: BTreeMap<String, UnixStream>,
+    /// Live processes.
+    pids: BTreeMap<String, libc::pid_t>,
+    sources: stats::Sources,
+    before: Vec<i64>,
+    after: Vec<i64>,
+    totals: Counters,
+    phases: Vec<Phase>,
+}
+
+impl Orchestrator<'_> {
+    fn start_main(&mut self) -> Result<(), NativeError> {
+        // SAFETY: setting a disposition has no preconditions. Ignoring SIGCHLD makes
+        // exited workers vanish at once, so `exit` can wait for the teardown to finish.
+        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+        // SAFETY: this program is single-threaded, so the child may keep running Rust.
+        let pid = unsafe { libc::fork() };
+        match pid {
+            -1 => return Err(NativeError::Host(format!("fork: {}", std::io::Error::last_os_error()))),
+            0 => {
+                for s in self.ours.values() {
+                    // SAFETY: closing our copies of the orchestrator's ends, so a worker
+                    // sees end-of-file when the orchestrator goes away.
+                    unsafe { libc::close(s.as_raw_fd()) };
+                }
+                worker::worker_main(self.ctx, crate::workload::parse::MAIN)
+            }
+            _ => {}
+        }
+        self.pids.insert(crate::workload::parse::MAIN.into(), pid);
+        // The fork made our own pages copy-on-write; fault them back in before measuring.
+        worker::warm_up();
+        Ok(())
+    }
+
+    fn leaf_id(&self, s: &Stmt) -> u32 {
+        self.ctx
+            .leaves
+            .iter()
+            .position(|l| std::ptr::eq(*l, s))
+            .expect("a leaf of this workload") as u32
+    }
+
+    fn err(&self, s: &Stmt, msg: String) -> NativeError {
+        NativeError::Op {
+            path: self.w.path.clone(),
+            line: s.pos.line,
+            col: s.pos.col,
+            msg,
+        }
+    }
+
+    fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), NativeError> {
+        for s in stmts {
+            match &s.op {
+                Op::Repeat { n, body } => {
+                    for _ in 0..*n {
+                        self.stmts(body)?;
+                    }
+                }
+                Op::Mark { label } => {
+                    let counters = self.totals.keys().map(|k| (k.clone(), 0)).collect();
+                    self.phases.push(Phase {
+                        label: label.clone(),
+                        counters,
+                    });
+                }
+                _ => self.op(s)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one op inside a window of global-counter snapshots.
+    fn op(&mut self, s: &Stmt) -> Result<(), NativeError> {
+        let snap_err = |e: std::io::Error| NativeError::Host(format!("reading counters: {e}"));
+        self.sources.snapshot(&mut self.before).map_err(snap_err)?;
+        let minflt = match &s.op {
+            Op::Set { knob, value } => {
+                self.guard.set(knob, value)?;
+                0
+            }
+            op => {
+                let (minflt, pid) = self.ask(s, Cmd::Op(self.leaf_id(s)))?;
+                match op {
+                    Op::Fork { child } => {
+                        self.pids.insert(child.clone(), pid as libc::pid_t);
+                    }
+                    Op::Exit => self.wait_gone(s)?,
+                    _ => {}
+                }
+                minflt
+            }
+        };
+        self.sources.snapshot(&mut self.after).map_err(snap_err)?;
+        let proc_key = format!("proc.{}.minflt", s.proc_name);
+        let deltas = self
+            .sources
+            .keys()
+            .iter()
+            .zip(self.after.iter().zip(&self.before))
+            .map(|(k, (a, b))| (k, a - b));
+        let phase = &mut self.phases.last_mut().expect("a phase").counters;
+        for (k, d) in deltas.chain([(&proc_key, minflt)]) {
+            *self.totals.get_mut(k).expect("known key") += d;
+            *phase.get_mut(k).expect("known key") += d;
+        }
+        Ok(())
+    }
+
+    /// Sends a command to the worker of `s`'s process and reads the `(minflt, pid)` reply.
+    fn ask(&mut self, s: &Stmt, cmd: Cmd) -> Result<(i64, i64), NativeError> {
+        let msg = self.request(&s.proc_name, cmd).map_err(|e| self.err(s, e))?;
+        let mut d = Dec::new(&msg).map_err(|e| self.err(s, e))?;
+        let minflt = d.u64().map_err(|e| self.err(s, e))? as i64;
+        let pid = d.u64().map_err(|e| self.err(s, e))? as i64;
+        Ok((minflt, pid))
+    }
+
+    /// One request/reply with a worker, watching that it stays alive.
+    fn request(&mut self, proc: &str, cmd: Cmd) -> Result<Vec<u8>, String> {
+        let pid = self.pids[proc];
+        let mut sock = &self.ours[proc];
+        send(&mut sock, &cmd.encode()).map_err(|e| format!("worker of process '{proc}': {e}"))?;
+        loop {
+            let mut pfd = libc::pollfd {
+                fd: sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: pfd is one valid pollfd.
+            let ready = unsafe { libc::poll(&mut pfd, 1, 200) };
+            if ready > 0 {
+                return recv(&mut sock).ok_or_else(|| format!("worker of process '{proc}' hung up"));
+            }
+            if !alive(pid) {
+                return Err(format!("worker of process '{proc}' (pid {pid}) died"));
+            }
+        }
+    }
+
+    /// Waits until an exiting process is gone (its address space torn down).
+    fn wait_gone(&mut self, s: &Stmt) -> Result<(), NativeError> {
+        let pid = self.pids.remove(&s.proc_name).expect("a live process");
+        let start = Instant::now();
+        while alive(pid) {
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(self.err(s, format!("process '{}' (pid {pid}) did not exit", s.proc_name)));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+
+    /// Collects every live process's layout, then ends the workers.
+    fn finish(
+        &mut self,
+        unavailable: &mut BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, Vec<crate::report::Run>>, NativeError> {
+        let mut layout = BTreeMap::new();
+        let procs: Vec<String> = self.pids.keys().cloned().collect();
+        for p in &procs {
+            let reply = self.request(p, Cmd::Layout).map_err(NativeError::Host)?;
+            match Dec::new(&reply) {
+                Ok(mut d) => {
+                    while !d.is_empty() {
+                        let (region, runs) = d.region().map_err(NativeError::Host)?;
+                        layout.insert(format!("{p}/{region}"), runs);
+                    }
+                }
+                Err(why) => {
+                    unavailable.insert("layout".into(), why);
+                    layout.clear();
+                    break;
+                }
+            }
+        }
+        // Closing our ends makes every worker see end-of-file and exit.
+        self.ours.clear();
+        Ok(layout)
+    }
+}
+
+/// Whether `pid` still exists (SIGCHLD is ignored, so exited workers leave no zombie).
+fn alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}

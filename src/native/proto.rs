@@ -1,0 +1,164 @@
+//! The orchestrator <-> worker messages: length-prefixed frames of little-endian words.
+
+use crate::report::{PageKind, Run};
+use std::io::{Read, Write};
+
+/// A command to a worker.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Cmd {
+    /// Execute leaf op number N.
+    Op(u32),
+    /// Report the layout of every live region.
+    Layout,
+}
+
+impl Cmd {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Cmd::Op(id) => [&[0u8][..], &id.to_le_bytes()].concat(),
+            Cmd::Layout => vec![1],
+        }
+    }
+    pub fn decode(b: &[u8]) -> Option<Cmd> {
+        match b {
+            [0, id @ ..] => Some(Cmd::Op(u32::from_le_bytes(id.try_into().ok()?))),
+            [1] => Some(Cmd::Layout),
+            _ => None,
+        }
+    }
+}
+
+/// A reply under construction: status byte 0 (ok) or 1 (error, then a message).
+pub struct Enc(pub Vec<u8>);
+
+impl Enc {
+    pub fn ok() -> Enc {
+        Enc(vec![0])
+    }
+    /// An op done: its minflt delta and, for fork, the child's pid.
+    pub fn ok_op(minflt: i64, pid: i32) -> Vec<u8> {
+        let mut e = Enc::ok();
+        e.u64(minflt as u64);
+        e.u64(pid as u64);
+        e.0
+    }
+    pub fn err(msg: &str) -> Vec<u8> {
+        [&[1u8][..], msg.as_bytes()].concat()
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    /// One region's layout: name, number of runs, then `(first, n, kind)` per run.
+    pub fn region(&mut self, name: &str, runs: &[Run]) {
+        self.u64(name.len() as u64);
+        self.0.extend_from_slice(name.as_bytes());
+        self.u64(runs.len() as u64);
+        for r in runs {
+            self.u64(r.first);
+            self.u64(r.n);
+            self.u64(match r.kind {
+                PageKind::Order(o) => o as u64,
+                PageKind::Zero => KIND_ZERO,
+                PageKind::Swap => KIND_SWAP,
+            });
+        }
+    }
+}
+
+const KIND_ZERO: u64 = u64::MAX;
+const KIND_SWAP: u64 = u64::MAX - 1;
+
+/// Reads a reply: `Err(message)` for an error reply.
+pub struct Dec<'b>(&'b [u8]);
+
+impl<'b> Dec<'b> {
+    pub fn new(b: &'b [u8]) -> Result<Dec<'b>, String> {
+        match b {
+            [0, rest @ ..] => Ok(Dec(rest)),
+            [1, msg @ ..] => Err(String::from_utf8_lossy(msg).into_owned()),
+            _ => Err("malformed reply".into()),
+        }
+    }
+    pub fn u64(&mut self) -> Result<u64, String> {
+        let (w, rest) = self.0.split_first_chunk::<8>().ok_or("truncated reply")?;
+        self.0 = rest;
+        Ok(u64::from_le_bytes(*w))
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn region(&mut self) -> Result<(String, Vec<Run>), String> {
+        let len = self.u64()? as usize;
+        let name = self.0.get(..len).ok_or("truncated reply")?;
+        let name = String::from_utf8_lossy(name).into_owned();
+        self.0 = &self.0[len..];
+        let n = self.u64()?;
+        let runs = (0..n)
+            .map(|_| {
+                let (first, n, k) = (self.u64()?, self.u64()?, self.u64()?);
+                let kind = match k {
+                    KIND_ZERO => PageKind::Zero,
+                    KIND_SWAP => PageKind::Swap,
+                    o => PageKind::Order(o as u32),
+                };
+                Ok(Run { first, n, kind })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok((name, runs))
+    }
+}
+
+pub fn send(w: &mut impl Write, msg: &[u8]) -> std::io::Result<()> {
+    w.write_all(&(msg.len() as u32).to_le_bytes())?;
+    w.write_all(msg)
+}
+
+/// The next frame, or None at end of stream.
+pub fn recv(r: &mut impl Read) -> Option<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).ok()?;
+    let mut msg = vec![0u8; u32::from_le_bytes(len) as usize];
+    r.read_exact(&mut msg).ok()?;
+    Some(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        for c in [Cmd::Op(7), Cmd::Layout] {
+            assert_eq!(Cmd::decode(&c.encode()), Some(c));
+        }
+        let mut d = Dec::new(&Enc::ok_op(-3, 42)).unwrap();
+        assert_eq!((d.u64().unwrap() as i64, d.u64().unwrap()), (-3, 42));
+        assert_eq!(Dec::new(&Enc::err("boom")).err().unwrap(), "boom");
+        let runs = vec![
+            Run {
+                first: 0,
+                n: 16,
+                kind: PageKind::Order(4),
+            },
+            Run {
+                first: 20,
+                n: 1,
+                kind: PageKind::Zero,
+            },
+            Run {
+                first: 21,
+                n: 2,
+                kind: PageKind::Swap,
+            },
+        ];
+        let mut e = Enc::ok();
+        e.region("buf", &runs);
+        let mut framed = Vec::new();
+        send(&mut framed, &e.0).unwrap();
+        let msg = recv(&mut &framed[..]).unwrap();
+        let mut d = Dec::new(&msg).unwrap();
+        assert_eq!(d.region().unwrap(), ("buf".to_string(), runs));
+        assert!(d.is_empty());
+        assert!(recv(&mut &[1u8, 0][..]).is_none());
+    }
+}

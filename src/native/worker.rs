@@ -1,0 +1,306 @@
+//! A forked worker: one per workload process. It executes the ops the orchestrator sends
+//! over its socket, measuring each with getrusage, and forks further workers on `fork`.
+//! Between ops it keeps its own memory (stack, heap, text) faulted in, so a measurement
+//! window sees only the faults the op takes on the workload's regions.
+
+use super::layout::region_layout;
+use super::proto::{recv, send, Cmd, Enc};
+use crate::workload::ast::{PLACEMENT_BASE, PLACEMENT_STRIDE};
+use crate::workload::parse::MAX_MMAP_INDEX;
+use crate::workload::{Advice, Op, Prot, Stmt};
+use std::collections::BTreeMap;
+use std::os::unix::net::UnixStream;
+
+/// What a worker inherits: the ops by id and every process's worker-side socket.
+pub struct Ctx<'w> {
+    pub leaves: Vec<&'w Stmt>,
+    pub sockets: BTreeMap<String, UnixStream>,
+}
+
+/// Runs as worker `name` until the orchestrator goes away or says `exit`; never returns.
+pub fn worker_main<'w>(ctx: &Ctx<'w>, name: &'w str) -> ! {
+    super::knobs::reset_signals_in_child();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(ctx, name)));
+    // SAFETY: _exit ends this forked process without running the orchestrator's
+    // destructors or atexit handlers, which belong to the parent.
+    unsafe { libc::_exit(if r.is_ok() { 0 } else { 101 }) }
+}
+
+fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
+    // Region name -> (address, size) of this process's live regions.
+    let mut regions: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    warm_up();
+    loop {
+        let mut sock = &ctx.sockets[name];
+        let Some(msg) = recv(&mut sock) else { return };
+        let reply = match Cmd::decode(&msg) {
+            Some(Cmd::Op(id)) => {
+                let stmt = ctx.leaves[id as usize];
+                match &stmt.op {
+                    Op::Fork { child } => {
+                        // SAFETY: the worker is single-threaded, so the child may go on
+                        // running Rust code.
+                        let pid = unsafe { libc::fork() };
+                        if pid == 0 {
+                            name = child;
+                            warm_up();
+                            continue;
+                        }
+                        warm_up();
+                        // fork takes no faults in the caller: its minflt is 0 by
+                        // definition, and what follows it is this runner's own copy-on-write.
+                        match pid {
+                            -1 => Enc::err(&format!("fork: {}", std::io::Error::last_os_error())),
+                            _ => Enc::ok_op(0, pid),
+                        }
+                    }
+                    Op::Exit => {
+                        let _ = send(&mut sock, &Enc::ok_op(0, 0));
+                        return;
+                    }
+                    op => {
+                        let addr = |r: &str| regions.get(r).copied().unwrap_or((0, 0));
+                        let before = minflt();
+                        let res = exec(op, addr);
+                        let after = minflt();
+                        match res {
+                            Ok(()) => {
+                                track(op, &mut regions);
+                                Enc::ok_op(after - before, 0)
+                            }
+                            Err(e) => Enc::err(&format!("{} failed: {e}", op.keyword())),
+                        }
+                    }
+                }
+            }
+            Some(Cmd::Layout) => layout(&regions),
+            None => Enc::err("bad command"),
+        };
+        if send(&mut sock, &reply).is_err() {
+            return;
+        }
+    }
+}
+
+/// getrusage's minor-fault count of this process.
+#[inline(always)]
+fn minflt() -> i64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: ru is a valid rusage buffer; RUSAGE_SELF cannot fail.
+    unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
+        ru.assume_init().ru_minflt
+    }
+}
+
+fn check(rc: libc::c_int) -> std::io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Performs one op. `region` gives a region's (address, size); the static checks
+/// guarantee every range lies in a live, suitably protected part of it.
+fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64)) -> std::io::Result<()> {
+    let span = |r: &str, range: Option<crate::workload::Range>| {
+        let (a, size) = region(r);
+        range.map_or((a, size), |r| (a + r.off, r.len))
+    };
+    // SAFETY (for every call below): the addresses are inside the workload's own
+    // placement slots, which hold nothing but its regions, so these calls and accesses
+    // touch no memory of this program.
+    unsafe {
+        match *op {
+            Op::Mmap {
+                size,
+                hugepage,
+                nohugepage,
+                populate,
+                ro,
+                addr,
+                ..
+            } => {
+                let prot = if ro {
+                    libc::PROT_READ
+                } else {
+                    libc::PROT_READ | libc::PROT_WRITE
+                };
+                let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+                if populate {
+                    flags |= libc::MAP_POPULATE;
+                }
+                let p = libc::mmap(addr as *mut _, size as usize, prot, flags, -1, 0);
+                if p == libc::MAP_FAILED {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if p as u64 != addr {
+                    libc::munmap(p, size as usize);
+                    return Err(std::io::Error::other(format!(
+                        "kernel placed it at {p:?}, not {addr:#x}"
+                    )));
+                }
+                match (hugepage, nohugepage) {
+                    (true, _) => check(libc::madvise(p, size as usize, libc::MADV_HUGEPAGE)),
+                    (_, true) => check(libc::madvise(p, size as usize, libc::MADV_NOHUGEPAGE)),
+                    _ => Ok(()),
+                }
+            }
+            Op::Touch {
+                ref region,
+                range,
+                write,
+                stride,
+            } => {
+                let (a, len) = span(region, range);
+                let mut p = a;
+                while p < a + len {
+                    if write {
+                        std::ptr::write_volatile(p as *mut u8, 1);
+                    } else {
+                        std::ptr::read_volatile(p as *const u8);
+                    }
+                    p += stride;
+                }
+                Ok(())
+            }
+            Op::Madvise {
+                ref region,
+                range,
+                advice,
+            } => {
+                let (a, len) = span(region, Some(range));
+                let adv = match advice {
+                    Advice::DontNeed => libc::MADV_DONTNEED,
+                    Advice::Free => libc::MADV_FREE,
+                    Advice::PageOut => libc::MADV_PAGEOUT,
+                    Advice::Cold => libc::MADV_COLD,
+                    Advice::HugePage => libc::MADV_HUGEPAGE,
+                    Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
+                    Advice::Collapse => libc::MADV_COLLAPSE,
+                };
+                let r = check(libc::madvise(a as *mut _, len as usize, adv));
+                // A collapse that cannot be done is an outcome (the layout shows it),
+                // not a failure of the run.
+                if advice == Advice::Collapse {
+                    return Ok(());
+                }
+                r
+            }
+            Op::Munmap { ref region, range } => {
+                let (a, len) = span(region, range);
+                check(libc::munmap(a as *mut _, len as usize))
+            }
+            Op::Mprotect {
+                ref region,
+                range,
+                prot,
+            } => {
+                let (a, len) = span(region, Some(range));
+                let p = match prot {
+                    Prot::None => libc::PROT_NONE,
+                    Prot::R => libc::PROT_READ,
+                    Prot::Rw => libc::PROT_READ | libc::PROT_WRITE,
+                };
+                check(libc::mprotect(a as *mut _, len as usize, p))
+            }
+            Op::Mlock { ref region, range } => {
+                let (a, len) = span(region, range);
+                check(libc::mlock(a as *const _, len as usize))
+            }
+            Op::Munlock { ref region, range } => {
+                let (a, len) = span(region, range);
+                check(libc::munlock(a as *const _, len as usize))
+            }
+            Op::Set { .. } | Op::Mark { .. } | Op::Fork { .. } | Op::Exit | Op::Repeat { .. } => {
+                unreachable!("{} is not a worker op", op.keyword())
+            }
+        }
+    }
+}
+
+/// Keeps the region table in step with a successful op.
+fn track(op: &Op, regions: &mut BTreeMap<String, (u64, u64)>) {
+    match op {
+        Op::Mmap { region, size, addr, .. } => {
+            regions.insert(region.clone(), (*addr, *size));
+        }
+        Op::Munmap { region, range: None } => {
+            regions.remove(region);
+        }
+        _ => {}
+    }
+}
+
+/// The layout of every region that still has a VMA (a region unmapped piece by piece has
+/// none, and is not live).
+fn layout(regions: &BTreeMap<String, (u64, u64)>) -> Vec<u8> {
+    let vmas = maps();
+    let mut out = Enc::ok();
+    for (name, &(addr, size)) in regions {
+        if !vmas.iter().any(|v| v.start < addr + size && addr < v.end) {
+            continue;
+        }
+        match region_layout(addr, size) {
+            Ok(runs) => out.region(name, &runs),
+            Err(e) => return Enc::err(&e.to_string()),
+        }
+    }
+    out.0
+}
+
+struct Vma {
+    start: u64,
+    end: u64,
+    perms: [u8; 4],
+    path: String,
+}
+
+fn maps() -> Vec<Vma> {
+    let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (s, e) = f.next()?.split_once('-')?;
+            let perms: [u8; 4] = f.next()?.as_bytes().try_into().ok()?;
+            let path = f.nth(3).unwrap_or("").to_string();
+            Some(Vma {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                perms,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// Faults in this process's own memory outside the workload's slots: a deep stack, then
+/// every readable mapping (writable private ones for write, so copy-on-write after a
+/// fork is broken here and not inside a measured op).
+pub fn warm_up() {
+    grow_stack();
+    let slots = PLACEMENT_BASE..PLACEMENT_BASE + (MAX_MMAP_INDEX as u64 + 1) * PLACEMENT_STRIDE;
+    for v in maps() {
+        if slots.contains(&v.start) || v.path.starts_with("[v") || v.perms[0] != b'r' {
+            continue;
+        }
+        let adv = if v.perms[1] == b'w' && v.perms[3] == b'p' {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
+        // SAFETY: populating a mapping of this process changes no contents; failures
+        // (e.g. on special mappings) only leave it as it was.
+        unsafe {
+            libc::madvise(v.start as *mut _, (v.end - v.start) as usize, adv);
+        }
+    }
+}
+
+/// Touches enough stack that no op grows it.
+#[inline(never)]
+fn grow_stack() {
+    let mut buf = [0u8; 256 << 10];
+    std::hint::black_box(&mut buf);
+}
