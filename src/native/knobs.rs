@@ -44,7 +44,7 @@ fn restore_pending() {
     for (path, value) in unsafe { &*list } {
         // SAFETY: path is NUL-terminated and value a live buffer of value.len() bytes.
         unsafe {
-            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_TRUNC | libc::O_CLOEXEC);
             if fd >= 0 {
                 libc::write(fd, value.as_ptr().cast(), value.len());
                 libc::close(fd);
@@ -142,7 +142,9 @@ impl KnobGuard {
         OWNER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
         PENDING.store(guard.list, Ordering::SeqCst);
         for (knob, value) in ThpKnobs::defaults(Granule::K4) {
-            guard.set(&knob, &value)?;
+            if guard.saved.iter().any(|(k, _)| *k == knob) {
+                guard.set(&knob, &value)?;
+            }
         }
         Ok(guard)
     }

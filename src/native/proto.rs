@@ -131,7 +131,8 @@ mod tests {
         for c in [Cmd::Op(7), Cmd::Layout] {
             assert_eq!(Cmd::decode(&c.encode()), Some(c));
         }
-        let mut d = Dec::new(&Enc::ok_op(-3, 42)).unwrap();
+        let op = Enc::ok_op(-3, 42);
+        let mut d = Dec::new(&op).unwrap();
         assert_eq!((d.u64().unwrap() as i64, d.u64().unwrap()), (-3, 42));
         assert_eq!(Dec::new(&Enc::err("boom")).err().unwrap(), "boom");
         let runs = vec![

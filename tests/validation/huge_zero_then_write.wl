@@ -1,0 +1,4 @@
+mmap buf 4M hugepage
+touch buf read
+mark write
+touch buf 0 4K write

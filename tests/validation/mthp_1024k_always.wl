@@ -1,0 +1,3 @@
+set hugepages-1024kB/enabled always
+mmap buf 8M
+touch buf

@@ -1,0 +1,3 @@
+# Default knobs: PMD inherit + top-level madvise, region hinted.
+mmap buf 8M hugepage
+touch buf

@@ -1,0 +1,2 @@
+mmap buf 1M ro
+touch buf read

@@ -1,0 +1,3 @@
+set hugepages-64kB/enabled madvise
+mmap buf 1M
+touch buf
