@@ -1,7 +1,8 @@
 //! The output object of `foliolab run` / `native` / `boot` (../shared/spec/workload.md).
 
+use serde::de::{self, Deserializer};
 use serde::ser::SerializeSeq;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
 
 /// Counter deltas by stable name.
@@ -28,6 +29,17 @@ impl Serialize for PageKind {
     }
 }
 
+impl<'de> Deserialize<'de> for PageKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Number(n) => n.as_u64().map(|o| PageKind::Order(o as u32)).ok_or_else(|| de::Error::custom("bad order")),
+            serde_json::Value::String(s) if s == "zero" => Ok(PageKind::Zero),
+            serde_json::Value::String(s) if s == "swap" => Ok(PageKind::Swap),
+            v => Err(de::Error::custom(format!("bad page kind {v}"))),
+        }
+    }
+}
+
 /// A maximal run `[first_page, n_pages, kind]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Run {
@@ -43,6 +55,13 @@ impl Serialize for Run {
         seq.serialize_element(&self.n)?;
         seq.serialize_element(&self.kind)?;
         seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Run {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (first, n, kind) = <(u64, u64, PageKind)>::deserialize(d)?;
+        Ok(Run { first, n, kind })
     }
 }
 
@@ -71,13 +90,14 @@ impl RunBuilder {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Phase {
     pub label: String,
     pub counters: Counters,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Report {
     /// "model" or "host".
     pub source: String,

@@ -22,10 +22,9 @@ pub struct Args {
 /// Runs a workload on one side; the error is reported as that side's failure.
 pub type Runner<'a> = dyn FnMut(&Workload) -> Result<Report, String> + 'a;
 
-/// The model executor. The integrator replaces this one function with a call to
-/// `crate::sim::run(w, &Variants::default())` once `sim` is on this branch.
+/// The model executor, with the default variants.
 pub fn model_runner() -> Box<Runner<'static>> {
-    Box::new(|_w: &Workload| Err("model executor not available on this branch".to_string()))
+    Box::new(|w: &Workload| crate::sim::run(w, &crate::sim::Variants::default()).map_err(|e| e.to_string()))
 }
 
 fn host_runner() -> Box<Runner<'static>> {

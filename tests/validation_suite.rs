@@ -1,0 +1,43 @@
+//! The model against the host results saved beside every workload of the validation
+//! suite (tests/validation/<name>.host.json, recorded with `foliolab native` on Linux
+//! 6.18). Per-process faults and layouts must match exactly. Workloads using ops the
+//! model does not run yet are listed as skipped, with the reason.
+
+use foliolab::cmd::validate::{compare, table};
+use foliolab::report::Report;
+use foliolab::sim::{self, SimError, Variants};
+use foliolab::workload::parse_file;
+
+#[test]
+fn the_model_agrees_with_the_saved_host_results() {
+    let mut paths: Vec<_> = std::fs::read_dir("tests/validation").unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "wl")).collect();
+    paths.sort();
+    assert!(paths.len() >= 40, "the suite has {} workloads", paths.len());
+    let (mut agree, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+    for p in &paths {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let w = parse_file(p.to_str().unwrap()).unwrap();
+        let model = match sim::run(&w, &Variants::default()) {
+            Ok(r) => r,
+            Err(e @ SimError::Unsupported { .. }) => {
+                skipped.push(format!("{name}: {e}"));
+                continue;
+            }
+            Err(e) => {
+                failed.push(format!("{name}: model failed: {e}"));
+                continue;
+            }
+        };
+        let host: Report = serde_json::from_str(&std::fs::read_to_string(p.with_extension("host.json")).unwrap()).unwrap();
+        let c = compare(&model, &host);
+        let exact_ok = c.layout_mismatches.is_empty() && c.rows.iter().filter(|r| r.counter.starts_with("proc.")).all(|r| r.ok);
+        if exact_ok {
+            agree.push(name);
+        } else {
+            failed.push(format!("{name}:\n{}", table(&c)));
+        }
+    }
+    println!("agree ({}): {}", agree.len(), agree.join(" "));
+    println!("skipped ({}):\n  {}", skipped.len(), skipped.join("\n  "));
+    assert!(failed.is_empty(), "{} disagree:\n{}", failed.len(), failed.join("\n"));
+}
