@@ -10,11 +10,25 @@ pub enum Violation {
     /// contiguous bit, block size, memory type, shareability or nG) without first being
     /// invalidated and its TLB entries removed.
     #[error("break-before-make violated at {va:?} level {level}: {old:?} -> {new:?}")]
-    BreakBeforeMake { va: VirtAddr, level: u8, old: Desc, new: Desc },
+    BreakBeforeMake {
+        va: VirtAddr,
+        level: u8,
+        old: Desc,
+        new: Desc,
+    },
     /// Two TLB entries of one CPU match one VA (the TLB-conflict condition).
     #[error("TLB conflict on cpu {cpu} at {va:?} (asid {asid:?})")]
-    TlbConflict { cpu: usize, va: VirtAddr, asid: Option<Asid> },
+    TlbConflict {
+        cpu: usize,
+        va: VirtAddr,
+        asid: Option<Asid>,
+    },
     /// A TLB entry still translates to a frame that was freed.
     #[error("stale translation: cpu {cpu} maps freed frame {pfn:?} at {va:?} (asid {asid:?})")]
-    StaleTranslation { cpu: usize, va: VirtAddr, asid: Option<Asid>, pfn: Pfn },
+    StaleTranslation {
+        cpu: usize,
+        va: VirtAddr,
+        asid: Option<Asid>,
+        pfn: Pfn,
+    },
 }

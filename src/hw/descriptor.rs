@@ -12,7 +12,7 @@
 //! PTE_WRITE is the DBM bit (51). When !VALID, nG doubles as PTE_PRESENT_INVALID (PROT_NONE).
 //! All raw bit handling lives in this file.
 
-use super::addr::{Granule, PhysAddr, Pfn, PTE_LEVEL};
+use super::addr::{Granule, Pfn, PhysAddr, PTE_LEVEL};
 use bitflags::bitflags;
 
 bitflags! {
@@ -226,7 +226,10 @@ mod tests {
     fn with_oa_keeps_attributes() {
         let d = Desc::page(PhysAddr(0x1000), Attr::AF | Attr::CONT | Attr::UXN);
         let e = d.with_oa(PhysAddr(0x7_0000_0000));
-        assert_eq!(e.attrs() - Attr::from_bits_retain(OA_MASK), d.attrs() - Attr::from_bits_retain(OA_MASK));
+        assert_eq!(
+            e.attrs() - Attr::from_bits_retain(OA_MASK),
+            d.attrs() - Attr::from_bits_retain(OA_MASK)
+        );
         assert_eq!(e.oa(), PhysAddr(0x7_0000_0000));
     }
 }

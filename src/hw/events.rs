@@ -79,7 +79,9 @@ pub struct Events {
 
 impl Default for Events {
     fn default() -> Self {
-        Events { counts: [0; Event::COUNT] }
+        Events {
+            counts: [0; Event::COUNT],
+        }
     }
 }
 
@@ -112,7 +114,10 @@ impl Events {
     }
     /// Non-zero events with their names, in declaration order.
     pub fn iter_nonzero(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        Event::ALL.iter().filter(|e| self.get(**e) != 0).map(|e| (e.name(), self.get(*e)))
+        Event::ALL
+            .iter()
+            .filter(|e| self.get(**e) != 0)
+            .map(|e| (e.name(), self.get(*e)))
     }
 }
 

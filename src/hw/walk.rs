@@ -46,7 +46,9 @@ pub fn walk(mem: &PhysMem, ev: &mut Events, root: PhysAddr, va: VirtAddr) -> Res
         ev.inc(Event::WalkSteps);
         match desc.kind(level, g) {
             DescKind::Table(next) if level < PTE_LEVEL => {
-                table = mem.table_id_of(next).expect("table descriptor points at a frame with no table");
+                table = mem
+                    .table_id_of(next)
+                    .expect("table descriptor points at a frame with no table");
                 level += 1;
             }
             DescKind::Block(base) | DescKind::Page(base) => {
@@ -57,7 +59,14 @@ pub fn walk(mem: &PhysMem, ev: &mut Events, root: PhysAddr, va: VirtAddr) -> Res
                     leaf_shift
                 };
                 let off = va.0 & ((1u64 << leaf_shift) - 1);
-                return Ok(Translation { pa: PhysAddr(base.0 + off), level, span_shift, desc, table, index });
+                return Ok(Translation {
+                    pa: PhysAddr(base.0 + off),
+                    level,
+                    span_shift,
+                    desc,
+                    table,
+                    index,
+                });
             }
             _ => {
                 ev.inc(Event::WalkFault);
@@ -119,7 +128,13 @@ mod tests {
             let t = walk(&mem, &mut ev, root, VirtAddr(va + 3 * g.page_size())).unwrap();
             assert_eq!(t.span_shift, g.page_shift() + n.trailing_zeros());
             assert_eq!(1u64 << t.span_shift, g.cont_pte_size());
-            assert_eq!(n, [16, 128, 32][[Granule::K4, Granule::K16, Granule::K64].iter().position(|x| *x == g).unwrap()]);
+            assert_eq!(
+                n,
+                [16, 128, 32][[Granule::K4, Granule::K16, Granule::K64]
+                    .iter()
+                    .position(|x| *x == g)
+                    .unwrap()]
+            );
         }
     }
 
@@ -130,7 +145,10 @@ mod tests {
         let (mem, root, _) = chain(g, va);
         let mut ev = Events::default();
         assert_eq!(walk(&mem, &mut ev, root, VirtAddr(va)), Err(WalkFault { level: 3 }));
-        assert_eq!(walk(&mem, &mut ev, root, VirtAddr(0x2000_0000_0000)), Err(WalkFault { level: 0 }));
+        assert_eq!(
+            walk(&mem, &mut ev, root, VirtAddr(0x2000_0000_0000)),
+            Err(WalkFault { level: 0 })
+        );
         assert_eq!(ev.get(Event::WalkFault), 2);
     }
 
