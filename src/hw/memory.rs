@@ -9,7 +9,7 @@
 //!          (lazily allocated)                  (0: no storage)     (one table page)
 //! ```
 
-use super::addr::{Granule, PhysAddr, Pfn};
+use super::addr::{Granule, Pfn, PhysAddr};
 use super::descriptor::Desc;
 
 const SECTION_SHIFT: u32 = 15;
@@ -18,6 +18,14 @@ const SECTION_PFNS: usize = 1 << SECTION_SHIFT;
 /// A handle to the storage of one table frame; valid until the frame's storage is released.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TableId(u32);
+
+impl TableId {
+    /// The storage slot number: dense and small, for use as a map key.
+    #[inline]
+    pub const fn slot(self) -> u32 {
+        self.0
+    }
+}
 
 pub struct PhysMem {
     granule: Granule,
@@ -68,7 +76,8 @@ impl PhysMem {
                 slot
             }
             None => {
-                self.frames.push(vec![0u64; self.granule.ptrs_per_table()].into_boxed_slice());
+                self.frames
+                    .push(vec![0u64; self.granule.ptrs_per_table()].into_boxed_slice());
                 self.frame_pfn.push(pfn);
                 (self.frames.len() - 1) as u32
             }

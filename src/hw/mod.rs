@@ -6,10 +6,11 @@ pub mod descriptor;
 pub mod events;
 pub mod machine;
 pub mod memory;
+pub mod residency;
 pub mod tlb;
 pub mod walk;
 
-pub use addr::{Asid, Granule, PhysAddr, Pfn, VirtAddr};
+pub use addr::{Asid, Granule, Pfn, PhysAddr, VirtAddr};
 pub use descriptor::{Attr, Desc, DescKind};
 pub use events::{Event, Events};
 pub use machine::{Features, Machine, MachineConfig, Tlbi};
