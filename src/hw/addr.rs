@@ -150,11 +150,7 @@ impl Granule {
     }
     /// Whether a block descriptor is allowed at `level` (48-bit OA, no LPA2).
     pub const fn block_allowed_at(self, level: u8) -> bool {
-        match (self, level) {
-            (_, 2) => true,
-            (Granule::K4, 1) => true,
-            _ => false,
-        }
+        matches!((self, level), (_, 2) | (Granule::K4, 1))
     }
     /// log2 of every VA span a leaf TLB entry can cover, ascending: for each level that
     /// may hold a leaf, its page or block, then a contiguous run of them where allowed

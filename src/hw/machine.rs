@@ -575,7 +575,8 @@ mod tests {
         ]
         .into();
         let (va, base) = (VirtAddr, VirtAddr);
-        let cases: Vec<(Tlbi, Vec<(Option<Asid>, u64)>)> = vec![
+        type Removed = Vec<(Option<Asid>, u64)>;
+        let cases: Vec<(Tlbi, Removed)> = vec![
             (Tlbi::Vae1is { asid: 1, va: va(A) }, vec![(Some(1), A)]),
             (
                 Tlbi::Vale1is {
@@ -943,23 +944,23 @@ mod tests {
         r.set(A, 3, upage(0x8000_0000, Attr::empty()));
         r.read(1, A).unwrap();
         r.set(A, 3, Desc::ZERO);
-        r.m.frames_freed(Pfn(0x8000_0), 1);
+        r.m.frames_freed(Pfn(0x80000), 1);
         let expect = Violation::StaleTranslation {
             cpu: 1,
             va: VirtAddr(A),
             asid: Some(1),
-            pfn: Pfn(0x8000_0),
+            pfn: Pfn(0x80000),
         };
-        assert_eq!(r.m.take_violations(), [expect.clone()]);
+        assert_eq!(r.m.take_violations(), std::slice::from_ref(&expect));
         // A pending invalidation does not help: only the DSB removes the entry.
         r.m.tlbi(Tlbi::Vale1is {
             asid: 1,
             va: VirtAddr(A),
         });
-        r.m.frames_freed(Pfn(0x8000_0), 1);
+        r.m.frames_freed(Pfn(0x80000), 1);
         assert_eq!(r.m.take_violations(), [expect]);
         r.m.dsb_ish();
-        r.m.frames_freed(Pfn(0x8000_0), 1);
+        r.m.frames_freed(Pfn(0x80000), 1);
         assert!(r.m.violations.is_empty());
     }
 
@@ -968,8 +969,8 @@ mod tests {
         let mut r = Rig::with(|_| {});
         r.set_cont(C, 0x9000_0000, Attr::empty());
         r.read(0, C).unwrap();
-        r.m.frames_freed(Pfn(0x9000_0 + 15), 1);
-        r.m.frames_freed(Pfn(0x9000_0 + 16), 100);
+        r.m.frames_freed(Pfn(0x90000 + 15), 1);
+        r.m.frames_freed(Pfn(0x90000 + 16), 100);
         let expect = Violation::StaleTranslation {
             cpu: 0,
             va: VirtAddr(C + 0xf000),
@@ -988,10 +989,10 @@ mod tests {
         r.m.set_checks(false);
         r.set(A, 3, upage(0x8000_0000, Attr::empty()));
         r.read(0, A).unwrap();
-        r.m.frames_freed(Pfn(0x8000_0), 1);
+        r.m.frames_freed(Pfn(0x80000), 1);
         assert!(r.m.violations.is_empty(), "checks off");
         r.m.checks = true;
-        r.m.frames_freed(Pfn(0x8000_0), 1);
+        r.m.frames_freed(Pfn(0x80000), 1);
         assert_eq!(r.m.violations.len(), 1);
     }
 }

@@ -155,3 +155,117 @@ const PA_CHUNK_MASK: u64 = (1 << 56) - 1;
 fn pa_key(shift: u32, chunk: u64) -> u64 {
     ((shift as u64) << 56) | chunk
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::addr::{Asid, Pfn};
+    use crate::hw::memory::PhysMem;
+    use crate::hw::tlb::{Tlb, TlbConfig, TlbiScope};
+
+    /// A small xorshift generator: deterministic without a dependency.
+    fn rng(seed: &mut u64) -> u64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    }
+
+    #[test]
+    fn the_index_agrees_with_a_scan_through_fills_evictions_and_invalidations() {
+        let g = Granule::K4;
+        let mut mem = PhysMem::new(g, 1 << 30);
+        let tables: Vec<TableId> = (0..4).map(|p| mem.materialize_table(Pfn(p))).collect();
+        let cfg = TlbConfig {
+            l1_entries: 4,
+            l2_sets: 8,
+            l2_ways: 2,
+        };
+        let mut tlbs = [Tlb::new(cfg, g), Tlb::new(cfg, g)];
+        let mut res = Residency::new(g);
+        res.enable(std::iter::empty());
+        let mut seed = 0x9e37_79b9u64;
+        for step in 0..4000 {
+            let r = rng(&mut seed);
+            let tlb = &mut tlbs[(r & 1) as usize];
+            let page = (r >> 8) % 64;
+            let asid = ((r >> 16) % 2) as Asid;
+            match (r >> 4) % 8 {
+                0..=3 => {
+                    let cont = (r >> 20).is_multiple_of(4);
+                    let span_shift = if cont { 16 } else { 12 };
+                    let va = (page << 12) & !((1u64 << span_shift) - 1);
+                    if tlb.lookup(asid, va, &mut res).is_none() {
+                        let index = ((va >> 12) % 512) as u32;
+                        let table = tables[((r >> 24) % 4) as usize];
+                        let pa = (va + (1 << 20)) ^ (((r >> 28) % 2) << 16);
+                        let e = crate::hw::tlb::TlbEntry {
+                            asid: Some(asid),
+                            va,
+                            span_shift,
+                            pa,
+                            level: 3,
+                            writable: true,
+                            pending: false,
+                            table,
+                            index,
+                        };
+                        tlb.fill(e, &mut res);
+                    }
+                }
+                4 => {
+                    tlb.invalidate(&TlbiScope::Va {
+                        asid: Some(asid),
+                        first: page << 12,
+                        last: (page << 12) + 0x1fff,
+                    });
+                }
+                5 => tlb.complete_pending(&mut res),
+                6 => tlb.drop_entry(asid, page << 12, &mut res),
+                _ => {
+                    tlb.lookup(asid, page << 12, &mut res);
+                }
+            }
+            for pfn in 0x100..0x150u64 {
+                let scan = tlbs
+                    .iter()
+                    .flat_map(|t| t.iter())
+                    .any(|e| e.maps_pa(pfn << 12, 1 << 12));
+                assert_eq!(res.maps_frames(pfn << 12, 1 << 12), scan, "step {step} pfn {pfn:#x}");
+            }
+            for e in tlbs.iter().flat_map(|t| t.iter()) {
+                assert!(
+                    res.may_hold_from(e.table, e.index as usize, e.level),
+                    "step {step}: {e:?}"
+                );
+            }
+        }
+        assert!(res.maps_frames(0, 1 << 30) == tlbs.iter().any(|t| !t.is_empty()));
+    }
+
+    #[test]
+    fn a_disabled_index_holds_nothing() {
+        let g = Granule::K4;
+        let table = PhysMem::new(g, 1 << 30).materialize_table(Pfn(1));
+        let mut tlb = Tlb::new(TlbConfig::default(), g);
+        let mut res = Residency::new(g);
+        let e = crate::hw::tlb::TlbEntry {
+            asid: None,
+            va: 0,
+            span_shift: 12,
+            pa: 0x5000,
+            level: 3,
+            writable: true,
+            pending: false,
+            table,
+            index: 0,
+        };
+        tlb.fill(e, &mut res);
+        assert!(!res.maps_frames(0x5000, 0x1000));
+        res.enable(tlb.iter());
+        assert!(res.maps_frames(0x5000, 0x1000));
+        assert!(res.may_hold_from(table, 0, 3));
+        res.disable();
+        assert!(!res.maps_frames(0x5000, 0x1000));
+    }
+}
