@@ -150,11 +150,21 @@ impl Granule {
     }
     /// Whether a block descriptor is allowed at `level` (48-bit OA, no LPA2).
     pub const fn block_allowed_at(self, level: u8) -> bool {
-        match (self, level) {
-            (_, 2) => true,
-            (Granule::K4, 1) => true,
-            _ => false,
-        }
+        matches!((self, level), (_, 2) | (Granule::K4, 1))
+    }
+    /// log2 of every VA span a leaf TLB entry can cover, ascending: for each level that
+    /// may hold a leaf, its page or block, then a contiguous run of them where allowed
+    /// (4K: 4K, 64K, 2M, 32M, 1G; 16K: 16K, 2M, 32M, 1G; 64K: 64K, 2M, 512M, 16G).
+    pub fn leaf_span_shifts(self) -> Vec<u32> {
+        (self.start_level()..=PTE_LEVEL)
+            .rev()
+            .filter(|&l| l == PTE_LEVEL || self.block_allowed_at(l))
+            .flat_map(|l| {
+                let shift = self.level_shift(l);
+                let cont = self.cont_entries_at(l).trailing_zeros();
+                std::iter::once(shift).chain((cont > 0).then_some(shift + cont))
+            })
+            .collect()
     }
     /// PMD_ORDER: order of a folio that a PMD maps.
     pub const fn pmd_order(self) -> u32 {
@@ -221,5 +231,12 @@ mod tests {
         assert_eq!(Granule::K4.pmd_order(), 9);
         assert_eq!(Granule::K16.pmd_order(), 11);
         assert_eq!(Granule::K64.pmd_order(), 13);
+    }
+
+    #[test]
+    fn leaf_spans_per_granule() {
+        assert_eq!(Granule::K4.leaf_span_shifts(), [12, 16, 21, 25, 30]);
+        assert_eq!(Granule::K16.leaf_span_shifts(), [14, 21, 25, 30]);
+        assert_eq!(Granule::K64.leaf_span_shifts(), [16, 21, 29, 34]);
     }
 }

@@ -8,7 +8,9 @@ use super::descriptor::Desc;
 pub enum Violation {
     /// A live descriptor changed in a way that needs break-before-make (output address,
     /// contiguous bit, block size, memory type, shareability or nG) without first being
-    /// invalidated and its TLB entries removed.
+    /// invalidated and its TLB entries removed; or an invalid descriptor was made valid
+    /// with another output address or span while some TLB (pending TLBI or not) still
+    /// holds the translation it had. `old` is the descriptor in memory at the write.
     #[error("break-before-make violated at {va:?} level {level}: {old:?} -> {new:?}")]
     BreakBeforeMake {
         va: VirtAddr,
@@ -16,7 +18,9 @@ pub enum Violation {
         old: Desc,
         new: Desc,
     },
-    /// Two TLB entries of one CPU match one VA (the TLB-conflict condition).
+    /// Two TLB entries of one CPU match one VA (the TLB-conflict condition). With
+    /// BBML2_NOABORT, overlapping entries that agree on the output address are allowed.
+    /// `va` and `asid` are those of the entry being filled.
     #[error("TLB conflict on cpu {cpu} at {va:?} (asid {asid:?})")]
     TlbConflict {
         cpu: usize,

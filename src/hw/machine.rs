@@ -4,10 +4,11 @@
 
 use super::addr::{Asid, Granule, Pfn, PhysAddr, VirtAddr};
 use super::check::Violation;
-use super::descriptor::{Attr, Desc};
+use super::descriptor::{Attr, Desc, DescKind};
 use super::events::{Event, Events};
 use super::memory::{PhysMem, TableId};
-use super::tlb::{Tlb, TlbConfig, TlbEntry, TlbHit};
+use super::residency::Residency;
+use super::tlb::{Tlb, TlbConfig, TlbEntry, TlbHit, TlbiScope};
 use super::walk::{walk, Translation, WalkFault};
 
 /// Optional architecture features of a machine.
@@ -136,10 +137,12 @@ pub struct Machine {
     pub cpus: Vec<Cpu>,
     /// TTBR1_EL1: the kernel's table root.
     pub ttbr1: Option<PhysAddr>,
-    /// Whether the architectural checkers run.
+    /// Whether the architectural checkers run (see `set_checks`).
     pub checks: bool,
     /// Violations detected so far, in order.
     pub violations: Vec<Violation>,
+    /// Reverse index over every CPU's TLB, kept while `checks` is on.
+    res: Residency,
 }
 
 impl Machine {
@@ -149,13 +152,14 @@ impl Machine {
             ev: Events::default(),
             cpus: (0..cfg.ncpus)
                 .map(|_| Cpu {
-                    tlb: Tlb::new(cfg.tlb),
+                    tlb: Tlb::new(cfg.tlb, cfg.granule),
                     ttbr0: None,
                 })
                 .collect(),
             ttbr1: None,
             checks: false,
             violations: Vec::new(),
+            res: Residency::new(cfg.granule),
             cfg,
         }
     }
@@ -165,16 +169,83 @@ impl Machine {
         self.cfg.granule
     }
 
+    /// Turn the architectural checkers on or off. Setting the `checks` field directly
+    /// works too; the reverse index catches up at the next TLB operation.
+    pub fn set_checks(&mut self, on: bool) {
+        self.checks = on;
+        self.sync_checks();
+    }
+
+    /// The violations recorded so far, leaving none behind.
+    pub fn take_violations(&mut self) -> Vec<Violation> {
+        std::mem::take(&mut self.violations)
+    }
+
+    /// Bring the reverse index in step with `checks`.
+    #[inline]
+    fn sync_checks(&mut self) {
+        if self.checks != self.res.enabled() {
+            if self.checks {
+                self.res.enable(self.cpus.iter().flat_map(|c| c.tlb.iter()));
+            } else {
+                self.res.disable();
+            }
+        }
+    }
+
     /// Write a descriptor at `level` that maps `va`, checking break-before-make.
     #[inline]
     pub fn write_desc(&mut self, table: TableId, index: usize, level: u8, va: VirtAddr, new: Desc) {
         if self.checks {
-            let old = self.mem.read(table, index);
-            if needs_bbm(old, new, self.cfg.features.bbml2) {
-                self.violations.push(Violation::BreakBeforeMake { va, level, old, new });
-            }
+            self.check_bbm(table, index, level, va, new);
         }
         self.mem.write(table, index, new);
+    }
+
+    /// Break-before-make: a live descriptor may not change what it translates to, and
+    /// an invalid one may not be made to translate differently from what a TLB still
+    /// holds for it (pending or not: only a completed TLBI removes the old translation).
+    fn check_bbm(&mut self, table: TableId, index: usize, level: u8, va: VirtAddr, new: Desc) {
+        let old = self.mem.read(table, index);
+        let bbml2 = self.cfg.features.bbml2;
+        let broken = if old.is_valid() {
+            needs_bbm(old, new, bbml2)
+        } else if new.is_valid() {
+            self.sync_checks();
+            self.res.may_hold_from(table, index, level) && self.stale_entry_differs(table, index, level, va, new)
+        } else {
+            false
+        };
+        if broken {
+            self.violations.push(Violation::BreakBeforeMake { va, level, old, new });
+        }
+    }
+
+    /// Whether some CPU holds an entry filled from this descriptor that translates `va`
+    /// differently from `new`: another output address, or (without BBML2) another span.
+    fn stale_entry_differs(&self, table: TableId, index: usize, level: u8, va: VirtAddr, new: Desc) -> bool {
+        let (g, bbml2) = (self.cfg.granule, self.cfg.features.bbml2);
+        let leaf_shift = g.level_shift(level);
+        let leaf_va = va.0 & !((1u64 << leaf_shift) - 1);
+        // A table descriptor has no span of its own: it splits whatever was cached.
+        let new_span = match new.kind(level, g) {
+            DescKind::Page(_) | DescKind::Block(_) => Some(
+                leaf_shift
+                    + if new.has(Attr::CONT) {
+                        g.cont_entries_at(level).trailing_zeros()
+                    } else {
+                        0
+                    },
+            ),
+            _ => None,
+        };
+        self.cpus.iter().flat_map(|c| c.tlb.covering(leaf_va)).any(|e| {
+            e.filled_from(table, index, leaf_shift)
+                && match new_span {
+                    Some(span) => e.translate(leaf_va) != new.oa().0 || (!bbml2 && span != e.span_shift),
+                    None => !bbml2,
+                }
+        })
     }
 
     /// Point `cpu`'s TTBR0 at a user table root.
@@ -187,8 +258,9 @@ impl Machine {
     /// DSB ISH: completes every TLBI issued so far on every CPU.
     pub fn dsb_ish(&mut self) {
         self.ev.inc(Event::DsbIsh);
+        self.sync_checks();
         for c in &mut self.cpus {
-            c.tlb.complete_pending();
+            c.tlb.complete_pending(&mut self.res);
         }
     }
     /// DSB ISHST: orders prior table writes before later TLBIs and walks.
@@ -201,45 +273,35 @@ impl Machine {
 
     // ---- TLB maintenance ---------------------------------------------------
 
-    /// Issue one TLBI, broadcast to every CPU's TLB (the IS forms).
+    /// Issue one TLBI, broadcast to every CPU's TLB (the IS forms). The entries it
+    /// matches stay usable until the next DSB ISH.
     pub fn tlbi(&mut self, op: Tlbi) {
-        let ev = match op {
-            Tlbi::Vae1is { .. } => Event::TlbiVae1is,
-            Tlbi::Vale1is { .. } => Event::TlbiVale1is,
-            Tlbi::Vaae1is { .. } => Event::TlbiVaae1is,
-            Tlbi::Vaale1is { .. } => Event::TlbiVaale1is,
-            Tlbi::Aside1is { .. } => Event::TlbiAside1is,
-            Tlbi::Vmalle1is => Event::TlbiVmalle1is,
-            Tlbi::Rvae1is { .. } => Event::TlbiRvae1is,
-            Tlbi::Rvale1is { .. } => Event::TlbiRvale1is,
-            Tlbi::Rvaae1is { .. } => Event::TlbiRvaae1is,
-            Tlbi::Rvaale1is { .. } => Event::TlbiRvaale1is,
+        let ps = self.cfg.granule.page_shift();
+        let va = |asid: Option<Asid>, va: VirtAddr| TlbiScope::Va {
+            asid,
+            first: va.0,
+            last: va.0,
+        };
+        let range = |asid: Option<Asid>, base: VirtAddr, scale: u8, num: u8| {
+            let first = base.0 & !((1u64 << ps) - 1);
+            let last = first.saturating_add((tlbi_range_pages(scale, num) << ps) - 1);
+            TlbiScope::Va { asid, first, last }
+        };
+        let (ev, scope) = match op {
+            Tlbi::Vae1is { asid, va: v } => (Event::TlbiVae1is, va(Some(asid), v)),
+            Tlbi::Vale1is { asid, va: v } => (Event::TlbiVale1is, va(Some(asid), v)),
+            Tlbi::Vaae1is { va: v } => (Event::TlbiVaae1is, va(None, v)),
+            Tlbi::Vaale1is { va: v } => (Event::TlbiVaale1is, va(None, v)),
+            Tlbi::Aside1is { asid } => (Event::TlbiAside1is, TlbiScope::Asid(asid)),
+            Tlbi::Vmalle1is => (Event::TlbiVmalle1is, TlbiScope::All),
+            Tlbi::Rvae1is { asid, base, scale, num } => (Event::TlbiRvae1is, range(Some(asid), base, scale, num)),
+            Tlbi::Rvale1is { asid, base, scale, num } => (Event::TlbiRvale1is, range(Some(asid), base, scale, num)),
+            Tlbi::Rvaae1is { base, scale, num } => (Event::TlbiRvaae1is, range(None, base, scale, num)),
+            Tlbi::Rvaale1is { base, scale, num } => (Event::TlbiRvaale1is, range(None, base, scale, num)),
         };
         self.ev.inc(ev);
         self.ev.inc(Event::TlbiTotal);
-        let ps = self.cfg.granule.page_shift();
-        let range = |base: VirtAddr, scale: u8, num: u8| (base.0, base.0 + (tlbi_range_pages(scale, num) << ps));
-        let pred: Box<dyn Fn(&TlbEntry) -> bool> = match op {
-            // Only leaf entries are cached, so the last-level forms remove the same entries.
-            Tlbi::Vae1is { asid, va } | Tlbi::Vale1is { asid, va } => {
-                Box::new(move |e| e.asid == Some(asid) && e.covers(va.0))
-            }
-            Tlbi::Vaae1is { va } | Tlbi::Vaale1is { va } => Box::new(move |e| e.covers(va.0)),
-            Tlbi::Aside1is { asid } => Box::new(move |e| e.asid == Some(asid)),
-            Tlbi::Vmalle1is => Box::new(|_| true),
-            Tlbi::Rvae1is { asid, base, scale, num } | Tlbi::Rvale1is { asid, base, scale, num } => {
-                let (s, e) = range(base, scale, num);
-                Box::new(move |x| x.asid == Some(asid) && x.overlaps(s, e))
-            }
-            Tlbi::Rvaae1is { base, scale, num } | Tlbi::Rvaale1is { base, scale, num } => {
-                let (s, e) = range(base, scale, num);
-                Box::new(move |x| x.overlaps(s, e))
-            }
-        };
-        let mut n = 0;
-        for c in &mut self.cpus {
-            n += c.tlb.mark_pending(&pred);
-        }
+        let n: u64 = self.cpus.iter_mut().map(|c| c.tlb.invalidate(&scope)).sum();
         self.ev.add(Event::TlbInvalidated, n);
     }
 
@@ -249,7 +311,8 @@ impl Machine {
     /// hardware AF/dirty update, then a TLB fill. Faults go to the kernel.
     pub fn access(&mut self, cpu: usize, va: VirtAddr, write: bool) -> Result<PhysAddr, AccessFault> {
         let (root, asid) = self.cpus[cpu].ttbr0.expect("no user address space on this cpu");
-        if let Some((e, hit)) = self.cpus[cpu].tlb.lookup(asid, va.0) {
+        self.sync_checks();
+        if let Some((e, hit)) = self.cpus[cpu].tlb.lookup(asid, va.0, &mut self.res) {
             if !write || e.writable {
                 self.ev.inc(Event::TlbHit);
                 self.ev.inc(if hit == TlbHit::L1 {
@@ -257,26 +320,32 @@ impl Machine {
                 } else {
                     Event::TlbHitL2
                 });
-                return Ok(PhysAddr(e.pa + (va.0 & ((1u64 << e.span_shift) - 1))));
+                return Ok(PhysAddr(e.translate(va.0)));
             }
             // A write through a read-only entry re-walks: hardware dirty update or a fault.
-            self.cpus[cpu].tlb.drop_entry(asid, va.0);
+            self.cpus[cpu].tlb.drop_entry(asid, va.0, &mut self.res);
         }
         self.ev.inc(Event::TlbMiss);
         let t = walk(&self.mem, &mut self.ev, root, va)
             .map_err(|WalkFault { level }| AccessFault::Translation { level })?;
-        let d = self.hw_update(&t, write)?;
-        if !d.has(Attr::USER) {
+        // Permission faults take priority: hardware updates AF and dirty state only for
+        // an access that completes.
+        if !t.desc.has(Attr::USER) {
             return Err(AccessFault::Permission { level: t.level });
         }
+        let d = self.hw_update(&t, write)?;
+        let span_mask = (1u64 << t.span_shift) - 1;
+        let descs_per_span = 1usize << (t.span_shift - self.cfg.granule.level_shift(t.level));
         let entry = TlbEntry {
             asid: if d.has(Attr::NG) { Some(asid) } else { None },
-            va: va.0 & !((1u64 << t.span_shift) - 1),
+            va: va.0 & !span_mask,
             span_shift: t.span_shift,
-            pa: (t.pa.0 - (va.0 & ((1u64 << t.span_shift) - 1))),
+            pa: t.pa.0 - (va.0 & span_mask),
             level: t.level,
             writable: !d.has(Attr::RDONLY),
             pending: false,
+            table: t.table,
+            index: (t.index & !(descs_per_span - 1)) as u32,
         };
         self.fill(cpu, entry);
         Ok(t.pa)
@@ -308,25 +377,38 @@ impl Machine {
         if e.span_shift > self.cfg.granule.page_shift() && e.level == 3 {
             self.ev.inc(Event::TlbFillCont);
         }
-        let (conflicts, evicted) = self.cpus[cpu].tlb.fill(e);
-        self.ev.add(Event::TlbEvict, evicted as u64);
-        if self.checks && !conflicts.is_empty() {
-            self.violations.push(Violation::TlbConflict {
-                cpu,
-                va: VirtAddr(e.va),
-                asid: e.asid,
-            });
+        if self.checks {
+            // BBML2_NOABORT: overlapping entries that agree on the output address do not abort.
+            let bbml2 = self.cfg.features.bbml2;
+            let tlb = &self.cpus[cpu].tlb;
+            if tlb
+                .overlapping(&e)
+                .any(|o| !(bbml2 && o.translate(e.va.max(o.va)) == e.translate(e.va.max(o.va))))
+            {
+                self.violations.push(Violation::TlbConflict {
+                    cpu,
+                    va: VirtAddr(e.va),
+                    asid: e.asid,
+                });
+            }
+        }
+        if self.cpus[cpu].tlb.fill(e, &mut self.res) {
+            self.ev.inc(Event::TlbEvict);
         }
     }
 
     /// Hook: the kernel freed `nr` frames from `pfn`. Any TLB entry, pending or not,
     /// that still maps them is a stale translation.
     pub fn frames_freed(&mut self, pfn: Pfn, nr: u64) {
-        if !self.checks {
+        if !self.checks || nr == 0 {
             return;
         }
+        self.sync_checks();
         let ps = self.cfg.granule.page_shift();
         let (pa, len) = (pfn.0 << ps, nr << ps);
+        if !self.res.maps_frames(pa, len) {
+            return;
+        }
         for (i, c) in self.cpus.iter().enumerate() {
             if let Some(e) = c.tlb.iter().find(|e| e.maps_pa(pa, len)) {
                 let off = pa.max(e.pa) - e.pa;
@@ -344,8 +426,13 @@ impl Machine {
 /// Whether changing a live descriptor from `old` to `new` requires break-before-make.
 /// Permission, AF, DBM and software bits may change in place; the output address,
 /// the contiguous bit (unless BBML2), memory type, shareability and nG may not.
+/// With BBML2 a block may also be split into a table in place (6.18 splits the linear
+/// map that way); that the table maps the same memory is the writer's business.
 pub fn needs_bbm(old: Desc, new: Desc, bbml2: bool) -> bool {
     if !old.is_valid() || !new.is_valid() {
+        return false;
+    }
+    if bbml2 && !old.has(Attr::TABLE_OR_PAGE) && new.has(Attr::TABLE_OR_PAGE) {
         return false;
     }
     let mut strict =
@@ -354,4 +441,558 @@ pub fn needs_bbm(old: Desc, new: Desc, bbml2: bool) -> bool {
         strict |= Attr::CONT;
     }
     old.oa() != new.oa() || (old.attrs() & strict) != (new.attrs() & strict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// A machine with checks on, one table tree shared by every CPU, and a bump
+    /// allocator for table frames (data frames need no storage).
+    struct Rig {
+        m: Machine,
+        root: PhysAddr,
+        next_pfn: u64,
+    }
+
+    const A: u64 = 0x1000_0000;
+    const B: u64 = A + 0x1000;
+    const G: u64 = A + 0x2000;
+    const C: u64 = 0x1001_0000;
+
+    /// A user page descriptor tagged with the ASID.
+    fn upage(pa: u64, extra: Attr) -> Desc {
+        Desc::page(PhysAddr(pa), Attr::USER | Attr::AF | Attr::NG | extra)
+    }
+
+    impl Rig {
+        fn new(cfg: MachineConfig) -> Rig {
+            let mut m = Machine::new(cfg);
+            m.set_checks(true);
+            m.mem.materialize_table(Pfn(1));
+            let root = Pfn(1).to_phys(cfg.granule);
+            for cpu in 0..cfg.ncpus {
+                m.switch_mm(cpu, root, 1);
+            }
+            Rig { m, root, next_pfn: 2 }
+        }
+
+        fn with(f: impl FnOnce(&mut MachineConfig)) -> Rig {
+            let mut cfg = MachineConfig {
+                ncpus: 2,
+                ..MachineConfig::default()
+            };
+            f(&mut cfg);
+            Rig::new(cfg)
+        }
+
+        /// The level-`level` table on the walk for `va`, creating missing tables.
+        fn table(&mut self, va: u64, level: u8) -> TableId {
+            let g = self.m.granule();
+            let mut t = self.m.mem.table_id_of(self.root).unwrap();
+            for l in g.start_level()..level {
+                let d = self.m.mem.read(t, g.index(va, l));
+                t = match self.m.mem.table_id_of(d.oa()).filter(|_| d.is_valid()) {
+                    Some(next) => next,
+                    None => {
+                        let pfn = Pfn(self.next_pfn);
+                        self.next_pfn += 1;
+                        let next = self.m.mem.materialize_table(pfn);
+                        self.m.mem.write(t, g.index(va, l), Desc::table(pfn.to_phys(g)));
+                        next
+                    }
+                };
+            }
+            t
+        }
+
+        /// Write the level-`level` descriptor for `va` through the BBM-checked path.
+        fn set(&mut self, va: u64, level: u8, d: Desc) {
+            let t = self.table(va, level);
+            let i = self.m.granule().index(va, level);
+            self.m.write_desc(t, i, level, VirtAddr(va), d);
+        }
+
+        fn get(&mut self, va: u64, level: u8) -> Desc {
+            let t = self.table(va, level);
+            self.m.mem.read(t, self.m.granule().index(va, level))
+        }
+
+        /// Map a contiguous run of ptes from `va` to `pa`.
+        fn set_cont(&mut self, va: u64, pa: u64, attrs: Attr) {
+            let g = self.m.granule();
+            for i in 0..g.cont_ptes() as u64 {
+                self.set(
+                    va + (i << g.page_shift()),
+                    3,
+                    upage(pa + (i << g.page_shift()), attrs | Attr::CONT),
+                );
+            }
+        }
+
+        fn read(&mut self, cpu: usize, va: u64) -> Result<PhysAddr, AccessFault> {
+            self.m.access(cpu, VirtAddr(va), false)
+        }
+
+        /// (ASID, span start) of every entry in `cpu`'s TLB.
+        fn entries(&self, cpu: usize) -> BTreeSet<(Option<Asid>, u64)> {
+            self.m.cpus[cpu].tlb.iter().map(|e| (e.asid, e.va)).collect()
+        }
+    }
+
+    // ---- TLBI ------------------------------------------------------------------
+
+    /// Two CPUs, each caching A, B and the contiguous run C for ASIDs 1 and 2, and the
+    /// global page G once.
+    fn populated() -> Rig {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.set(B, 3, upage(0x8000_1000, Attr::empty()));
+        r.set(G, 3, upage(0x8000_2000, Attr::empty()).without(Attr::NG));
+        r.set_cont(C, 0x9000_0000, Attr::empty());
+        for cpu in 0..2 {
+            for asid in [1, 2] {
+                r.m.switch_mm(cpu, r.root, asid);
+                for va in [A, B, G, C + 0x3000] {
+                    r.read(cpu, va).unwrap();
+                }
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn each_tlbi_kind_removes_exactly_its_entries_on_every_cpu() {
+        let all: BTreeSet<_> = [
+            (Some(1), A),
+            (Some(1), B),
+            (Some(1), C),
+            (Some(2), A),
+            (Some(2), B),
+            (Some(2), C),
+            (None, G),
+        ]
+        .into();
+        let (va, base) = (VirtAddr, VirtAddr);
+        type Removed = Vec<(Option<Asid>, u64)>;
+        let cases: Vec<(Tlbi, Removed)> = vec![
+            (Tlbi::Vae1is { asid: 1, va: va(A) }, vec![(Some(1), A)]),
+            (
+                Tlbi::Vale1is {
+                    asid: 2,
+                    va: va(B + 0x123),
+                },
+                vec![(Some(2), B)],
+            ),
+            // Global entries match a by-ASID TLBI whatever the ASID.
+            (Tlbi::Vae1is { asid: 7, va: va(G) }, vec![(None, G)]),
+            (Tlbi::Vale1is { asid: 1, va: va(G) }, vec![(None, G)]),
+            // Any VA inside a contiguous entry removes the whole entry.
+            (
+                Tlbi::Vale1is {
+                    asid: 1,
+                    va: va(C + 0x5000),
+                },
+                vec![(Some(1), C)],
+            ),
+            (Tlbi::Vaae1is { va: va(A) }, vec![(Some(1), A), (Some(2), A)]),
+            (Tlbi::Vaale1is { va: va(G) }, vec![(None, G)]),
+            (Tlbi::Vaale1is { va: va(C + 0xf000) }, vec![(Some(1), C), (Some(2), C)]),
+            (
+                Tlbi::Aside1is { asid: 1 },
+                vec![(Some(1), A), (Some(1), B), (Some(1), C)],
+            ),
+            (Tlbi::Vmalle1is, all.iter().copied().collect()),
+            // (0 + 1) * 2^1 = 2 pages from A: A and B, not G.
+            (
+                Tlbi::Rvae1is {
+                    asid: 1,
+                    base: base(A),
+                    scale: 0,
+                    num: 0,
+                },
+                vec![(Some(1), A), (Some(1), B)],
+            ),
+            (
+                Tlbi::Rvale1is {
+                    asid: 2,
+                    base: base(B),
+                    scale: 0,
+                    num: 0,
+                },
+                vec![(Some(2), B), (None, G)],
+            ),
+            (
+                Tlbi::Rvaae1is {
+                    base: base(A),
+                    scale: 0,
+                    num: 0,
+                },
+                vec![(Some(1), A), (Some(2), A), (Some(1), B), (Some(2), B)],
+            ),
+            // Overlapping the last page of the contiguous run is enough.
+            (
+                Tlbi::Rvaale1is {
+                    base: base(C - 0x1000),
+                    scale: 0,
+                    num: 0,
+                },
+                vec![(Some(1), C), (Some(2), C)],
+            ),
+            // 2 * 2^6 pages from 0: far below A.
+            (
+                Tlbi::Rvaale1is {
+                    base: base(0),
+                    scale: 1,
+                    num: 1,
+                },
+                vec![],
+            ),
+        ];
+        for (op, removed) in cases {
+            let mut r = populated();
+            assert_eq!(r.entries(0), all);
+            r.m.tlbi(op);
+            r.m.dsb_ish();
+            let expect: BTreeSet<_> = all.iter().copied().filter(|e| !removed.contains(e)).collect();
+            for cpu in 0..2 {
+                assert_eq!(r.entries(cpu), expect, "{op:?} on cpu {cpu}");
+            }
+            assert_eq!(r.m.ev.get(Event::TlbInvalidated), 2 * removed.len() as u64, "{op:?}");
+            assert_eq!(r.m.ev.get(Event::TlbiTotal), 1);
+        }
+    }
+
+    #[test]
+    fn tlbi_entries_keep_translating_until_dsb_ish() {
+        let mut r = populated();
+        r.set(A, 3, Desc::ZERO);
+        r.m.switch_mm(0, r.root, 1);
+        r.m.tlbi(Tlbi::Vale1is {
+            asid: 1,
+            va: VirtAddr(A),
+        });
+        let walks = r.m.ev.get(Event::Walk);
+        assert_eq!(r.read(0, A + 8), Ok(PhysAddr(0x8000_0008)));
+        assert_eq!(r.m.ev.get(Event::Walk), walks, "answered by the pending entry");
+        r.m.dsb_ishst();
+        assert!(r.read(0, A).is_ok(), "DSB ISHST does not complete a TLBI");
+        r.m.dsb_ish();
+        assert_eq!(r.read(0, A), Err(AccessFault::Translation { level: 3 }));
+    }
+
+    #[test]
+    fn one_access_to_a_contiguous_run_serves_every_page_from_the_tlb() {
+        for g in [Granule::K4, Granule::K16, Granule::K64] {
+            let mut r = Rig::with(|c| c.granule = g);
+            let va = 1u64 << 40;
+            r.set_cont(va, 1 << 33, Attr::empty());
+            let n = g.cont_ptes() as u64;
+            for i in 0..n {
+                let pa = r.read(0, va + (i << g.page_shift()) + 8).unwrap();
+                assert_eq!(pa, PhysAddr((1 << 33) + (i << g.page_shift()) + 8));
+            }
+            assert_eq!(r.m.ev.get(Event::Walk), 1, "{g:?}");
+            assert_eq!(r.m.ev.get(Event::TlbFillCont), 1);
+            assert_eq!(r.m.ev.get(Event::TlbHit), n - 1, "{g:?}: {} pages", n);
+            assert!(r.m.violations.is_empty());
+        }
+    }
+
+    // ---- FEAT_HAFDBS -------------------------------------------------------------
+
+    #[test]
+    fn hardware_sets_the_access_flag() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()).without(Attr::AF));
+        r.read(0, A).unwrap();
+        assert!(r.get(A, 3).has(Attr::AF));
+    }
+
+    #[test]
+    fn without_hafdbs_a_clear_access_flag_faults() {
+        let mut r = Rig::with(|c| c.features.hafdbs = false);
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()).without(Attr::AF));
+        assert_eq!(r.read(0, A), Err(AccessFault::AccessFlag { level: 3 }));
+        assert!(!r.get(A, 3).has(Attr::AF));
+    }
+
+    #[test]
+    fn a_write_to_a_dbm_read_only_page_clears_rdonly() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::DBM | Attr::RDONLY));
+        r.read(0, A).unwrap();
+        assert!(r.get(A, 3).has(Attr::RDONLY), "a read leaves it clean");
+        // The read-only TLB entry is not used for the write: it re-walks.
+        assert_eq!(r.m.access(0, VirtAddr(A + 4), true), Ok(PhysAddr(0x8000_0004)));
+        assert!(!r.get(A, 3).has(Attr::RDONLY));
+        assert_eq!(r.m.ev.get(Event::Walk), 2);
+        r.m.access(0, VirtAddr(A), true).unwrap();
+        assert_eq!(r.m.ev.get(Event::Walk), 2, "the new entry is writable");
+    }
+
+    #[test]
+    fn a_write_to_a_read_only_page_without_dbm_faults() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::RDONLY).without(Attr::AF));
+        assert_eq!(
+            r.m.access(0, VirtAddr(A), true),
+            Err(AccessFault::Permission { level: 3 })
+        );
+        assert!(!r.get(A, 3).has(Attr::AF), "no AF update for a faulting access");
+    }
+
+    #[test]
+    fn el0_cannot_use_a_kernel_page() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()).without(Attr::USER | Attr::AF));
+        assert_eq!(r.read(0, A), Err(AccessFault::Permission { level: 3 }));
+        assert!(!r.get(A, 3).has(Attr::AF));
+    }
+
+    // ---- break-before-make -------------------------------------------------------
+
+    #[test]
+    fn rewriting_a_live_pte_to_another_page_breaks_bbm() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.set(A, 3, upage(0x8000_1000, Attr::empty()));
+        assert!(matches!(
+            r.m.take_violations()[..],
+            [Violation::BreakBeforeMake { level: 3, .. }]
+        ));
+        assert!(r.m.violations.is_empty(), "taken");
+    }
+
+    #[test]
+    fn flipping_the_contiguous_bit_of_a_live_pte_needs_bbml2() {
+        for bbml2 in [false, true] {
+            let mut r = Rig::with(|c| c.features.bbml2 = bbml2);
+            r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+            r.set(A, 3, upage(0x8000_0000, Attr::CONT));
+            assert_eq!(r.m.violations.len(), usize::from(!bbml2), "bbml2={bbml2}");
+        }
+    }
+
+    #[test]
+    fn permission_and_access_bits_change_in_place() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::DBM));
+        r.read(0, A).unwrap();
+        r.set(A, 3, upage(0x8000_0000, Attr::DBM | Attr::RDONLY).without(Attr::AF));
+        r.set(A, 3, upage(0x8000_0000, Attr::SW_DIRTY | Attr::UXN));
+        assert!(r.m.violations.is_empty(), "{:?}", r.m.violations);
+    }
+
+    #[test]
+    fn splitting_a_live_block_needs_bbml2() {
+        for bbml2 in [false, true] {
+            let mut r = Rig::with(|c| c.features.bbml2 = bbml2);
+            r.set(
+                1 << 30,
+                2,
+                Desc::block(PhysAddr(1 << 33), Attr::USER | Attr::AF | Attr::NG),
+            );
+            r.set(1 << 30, 2, Desc::table(Pfn(999).to_phys(Granule::K4)));
+            assert_eq!(r.m.violations.len(), usize::from(!bbml2), "bbml2={bbml2}");
+        }
+    }
+
+    #[test]
+    fn remapping_a_cleared_pte_elsewhere_while_a_tlb_holds_it_breaks_bbm() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.read(1, A).unwrap();
+        r.set(A, 3, Desc::ZERO);
+        r.set(A, 3, upage(0x8000_1000, Attr::empty()));
+        assert!(
+            matches!(r.m.violations[..], [Violation::BreakBeforeMake { .. }]),
+            "{:?}",
+            r.m.violations
+        );
+    }
+
+    #[test]
+    fn a_tlbi_without_its_dsb_does_not_complete_the_break() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.read(1, A).unwrap();
+        r.set(A, 3, Desc::ZERO);
+        r.m.tlbi(Tlbi::Vale1is {
+            asid: 1,
+            va: VirtAddr(A),
+        });
+        r.set(A, 3, upage(0x8000_1000, Attr::empty()));
+        assert_eq!(r.m.violations.len(), 1);
+    }
+
+    #[test]
+    fn the_break_before_make_sequence_is_clean() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.read(0, A).unwrap();
+        r.read(1, A).unwrap();
+        r.set(A, 3, Desc::ZERO);
+        r.m.dsb_ishst();
+        r.m.tlbi(Tlbi::Vale1is {
+            asid: 1,
+            va: VirtAddr(A),
+        });
+        r.m.dsb_ish();
+        r.set(A, 3, upage(0x8000_1000, Attr::empty()));
+        assert_eq!(r.read(1, A), Ok(PhysAddr(0x8000_1000)));
+        assert!(r.m.violations.is_empty(), "{:?}", r.m.violations);
+    }
+
+    #[test]
+    fn folding_over_stale_page_entries_breaks_bbm_unless_bbml2() {
+        for bbml2 in [false, true] {
+            let mut r = Rig::with(|c| c.features.bbml2 = bbml2);
+            for i in 0..16u64 {
+                r.set(C + (i << 12), 3, upage(0x9000_0000 + (i << 12), Attr::empty()));
+            }
+            r.read(0, C + 0x3000).unwrap();
+            for i in 0..16u64 {
+                r.set(C + (i << 12), 3, Desc::ZERO);
+            }
+            // No TLBI: the page entry for C + 3 pages is still live when the run is rewritten.
+            r.set_cont(C, 0x9000_0000, Attr::empty());
+            assert_eq!(
+                r.m.violations.len(),
+                usize::from(!bbml2),
+                "bbml2={bbml2}: {:?}",
+                r.m.violations
+            );
+        }
+    }
+
+    #[test]
+    fn restoring_the_same_translation_over_a_stale_entry_is_harmless() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.read(0, A).unwrap();
+        r.set(A, 3, Desc::ZERO);
+        r.set(A, 3, upage(0x8000_0000, Attr::RDONLY));
+        assert!(r.m.violations.is_empty(), "{:?}", r.m.violations);
+    }
+
+    #[test]
+    fn another_address_space_caching_the_same_va_is_no_concern() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.read(0, A).unwrap();
+        // A second mm with its own tables maps the same VA elsewhere.
+        let root2 = Pfn(500).to_phys(Granule::K4);
+        r.m.mem.materialize_table(Pfn(500));
+        let saved = std::mem::replace(&mut r.root, root2);
+        r.set(A, 3, upage(0x7000_0000, Attr::empty()));
+        r.root = saved;
+        assert!(r.m.violations.is_empty(), "{:?}", r.m.violations);
+    }
+
+    // ---- TLB conflicts -------------------------------------------------------------
+
+    #[test]
+    fn a_page_entry_left_behind_when_cont_is_set_conflicts_with_the_cont_fill() {
+        for bbml2 in [false, true] {
+            let mut r = Rig::with(|c| c.features.bbml2 = bbml2);
+            for i in 0..16u64 {
+                r.set(C + (i << 12), 3, upage(0x9000_0000 + (i << 12), Attr::empty()));
+            }
+            r.read(0, C).unwrap();
+            // Set CONT in place without any TLB maintenance (memory written directly, so
+            // only the conflict checker sees it).
+            let t = r.table(C, 3);
+            for i in 0..16 {
+                let idx = Granule::K4.index(C, 3) + i;
+                let d = r.m.mem.read(t, idx);
+                r.m.mem.write(t, idx, d.with(Attr::CONT));
+            }
+            r.read(0, C + 0x5000).unwrap();
+            let v = r.m.take_violations();
+            if bbml2 {
+                assert!(v.is_empty(), "same output address: no abort with BBML2_NOABORT: {v:?}");
+            } else {
+                assert_eq!(
+                    v,
+                    [Violation::TlbConflict {
+                        cpu: 0,
+                        va: VirtAddr(C),
+                        asid: Some(1)
+                    }]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn entries_of_other_asids_do_not_conflict() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.read(0, A).unwrap();
+        r.m.switch_mm(0, r.root, 2);
+        r.read(0, A).unwrap();
+        assert!(r.m.violations.is_empty(), "{:?}", r.m.violations);
+    }
+
+    // ---- stale translations ----------------------------------------------------------
+
+    #[test]
+    fn freeing_a_frame_a_tlb_still_maps_is_a_stale_translation() {
+        let mut r = Rig::with(|_| {});
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.read(1, A).unwrap();
+        r.set(A, 3, Desc::ZERO);
+        r.m.frames_freed(Pfn(0x80000), 1);
+        let expect = Violation::StaleTranslation {
+            cpu: 1,
+            va: VirtAddr(A),
+            asid: Some(1),
+            pfn: Pfn(0x80000),
+        };
+        assert_eq!(r.m.take_violations(), std::slice::from_ref(&expect));
+        // A pending invalidation does not help: only the DSB removes the entry.
+        r.m.tlbi(Tlbi::Vale1is {
+            asid: 1,
+            va: VirtAddr(A),
+        });
+        r.m.frames_freed(Pfn(0x80000), 1);
+        assert_eq!(r.m.take_violations(), [expect]);
+        r.m.dsb_ish();
+        r.m.frames_freed(Pfn(0x80000), 1);
+        assert!(r.m.violations.is_empty());
+    }
+
+    #[test]
+    fn a_frame_inside_a_contiguous_entry_is_found() {
+        let mut r = Rig::with(|_| {});
+        r.set_cont(C, 0x9000_0000, Attr::empty());
+        r.read(0, C).unwrap();
+        r.m.frames_freed(Pfn(0x90000 + 15), 1);
+        r.m.frames_freed(Pfn(0x90000 + 16), 100);
+        let expect = Violation::StaleTranslation {
+            cpu: 0,
+            va: VirtAddr(C + 0xf000),
+            asid: Some(1),
+            pfn: Pfn(0x9000f),
+        };
+        assert_eq!(r.m.take_violations(), [expect]);
+        // A large free is answered by scanning the index rather than probing each frame.
+        r.m.frames_freed(Pfn(0), 1 << 22);
+        assert_eq!(r.m.violations.len(), 1);
+    }
+
+    #[test]
+    fn checks_turned_on_late_see_entries_filled_before() {
+        let mut r = Rig::with(|_| {});
+        r.m.set_checks(false);
+        r.set(A, 3, upage(0x8000_0000, Attr::empty()));
+        r.read(0, A).unwrap();
+        r.m.frames_freed(Pfn(0x80000), 1);
+        assert!(r.m.violations.is_empty(), "checks off");
+        r.m.checks = true;
+        r.m.frames_freed(Pfn(0x80000), 1);
+        assert_eq!(r.m.violations.len(), 1);
+    }
 }

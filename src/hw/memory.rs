@@ -19,6 +19,14 @@ const SECTION_PFNS: usize = 1 << SECTION_SHIFT;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TableId(u32);
 
+impl TableId {
+    /// The storage slot number: dense and small, for use as a map key.
+    #[inline]
+    pub const fn slot(self) -> u32 {
+        self.0
+    }
+}
+
 pub struct PhysMem {
     granule: Granule,
     nr_frames: u64,

@@ -6,6 +6,7 @@ pub mod descriptor;
 pub mod events;
 pub mod machine;
 pub mod memory;
+pub mod residency;
 pub mod tlb;
 pub mod walk;
 

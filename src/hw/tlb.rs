@@ -2,15 +2,35 @@
 //! entries tagged by ASID (or global) that cover a page, a block, or a whole
 //! contiguous range when the walk found CONT set.
 //!
+//! ```text
+//!  lookup(asid, va) ─► L1: fully associative, LRU, most recent hit probed first
+//!                       │ miss                        ▲ hit: swapped into L1
+//!                       ▼                             │
+//!                      L2: sets x ways, one probe per leaf span size the granule has
+//!                          (page, cont pte, pmd block, cont pmd, pud block) that is
+//!                          present, set = (va >> span_shift) & (sets - 1)
+//! ```
+//! The levels are exclusive: a translation lives in exactly one place, L1 victims
+//! move to L2, and only an L2 victim leaves the TLB (`arch.tlb.evict`).
+//!
 //! Invalidation is two-phase, as the architecture has it: a TLBI marks matching
 //! entries pending; they may still translate until a DSB ISH completes them.
+//!
+//! Only leaf translations are cached; walk-cache (non-leaf) entries are not
+//! modelled, so a last-level TLBI (VALE1IS, ...) removes exactly the entries its
+//! all-levels twin (VAE1IS, ...) removes.
 
-use super::addr::Asid;
+use std::ops::Range;
+
+use super::addr::{Asid, Granule};
+use super::memory::TableId;
+use super::residency::Residency;
 
 /// Sizes of one CPU's TLB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TlbConfig {
     pub l1_entries: usize,
+    /// A power of two: the set index is a field of the VA.
     pub l2_sets: usize,
     pub l2_ways: usize,
 }
@@ -42,28 +62,48 @@ pub struct TlbEntry {
     pub writable: bool,
     /// Hit by a TLBI that no DSB ISH has completed yet.
     pub pending: bool,
+    /// The table holding the leaf descriptor the entry was filled from.
+    pub table: TableId,
+    /// Index in `table` of the first descriptor the span covers (a contiguous entry
+    /// covers the whole aligned run).
+    pub index: u32,
 }
 
 impl TlbEntry {
+    /// The last VA of the span (inclusive, so a span at the top of the address space
+    /// does not overflow).
+    #[inline]
+    pub fn last(&self) -> u64 {
+        self.va + ((1u64 << self.span_shift) - 1)
+    }
     #[inline]
     pub fn covers(&self, va: u64) -> bool {
         (va >> self.span_shift) == (self.va >> self.span_shift)
     }
+    /// Whether a lookup for `asid` may use this entry: global entries match every ASID.
     #[inline]
     pub fn matches(&self, asid: Asid, va: u64) -> bool {
         self.covers(va) && self.asid.is_none_or(|a| a == asid)
     }
-    /// Whether the span overlaps [start, end).
+    /// Whether the span overlaps [first, last] (inclusive).
     #[inline]
-    pub fn overlaps(&self, start: u64, end: u64) -> bool {
-        let s = self.va;
-        let e = self.va + (1u64 << self.span_shift);
-        s < end && start < e
+    pub fn overlaps(&self, first: u64, last: u64) -> bool {
+        self.va <= last && first <= self.last()
     }
     /// Whether frame range [pa, pa+len) lies under this entry.
     #[inline]
     pub fn maps_pa(&self, pa: u64, len: u64) -> bool {
         self.pa < pa + len && pa < self.pa + (1u64 << self.span_shift)
+    }
+    /// The PA this entry gives `va`, which it must cover.
+    #[inline]
+    pub fn translate(&self, va: u64) -> u64 {
+        self.pa + (va & ((1u64 << self.span_shift) - 1))
+    }
+    /// Whether the entry was filled from descriptor `index` of `table`, whose entries
+    /// each map 2^`level_shift` bytes.
+    pub fn filled_from(&self, table: TableId, index: usize, level_shift: u32) -> bool {
+        table == self.table && (index as u64).wrapping_sub(self.index as u64) >> (self.span_shift - level_shift) == 0
     }
 }
 
@@ -74,110 +114,224 @@ pub enum TlbHit {
     L2,
 }
 
+/// The entries one TLBI removes, decoded from its operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlbiScope {
+    /// Entries used to translate any VA in [first, last]: for the ASID, global entries
+    /// included (Arm ARM: TLBI VAE1 matches global entries whatever the ASID), or for
+    /// every ASID when None. A single-VA TLBI is the range [va, va].
+    Va { asid: Option<Asid>, first: u64, last: u64 },
+    /// The non-global entries of one ASID (ASIDE1IS leaves global entries alone).
+    Asid(Asid),
+    /// Every entry (VMALLE1IS).
+    All,
+}
+
+impl TlbiScope {
+    #[inline]
+    pub fn matches(&self, e: &TlbEntry) -> bool {
+        match *self {
+            TlbiScope::Va { asid, first, last } => {
+                e.overlaps(first, last) && (asid.is_none() || e.asid.is_none() || e.asid == asid)
+            }
+            TlbiScope::Asid(a) => e.asid == Some(a),
+            TlbiScope::All => true,
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Slot {
     entry: TlbEntry,
+    /// Last use, for LRU replacement.
     stamp: u64,
+    /// Index of the span size in `Tlb::spans`.
+    class: u8,
 }
 
-/// One CPU's TLB.
+/// One CPU's TLB. Operations that can drop an entry take the machine's residency
+/// index so the checkers' reverse maps stay in step (a disabled index costs a branch).
 pub struct Tlb {
     cfg: TlbConfig,
+    set_mask: usize,
+    /// Leaf span shifts the granule allows, ascending, and how many L2 entries each
+    /// has, so a lookup probes only sizes that are present.
+    spans: Vec<(u32, u32)>,
     l1: Vec<Slot>,
-    l2: Vec<Vec<Slot>>,
+    /// The L1 slot that hit or was filled last: accesses have locality.
+    l1_mru: usize,
+    /// Whether L1 may hold pending entries.
+    l1_pending: bool,
+    l2: Vec<Option<Slot>>,
+    /// L2 slots marked pending since the last completion (possibly reused since).
+    l2_pending: Vec<u32>,
+    /// Reused buffer of L2 slot indices, to mutate while probing.
+    scratch: Vec<usize>,
     clock: u64,
 }
 
 impl Tlb {
-    pub fn new(cfg: TlbConfig) -> Tlb {
+    pub fn new(cfg: TlbConfig, granule: Granule) -> Tlb {
+        assert!(cfg.l1_entries > 0 && cfg.l2_ways > 0, "empty TLB level: {cfg:?}");
+        assert!(cfg.l2_sets.is_power_of_two(), "L2 sets must be a power of two: {cfg:?}");
         Tlb {
             cfg,
+            set_mask: cfg.l2_sets - 1,
+            spans: granule.leaf_span_shifts().into_iter().map(|s| (s, 0)).collect(),
             l1: Vec::with_capacity(cfg.l1_entries),
-            l2: vec![Vec::new(); cfg.l2_sets],
+            l1_mru: 0,
+            l1_pending: false,
+            l2: vec![None; cfg.l2_sets * cfg.l2_ways],
+            l2_pending: Vec::new(),
+            scratch: Vec::new(),
             clock: 0,
         }
     }
 
-    /// L2 set index: hashed on the 4K-page number, so every span size shares the array.
+    pub fn config(&self) -> TlbConfig {
+        self.cfg
+    }
+
+    /// The L2 slots of the set that holds spans of 2^`shift` bytes at `va`.
     #[inline]
-    fn set_of(&self, va: u64, span_shift: u32) -> usize {
-        ((va >> span_shift) as usize) % self.cfg.l2_sets
+    fn l2_set(&self, va: u64, shift: u32) -> Range<usize> {
+        let base = ((va >> shift) as usize & self.set_mask) * self.cfg.l2_ways;
+        base..base + self.cfg.l2_ways
     }
 
-    /// Look up `va` for `asid`; promotes an L2 hit into L1.
-    pub fn lookup(&mut self, asid: Asid, va: u64) -> Option<(TlbEntry, TlbHit)> {
+    /// Look up `va` for `asid`. An L2 hit moves the entry into L1.
+    #[inline]
+    pub fn lookup(&mut self, asid: Asid, va: u64, res: &mut Residency) -> Option<(TlbEntry, TlbHit)> {
         self.clock += 1;
-        let now = self.clock;
-        if let Some(s) = self.l1.iter_mut().find(|s| s.entry.matches(asid, va)) {
-            s.stamp = now;
-            return Some((s.entry, TlbHit::L1));
+        if let Some(i) = self.l1_find(asid, va) {
+            self.l1[i].stamp = self.clock;
+            self.l1_mru = i;
+            return Some((self.l1[i].entry, TlbHit::L1));
         }
-        // L2 sets are indexed per span size; probe each size that can be cached.
-        for shift in [12u32, 14, 16, 21, 25, 29, 30, 34, 35, 36] {
-            let set = self.set_of(va, shift);
-            if let Some(pos) = self.l2[set]
+        let i = self.l2_find(asid, va)?;
+        let mut slot = self.take_l2(i);
+        slot.stamp = self.clock;
+        self.l1_pending |= slot.entry.pending;
+        self.place_l1(slot, res);
+        Some((slot.entry, TlbHit::L2))
+    }
+
+    #[inline]
+    fn l1_find(&self, asid: Asid, va: u64) -> Option<usize> {
+        if self.l1.get(self.l1_mru).is_some_and(|s| s.entry.matches(asid, va)) {
+            return Some(self.l1_mru);
+        }
+        self.l1.iter().position(|s| s.entry.matches(asid, va))
+    }
+
+    fn l2_find(&self, asid: Asid, va: u64) -> Option<usize> {
+        self.spans.iter().filter(|&&(_, n)| n > 0).find_map(|&(shift, _)| {
+            let set = self.l2_set(va, shift);
+            let base = set.start;
+            self.l2[set]
                 .iter()
-                .position(|s| s.entry.span_shift == shift && s.entry.matches(asid, va))
-            {
-                self.l2[set][pos].stamp = now;
-                let e = self.l2[set][pos].entry;
-                self.insert_l1(e);
-                return Some((e, TlbHit::L2));
-            }
-        }
-        None
+                .position(|s| s.is_some_and(|s| s.entry.matches(asid, va)))
+                .map(|w| base + w)
+        })
     }
 
-    fn insert_l1(&mut self, e: TlbEntry) -> Option<TlbEntry> {
-        let slot = Slot {
-            entry: e,
-            stamp: self.clock,
-        };
-        if self.l1.len() < self.cfg.l1_entries {
-            self.l1.push(slot);
-            return None;
-        }
-        let victim = self
-            .l1
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, s)| s.stamp)
-            .map(|(i, _)| i)?;
-        let old = std::mem::replace(&mut self.l1[victim], slot);
-        Some(old.entry)
+    /// Indices of the L2 slots whose entries overlap [first, last]: per present span
+    /// size, the sets that size's entries in the range index to (all sets at most).
+    fn l2_overlapping(&self, first: u64, last: u64) -> impl Iterator<Item = usize> + '_ {
+        self.spans.iter().filter(|&&(_, n)| n > 0).flat_map(move |&(shift, _)| {
+            let lo = first >> shift;
+            let nsets = ((last >> shift) - lo).min(self.set_mask as u64) + 1;
+            (lo..lo + nsets)
+                .flat_map(move |v| self.l2_set(v << shift, shift))
+                .filter(move |&i| {
+                    self.l2[i].is_some_and(|s| s.entry.span_shift == shift && s.entry.overlaps(first, last))
+                })
+        })
     }
 
-    /// Cache a new translation in L1 and L2. Returns the entries already present that
-    /// overlap it for the same ASID (a TLB conflict when non-empty) and the number evicted.
-    pub fn fill(&mut self, e: TlbEntry) -> (Vec<TlbEntry>, u32) {
+    /// Cache a new translation (it goes to L1). Returns whether an entry left the TLB.
+    pub fn fill(&mut self, e: TlbEntry, res: &mut Residency) -> bool {
         self.clock += 1;
-        let end = e.va + (1u64 << e.span_shift);
-        let conflicts: Vec<TlbEntry> = self
-            .iter()
-            .filter(|o| o.overlaps(e.va, end) && (o.asid.is_none() || e.asid.is_none() || o.asid == e.asid))
-            .copied()
-            .collect();
-        let mut evicted = 0;
-        if self.insert_l1(e).is_some() {
-            evicted += 1;
-        }
-        let set = self.set_of(e.va, e.span_shift);
-        let slot = Slot {
-            entry: e,
-            stamp: self.clock,
-        };
-        let ways = self.cfg.l2_ways;
-        let s = &mut self.l2[set];
-        if s.len() < ways {
-            s.push(slot);
-        } else if let Some(v) = s.iter().enumerate().min_by_key(|(_, s)| s.stamp).map(|(i, _)| i) {
-            s[v] = slot;
-            evicted += 1;
-        }
-        (conflicts, evicted)
+        let class = self.spans.iter().position(|&(s, _)| s == e.span_shift);
+        let class = class.unwrap_or_else(|| panic!("span 2^{} is no leaf size of this granule", e.span_shift)) as u8;
+        res.add(&e);
+        self.place_l1(
+            Slot {
+                entry: e,
+                stamp: self.clock,
+                class,
+            },
+            res,
+        )
     }
 
-    /// Every cached entry (L1 and L2; an entry may sit in both).
+    /// Put `slot` in L1; the LRU victim moves to L2.
+    fn place_l1(&mut self, slot: Slot, res: &mut Residency) -> bool {
+        if self.l1.len() < self.cfg.l1_entries {
+            self.l1_mru = self.l1.len();
+            self.l1.push(slot);
+            return false;
+        }
+        let victim = (0..self.l1.len())
+            .min_by_key(|&i| self.l1[i].stamp)
+            .expect("L1 is not empty");
+        self.l1_mru = victim;
+        let old = std::mem::replace(&mut self.l1[victim], slot);
+        self.place_l2(old, res)
+    }
+
+    /// Put `slot` in its L2 set, evicting that set's LRU entry when full.
+    fn place_l2(&mut self, slot: Slot, res: &mut Residency) -> bool {
+        let set = self.l2_set(slot.entry.va, slot.entry.span_shift);
+        let free = self.l2[set.clone()].iter().position(|s| s.is_none());
+        let way = free.unwrap_or_else(|| {
+            (0..set.len())
+                .min_by_key(|&w| self.l2[set.start + w].map_or(0, |s| s.stamp))
+                .expect("ways > 0")
+        });
+        let i = set.start + way;
+        let evicted = free.is_none();
+        if evicted {
+            let old = self.take_l2(i);
+            res.remove(&old.entry);
+        }
+        self.spans[slot.class as usize].1 += 1;
+        if slot.entry.pending {
+            self.l2_pending.push(i as u32);
+        }
+        self.l2[i] = Some(slot);
+        evicted
+    }
+
+    fn take_l2(&mut self, i: usize) -> Slot {
+        let slot = self.l2[i].take().expect("L2 slot is occupied");
+        self.spans[slot.class as usize].1 -= 1;
+        slot
+    }
+
+    /// Entries that overlap `e` and could answer the same lookup (same ASID, or either
+    /// global): filling `e` beside them creates a TLB conflict.
+    pub fn overlapping<'a>(&'a self, e: &'a TlbEntry) -> impl Iterator<Item = &'a TlbEntry> + 'a {
+        self.l1
+            .iter()
+            .map(|s| &s.entry)
+            .filter(|o| o.overlaps(e.va, e.last()))
+            .chain(
+                self.l2_overlapping(e.va, e.last())
+                    .map(|i| &self.l2[i].as_ref().expect("occupied").entry),
+            )
+            .filter(|o| o.asid.is_none() || e.asid.is_none() || o.asid == e.asid)
+    }
+
+    /// Entries of any ASID whose span covers `va`.
+    pub fn covering(&self, va: u64) -> impl Iterator<Item = &TlbEntry> + '_ {
+        self.l1.iter().map(|s| &s.entry).filter(move |e| e.covers(va)).chain(
+            self.l2_overlapping(va, va)
+                .map(|i| &self.l2[i].as_ref().expect("occupied").entry),
+        )
+    }
+
+    /// Every cached entry.
     pub fn iter(&self) -> impl Iterator<Item = &TlbEntry> {
         self.l1
             .iter()
@@ -185,43 +339,276 @@ impl Tlb {
             .chain(self.l2.iter().flatten().map(|s| &s.entry))
     }
 
-    /// Mark entries matching `pred` pending; returns how many distinct translations matched.
-    pub fn mark_pending(&mut self, mut pred: impl FnMut(&TlbEntry) -> bool) -> u64 {
+    /// TLBI: mark the entries in `scope` pending. Returns how many were newly marked.
+    pub fn invalidate(&mut self, scope: &TlbiScope) -> u64 {
         let mut n = 0;
-        for s in self.l2.iter_mut().flatten() {
-            if !s.entry.pending && pred(&s.entry) {
+        for s in self
+            .l1
+            .iter_mut()
+            .filter(|s| !s.entry.pending && scope.matches(&s.entry))
+        {
+            s.entry.pending = true;
+            self.l1_pending = true;
+            n += 1;
+        }
+        let mut idx = std::mem::take(&mut self.scratch);
+        idx.clear();
+        match *scope {
+            TlbiScope::Va { first, last, .. } => idx.extend(self.l2_overlapping(first, last)),
+            TlbiScope::Asid(_) | TlbiScope::All => idx.extend((0..self.l2.len()).filter(|&i| self.l2[i].is_some())),
+        }
+        for &i in &idx {
+            let s = self.l2[i].as_mut().expect("occupied");
+            if !s.entry.pending && scope.matches(&s.entry) {
                 s.entry.pending = true;
+                self.l2_pending.push(i as u32);
                 n += 1;
             }
         }
-        for s in self.l1.iter_mut() {
-            if !s.entry.pending && pred(&s.entry) {
-                s.entry.pending = true;
-            }
-        }
+        self.scratch = idx;
         n
     }
 
-    /// Complete every pending invalidation (DSB ISH).
-    pub fn complete_pending(&mut self) {
-        self.l1.retain(|s| !s.entry.pending);
-        for set in self.l2.iter_mut() {
-            set.retain(|s| !s.entry.pending);
+    /// DSB ISH: remove every pending entry.
+    pub fn complete_pending(&mut self, res: &mut Residency) {
+        if self.l1_pending {
+            self.l1.retain(|s| {
+                if s.entry.pending {
+                    res.remove(&s.entry);
+                }
+                !s.entry.pending
+            });
+            self.l1_pending = false;
         }
+        for k in 0..self.l2_pending.len() {
+            let i = self.l2_pending[k] as usize;
+            if self.l2[i].is_some_and(|s| s.entry.pending) {
+                let old = self.take_l2(i);
+                res.remove(&old.entry);
+            }
+        }
+        self.l2_pending.clear();
     }
 
-    /// Drop one translation outright (a faulting entry is not retained).
-    pub fn drop_entry(&mut self, asid: Asid, va: u64) {
-        self.l1.retain(|s| !s.entry.matches(asid, va));
-        for set in self.l2.iter_mut() {
-            set.retain(|s| !s.entry.matches(asid, va));
+    /// Drop the entries a lookup for (`asid`, `va`) could use (hardware may discard
+    /// an entry at any time; a write through a read-only entry re-walks).
+    pub fn drop_entry(&mut self, asid: Asid, va: u64, res: &mut Residency) {
+        self.l1.retain(|s| {
+            let hit = s.entry.matches(asid, va);
+            if hit {
+                res.remove(&s.entry);
+            }
+            !hit
+        });
+        let mut idx = std::mem::take(&mut self.scratch);
+        idx.clear();
+        idx.extend(self.l2_overlapping(va, va));
+        for &i in &idx {
+            if self.l2[i].is_some_and(|s| s.entry.matches(asid, va)) {
+                let old = self.take_l2(i);
+                res.remove(&old.entry);
+            }
         }
+        self.scratch = idx;
     }
 
     pub fn len(&self) -> usize {
-        self.l1.len() + self.l2.iter().map(|s| s.len()).sum::<usize>()
+        self.l1.len() + self.spans.iter().map(|&(_, n)| n as usize).sum::<usize>()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::addr::Pfn;
+    use crate::hw::memory::PhysMem;
+
+    fn table() -> TableId {
+        static TABLE: std::sync::OnceLock<TableId> = std::sync::OnceLock::new();
+        *TABLE.get_or_init(|| PhysMem::new(Granule::K4, 1 << 30).materialize_table(Pfn(1)))
+    }
+
+    fn entry(va: u64, span_shift: u32, asid: Option<Asid>) -> TlbEntry {
+        TlbEntry {
+            asid,
+            va,
+            span_shift,
+            pa: va + (1 << 32),
+            level: 3,
+            writable: true,
+            pending: false,
+            table: table(),
+            index: 0,
+        }
+    }
+
+    fn tiny(l1_entries: usize, l2_sets: usize, l2_ways: usize) -> Tlb {
+        Tlb::new(
+            TlbConfig {
+                l1_entries,
+                l2_sets,
+                l2_ways,
+            },
+            Granule::K4,
+        )
+    }
+
+    #[test]
+    fn every_leaf_span_of_the_granule_can_be_cached_and_found() {
+        for g in [Granule::K4, Granule::K16, Granule::K64] {
+            let mut tlb = Tlb::new(TlbConfig::default(), g);
+            let mut res = Residency::new(g);
+            for (i, s) in g.leaf_span_shifts().into_iter().enumerate() {
+                let va = (i as u64 + 1) << 36;
+                tlb.fill(entry(va, s, Some(1)), &mut res);
+                // Push it out of L1 so the L2 probe for its size is exercised.
+                for k in 0..48 {
+                    tlb.fill(
+                        entry(
+                            (1 << 44) + (((i * 48 + k) as u64) << g.page_shift()),
+                            g.page_shift(),
+                            Some(1),
+                        ),
+                        &mut res,
+                    );
+                }
+                let (e, hit) = tlb.lookup(1, va + (1 << s) - 1, &mut res).expect("cached");
+                assert_eq!((e.va, e.span_shift, hit), (va, s, TlbHit::L2), "{g:?} span {s}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "no leaf size")]
+    fn a_span_the_granule_cannot_map_is_refused() {
+        let mut tlb = Tlb::new(TlbConfig::default(), Granule::K16);
+        tlb.fill(entry(0, 12, None), &mut Residency::new(Granule::K16));
+    }
+
+    #[test]
+    fn l1_victims_move_to_l2_and_l2_hits_move_back() {
+        let mut tlb = tiny(2, 4, 2);
+        let mut res = Residency::new(Granule::K4);
+        for p in 0..3u64 {
+            tlb.fill(entry(p << 12, 12, Some(1)), &mut res);
+        }
+        assert_eq!(tlb.len(), 3);
+        assert_eq!(tlb.lookup(1, 0, &mut res).map(|(_, h)| h), Some(TlbHit::L2));
+        assert_eq!(tlb.lookup(1, 0, &mut res).map(|(_, h)| h), Some(TlbHit::L1));
+        // Each translation is held once.
+        assert_eq!(tlb.len(), 3);
+        assert_eq!(tlb.iter().count(), 3);
+    }
+
+    #[test]
+    fn a_full_l2_set_evicts_its_least_recently_used_entry() {
+        let mut tlb = tiny(1, 1, 2);
+        let mut res = Residency::new(Granule::K4);
+        let evicted: Vec<bool> = (0..4u64)
+            .map(|p| tlb.fill(entry(p << 12, 12, Some(1)), &mut res))
+            .collect();
+        assert_eq!(evicted, [false, false, false, true]);
+        assert!(tlb.lookup(1, 0, &mut res).is_none());
+        assert!(tlb.lookup(1, 1 << 12, &mut res).is_some());
+        assert_eq!(tlb.len(), 3);
+    }
+
+    #[test]
+    fn capacity_follows_the_configuration() {
+        let mut tlb = tiny(4, 8, 1);
+        let mut res = Residency::new(Granule::K4);
+        for p in 0..100u64 {
+            tlb.fill(entry(p << 12, 12, Some(1)), &mut res);
+        }
+        assert_eq!(tlb.len(), 12);
+        assert_eq!(
+            tlb.config(),
+            TlbConfig {
+                l1_entries: 4,
+                l2_sets: 8,
+                l2_ways: 1
+            }
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "power of two")]
+    fn l2_sets_must_be_a_power_of_two() {
+        tiny(4, 6, 2);
+    }
+
+    #[test]
+    fn pending_entries_translate_until_completed() {
+        for l1 in [1, 8] {
+            let mut tlb = tiny(l1, 4, 2);
+            let mut res = Residency::new(Granule::K4);
+            for p in 0..4u64 {
+                tlb.fill(entry(p << 12, 12, Some(1)), &mut res);
+            }
+            let scope = TlbiScope::Va {
+                asid: Some(1),
+                first: 0,
+                last: 0x1fff,
+            };
+            assert_eq!(tlb.invalidate(&scope), 2);
+            assert_eq!(tlb.invalidate(&scope), 0, "already pending");
+            let (e, _) = tlb.lookup(1, 0, &mut res).expect("pending entries still hit");
+            assert!(e.pending);
+            tlb.complete_pending(&mut res);
+            assert!(tlb.lookup(1, 0, &mut res).is_none());
+            assert!(tlb.lookup(1, 0x1000, &mut res).is_none());
+            assert_eq!(tlb.len(), 2);
+        }
+    }
+
+    #[test]
+    fn scopes_match_by_asid_global_and_range() {
+        let (g, a1, a2) = (entry(0, 12, None), entry(0, 12, Some(1)), entry(0, 16, Some(2)));
+        let va1 = TlbiScope::Va {
+            asid: Some(1),
+            first: 0x3000,
+            last: 0x3000,
+        };
+        assert_eq!(
+            [va1.matches(&g), va1.matches(&a1), va1.matches(&a2)],
+            [false, false, false]
+        );
+        let va1 = TlbiScope::Va {
+            asid: Some(1),
+            first: 0,
+            last: 0,
+        };
+        assert_eq!(
+            [va1.matches(&g), va1.matches(&a1), va1.matches(&a2)],
+            [true, true, false]
+        );
+        let any = TlbiScope::Va {
+            asid: None,
+            first: 0xf000,
+            last: 0x1_2fff,
+        };
+        assert_eq!(
+            [any.matches(&g), any.matches(&a1), any.matches(&a2)],
+            [false, false, true]
+        );
+        let asid = TlbiScope::Asid(1);
+        assert_eq!(
+            [asid.matches(&g), asid.matches(&a1), asid.matches(&a2)],
+            [false, true, false]
+        );
+    }
+
+    #[test]
+    fn entries_know_the_descriptors_they_came_from() {
+        let mut e = entry(0x10000, 16, Some(1));
+        e.index = 16;
+        assert!(e.filled_from(e.table, 16, 12));
+        assert!(e.filled_from(e.table, 31, 12));
+        assert!(!e.filled_from(e.table, 32, 12));
+        assert!(!e.filled_from(e.table, 15, 12));
+        assert_eq!(e.translate(0x1_2345), 0x1_0001_2345);
     }
 }
