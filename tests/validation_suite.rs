@@ -3,7 +3,7 @@
 //! 6.18). Per-process faults and layouts must match exactly. Workloads using ops the
 //! model does not run yet are listed as skipped, with the reason.
 
-use foliolab::cmd::validate::{compare, table};
+use foliolab::cmd::validate::compare;
 use foliolab::report::Report;
 use foliolab::sim::{self, SimError, Variants};
 use foliolab::workload::parse_file;
@@ -34,7 +34,14 @@ fn the_model_agrees_with_the_saved_host_results() {
         if exact_ok {
             agree.push(name);
         } else {
-            failed.push(format!("{name}:\n{}", table(&c)));
+            let mut why = String::new();
+            for r in c.rows.iter().filter(|r| r.counter.starts_with("proc.") && !r.ok) {
+                why += &format!("\n    {} model {} host {}", r.counter, r.model, r.host);
+            }
+            for l in &c.layout_mismatches {
+                why += &format!("\n    layout {}:\n      model {:?}\n      host  {:?}", l.region, l.model, l.host);
+            }
+            failed.push(format!("{name}:{why}"));
         }
     }
     println!("agree ({}): {}", agree.len(), agree.join(" "));

@@ -102,35 +102,58 @@ pub fn do_huge_pmd_anonymous_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdP
         k.pxd_set(2, haddr, pmd, entry);
         return VmFault::Done;
     }
-    let Some(folio) = k.folio_alloc(order) else {
-        k.stat.count_vm_event(VmEvent::ThpFaultFallback);
-        k.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
-        return VmFault::Fallback;
-    };
+    let Some(folio) = vma_alloc_anon_folio_pmd(k) else { return VmFault::Fallback };
     if !deposit_pgtable(k, mm, haddr) {
         k.folio_put(folio);
         return VmFault::Oom;
     }
-    // map_anon_folio_pmd.
-    let mut entry = Pte::pfn_pte(folio, prot, g);
+    map_anon_folio_pmd_pf(k, mm, vma, folio, pmd, haddr);
+    VmFault::Done
+}
+
+/// vma_alloc_anon_folio_pmd: a PMD-order folio, counting the fallback on failure.
+fn vma_alloc_anon_folio_pmd(k: &mut Kernel) -> Option<Pfn> {
+    let order = k.arch.granule().pmd_order();
+    let folio = k.folio_alloc(order);
+    if folio.is_none() {
+        k.stat.count_vm_event(VmEvent::ThpFaultFallback);
+        k.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
+    }
+    folio
+}
+
+/// map_anon_folio_pmd_pf: map a new exclusive THP with a pmd and count the fault.
+fn map_anon_folio_pmd_pf(k: &mut Kernel, mm: MmId, vma: &Vma, folio: Pfn, pmd: PmdPtr, haddr: u64) {
+    let g = k.arch.granule();
+    let order = g.pmd_order();
+    let mut entry = Pte::pfn_pte(folio, vm_page_prot(vma), g);
     if vma.flags.contains(VmFlags::WRITE) {
         entry = entry.pte_mkdirty().pte_mkwrite();
     }
     k.folio_add_new_anon_rmap(folio, true);
     k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
+    deferred_split_folio(k, folio, false);
     k.mm_mut(mm).rss_anon += 1 << order;
     k.stat.count_vm_event(VmEvent::ThpFaultAlloc);
     k.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
-    deferred_split_folio(k, folio, false);
-    VmFault::Done
 }
 
-/// do_huge_pmd_wp_page: reuse an exclusive THP; otherwise (huge zero page, shared)
-/// split the pmd and let the pte path copy.
+/// do_huge_pmd_wp_page: a write to the huge zero page gets a new THP (6.12+,
+/// do_huge_zero_wp_pmd); an exclusive THP is reused; otherwise (or when no THP can be
+/// allocated) the pmd is split and the pte path copies.
 pub fn do_huge_pmd_wp_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> VmFault {
     let g = k.arch.granule();
     let d = k.pxd_get(2, pmd);
-    if !is_huge_zero_pmd(k, d) {
+    if is_huge_zero_pmd(k, d) {
+        if let Some(folio) = vma_alloc_anon_folio_pmd(k) {
+            let haddr = addr & !(g.pmd_size() - 1);
+            // pmdp_huge_clear_flush, keeping the deposited table.
+            k.pxd_set(2, haddr, pmd, Desc::ZERO);
+            flush_pmd_tlb_range(k, mm, haddr);
+            map_anon_folio_pmd_pf(k, mm, vma, folio, pmd, haddr);
+            return VmFault::Done;
+        }
+    } else {
         let folio = d.pfn(g);
         if k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE) {
             let haddr = addr & !(g.pmd_size() - 1);
