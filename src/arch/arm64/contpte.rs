@@ -224,3 +224,179 @@ pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
     arch.hw.ev.add(Event::ContptePtepGetReads, reads);
     orig
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::arm64::pgtable::{ArchMm, PgProt};
+    use crate::hw::{Event, Granule, Machine, MachineConfig, Pfn, VirtAddr};
+
+    const USER: ArchMm = ArchMm { asid: 7, user: true };
+    const VA: u64 = 0x2000_0000_0000;
+
+    /// A machine with a pte table for VA, ready for set_ptes.
+    fn setup(g: Granule) -> (Arch, PtePtr) {
+        let mut hw = Machine::new(MachineConfig { granule: g, ram_bytes: 4 << 30, ncpus: 2, ..MachineConfig::default() });
+        hw.set_checks(true);
+        let mut pfn = 64u64;
+        let root = hw.mem.materialize_table(Pfn(pfn));
+        let mut cur = root;
+        for level in g.start_level()..3 {
+            pfn += 1;
+            let next = hw.mem.materialize_table(Pfn(pfn));
+            hw.mem.write(cur, g.index(VA, level), crate::hw::Desc::table(Pfn(pfn).to_phys(g)));
+            cur = next;
+        }
+        hw.switch_mm(0, Pfn(64).to_phys(g), USER.asid);
+        (Arch::new(hw), PtePtr { table: cur, index: g.index(VA, 3) })
+    }
+
+    fn pte(g: Granule, pfn: u64) -> Pte {
+        Pte::pfn_pte(Pfn(pfn), PgProt::READONLY, g).pte_mkdirty().pte_mkwrite()
+    }
+
+    /// Map one block with single set_ptes calls, the last entry last; `tweak` may
+    /// change the pte of entry i. Returns whether the block ended up folded.
+    fn map_block(g: Granule, mm: ArchMm, base_pfn: u64, folio: Option<(Pfn, u64)>, tweak: impl Fn(usize, Pte) -> Option<Pte>) -> bool {
+        let (mut arch, ptep) = setup(g);
+        let n = g.cont_ptes();
+        for i in 0..n {
+            let Some(p) = tweak(i, pte(g, base_pfn + i as u64)) else { continue };
+            arch.set_ptes(mm, VA + i as u64 * g.page_size(), ptep.add(i), p, 1, folio);
+        }
+        let folded = (0..n).all(|i| arch.__ptep_get(ptep.add(i)).pte_cont());
+        assert_eq!(folded, arch.hw.ev.get(Event::ContpteFold) == 1);
+        assert!(arch.hw.take_violations().is_empty());
+        folded
+    }
+
+    const GRANULES: [Granule; 3] = [Granule::K4, Granule::K16, Granule::K64];
+
+    #[test]
+    fn a_block_folds_when_every_condition_holds() {
+        for g in GRANULES {
+            let n = g.cont_ptes() as u64;
+            assert!(map_block(g, USER, 4 * n, Some((Pfn(4 * n), n)), |_, p| Some(p)), "{g:?}");
+        }
+    }
+
+    #[test]
+    fn each_violated_condition_prevents_the_fold() {
+        for g in GRANULES {
+            let n = g.cont_ptes() as u64;
+            let base = 4 * n;
+            let whole = Some((Pfn(base), n));
+            let last = n as usize - 1;
+            // Kernel mm.
+            assert!(!map_block(g, ArchMm { asid: 0, user: false }, base, whole, |_, p| Some(p)), "{g:?} kernel");
+            // Physically misaligned.
+            assert!(!map_block(g, USER, base + 1, Some((Pfn(base + 1), n)), |_, p| Some(p)), "{g:?} palign");
+            // The folio does not cover the block.
+            assert!(!map_block(g, USER, base, Some((Pfn(base), n / 2)), |_, p| Some(p)), "{g:?} folio");
+            // One entry missing.
+            assert!(!map_block(g, USER, base, whole, |i, p| (i != 3).then_some(p)), "{g:?} none");
+            // Pfns not consecutive.
+            assert!(!map_block(g, USER, base, whole, |i, p| Some(if i == 3 { p.pte_advance_pfn(1, g) } else { p })), "{g:?} pfn");
+            // A different prot (write-protected) on one entry.
+            assert!(!map_block(g, USER, base, whole, |i, p| Some(if i == 2 { p.pte_wrprotect() } else { p })), "{g:?} prot");
+            // Special mappings never fold.
+            assert!(!map_block(g, USER, base, whole, |_, p| Some(p.pte_mkspecial())), "{g:?} special");
+            // Young and dirty may differ: still folds.
+            assert!(map_block(g, USER, base, whole, |i, p| Some(if i == 5 { p.pte_mkold().pte_mkclean() } else { p })), "{g:?} a/d");
+            // Folding is attempted only when the last entry of the block is set.
+            let (mut arch, ptep) = setup(g);
+            arch.set_ptes(USER, VA + last as u64 * g.page_size(), ptep.add(last), pte(g, base + last as u64), 1, whole);
+            for i in 0..last {
+                arch.set_ptes(USER, VA + i as u64 * g.page_size(), ptep.add(i), pte(g, base + i as u64), 1, whole);
+            }
+            assert_eq!(arch.hw.ev.get(Event::ContpteFold), 0, "{g:?} order");
+        }
+    }
+
+    #[test]
+    fn set_ptes_sets_cont_only_on_aligned_chunks() {
+        for g in GRANULES {
+            let n = g.cont_ptes();
+            let (mut arch, ptep) = setup(g);
+            // Start one page into a block: the first partial chunk and the tail stay non-cont.
+            let start = ptep.add(1);
+            arch.set_ptes(USER, VA + g.page_size(), start, pte(g, 4 * n as u64 + 1), 2 * n, None);
+            let cont: Vec<bool> = (1..2 * n + 1).map(|i| arch.__ptep_get(ptep.add(i)).pte_cont()).collect();
+            assert!(cont[..n - 1].iter().all(|c| !c), "{g:?}");
+            assert!(cont[n - 1..2 * n - 1].iter().all(|c| *c), "{g:?}");
+            assert!(!cont[2 * n - 1], "{g:?}");
+        }
+    }
+
+    #[test]
+    fn unfold_and_refold_go_through_break_before_make() {
+        for g in GRANULES {
+            let n = g.cont_ptes();
+            let (mut arch, ptep) = setup(g);
+            arch.set_ptes(USER, VA, ptep, pte(g, 4 * n as u64), n, None);
+            // Fill the TLB with the contiguous entry, then clear one pte: the block unfolds.
+            arch.hw.access(0, VirtAddr(VA), false).unwrap();
+            arch.ptep_get_and_clear(USER, VA + 2 * g.page_size(), ptep.add(2));
+            assert_eq!(arch.hw.ev.get(Event::ContpteUnfold), 1);
+            assert_eq!(arch.hw.ev.get(Event::TlbiVale1is), n as u64);
+            assert!(!arch.__ptep_get(ptep.add(0)).pte_cont());
+            for i in 0..n {
+                arch.hw.access(0, VirtAddr(VA + i as u64 * g.page_size()), false).ok();
+            }
+            assert!(arch.hw.take_violations().is_empty(), "{g:?}");
+        }
+    }
+
+    #[test]
+    fn bbml2_elides_the_tlbi_of_a_convert() {
+        let g = Granule::K4;
+        let (mut arch, ptep) = setup(g);
+        arch.hw.cfg.features.bbml2 = true;
+        arch.set_ptes(USER, VA, ptep, pte(g, 64), 16, None);
+        arch.hw.access(0, VirtAddr(VA), false).unwrap();
+        arch.ptep_get_and_clear(USER, VA, ptep);
+        assert_eq!(arch.hw.ev.get(Event::ContpteConvert), 1);
+        assert_eq!(arch.hw.ev.get(Event::TlbiTotal), 0);
+        assert!(arch.hw.take_violations().is_empty());
+    }
+
+    #[test]
+    fn a_convert_that_skips_the_tlbi_without_bbml2_is_caught() {
+        let g = Granule::K4;
+        let (mut arch, ptep) = setup(g);
+        arch.set_ptes(USER, VA, ptep, pte(g, 64).pte_mknoncont(), 1, None);
+        for i in 1..16 {
+            arch.set_ptes(USER, VA + i * 4096, ptep.add(i as usize), pte(g, 64 + i), 1, None);
+        }
+        // The pages are cached as separate entries.
+        for i in 0..16 {
+            arch.hw.access(0, VirtAddr(VA + i * 4096), false).unwrap();
+        }
+        // The injected bug: contpte_convert's repaint without the TLBI.
+        for i in 0..16 {
+            arch.__ptep_get_and_clear(VA + i as u64 * 4096, ptep.add(i));
+        }
+        arch.__set_ptes(VA, ptep, pte(g, 64).pte_mkcont(), 16);
+        arch.hw.access(0, VirtAddr(VA + 4096), false).ok();
+        let v = arch.hw.take_violations();
+        use crate::hw::check::Violation;
+        assert!(
+            v.iter().any(|x| matches!(x, Violation::BreakBeforeMake { .. } | Violation::TlbConflict { .. })),
+            "the checker must see the stale per-page entries: {v:?}"
+        );
+    }
+
+    #[test]
+    fn ptep_get_gathers_young_and_dirty_from_the_whole_block() {
+        let g = Granule::K4;
+        let (mut arch, ptep) = setup(g);
+        let clean = pte(g, 64).pte_mkold().pte_mkclean();
+        arch.set_ptes(USER, VA, ptep, clean, 16, None);
+        let p = arch.ptep_get(USER, ptep);
+        assert!(!p.pte_young() && !p.pte_dirty());
+        // Hardware sets AF on the 8th entry only.
+        let e = arch.__ptep_get(ptep.add(7));
+        arch.__set_pte(VA + 7 * 4096, ptep.add(7), e.pte_mkyoung());
+        assert!(arch.ptep_get(USER, ptep).pte_young());
+    }
+}
