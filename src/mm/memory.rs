@@ -441,11 +441,18 @@ impl Kernel {
     /// the same bits, ignoring young, dirty and write; steps over contpte blocks with
     /// pte_batch_hint.
     pub fn folio_pte_batch(&mut self, mm: MmId, folio: Pfn, ptep: PtePtr, pte: Pte, max_nr: usize) -> usize {
+        self.folio_pte_batch_flags(mm, folio, ptep, pte, max_nr, false).0
+    }
+
+    /// folio_pte_batch_flags; with `merge_young_dirty` (FPB_MERGE_YOUNG_DIRTY) the
+    /// returned pte carries young/dirty if any pte of the batch has them.
+    pub fn folio_pte_batch_flags(&mut self, mm: MmId, folio: Pfn, ptep: PtePtr, pte: Pte, max_nr: usize, merge_young_dirty: bool) -> (usize, Pte) {
         let g = self.arch.granule();
         let amm = self.arch_mm(mm);
         let folio_end = folio.0 + self.memmap.folio_nr_pages(folio);
         let max_nr = max_nr.min((folio_end - pte.pte_pfn(g).0) as usize);
         let clear_ignored = |p: Pte| p.pte_mkclean().pte_wrprotect().pte_mkold();
+        let mut merged = pte;
         let mut nr = self.arch.pte_batch_hint(ptep, pte);
         let mut expected = clear_ignored(pte.pte_advance_pfn(nr as u64, g));
         while nr < max_nr {
@@ -453,11 +460,19 @@ impl Kernel {
             if !clear_ignored(p).pte_same(expected) {
                 break;
             }
+            if merge_young_dirty {
+                if p.pte_young() {
+                    merged = merged.pte_mkyoung();
+                }
+                if p.pte_dirty() {
+                    merged = merged.pte_mkdirty();
+                }
+            }
             let cur = self.arch.pte_batch_hint(ptep.add(nr), p);
             expected = expected.pte_advance_pfn(cur as u64, g);
             nr += cur;
         }
-        nr.min(max_nr)
+        (nr.min(max_nr), merged)
     }
 
     /// unmap_vmas: zap [start, end) across the VMAs given.

@@ -14,6 +14,8 @@ pub enum VmaError {
     NotMapped,
     #[error("EINVAL")]
     Invalid,
+    #[error("ENOMEM: out of memory")]
+    NoMem,
 }
 
 impl Kernel {

@@ -7,6 +7,7 @@ pub mod folio;
 pub mod huge_memory;
 pub mod madvise;
 pub mod memory;
+pub mod mlock;
 pub mod mm_types;
 pub mod mmap;
 pub mod mmu_gather;

@@ -105,10 +105,10 @@ fn refuse_unsupported(w: &Workload, stmts: &[Stmt]) -> Result<(), SimError> {
                 None
             }
             Op::Madvise { advice, .. } => match advice {
-                Advice::DontNeed | Advice::HugePage | Advice::NoHugePage => None,
+                Advice::DontNeed | Advice::HugePage | Advice::NoHugePage | Advice::Cold => None,
                 a => Some(format!("madvise {a:?}").to_lowercase()),
             },
-            Op::Mprotect { .. } | Op::Mlock { .. } | Op::Munlock { .. } | Op::Fork { .. } | Op::Exit => {
+            Op::Mprotect { .. } | Op::Fork { .. } | Op::Exit => {
                 Some(s.op.keyword().to_string())
             }
             _ => None,
@@ -253,9 +253,21 @@ impl Sim<'_> {
                     Advice::DontNeed => Madv::DontNeed,
                     Advice::HugePage => Madv::HugePage,
                     Advice::NoHugePage => Madv::NoHugePage,
+                    Advice::Cold => Madv::Cold,
                     _ => unreachable!("refused before the run"),
                 };
                 self.k.do_madvise(mm, start, end, madv).map_err(|e| self.fail(s.pos, e))
+            }
+            Op::Mlock { region, range } | Op::Munlock { region, range } => {
+                let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));
+                let (mm, cpu) = self.proc(&s.proc_name);
+                self.k.switch_mm(cpu, mm);
+                let r = if matches!(s.op, Op::Mlock { .. }) {
+                    self.k.do_mlock(mm, start, end)
+                } else {
+                    self.k.do_munlock(mm, start, end)
+                };
+                r.map_err(|e| self.fail(s.pos, e))
             }
             Op::Munmap { region, range } => {
                 let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));

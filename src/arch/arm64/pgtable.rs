@@ -508,6 +508,71 @@ impl Arch {
         true
     }
 
+    /// clear_young_dirty_ptes (MADV_FREE / MADV_COLD): clear young and/or dirty on `nr`
+    /// ptes. With contpte the range widens to whole blocks instead of unfolding: A/D
+    /// are tracked per folio, and a block never spans two folios.
+    pub fn clear_young_dirty_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, young: bool, dirty: bool) {
+        let g = self.granule();
+        let ps = g.page_size();
+        let (mut start, mut first, mut end) = (addr, ptep, addr + nr as u64 * ps);
+        if self.cont_active(mm) {
+            if self.__ptep_get(ptep.add(nr - 1)).pte_cont() {
+                end = (end + g.cont_pte_size() - 1) & !(g.cont_pte_size() - 1);
+            }
+            if self.__ptep_get(ptep).pte_cont() {
+                start &= !(g.cont_pte_size() - 1);
+                first = PtePtr { table: ptep.table, index: ptep.index & !(g.cont_ptes() - 1) };
+            }
+        }
+        for i in 0..((end - start) / ps) as usize {
+            let mut p = self.__ptep_get(first.add(i));
+            if young {
+                p = p.pte_mkold();
+            }
+            if dirty {
+                p = p.pte_mkclean();
+            }
+            self.__set_pte(start + i as u64 * ps, first.add(i), p);
+        }
+    }
+
+    /// ptep_test_and_clear_young: with contpte, clears young on the whole block
+    /// without unfolding and reports whether any entry was young.
+    pub fn ptep_test_and_clear_young(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr) -> bool {
+        let pte = self.__ptep_get(ptep);
+        if !self.cont_active(mm) || !pte.pte_valid_cont() {
+            return self.__ptep_test_and_clear_young(addr, ptep);
+        }
+        let g = self.granule();
+        let n = g.cont_ptes();
+        let first = PtePtr { table: ptep.table, index: ptep.index & !(n - 1) };
+        let start = addr & !(g.cont_pte_size() - 1);
+        let mut young = false;
+        for i in 0..n {
+            young |= self.__ptep_test_and_clear_young(start + i as u64 * g.page_size(), first.add(i));
+        }
+        young
+    }
+
+    /// ptep_clear_flush_young: as above, then flush the block (or page) without
+    /// waiting for completion if anything was young.
+    pub fn ptep_clear_flush_young(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr) -> bool {
+        let cont = self.cont_active(mm) && self.__ptep_get(ptep).pte_valid_cont();
+        let young = self.ptep_test_and_clear_young(mm, addr, ptep);
+        if young {
+            let g = self.granule();
+            let (s, e) = if cont {
+                let s = addr & !(g.cont_pte_size() - 1);
+                (s, s + g.cont_pte_size())
+            } else {
+                let s = addr & !(g.page_size() - 1);
+                (s, s + g.page_size())
+            };
+            tlbflush::flush_tlb_range_nosync(&mut self.hw, mm.asid, s, e, g.page_size(), true);
+        }
+        young
+    }
+
     /// pte_batch_hint: how many ptes from `ptep` share one contpte block (1 otherwise).
     #[inline]
     pub fn pte_batch_hint(&self, ptep: PtePtr, pte: Pte) -> usize {

@@ -1,0 +1,102 @@
+//! mm/mlock.c: mlock/munlock. Changing VM_LOCKED walks the range's ptes
+//! (mlock_pte_range, one ptep_get per folio batch plus folio_mlock_step's), and
+//! mlock then populates the range through GUP (one ptep_get per page). With contpte
+//! every such ptep_get gathers a block: seed 004's benchmark.
+
+use super::folio::PageFlags;
+use super::mm_types::{MmId, VmFlags};
+use super::mmap::VmaError;
+use super::Kernel;
+use crate::arch::arm64::pgtable::Pte;
+use crate::hw::DescKind;
+
+impl Kernel {
+    /// mlock(2): lock, then populate (faults count like any GUP fault).
+    pub fn do_mlock(&mut self, mm: MmId, start: u64, end: u64) -> Result<(), VmaError> {
+        self.apply_vma_lock_flags(mm, start, end, true)?;
+        self.mm_populate(mm, start, end).map_err(|_| VmaError::NoMem)
+    }
+
+    /// munlock(2).
+    pub fn do_munlock(&mut self, mm: MmId, start: u64, end: u64) -> Result<(), VmaError> {
+        self.apply_vma_lock_flags(mm, start, end, false)
+    }
+
+    /// apply_vma_lock_flags + mlock_fixup: change VM_LOCKED and walk the ptes of the
+    /// parts whose lock state changed.
+    fn apply_vma_lock_flags(&mut self, mm: MmId, start: u64, end: u64, lock: bool) -> Result<(), VmaError> {
+        if !self.range_fully_mapped(mm, start, end) {
+            return Err(VmaError::NoMem);
+        }
+        let changed: Vec<(u64, u64)> = self
+            .mm(mm)
+            .vmas_in(start, end)
+            .iter()
+            .filter(|v| v.flags.contains(VmFlags::LOCKED) != lock)
+            .map(|v| (v.start.max(start), v.end.min(end)))
+            .collect();
+        self.vma_modify_flags(mm, start, end, |f| if lock { f | VmFlags::LOCKED } else { f - VmFlags::LOCKED })?;
+        for (s, e) in changed {
+            self.mlock_vma_pages_range(mm, s, e, lock);
+        }
+        Ok(())
+    }
+
+    /// mlock_vma_pages_range: walk [start, end) with mlock_pte_range.
+    fn mlock_vma_pages_range(&mut self, mm: MmId, start: u64, end: u64, lock: bool) {
+        let g = self.arch.granule();
+        let pmd_size = g.pmd_size();
+        let amm = self.arch_mm(mm);
+        let mut addr = start;
+        while addr < end {
+            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
+            let Some(pmd) = self.pmd_offset(mm, addr) else {
+                addr = next;
+                continue;
+            };
+            let d = self.pxd_get(2, pmd);
+            if let DescKind::Block(_) = d.kind(2, g) {
+                let folio = d.pfn(g);
+                if self.huge_zero_folio != Some(folio) {
+                    self.mlock_folio(folio, lock);
+                }
+                addr = next;
+                continue;
+            }
+            let Some(mut ptep) = self.pte_offset_map(pmd, addr) else {
+                addr = next;
+                continue;
+            };
+            while addr < next {
+                let ptent = self.arch.ptep_get(amm, ptep);
+                let mut step = 1;
+                if ptent.pte_present() && !self.is_zero_pfn(ptent.pte_pfn(g)) {
+                    let pfn = ptent.pte_pfn(g);
+                    let folio = self.memmap.folio_of(pfn);
+                    if self.memmap.folio_order(folio) > 0 {
+                        // folio_mlock_step: its own ptep_get, then folio_pte_batch.
+                        let p: Pte = self.arch.ptep_get(amm, ptep);
+                        let count = ((next - addr) / g.page_size()) as usize;
+                        step = self.folio_pte_batch(mm, folio, ptep, p, count);
+                    }
+                    // allow_mlock_munlock: a large folio only when wholly inside the range.
+                    let whole = self.memmap.folio_order(folio) == 0 || step as u64 == self.memmap.folio_nr_pages(folio);
+                    if whole {
+                        self.mlock_folio(folio, lock);
+                    }
+                }
+                ptep = ptep.add(step);
+                addr += step as u64 * g.page_size();
+            }
+        }
+    }
+
+    /// mlock_folio / munlock_folio.
+    fn mlock_folio(&mut self, folio: crate::hw::Pfn, lock: bool) {
+        if lock {
+            self.memmap.folio_set(folio, PageFlags::MLOCKED);
+        } else {
+            self.memmap.folio_clear(folio, PageFlags::MLOCKED);
+        }
+    }
+}
