@@ -1,1 +1,2 @@
+pub mod memblock;
 pub mod thp_sysfs;

@@ -1,1 +1,3 @@
+pub mod fixmap;
+pub mod mmu;
 pub mod tlbflush;
