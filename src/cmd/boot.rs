@@ -342,4 +342,13 @@ mod tests {
         assert_eq!(b.map_mem.get(Event::TlbiTotal), 2 + 2 + 7);
         assert_eq!(s.variants()["holes"], "4M+2M");
     }
+
+    #[test]
+    fn tlbi_range_does_not_change_one_page_fixmap_flushes() {
+        let plain = boot(&Spec::new(Granule::K4, 64 << 20)).unwrap().map_mem;
+        let mut s = Spec::new(Granule::K4, 64 << 20);
+        s.set("tlbi-range=on").unwrap();
+        assert_eq!(boot(&s).unwrap().map_mem, plain);
+        assert_eq!(plain.get(Event::TlbiVaale1is), 1 + 1 + 32);
+    }
 }
