@@ -90,7 +90,7 @@ impl Spec {
     /// The memory map: the span from RAM_BASE less the holes.
     pub fn memblock(&self) -> Result<Memblock, String> {
         let ps = self.granule.page_size();
-        if self.ram == 0 || self.ram % ps != 0 {
+        if self.ram == 0 || !self.ram.is_multiple_of(ps) {
             return Err(format!(
                 "--ram {}: must be a non-zero multiple of the {} page",
                 self.ram,
@@ -100,7 +100,7 @@ impl Spec {
         let mut mb = Memblock::new();
         mb.add(PhysAddr(RAM_BASE), self.ram);
         for &(off, size) in &self.holes {
-            if off % ps != 0 || size % ps != 0 || off + size > self.ram {
+            if !off.is_multiple_of(ps) || !size.is_multiple_of(ps) || off + size > self.ram {
                 return Err(format!(
                     "hole {}+{}: must be page-aligned and inside RAM",
                     fmt_size(off),
@@ -287,7 +287,7 @@ fn parse_hole(s: &str) -> Result<(u64, u64), String> {
 /// The largest unit that divides `n` exactly: 512G, 3M, 4096.
 pub fn fmt_size(n: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if n != 0 && n % (1 << shift) == 0 {
+        if n != 0 && n.is_multiple_of(1 << shift) {
             return format!("{}{unit}", n >> shift);
         }
     }

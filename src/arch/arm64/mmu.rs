@@ -188,7 +188,7 @@ pub fn pgattr_change_is_safe(old: Desc, new: Desc) -> bool {
     let mutable = Attr::PXN | Attr::RDONLY | Attr::DBM | Attr::NG;
     old.oa() == new.oa()
         && !(old.has(Attr::CONT) || new.has(Attr::CONT))
-        && !(old.has(Attr::NG) && !new.has(Attr::NG))
+        && (!old.has(Attr::NG) || new.has(Attr::NG))
         && (old.0 ^ new.0) & !mutable.bits() == 0
 }
 
@@ -617,7 +617,8 @@ mod tests {
     #[test]
     fn pte_granular_tables_and_tlbis_before_and_after_seed_003() {
         // (ram, tables per level, table visits (map_mem entering a table), ptes)
-        let cases: [(&[(u64, u64)], [u64; 4], u64, u64); 3] = [
+        type Case<'a> = (&'a [(u64, u64)], [u64; 4], u64, u64);
+        let cases: [Case; 3] = [
             (&[(0, 16 * M)], [0, 1, 1, 8], 10, 16 * M / 4096),
             (&[(0, G)], [0, 1, 1, 512], 514, G / 4096),
             // Range 1 visits pud 1, pmd 2, pte 512 + 2; range 2 visits pud 1, pmd 2, pte 1022.
