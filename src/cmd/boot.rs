@@ -246,9 +246,9 @@ fn print_summary(spec: &Spec, b: &Booted, report: &Report, elapsed: std::time::D
         println!("  {label:<26} {}", values.join(" / "));
     }
     println!(
-        "host: {:.3} s, table storage {}",
+        "host: {:.3} s, table storage {:.1} MiB",
         elapsed.as_secs_f64(),
-        fmt_size(m.mem.host_bytes() as u64 & !((1 << 20) - 1))
+        m.mem.host_bytes() as f64 / (1 << 20) as f64
     );
 }
 
