@@ -6,6 +6,7 @@ pub mod debug;
 pub mod folio;
 pub mod huge_memory;
 pub mod madvise;
+pub mod memblock;
 pub mod memory;
 pub mod mlock;
 pub mod mm_types;
