@@ -169,8 +169,10 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64)) -> std::io::Result<()> {
                 ref region,
                 range,
                 advice,
+                step,
             } => {
                 let (a, len) = span(region, Some(range));
+                let step = step.unwrap_or(len);
                 let adv = match advice {
                     Advice::DontNeed => libc::MADV_DONTNEED,
                     Advice::Free => libc::MADV_FREE,
@@ -180,7 +182,10 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64)) -> std::io::Result<()> {
                     Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
                     Advice::Collapse => libc::MADV_COLLAPSE,
                 };
-                let r = check(libc::madvise(a as *mut _, len as usize, adv));
+                let mut r = Ok(());
+                for at in (a..a + len).step_by(step as usize) {
+                    r = r.and(check(libc::madvise(at as *mut _, step as usize, adv)));
+                }
                 // A collapse that cannot be done is an outcome (the layout shows it),
                 // not a failure of the run.
                 if advice == Advice::Collapse {

@@ -245,8 +245,9 @@ impl Sim<'_> {
                 }
                 Ok(())
             }
-            Op::Madvise { region, range, advice } => {
+            Op::Madvise { region, range, advice, step } => {
                 let (start, end) = self.range(&s.proc_name, region, Some((range.off, range.len)));
+                let step = step.unwrap_or(end - start);
                 let (mm, cpu) = self.proc(&s.proc_name);
                 self.k.switch_mm(cpu, mm);
                 let madv = match advice {
@@ -256,7 +257,10 @@ impl Sim<'_> {
                     Advice::Cold => Madv::Cold,
                     _ => unreachable!("refused before the run"),
                 };
-                self.k.do_madvise(mm, start, end, madv).map_err(|e| self.fail(s.pos, e))
+                for at in (start..end).step_by(step as usize) {
+                    self.k.do_madvise(mm, at, at + step, madv).map_err(|e| self.fail(s.pos, e))?;
+                }
+                Ok(())
             }
             Op::Mlock { region, range } | Op::Munlock { region, range } => {
                 let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));

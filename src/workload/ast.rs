@@ -83,10 +83,13 @@ pub enum Op {
         write: bool,
         stride: u64,
     },
+    /// `step`: one madvise call per `step` bytes of the range (an extension of the
+    /// spec, `step=S` with S dividing LEN); the whole range in one call by default.
     Madvise {
         region: String,
         range: Range,
         advice: Advice,
+        step: Option<u64>,
     },
     Munmap {
         region: String,
