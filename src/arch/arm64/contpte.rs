@@ -228,7 +228,7 @@ pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::arm64::pgtable::{ArchMm, PgProt};
+    use crate::arch::arm64::pgtable::{ArchMm, PgProt, PtepGetVariant};
     use crate::hw::{Event, Granule, Machine, MachineConfig, Pfn, VirtAddr};
 
     const USER: ArchMm = ArchMm { asid: 7, user: true };
@@ -398,5 +398,48 @@ mod tests {
         let e = arch.__ptep_get(ptep.add(7));
         arch.__set_pte(VA + 7 * 4096, ptep.add(7), e.pte_mkyoung());
         assert!(arch.ptep_get(USER, ptep).pte_young());
+    }
+
+    /// Seed 004's three scenarios: pte reads per contpte_ptep_get call, per variant.
+    /// Scenario 1: all 16 young and dirty; 2: only the 8th young, none dirty; 3: none.
+    #[test]
+    fn ptep_get_reads_per_call_in_seed_004s_scenarios() {
+        let g = Granule::K4;
+        let variants = [PtepGetVariant::FullScan, PtepGetVariant::EarlyExit, PtepGetVariant::Mod1, PtepGetVariant::Mod2];
+        let scenarios: [(&str, fn(usize) -> (bool, bool)); 3] =
+            [("all young+dirty", |_| (true, true)), ("8th young only", |i| (i == 7, false)), ("none", |_| (false, false))];
+        let mut table = Vec::new();
+        for (name, state) in scenarios {
+            let mut row = Vec::new();
+            for v in variants {
+                let (mut arch, ptep) = setup(g);
+                arch.ptep_get = v;
+                let clean = pte(g, 64).pte_mkold().pte_mkclean();
+                arch.set_ptes(USER, VA, ptep, clean, 16, None);
+                for i in 0..16 {
+                    let (young, dirty) = state(i);
+                    let mut e = arch.__ptep_get(ptep.add(i));
+                    if young {
+                        e = e.pte_mkyoung();
+                    }
+                    if dirty {
+                        e = e.pte_mkdirty();
+                    }
+                    arch.__set_pte(VA + i as u64 * 4096, ptep.add(i), e);
+                }
+                let got = arch.ptep_get(USER, ptep);
+                let want_young = (0..16).any(|i| state(i).0);
+                let want_dirty = (0..16).any(|i| state(i).1);
+                assert_eq!((got.pte_young(), got.pte_dirty()), (want_young, want_dirty), "{name} {v:?}");
+                row.push(arch.hw.ev.get(Event::ContptePtepGetReads));
+            }
+            table.push((name, row));
+        }
+        for (name, row) in &table {
+            println!("{name:<16} full-scan {:>2}  early-exit {:>2}  mod1 {:>2}  mod2 {:>2}", row[0], row[1], row[2], row[3]);
+        }
+        assert_eq!(table[0].1, vec![16, 2, 1, 2]);
+        assert_eq!(table[1].1, vec![16, 16, 16, 16]);
+        assert_eq!(table[2].1, vec![16, 16, 16, 16]);
     }
 }
