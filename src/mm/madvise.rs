@@ -61,12 +61,11 @@ impl Kernel {
         let mut tlb = MmuGather::new(amm.asid, false, ps);
         let mut addr = start;
         while addr < end {
-            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
-            let Some(pmd) = self.pmd_offset(mm, addr) else {
+            let (next, entry) = self.pmd_step(mm, addr, end);
+            let Some((pmd, d)) = entry else {
                 addr = next;
                 continue;
             };
-            let d = self.pxd_get(2, pmd);
             if let DescKind::Block(_) = d.kind(2, g) {
                 if next - addr == pmd_size && d.has(crate::hw::Attr::AF) && self.huge_zero_folio != Some(d.pfn(g)) {
                     let haddr = addr & !(pmd_size - 1);

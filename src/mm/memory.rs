@@ -284,9 +284,8 @@ impl Kernel {
         let pmd_size = g.pmd_size();
         let mut addr = addr;
         while addr < end {
-            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
-            if let Some(pmd) = self.pmd_offset(mm, addr) {
-                let d = self.pxd_get(2, pmd);
+            let (next, entry) = self.pmd_step(mm, addr, end);
+            if let Some((pmd, d)) = entry {
                 if let DescKind::Block(_) = d.kind(2, g) {
                     if next - addr != pmd_size {
                         huge_memory::__split_huge_pmd(self, mm, vma, pmd, addr);

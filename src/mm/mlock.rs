@@ -45,16 +45,14 @@ impl Kernel {
     /// mlock_vma_pages_range: walk [start, end) with mlock_pte_range.
     fn mlock_vma_pages_range(&mut self, mm: MmId, start: u64, end: u64, lock: bool) {
         let g = self.arch.granule();
-        let pmd_size = g.pmd_size();
         let amm = self.arch_mm(mm);
         let mut addr = start;
         while addr < end {
-            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
-            let Some(pmd) = self.pmd_offset(mm, addr) else {
+            let (next, entry) = self.pmd_step(mm, addr, end);
+            let Some((pmd, d)) = entry else {
                 addr = next;
                 continue;
             };
-            let d = self.pxd_get(2, pmd);
             if let DescKind::Block(_) = d.kind(2, g) {
                 let folio = d.pfn(g);
                 if self.huge_zero_folio != Some(folio) {

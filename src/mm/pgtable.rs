@@ -81,52 +81,44 @@ impl Kernel {
 
     /// Walk to the pmd entry for `addr` without allocating; None where a level is empty.
     pub fn pmd_offset(&mut self, mm: MmId, addr: u64) -> Option<PmdPtr> {
-        let g = self.arch.granule();
-        let mut table = self.mms[mm].as_ref().unwrap().pgd_table;
-        for level in g.start_level()..2 {
-            let p = PmdPtr {
-                table,
-                index: g.index(addr, level),
-            };
-            let d = self.pxd_get(level, p);
-            match d.kind(level, g) {
-                DescKind::Table(_) => table = self.table_of(d),
-                _ => return None,
-            }
-        }
-        Some(PmdPtr {
-            table,
-            index: g.index(addr, 2),
-        })
+        self.walk_to_pmd(mm, addr, false)
     }
 
     /// Walk to the pmd entry for `addr`, allocating missing upper tables
     /// (p4d_alloc / pud_alloc / pmd_alloc). None on OOM.
     pub fn pmd_alloc(&mut self, mm: MmId, addr: u64) -> Option<PmdPtr> {
+        self.walk_to_pmd(mm, addr, true)
+    }
+
+    fn walk_to_pmd(&mut self, mm: MmId, addr: u64, alloc: bool) -> Option<PmdPtr> {
         let g = self.arch.granule();
-        let mut table = self.mms[mm].as_ref().unwrap().pgd_table;
+        let mut table = self.mm(mm).pgd_table;
         for level in g.start_level()..2 {
-            let p = PmdPtr {
-                table,
-                index: g.index(addr, level),
-            };
+            let p = PmdPtr { table, index: g.index(addr, level) };
             let d = self.pxd_get(level, p);
             table = match d.kind(level, g) {
                 DescKind::Table(_) => self.table_of(d),
+                _ if !alloc => return None,
                 _ => {
                     let (pfn, id) = self.pgtable_alloc(level + 1)?;
                     if level + 1 == 2 {
-                        self.mms[mm].as_mut().unwrap().nr_pmds += 1;
+                        self.mm_mut(mm).nr_pmds += 1;
                     }
                     self.pxd_set(level, addr, p, Desc::table(pfn.to_phys(g)));
                     id
                 }
             };
         }
-        Some(PmdPtr {
-            table,
-            index: g.index(addr, 2),
-        })
+        Some(PmdPtr { table, index: g.index(addr, 2) })
+    }
+
+    /// One step of a pmd-range walk from `addr` below `end`: the end of this pmd's
+    /// span and, if the upper levels exist, the pmd and its value.
+    pub fn pmd_step(&mut self, mm: MmId, addr: u64, end: u64) -> (u64, Option<(PmdPtr, Desc)>) {
+        let pmd_size = self.arch.granule().pmd_size();
+        let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
+        let entry = self.pmd_offset(mm, addr).map(|p| (p, self.pxd_get(2, p)));
+        (next, entry)
     }
 
     /// pte_offset_map: the pte for `addr` if the pmd points at a pte table.

@@ -17,11 +17,7 @@ use crate::hw::{Event, Pfn};
 /// contpte_align_down: the first pte of the block holding `ptep`.
 #[inline]
 fn align_down(arch: &Arch, ptep: PtePtr) -> PtePtr {
-    let n = arch.granule().cont_ptes();
-    PtePtr {
-        table: ptep.table,
-        index: ptep.index & !(n - 1),
-    }
+    ptep.align_down(arch.granule().cont_ptes())
 }
 
 /// contpte_convert: repaint the whole block with `pte` (CONT set or cleared), with

@@ -222,12 +222,10 @@ impl PtePtr {
             index: self.index + n,
         }
     }
+    /// The first entry of the aligned group of `n` (a power of two) holding this one.
     #[inline]
-    pub fn sub(self, n: usize) -> PtePtr {
-        PtePtr {
-            table: self.table,
-            index: self.index - n,
-        }
+    pub fn align_down(self, n: usize) -> PtePtr {
+        PtePtr { table: self.table, index: self.index & !(n - 1) }
     }
 }
 
@@ -378,15 +376,22 @@ impl Arch {
         self.__set_pte(addr, ptep, Pte::NONE);
     }
 
+    /// The unfold every batched setter starts with: a single pte unfolds its block;
+    /// a range unfolds only the blocks it covers in part.
+    fn contpte_try_unfold_range(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize) {
+        if !self.cont_active(mm) {
+            return;
+        }
+        if nr == 1 {
+            contpte::contpte_try_unfold(self, mm, addr, ptep);
+        } else {
+            contpte::contpte_try_unfold_partial(self, mm, addr, ptep, nr);
+        }
+    }
+
     /// clear_full_ptes: clear `nr` ptes of one folio without gathering their state.
     pub fn clear_full_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, full: bool) {
-        if self.cont_active(mm) {
-            if nr == 1 {
-                contpte::contpte_try_unfold(self, mm, addr, ptep);
-            } else {
-                contpte::contpte_try_unfold_partial(self, mm, addr, ptep, nr);
-            }
-        }
+        self.contpte_try_unfold_range(mm, addr, ptep, nr);
         let _ = full;
         let ps = self.granule().page_size();
         for i in 0..nr {
@@ -397,13 +402,7 @@ impl Arch {
     /// get_and_clear_full_ptes: clear `nr` ptes, returning the first with the young and
     /// dirty bits of any of them.
     pub fn get_and_clear_full_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, full: bool) -> Pte {
-        if self.cont_active(mm) {
-            if nr == 1 {
-                contpte::contpte_try_unfold(self, mm, addr, ptep);
-            } else {
-                contpte::contpte_try_unfold_partial(self, mm, addr, ptep, nr);
-            }
-        }
+        self.contpte_try_unfold_range(mm, addr, ptep, nr);
         let _ = full;
         let ps = self.granule().page_size();
         let mut first = self.__ptep_get_and_clear(addr, ptep);
@@ -421,13 +420,7 @@ impl Arch {
 
     /// wrprotect_ptes: write-protect `nr` ptes of one folio in place.
     pub fn wrprotect_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize) {
-        if self.cont_active(mm) {
-            if nr == 1 {
-                contpte::contpte_try_unfold(self, mm, addr, ptep);
-            } else {
-                contpte::contpte_try_unfold_partial(self, mm, addr, ptep, nr);
-            }
-        }
+        self.contpte_try_unfold_range(mm, addr, ptep, nr);
         let ps = self.granule().page_size();
         for i in 0..nr {
             self.__ptep_set_wrprotect(addr + i as u64 * ps, ptep.add(i));
@@ -486,10 +479,7 @@ impl Arch {
         }
         let g = self.granule();
         let n = g.cont_ptes();
-        let start = PtePtr {
-            table: ptep.table,
-            index: ptep.index & !(n - 1),
-        };
+        let start = ptep.align_down(n);
         let start_addr = addr & !(g.cont_pte_size() - 1);
         for i in 0..n {
             let a = start_addr + i as u64 * g.page_size();
@@ -521,7 +511,7 @@ impl Arch {
             }
             if self.__ptep_get(ptep).pte_cont() {
                 start &= !(g.cont_pte_size() - 1);
-                first = PtePtr { table: ptep.table, index: ptep.index & !(g.cont_ptes() - 1) };
+                first = ptep.align_down(g.cont_ptes());
             }
         }
         for i in 0..((end - start) / ps) as usize {
@@ -545,7 +535,7 @@ impl Arch {
         }
         let g = self.granule();
         let n = g.cont_ptes();
-        let first = PtePtr { table: ptep.table, index: ptep.index & !(n - 1) };
+        let first = ptep.align_down(n);
         let start = addr & !(g.cont_pte_size() - 1);
         let mut young = false;
         for i in 0..n {
