@@ -438,4 +438,36 @@ mod tests {
         assert_eq!(table[1].1, vec![16, 16, 16, 16]);
         assert_eq!(table[2].1, vec![16, 16, 16, 16]);
     }
+
+    #[test]
+    fn clearing_young_and_dirty_widens_to_whole_blocks_without_unfolding() {
+        let g = Granule::K4;
+        let (mut arch, ptep) = setup(g);
+        arch.set_ptes(USER, VA, ptep, pte(g, 64), 32, None);
+        // Two entries in the middle of the first block: the whole block is cleared.
+        arch.clear_young_dirty_ptes(USER, VA + 4 * 4096, ptep.add(4), 2, true, true);
+        assert_eq!(arch.hw.ev.get(Event::ContpteUnfold), 0);
+        for i in 0..16 {
+            let p = arch.__ptep_get(ptep.add(i));
+            assert!(p.pte_cont() && !p.pte_young() && !p.pte_dirty(), "entry {i}");
+        }
+        assert!(arch.__ptep_get(ptep.add(16)).pte_young());
+    }
+
+    #[test]
+    fn test_and_clear_young_covers_the_block_and_flush_young_flushes_it() {
+        let g = Granule::K4;
+        let (mut arch, ptep) = setup(g);
+        let old = pte(g, 64).pte_mkold();
+        arch.set_ptes(USER, VA, ptep, old, 16, None);
+        assert!(!arch.ptep_test_and_clear_young(USER, VA + 4096, ptep.add(1)));
+        let e = arch.__ptep_get(ptep.add(9));
+        arch.__set_pte(VA + 9 * 4096, ptep.add(9), e.pte_mkyoung());
+        assert!(arch.ptep_clear_flush_young(USER, VA, ptep));
+        assert!(!arch.ptep_get(USER, ptep).pte_young());
+        // One flush of the whole block, no completion barrier (nosync).
+        assert_eq!(arch.hw.ev.get(Event::TlbiVale1is), 16);
+        assert_eq!(arch.hw.ev.get(Event::DsbIsh), 0);
+        assert_eq!(arch.hw.ev.get(Event::ContpteUnfold), 0);
+    }
 }
