@@ -192,3 +192,53 @@ fn suite_has_host_results() {
     }
     assert!(n >= 40, "{n} workloads");
 }
+
+/// The whole validation suite, model against the live host: per-process faults and
+/// layouts must agree exactly (global counters are left to `foliolab validate`, since
+/// other processes move them).
+#[test]
+fn the_whole_suite_agrees_with_the_live_host() {
+    if let Some(why) = skip_reason() {
+        println!("SKIP the_whole_suite_agrees_with_the_live_host: {why}");
+        return;
+    }
+    let _lock = knob_lock();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(suite(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wl"))
+        .collect();
+    paths.sort();
+    let (mut agree, mut failed, mut skipped, mut retried) = (0, Vec::new(), Vec::new(), Vec::new());
+    for p in &paths {
+        let w = foliolab::workload::parse_file(p.to_str().unwrap()).unwrap();
+        let model = match foliolab::sim::run(&w, &foliolab::sim::Variants::default()) {
+            Ok(r) => r,
+            Err(e @ foliolab::sim::SimError::Unsupported { .. }) => {
+                skipped.push(e.to_string());
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        // The host takes the odd extra fault when kcompactd or khugepaged migrates a
+        // page under a run; a model error shows on every run, so three tries decide.
+        let mut last = Vec::new();
+        for attempt in 0..3 {
+            let host: foliolab::report::Report = serde_json::from_value(native_json(p)).unwrap();
+            last = foliolab::cmd::validate::compare(&model, &host).exact_mismatches();
+            if last.is_empty() {
+                if attempt > 0 {
+                    retried.push(format!("{} ({} tries)", p.display(), attempt + 1));
+                }
+                break;
+            }
+        }
+        match last {
+            m if m.is_empty() => agree += 1,
+            m => failed.push(format!("{}: {}", p.display(), m.join("; "))),
+        }
+    }
+    println!("live suite: {agree} agree, {} skipped, {} disagree", skipped.len(), failed.len());
+    println!("agreed after a retry (host noise): {retried:?}");
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

@@ -30,18 +30,9 @@ fn the_model_agrees_with_the_saved_host_results() {
         };
         let host: Report = serde_json::from_str(&std::fs::read_to_string(p.with_extension("host.json")).unwrap()).unwrap();
         let c = compare(&model, &host);
-        let exact_ok = c.layout_mismatches.is_empty() && c.rows.iter().filter(|r| r.counter.starts_with("proc.")).all(|r| r.ok);
-        if exact_ok {
-            agree.push(name);
-        } else {
-            let mut why = String::new();
-            for r in c.rows.iter().filter(|r| r.counter.starts_with("proc.") && !r.ok) {
-                why += &format!("\n    {} model {} host {}", r.counter, r.model, r.host);
-            }
-            for l in &c.layout_mismatches {
-                why += &format!("\n    layout {}:\n      model {:?}\n      host  {:?}", l.region, l.model, l.host);
-            }
-            failed.push(format!("{name}:{why}"));
+        match c.exact_mismatches() {
+            m if m.is_empty() => agree.push(name),
+            m => failed.push(format!("{name}:\n    {}", m.join("\n    "))),
         }
     }
     println!("agree ({}): {}", agree.len(), agree.join(" "));

@@ -87,6 +87,24 @@ impl Comparison {
     }
 }
 
+impl Comparison {
+    /// What breaks the exact part of the contract (per-process faults and layouts),
+    /// one line each; empty when model and host agree on it.
+    pub fn exact_mismatches(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|r| r.tolerance.is_none() && !r.ok)
+            .map(|r| format!("{}: model {} host {}", r.counter, r.model, r.host))
+            .collect();
+        for l in &self.layout_mismatches {
+            out.push(format!("layout {}: model {:?} host {:?}", l.region, l.model, l.host));
+        }
+        out.extend(self.error.iter().cloned());
+        out
+    }
+}
+
 /// Compares a model report with a host report (the pure core of `validate`).
 pub fn compare(model: &Report, host: &Report) -> Comparison {
     let mut c = Comparison {
