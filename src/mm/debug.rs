@@ -120,7 +120,15 @@ impl Kernel {
                     *seen.pte_maps.entry(pfn.0).or_default() += 1;
                     *rss += 1;
                 }
-                DescKind::Invalid if !d.is_none() && !Pte(d).pte_present() => {
+                // PROT_NONE: a present, invalid pte maps its page all the same.
+                DescKind::Invalid if level == 3 && Pte(d).pte_present() => {
+                    let pfn = d.pfn(g);
+                    if !self.is_zero_pfn(pfn) {
+                        *seen.pte_maps.entry(pfn.0).or_default() += 1;
+                        *rss += 1;
+                    }
+                }
+                DescKind::Invalid if !d.is_none() => {
                     return Err(format!("mm {mm}: unexpected non-present entry {d:?} at {va:#x}"));
                 }
                 _ => {}

@@ -517,6 +517,35 @@ impl Arch {
         let n = self.granule().cont_ptes();
         n - (ptep.index & (n - 1))
     }
+
+    // ---- MADV_FREE (issue 5) -----------------------------------------------
+
+    /// clear_young_dirty_ptes (CYDP_CLEAR_YOUNG | CYDP_CLEAR_DIRTY): make `nr` ptes old
+    /// and clean in place. A contpte block at either end is cleaned whole, without
+    /// unfolding (contpte_clear_young_dirty_ptes).
+    pub fn clear_young_dirty_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize) {
+        let g = self.granule();
+        let ps = g.page_size();
+        let (mut start, mut first, mut end) = (addr, ptep, addr + nr as u64 * ps);
+        if self.cont_active(mm) && (nr > 1 || self.__ptep_get(ptep).pte_cont()) {
+            let n = g.cont_ptes();
+            if self.__ptep_get(ptep.add(nr - 1)).pte_cont() {
+                end = (end + g.cont_pte_size() - 1) & !(g.cont_pte_size() - 1);
+            }
+            if self.__ptep_get(ptep).pte_cont() {
+                start &= !(g.cont_pte_size() - 1);
+                first = PtePtr {
+                    table: ptep.table,
+                    index: ptep.index & !(n - 1),
+                };
+            }
+        }
+        for i in 0..((end - start) / ps) as usize {
+            let a = start + i as u64 * ps;
+            let old = self.__ptep_get(first.add(i));
+            self.__set_pte(a, first.add(i), old.pte_mkold().pte_mkclean());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! arch/arm64/include/asm/tlbflush.h: the kernel's TLB maintenance sequences, built
 //! from the machine's TLBI and barrier instructions.
 
+use super::pgtable::Pte;
 use crate::hw::machine::tlbi_range_pages;
 use crate::hw::{Asid, Machine, Tlbi, VirtAddr};
 
@@ -287,4 +288,11 @@ mod tests {
         assert_eq!(m.ev.get(Event::TlbiVaale1is), 1);
         assert_eq!(m.ev.get(Event::Isb), 1);
     }
+}
+
+/// pte_needs_flush (__pte_flags_need_flush): a valid pte whose hardware-visible bits
+/// changed; invalid-to-valid and software-bit changes need no flush.
+pub fn pte_needs_flush(old: Pte, new: Pte) -> bool {
+    const SWBITS: u64 = (1 << 63) | (0xf << 55);
+    old.pte_valid() && (old.raw() ^ new.raw()) & !SWBITS != 0
 }
