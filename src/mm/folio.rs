@@ -76,6 +76,9 @@ pub struct Page {
     /// their mapcounts (_mm_id_mapcount, -1 when the slot is free).
     pub mm_id: [u32; 2],
     pub mm_id_mapcount: [i32; 2],
+    /// The page's contents are not all zero (written by the user, or copied from such
+    /// a page): what pages_identical(page, ZERO_PAGE) would tell. Allocation zeroes.
+    pub nonzero: bool,
 }
 
 impl Default for Page {
@@ -94,6 +97,7 @@ impl Default for Page {
             index: 0,
             mm_id: [0; 2],
             mm_id_mapcount: [-1; 2],
+            nonzero: false,
         }
     }
 }

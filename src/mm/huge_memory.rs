@@ -476,13 +476,26 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
     if order == g.pmd_order() {
         k.stat.count_vm_event(VmEvent::ThpSplitPage);
     }
-    // remap_page: the migration entries become ptes of the new small folios.
+    // remap_page (RMP_USE_SHARED_ZEROPAGE): the migration entries become ptes of the
+    // new small folios, or of the shared zero page where a page holds only zeroes.
     for (&(mm, ptep, addr), pte) in maps.iter().zip(old) {
         let amm = k.arch_mm(mm);
         let page = pte.pte_pfn(g);
-        k.arch.set_ptes(amm, addr, ptep, pte, 1, Some((page, 1)));
+        let vma = k.mm(mm).find_vma(addr).cloned().expect("a mapping outside any VMA");
+        let p = k.memmap.page(page);
+        let locked = p.flags.contains(PageFlags::MLOCKED) || vma.flags.contains(VmFlags::LOCKED);
+        if !p.nonzero && !locked {
+            let zero = Pte::pfn_pte(k.zero_pfn, vm_page_prot(&vma), g).pte_mkspecial();
+            k.arch.set_ptes(amm, addr, ptep, zero, 1, None);
+            k.mm_mut(mm).rss_anon -= 1;
+            let p = k.memmap.page_mut(page);
+            p.mapcount -= 1;
+            p.refcount -= 1;
+        } else {
+            k.arch.set_ptes(amm, addr, ptep, pte, 1, Some((page, 1)));
+        }
     }
-    for i in 1..(1u64 << order) {
+    for i in 0..(1u64 << order) {
         let page = Pfn(folio.0 + i);
         if k.memmap.folio_ref_count(page) == 0 {
             k.free_folio(page);
@@ -504,6 +517,7 @@ fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
             mapcount: p.mapcount,
             refcount: p.mapcount + if i == 0 { pins } else { 0 },
             index: p.index,
+            nonzero: p.nonzero,
             ..Page::default()
         };
     }

@@ -8,7 +8,7 @@ use super::mmap::VmaError;
 use super::vmstat::VmEvent;
 use super::Kernel;
 use crate::arch::arm64::tlbflush::flush_tlb_range;
-use crate::hw::{Desc, DescKind};
+use crate::hw::{Desc, DescKind, Pfn};
 
 /// The scan results the model distinguishes (enum scan_result).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +22,11 @@ impl Kernel {
     /// madvise_collapse over [start, end) of one VMA: each whole pmd range inside it.
     pub fn madvise_collapse(&mut self, mm: MmId, vma: &Vma, start: u64, end: u64) -> Result<(), VmaError> {
         if vma.flags.contains(VmFlags::NOHUGEPAGE) {
+            return Err(VmaError::Invalid);
+        }
+        // hugepage_vma_revalidate: an anon VMA without an anon_vma (zero-page reads
+        // only) has nothing to collapse.
+        if vma.anon_vma.is_none() {
             return Err(VmaError::Invalid);
         }
         let pmd_size = self.arch.granule().pmd_size();
@@ -40,7 +45,7 @@ impl Kernel {
     }
 
     /// hpage_collapse_scan_pmd: a pte table whose mapped pages are anon folios with no
-    /// references beyond their mappings, at least one pte writable.
+    /// references beyond their mappings (6.18 no longer needs a writable pte).
     fn hpage_collapse_scan_pmd(&mut self, mm: MmId, haddr: u64) -> Scan {
         let g = self.arch.granule();
         let Some(pmd) = self.pmd_offset(mm, haddr) else {
@@ -53,7 +58,6 @@ impl Kernel {
         }
         let ptep = self.pte_offset_map(pmd, haddr).expect("a pte table");
         let amm = self.arch_mm(mm);
-        let mut writable = false;
         for i in 0..1usize << g.pmd_order() {
             let pte = self.arch.ptep_get(amm, ptep.add(i));
             if pte.pte_none() || self.is_zero_pfn(pte.pte_pfn(g)) {
@@ -62,7 +66,6 @@ impl Kernel {
             if !pte.pte_present() {
                 return Scan::Fail;
             }
-            writable |= pte.pte_write();
             let folio = self.memmap.folio_of(pte.pte_pfn(g));
             if !self.memmap.folio_test(folio, super::folio::PageFlags::ANON)
                 || self.memmap.folio_ref_count(folio) != self.memmap.folio_mapcount(folio)
@@ -70,11 +73,7 @@ impl Kernel {
                 return Scan::Fail;
             }
         }
-        if writable {
-            Scan::Succeed
-        } else {
-            Scan::Fail
-        }
+        Scan::Succeed
     }
 
     /// collapse_huge_page: allocate the THP, pmdp_collapse_flush, copy and unmap the
@@ -114,6 +113,11 @@ impl Kernel {
             } else {
                 1
             };
+            // __collapse_huge_page_copy: the THP's pages take these pages' contents.
+            for j in 0..nr as u64 {
+                let nonzero = self.memmap.page(Pfn(pfn.0 + j)).nonzero;
+                self.memmap.page_mut(Pfn(folio.0 + i as u64 + j)).nonzero = nonzero;
+            }
             self.arch.clear_full_ptes(amm, addr, ptep.add(i), nr, false);
             self.folio_remove_rmap_ptes(src, pfn, nr as u64, mm);
             self.folio_put_refs(src, nr as i32);

@@ -296,6 +296,8 @@ impl Kernel {
             entry = entry.pte_mkdirty().pte_mkwrite();
         }
         self.arch.ptep_clear_flush(amm, addr, ptep);
+        // The copy (__wp_page_copy_user) carries the old page's contents.
+        self.memmap.page_mut(new).nonzero = !self.is_zero_pfn(old_pfn) && self.memmap.page(old_pfn).nonzero;
         self.folio_add_new_anon_rmap(new, mm, addr, false);
         self.arch.set_ptes(amm, addr, ptep, entry, 1, Some((new, 1)));
         if let Some(old) = old {

@@ -415,7 +415,11 @@ impl Sim<'_> {
 /// and the access retries, as the CPU would.
 pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
     for _ in 0..3 {
-        if k.arch.hw.access(cpu, VirtAddr(addr), write).is_ok() {
+        if let Ok(pa) = k.arch.hw.access(cpu, VirtAddr(addr), write) {
+            if write {
+                let pfn = crate::hw::Pfn(pa.0 >> k.arch.granule().page_shift());
+                k.memmap.page_mut(pfn).nonzero = true;
+            }
             return Ok(());
         }
         k.handle_mm_fault(mm, addr, write)?;
