@@ -253,7 +253,7 @@ mod checker {
         k.do_mmap(mm, BASE, 1 << 20, rw()).unwrap();
         touch(&mut k, mm, BASE, 1 << 20, true);
         let head = k.page_table_pfn(mm, BASE).unwrap();
-        k.memmap.page_mut(head).mm_id_mapcount[0] -= 1;
+        k.memmap.page_mut(head).mm_id_mapcount[0] += 1;
         assert!(k.check_invariants().unwrap_err().contains("mm slot"));
     }
 }
@@ -374,5 +374,32 @@ mod fork_exit {
         assert_eq!(k.stat.event(VmEvent::ThpCollapseAlloc), 1);
         assert!(kinds(&k, mm, BASE, 512).iter().all(|x| *x == Some(PageKind::Order(9))));
         assert_eq!(touch(&mut k, mm, BASE, 2 << 20, true), 0);
+    }
+}
+
+mod contpte_refold {
+    use super::*;
+    use crate::hw::check::Violation;
+
+    /// change_pte_range's batched modify_prot_start/commit_ptes clears a block of ptes
+    /// that CoW reuse had unfolded and sets them again with set_ptes, which folds them
+    /// (contpte_set_ptes assumes none ptes have no TLB entries); the stale
+    /// non-contiguous entries stay live until tlb_finish_mmu. Without BBML2 that is a
+    /// break-before-make violation the checker reports: the kernel does the same.
+    #[test]
+    fn mprotect_refolds_a_block_whose_stale_entries_are_still_cached() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 64 << 10, rw()).unwrap();
+        touch(&mut k, mm, BASE, 64 << 10, true);
+        let child = k.dup_mmap(mm).unwrap();
+        k.exit_mmap(child);
+        assert_eq!(touch(&mut k, mm, BASE, 64 << 10, true), 16);
+        assert_clean(&k);
+        k.do_mprotect(mm, BASE, BASE + (64 << 10), VmFlags::READ).unwrap();
+        k.check_invariants().unwrap();
+        assert!(matches!(
+            k.arch.hw.violations.first(),
+            Some(Violation::BreakBeforeMake { .. })
+        ));
     }
 }
