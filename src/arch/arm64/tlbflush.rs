@@ -190,6 +190,13 @@ pub fn flush_tlb_kernel_range(m: &mut Machine, start: u64, end: u64) {
     m.isb();
 }
 
+/// pte_needs_flush (__pte_flags_need_flush): a valid pte whose hardware-visible bits
+/// changed; invalid-to-valid and software-bit changes need no flush.
+pub fn pte_needs_flush(old: Pte, new: Pte) -> bool {
+    const SWBITS: u64 = (1 << 63) | (0xf << 55);
+    old.pte_valid() && (old.raw() ^ new.raw()) & !SWBITS != 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,11 +295,4 @@ mod tests {
         assert_eq!(m.ev.get(Event::TlbiVaale1is), 1);
         assert_eq!(m.ev.get(Event::Isb), 1);
     }
-}
-
-/// pte_needs_flush (__pte_flags_need_flush): a valid pte whose hardware-visible bits
-/// changed; invalid-to-valid and software-bit changes need no flush.
-pub fn pte_needs_flush(old: Pte, new: Pte) -> bool {
-    const SWBITS: u64 = (1 << 63) | (0xf << 55);
-    old.pte_valid() && (old.raw() ^ new.raw()) & !SWBITS != 0
 }
