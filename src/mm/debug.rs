@@ -1,7 +1,7 @@
 //! The model's CONFIG_DEBUG_VM: a full consistency check of page tables, folios,
 //! counters and the allocator, run after ops in tests and property tests.
 
-use super::folio::PageFlags;
+use super::folio::{PageFlags, NIL};
 use super::mm_types::MmId;
 use super::vmstat::MthpStat;
 use super::Kernel;
@@ -15,6 +15,8 @@ struct Seen {
     pte_maps: BTreeMap<u64, i32>,
     /// Pmd mappings per folio head.
     pmd_maps: BTreeMap<u64, i32>,
+    /// Mappings (ptes and pmds) per large folio head and mm, for the mm-id slots.
+    folio_mm_maps: BTreeMap<(u64, MmId), i32>,
     /// Page-table pages reachable from some pgd.
     tables: u64,
 }
@@ -107,6 +109,7 @@ impl Kernel {
                         ));
                     }
                     *seen.pmd_maps.entry(pfn.0).or_default() += 1;
+                    *seen.folio_mm_maps.entry((pfn.0, mm)).or_default() += 1;
                     *rss += 1 << g.pmd_order();
                 }
                 DescKind::Page(_) => {
@@ -117,16 +120,32 @@ impl Kernel {
                     if self.is_zero_pfn(pfn) {
                         continue;
                     }
-                    *seen.pte_maps.entry(pfn.0).or_default() += 1;
+                    self.seen_pte(mm, pfn, seen);
                     *rss += 1;
                 }
-                DescKind::Invalid if !d.is_none() && !Pte(d).pte_present() => {
+                // PROT_NONE: a present, invalid pte maps its page all the same.
+                DescKind::Invalid if level == 3 && Pte(d).pte_present() => {
+                    let pfn = d.pfn(g);
+                    if !self.is_zero_pfn(pfn) {
+                        self.seen_pte(mm, pfn, seen);
+                        *rss += 1;
+                    }
+                }
+                DescKind::Invalid if !d.is_none() => {
                     return Err(format!("mm {mm}: unexpected non-present entry {d:?} at {va:#x}"));
                 }
                 _ => {}
             }
         }
         Ok(())
+    }
+
+    fn seen_pte(&self, mm: MmId, pfn: Pfn, seen: &mut Seen) {
+        *seen.pte_maps.entry(pfn.0).or_default() += 1;
+        let head = self.memmap.folio_of(pfn);
+        if head != pfn || self.memmap.folio_order(head) > 0 {
+            *seen.folio_mm_maps.entry((head.0, mm)).or_default() += 1;
+        }
     }
 
     /// A contpte block: all entries valid and CONT, consecutive pfns, same prot.
@@ -152,9 +171,106 @@ impl Kernel {
         Ok(())
     }
 
+    /// The struct pages of a mapped large folio: every tail points at its head and
+    /// carries no folio-wide state, and the page after the folio is not claimed by it
+    /// (a split or prep that wrote tails as if the folio were larger corrupts it).
+    fn check_folio_pages(&self, head: Pfn) -> Result<(), String> {
+        let hp = self.memmap.page(head);
+        if hp.flags.contains(PageFlags::TAIL) || !hp.flags.contains(PageFlags::INUSE) {
+            return Err(format!("folio {head:?}: head page flags {:?}", hp.flags));
+        }
+        let nr = self.memmap.folio_nr_pages(head);
+        for i in 1..nr {
+            let p = self.memmap.page(Pfn(head.0 + i));
+            let clean = p.refcount == 0 && p.large_mapcount == 0 && p.entire_mapcount == 0 && p.nr_pages_mapped == 0;
+            let tail = p.flags.contains(PageFlags::TAIL | PageFlags::INUSE) && !p.flags.contains(PageFlags::HEAD);
+            if !tail || p.head as u64 != head.0 || !clean {
+                return Err(format!("folio {head:?}: bad tail page {i} ({p:?})"));
+            }
+        }
+        if let Some(next) = self.memmap.try_page(Pfn(head.0 + nr)) {
+            if next.flags.contains(PageFlags::TAIL) && next.head as u64 == head.0 {
+                return Err(format!(
+                    "folio {head:?} of order {}: the page after it claims it as head",
+                    hp.order
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A mapped page that is a tail must lie inside its head's folio.
+    fn check_tail_in_folio(&self, pfn: Pfn) -> Result<(), String> {
+        let head = self.memmap.folio_of(pfn);
+        if head == pfn {
+            return Ok(());
+        }
+        let hp = self.memmap.page(head);
+        if !hp.flags.contains(PageFlags::HEAD) || pfn.0 >= head.0 + (1u64 << hp.order) {
+            return Err(format!("{pfn:?} is a tail outside its head {head:?}'s folio"));
+        }
+        Ok(())
+    }
+
+    /// The mm-id slots of a large folio count no more than the mappings of their mm,
+    /// and a folio mapped by two mms is marked maybe-shared.
+    fn check_mm_slots(&self, head: Pfn, seen: &Seen) -> Result<(), String> {
+        let hp = self.memmap.page(head);
+        let per_mm: Vec<(MmId, i32)> = seen
+            .folio_mm_maps
+            .range((head.0, 0)..=(head.0, MmId::MAX))
+            .map(|((_, mm), n)| (*mm, *n))
+            .collect();
+        for s in 0..2 {
+            if hp.mm_id[s] == 0 {
+                continue;
+            }
+            let mm = hp.mm_id[s] as MmId - 1;
+            let n = per_mm.iter().find(|(m, _)| *m == mm).map(|(_, n)| *n).unwrap_or(0);
+            // A slot may undercount (mappings added while both slots were taken), never
+            // overcount.
+            if hp.mm_id_mapcount[s] < 1 || hp.mm_id_mapcount[s] > n {
+                return Err(format!(
+                    "folio {head:?}: mm slot {s} counts {} mappings by mm {mm}, found {n}",
+                    hp.mm_id_mapcount[s]
+                ));
+            }
+        }
+        if per_mm.len() > 1 && !hp.flags.contains(PageFlags::MAYBE_SHARED) {
+            return Err(format!(
+                "folio {head:?} is mapped by {} mms but not maybe-shared",
+                per_mm.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The deferred split queue: linked both ways, queued folios flagged and large.
+    fn check_ds_queue(&self) -> Result<(), String> {
+        let (mut at, mut prev, mut n) = (self.ds_queue.head, NIL, 0u64);
+        while at != NIL {
+            let p = self.memmap.page(Pfn(at as u64));
+            if p.lru_prev != prev || !p.flags.contains(PageFlags::DEFERRED | PageFlags::HEAD) || p.order < 2 {
+                return Err(format!("deferred split queue: bad entry {at:#x} ({p:?})"));
+            }
+            n += 1;
+            if n > self.ds_queue.len {
+                return Err("deferred split queue longer than its length".into());
+            }
+            prev = at;
+            at = p.lru_next;
+        }
+        if n != self.ds_queue.len || prev != self.ds_queue.tail {
+            return Err(format!("deferred split queue: {n} entries, len {}", self.ds_queue.len));
+        }
+        Ok(())
+    }
+
     fn check_folios(&self, seen: &Seen) -> Result<(), String> {
+        self.check_ds_queue()?;
         let mut heads: BTreeMap<u64, (i32, i32)> = BTreeMap::new();
         for (pfn, n) in &seen.pte_maps {
+            self.check_tail_in_folio(Pfn(*pfn))?;
             let p = self.memmap.page(Pfn(*pfn));
             if p.flags.contains(PageFlags::BUDDY) || !p.flags.contains(PageFlags::INUSE) {
                 return Err(format!("{pfn:#x} is mapped but free"));
@@ -192,6 +308,8 @@ impl Kernel {
                 return Err(format!("folio {f:?}: refcount {} but {mapcount} mappings", hp.refcount));
             }
             if order > 0 {
+                self.check_folio_pages(f)?;
+                self.check_mm_slots(f, seen)?;
                 if hp.entire_mapcount != pmd || hp.nr_pages_mapped != *pages_mapped {
                     return Err(format!(
                         "folio {f:?}: entire {} nr_pages_mapped {} but {pmd} and {pages_mapped}",

@@ -43,6 +43,8 @@ bitflags! {
         const MLOCKED = 1 << 11;
         /// Allocated and in use (not free).
         const INUSE = 1 << 12;
+        /// Head only: FOLIO_MM_IDS_SHARED_BIT, "maybe mapped by more than one mm".
+        const MAYBE_SHARED = 1 << 13;
     }
 }
 
@@ -67,6 +69,16 @@ pub struct Page {
     pub entire_mapcount: i32,
     /// Head only: pages of the folio mapped by at least one pte (_nr_pages_mapped).
     pub nr_pages_mapped: i32,
+    /// Anon: the virtual page number the page is mapped at (page->index), which is
+    /// what lets the rmap walk find its ptes in every mm.
+    pub index: u64,
+    /// Head only: the two mm slots of a large folio (_mm_id, MM_ID_DUMMY = 0) and
+    /// their mapcounts (_mm_id_mapcount, -1 when the slot is free).
+    pub mm_id: [u32; 2],
+    pub mm_id_mapcount: [i32; 2],
+    /// The page's contents are not all zero (written by the user, or copied from such
+    /// a page): what pages_identical(page, ZERO_PAGE) would tell. Allocation zeroes.
+    pub nonzero: bool,
 }
 
 impl Default for Page {
@@ -82,6 +94,10 @@ impl Default for Page {
             large_mapcount: 0,
             entire_mapcount: 0,
             nr_pages_mapped: 0,
+            index: 0,
+            mm_id: [0; 2],
+            mm_id_mapcount: [-1; 2],
+            nonzero: false,
         }
     }
 }

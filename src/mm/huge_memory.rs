@@ -1,15 +1,16 @@
 //! mm/huge_memory.c: PMD-mapped THP faults, the huge zero page, splitting a huge
 //! pmd into ptes, zapping a huge pmd, and the deferred split queue.
 
-use super::folio::{PageFlags, NIL};
+use super::folio::{Page, PageFlags, NIL};
 use super::memory::{vm_page_prot, VmFault};
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
 use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
-use crate::arch::arm64::pgtable::Pte;
+use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::arch::arm64::tlbflush::__flush_tlb_range;
+use crate::arch::arm64::tlbflush::pte_needs_flush;
 use crate::hw::{Attr, Desc, DescKind, Pfn};
 
 /// A pmd block descriptor from a pte value (pte_pmd / PMD_TYPE_SECT).
@@ -89,6 +90,7 @@ pub fn do_huge_pmd_anonymous_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdP
     if k.thp_vma_suitable_orders(vma, addr, 1 << order) == 0 {
         return VmFault::Fallback;
     }
+    k.anon_vma_prepare(mm, vma.start);
     let prot = vm_page_prot(vma);
     if !write && k.knobs.use_zero_page {
         let Some(zero) = mm_get_huge_zero_folio(k) else {
@@ -102,7 +104,9 @@ pub fn do_huge_pmd_anonymous_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdP
         k.pxd_set(2, haddr, pmd, entry);
         return VmFault::Done;
     }
-    let Some(folio) = vma_alloc_anon_folio_pmd(k) else { return VmFault::Fallback };
+    let Some(folio) = vma_alloc_anon_folio_pmd(k) else {
+        return VmFault::Fallback;
+    };
     if !deposit_pgtable(k, mm, haddr) {
         k.folio_put(folio);
         return VmFault::Oom;
@@ -122,25 +126,31 @@ fn vma_alloc_anon_folio_pmd(k: &mut Kernel) -> Option<Pfn> {
     folio
 }
 
-/// map_anon_folio_pmd_pf: map a new exclusive THP with a pmd and count the fault.
-fn map_anon_folio_pmd_pf(k: &mut Kernel, mm: MmId, vma: &Vma, folio: Pfn, pmd: PmdPtr, haddr: u64) {
+/// map_anon_folio_pmd_nopf: map a new exclusive THP with a pmd (fault or collapse).
+pub fn map_anon_folio_pmd_nopf(k: &mut Kernel, mm: MmId, vma: &Vma, folio: Pfn, pmd: PmdPtr, haddr: u64) {
     let g = k.arch.granule();
-    let order = g.pmd_order();
     let mut entry = Pte::pfn_pte(folio, vm_page_prot(vma), g);
     if vma.flags.contains(VmFlags::WRITE) {
         entry = entry.pte_mkdirty().pte_mkwrite();
     }
-    k.folio_add_new_anon_rmap(folio, true);
+    k.folio_add_new_anon_rmap(folio, mm, haddr, true);
     k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
     deferred_split_folio(k, folio, false);
+}
+
+/// map_anon_folio_pmd_pf: map_anon_folio_pmd_nopf, counting the fault.
+fn map_anon_folio_pmd_pf(k: &mut Kernel, mm: MmId, vma: &Vma, folio: Pfn, pmd: PmdPtr, haddr: u64) {
+    let order = k.arch.granule().pmd_order();
+    map_anon_folio_pmd_nopf(k, mm, vma, folio, pmd, haddr);
     k.mm_mut(mm).rss_anon += 1 << order;
     k.stat.count_vm_event(VmEvent::ThpFaultAlloc);
     k.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
 }
 
 /// do_huge_pmd_wp_page: a write to the huge zero page gets a new THP (6.12+,
-/// do_huge_zero_wp_pmd); an exclusive THP is reused; otherwise (or when no THP can be
-/// allocated) the pmd is split and the pte path copies.
+/// do_huge_zero_wp_pmd); an exclusive THP, or one whose only reference is this
+/// mapping, is reused; otherwise (or when no THP can be allocated) the pmd is split
+/// and the pte path copies.
 pub fn do_huge_pmd_wp_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> VmFault {
     let g = k.arch.granule();
     let d = k.pxd_get(2, pmd);
@@ -155,6 +165,9 @@ pub fn do_huge_pmd_wp_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, add
         }
     } else {
         let folio = d.pfn(g);
+        if k.memmap.folio_ref_count(folio) == 1 {
+            k.memmap.page_mut(folio).flags.insert(PageFlags::ANON_EXCLUSIVE);
+        }
         if k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE) {
             let haddr = addr & !(g.pmd_size() - 1);
             let entry = pmd_to_pte(d).pte_mkyoung().pte_mkdirty().pte_mkwrite();
@@ -207,7 +220,7 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
     let folio = old.pfn(g);
     let exclusive = k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
     k.memmap.folio_ref_add(folio, nr as i32 - 1);
-    k.folio_add_anon_rmap_ptes(folio, folio, nr as u64, exclusive);
+    k.folio_add_anon_rmap_ptes(folio, folio, nr as u64, mm, exclusive);
     let table = withdraw_pgtable(k, mm, haddr);
     let tid = k.arch.hw.mem.table_id(table).unwrap();
     let mut entry = Pte::pfn_pte(folio, prot, g);
@@ -228,7 +241,7 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
         nr,
         Some((folio, nr as u64)),
     );
-    k.folio_remove_rmap_pmd(folio);
+    k.folio_remove_rmap_pmd(folio, mm);
     k.pxd_set(2, haddr, pmd, Desc::table(table.to_phys(g)));
 }
 
@@ -260,7 +273,7 @@ pub fn zap_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd: PmdPtr, 
         return;
     }
     let folio = old.pfn(g);
-    k.folio_remove_rmap_pmd(folio);
+    k.folio_remove_rmap_pmd(folio, mm);
     k.mm_mut(mm).rss_anon -= 1 << g.pmd_order();
     if tlb.remove_folio_pages(folio, 1) {
         k.tlb_flush_mmu(tlb);
@@ -285,6 +298,11 @@ pub fn deferred_split_folio(k: &mut Kernel, folio: Pfn, partially_mapped: bool) 
         k.stat.count_mthp_stat(order, MthpStat::SplitDeferred);
         k.stat.mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, 1);
     }
+    ds_queue_add(k, folio);
+}
+
+/// Put a folio at the tail of the deferred split queue unless it is on it.
+fn ds_queue_add(k: &mut Kernel, folio: Pfn) {
     if !k.memmap.folio_test(folio, PageFlags::DEFERRED) {
         k.memmap.folio_set(folio, PageFlags::DEFERRED);
         let tail = k.ds_queue.tail;
@@ -313,6 +331,11 @@ pub fn folio_unqueue_deferred_split(k: &mut Kernel, folio: Pfn) {
         k.memmap.folio_clear(folio, PageFlags::PARTIALLY_MAPPED);
         k.stat.mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
     }
+    ds_queue_del(k, folio);
+}
+
+/// list_del_init of the folio's deferred list entry.
+fn ds_queue_del(k: &mut Kernel, folio: Pfn) {
     k.memmap.folio_clear(folio, PageFlags::DEFERRED);
     let (prev, next) = {
         let p = k.memmap.page(folio);
@@ -329,4 +352,235 @@ pub fn folio_unqueue_deferred_split(k: &mut Kernel, folio: Pfn) {
         k.memmap.page_mut(Pfn(next as u64)).lru_prev = prev;
     }
     k.ds_queue.len -= 1;
+}
+
+/// copy_huge_pmd (fork): the child maps the THP (or the huge zero page) with its own
+/// deposited table; both pmds are write-protected and the child's starts old.
+pub fn copy_huge_pmd(k: &mut Kernel, dst: MmId, dst_pmd: PmdPtr, src_pmd: PmdPtr, addr: u64) -> bool {
+    let g = k.arch.granule();
+    let haddr = addr & !(g.pmd_size() - 1);
+    if !deposit_pgtable(k, dst, haddr) {
+        return false;
+    }
+    let pmd = k.pxd_get(2, src_pmd);
+    if !is_huge_zero_pmd(k, pmd) {
+        let folio = pmd.pfn(g);
+        k.memmap.folio_ref_add(folio, 1);
+        k.folio_try_dup_anon_rmap_pmd(folio, dst);
+        k.mm_mut(dst).rss_anon += 1 << g.pmd_order();
+    }
+    let p = pmd_to_pte(pmd);
+    if p.pte_write() {
+        k.pxd_set(2, haddr, src_pmd, pte_to_pmd(p.pte_wrprotect()));
+    }
+    k.pxd_set(2, haddr, dst_pmd, pte_to_pmd(p.pte_wrprotect().pte_mkold()));
+    true
+}
+
+/// change_huge_pmd (mprotect of a whole huge pmd): pmdp_invalidate_ad, pmd_modify,
+/// and write permission again where the THP is exclusive and the VMA writable.
+pub fn change_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, vma: &Vma, pmd: PmdPtr, haddr: u64) {
+    let g = k.arch.granule();
+    let old = k.pxd_get(2, pmd);
+    k.pxd_set(2, haddr, pmd, old.without(Attr::VALID).with(Attr::NG));
+    flush_pmd_tlb_range(k, mm, haddr);
+    let oldp = pmd_to_pte(old);
+    let mut entry = oldp.pte_modify(vm_page_prot(vma));
+    let folio = old.pfn(g);
+    let exclusive = !is_huge_zero_pmd(k, old) && k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
+    if vma.flags.contains(VmFlags::WRITE) && !entry.pte_write() && entry.pte_valid() && exclusive {
+        entry = entry.pte_mkwrite();
+    }
+    k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
+    if pte_needs_flush(oldp, entry) {
+        tlb.flush_pmd_range(haddr, g.pmd_size());
+    }
+}
+
+/// Every pte that maps a page of `folio`, in every mm: anon pages are mapped only at
+/// their page->index, so the rmap walk needs no reverse map.
+fn folio_mappings(k: &mut Kernel, folio: Pfn) -> Vec<(MmId, PtePtr, u64)> {
+    let g = k.arch.granule();
+    let nr = k.memmap.folio_nr_pages(folio);
+    let mut out = Vec::new();
+    for mm in 0..k.mms.len() {
+        if k.mms[mm].is_none() {
+            continue;
+        }
+        let amm = k.arch_mm(mm);
+        for i in 0..nr {
+            let page = Pfn(folio.0 + i);
+            let addr = k.memmap.page(page).index << g.page_shift();
+            let Some(ptep) = k.pte_offset(mm, addr) else { continue };
+            let pte = k.arch.ptep_get(amm, ptep);
+            if pte.pte_present() && pte.pte_pfn(g) == page {
+                out.push((mm, ptep, addr));
+            }
+        }
+    }
+    out
+}
+
+/// Split any pmd mapping of a PMD-order `folio` into ptes (unmap_folio's first step).
+fn split_folio_pmds(k: &mut Kernel, folio: Pfn) {
+    let g = k.arch.granule();
+    let haddr = k.memmap.page(folio).index << g.page_shift();
+    for mm in 0..k.mms.len() {
+        if k.mms[mm].is_none() {
+            continue;
+        }
+        let Some(pmd) = k.pmd_offset(mm, haddr) else { continue };
+        let d = k.pxd_get(2, pmd);
+        if matches!(d.kind(2, g), DescKind::Block(_)) && d.pfn(g) == folio {
+            let vma = k.mm(mm).find_vma(haddr).cloned().expect("a pmd outside any VMA");
+            __split_huge_pmd(k, mm, &vma, pmd, haddr);
+        }
+    }
+}
+
+/// split_folio / __folio_split to order 0: unmap every mapping of the large anon
+/// `folio`, make each page its own folio, map them back; pages nobody maps are freed.
+/// `pins` are the caller's references (it still holds them on the first page after).
+/// Fails, counting split_failed, while someone else holds a reference.
+pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
+    let g = k.arch.granule();
+    let order = k.memmap.folio_order(folio);
+    if order == 0 {
+        return true;
+    }
+    if k.memmap.folio_ref_count(folio) != k.memmap.folio_mapcount(folio) + pins {
+        k.stat.count_mthp_stat(order, MthpStat::SplitFailed);
+        if order == g.pmd_order() {
+            k.stat.count_vm_event(VmEvent::ThpSplitPageFailed);
+        }
+        return false;
+    }
+    if order == g.pmd_order() {
+        split_folio_pmds(k, folio);
+    }
+    // unmap_folio: ptes become migration entries (here: cleared and remembered).
+    let maps = folio_mappings(k, folio);
+    let mut old = Vec::with_capacity(maps.len());
+    for &(mm, ptep, addr) in &maps {
+        let amm = k.arch_mm(mm);
+        old.push(k.arch.ptep_clear_flush(amm, addr, ptep));
+    }
+    folio_unqueue_deferred_split(k, folio);
+    if k.memmap.folio_test(folio, PageFlags::PARTIALLY_MAPPED) {
+        k.memmap.folio_clear(folio, PageFlags::PARTIALLY_MAPPED);
+        k.stat.mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
+    }
+    __split_folio_to_order_0(k, folio, pins);
+    k.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
+    k.stat.count_mthp_stat(order, MthpStat::Split);
+    if order == g.pmd_order() {
+        k.stat.count_vm_event(VmEvent::ThpSplitPage);
+    }
+    // remap_page (RMP_USE_SHARED_ZEROPAGE): the migration entries become ptes of the
+    // new small folios, or of the shared zero page where a page holds only zeroes.
+    for (&(mm, ptep, addr), pte) in maps.iter().zip(old) {
+        let amm = k.arch_mm(mm);
+        let page = pte.pte_pfn(g);
+        let vma = k.mm(mm).find_vma(addr).cloned().expect("a mapping outside any VMA");
+        let p = k.memmap.page(page);
+        let locked = p.flags.contains(PageFlags::MLOCKED) || vma.flags.contains(VmFlags::LOCKED);
+        if !p.nonzero && !locked {
+            let zero = Pte::pfn_pte(k.zero_pfn, vm_page_prot(&vma), g).pte_mkspecial();
+            k.arch.set_ptes(amm, addr, ptep, zero, 1, None);
+            k.mm_mut(mm).rss_anon -= 1;
+            let p = k.memmap.page_mut(page);
+            p.mapcount -= 1;
+            p.refcount -= 1;
+        } else {
+            k.arch.set_ptes(amm, addr, ptep, pte, 1, Some((page, 1)));
+        }
+    }
+    for i in 0..(1u64 << order) {
+        let page = Pfn(folio.0 + i);
+        if k.memmap.folio_ref_count(page) == 0 {
+            k.free_folio(page);
+        }
+    }
+    true
+}
+
+/// __split_folio_to_order (to 0): every page becomes a folio of its own, keeping its
+/// pte mapcount as references and inheriting the head's anon state.
+fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
+    let nr = k.memmap.folio_nr_pages(folio);
+    let inherit =
+        k.memmap.page(folio).flags & (PageFlags::ANON | PageFlags::SWAPBACKED | PageFlags::DIRTY | PageFlags::MLOCKED);
+    for i in 0..nr {
+        let p = k.memmap.page_mut(Pfn(folio.0 + i));
+        *p = Page {
+            flags: (p.flags & PageFlags::ANON_EXCLUSIVE) | inherit | PageFlags::INUSE,
+            mapcount: p.mapcount,
+            refcount: p.mapcount + if i == 0 { pins } else { 0 },
+            index: p.index,
+            nonzero: p.nonzero,
+            ..Page::default()
+        };
+    }
+}
+
+/// deferred_split_scan: take every queued folio off the queue and split the partially
+/// mapped ones; a folio that cannot be split goes back on the queue. Others (a THP
+/// queued at fault, not underused with max_ptes_none at its default) just leave it.
+/// Returns how many were split.
+pub fn deferred_split_scan(k: &mut Kernel) -> u64 {
+    let mut batch = Vec::new();
+    while k.ds_queue.head != NIL {
+        let folio = Pfn(k.ds_queue.head as u64);
+        ds_queue_del(k, folio);
+        batch.push(folio);
+    }
+    let mut split = 0;
+    for folio in batch {
+        k.memmap.folio_ref_add(folio, 1);
+        if k.memmap.folio_test(folio, PageFlags::PARTIALLY_MAPPED) {
+            if split_folio(k, folio, 1) {
+                split += 1;
+            } else {
+                ds_queue_add(k, folio);
+            }
+        }
+        k.folio_put(folio);
+    }
+    split
+}
+
+/// madvise_free_huge_pmd: a whole, unshared THP becomes lazyfree with an old, clean
+/// pmd (true: done). A THP only partly in [addr, next) is split (pmd and folio) and
+/// left to the pte walk (false), as is the huge zero page.
+pub fn madvise_free_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd: PmdPtr, addr: u64, next: u64) -> bool {
+    let g = k.arch.granule();
+    let old = k.pxd_get(2, pmd);
+    if is_huge_zero_pmd(k, old) {
+        return false;
+    }
+    let folio = old.pfn(g);
+    if k.folio_maybe_mapped_shared(folio) {
+        return true;
+    }
+    if next - addr != g.pmd_size() {
+        k.memmap.folio_ref_add(folio, 1);
+        split_folio(k, folio, 1);
+        k.folio_put(folio);
+        if matches!(k.pxd_get(2, pmd).kind(2, g), DescKind::Block(_)) {
+            // The split failed: leave the THP as it is.
+            return true;
+        }
+        return false;
+    }
+    k.memmap.folio_clear(folio, PageFlags::DIRTY);
+    let p = pmd_to_pte(old);
+    if p.pte_young() || p.pte_dirty() {
+        let haddr = addr & !(g.pmd_size() - 1);
+        k.pxd_set(2, haddr, pmd, old.without(Attr::VALID).with(Attr::NG));
+        flush_pmd_tlb_range(k, mm, haddr);
+        k.pxd_set(2, haddr, pmd, pte_to_pmd(p.pte_mkold().pte_mkclean()));
+        tlb.flush_pmd_range(haddr, g.pmd_size());
+    }
+    k.folio_mark_lazyfree(folio);
+    true
 }

@@ -1,47 +1,161 @@
 //! mm/madvise.c.
 
+use super::folio::PageFlags;
+use super::huge_memory::{madvise_free_huge_pmd, split_folio};
+use super::memory::Fpb;
 use super::mm_types::{MmId, VmFlags};
 use super::mmap::VmaError;
 use super::mmu_gather::MmuGather;
+use super::pgtable::PmdPtr;
 use super::Kernel;
-use crate::hw::DescKind;
+use crate::hw::{DescKind, Pfn};
 
 /// The madvise advice values the model implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Madv {
     DontNeed,
+    Free,
     HugePage,
     NoHugePage,
     Cold,
+    Collapse,
 }
 
 impl Kernel {
     /// do_madvise over [start, end).
     pub fn do_madvise(&mut self, mm: MmId, start: u64, end: u64, advice: Madv) -> Result<(), VmaError> {
         match advice {
-            Madv::DontNeed => self.madvise_dontneed(mm, start, end),
+            Madv::DontNeed => self.madvise_dontneed_free(mm, start, end, false),
+            Madv::Free => self.madvise_dontneed_free(mm, start, end, true),
             Madv::HugePage => self.vma_modify_flags(mm, start, end, |f| (f - VmFlags::NOHUGEPAGE) | VmFlags::HUGEPAGE),
             Madv::NoHugePage => {
                 self.vma_modify_flags(mm, start, end, |f| (f - VmFlags::HUGEPAGE) | VmFlags::NOHUGEPAGE)
             }
             Madv::Cold => self.madvise_cold(mm, start, end),
+            Madv::Collapse => {
+                for vma in self.mm(mm).vmas_in(start, end) {
+                    self.madvise_collapse(mm, &vma, start.max(vma.start), end.min(vma.end))?;
+                }
+                if !self.range_fully_mapped(mm, start, end) {
+                    return Err(VmaError::NotMapped);
+                }
+                Ok(())
+            }
         }
     }
 
-    /// MADV_DONTNEED: zap the range, VMA by VMA, under one mmu_gather (6.16+).
-    fn madvise_dontneed(&mut self, mm: MmId, start: u64, end: u64) -> Result<(), VmaError> {
+    /// MADV_DONTNEED (zap) and MADV_FREE (lazyfree), VMA by VMA, under one mmu_gather
+    /// (6.16+); locked VMAs refuse both.
+    fn madvise_dontneed_free(&mut self, mm: MmId, start: u64, end: u64, free: bool) -> Result<(), VmaError> {
         let vmas = self.mm(mm).vmas_in(start, end);
         if vmas.iter().any(|v| v.flags.contains(VmFlags::LOCKED)) {
             return Err(VmaError::Invalid);
         }
         let ps = self.arch.granule().page_size();
         let mut tlb = MmuGather::new(self.mm(mm).asid, false, ps);
-        self.unmap_vmas(&mut tlb, mm, &vmas, start, end);
+        if free {
+            for vma in &vmas {
+                self.madvise_free_single_vma(&mut tlb, mm, start.max(vma.start), end.min(vma.end));
+            }
+        } else {
+            self.unmap_vmas(&mut tlb, mm, &vmas, start, end);
+        }
         self.tlb_finish_mmu(tlb);
         if !self.range_fully_mapped(mm, start, end) {
             return Err(VmaError::NotMapped);
         }
         Ok(())
+    }
+
+    /// madvise_free_single_vma: walk the pmds of [start, end).
+    fn madvise_free_single_vma(&mut self, tlb: &mut MmuGather, mm: MmId, start: u64, end: u64) {
+        let g = self.arch.granule();
+        let pmd_size = g.pmd_size();
+        let mut addr = start;
+        while addr < end {
+            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
+            if let Some(pmd) = self.pmd_offset(mm, addr) {
+                let d = self.pxd_get(2, pmd);
+                let huge = matches!(d.kind(2, g), DescKind::Block(_));
+                if !(huge && madvise_free_huge_pmd(self, tlb, mm, pmd, addr, next)) {
+                    self.madvise_free_pte_range(tlb, mm, pmd, addr, next);
+                }
+            }
+            addr = next;
+        }
+        self.tlb_end_vma(tlb);
+    }
+
+    /// madvise_free_pte_range: a large folio wholly inside the range is made lazyfree
+    /// as it is; one only partly covered is split first (unless maybe shared), and its
+    /// pages are then handled one by one. The ptes lose young and dirty, so a later
+    /// write re-dirties them (by hardware DBM, without a fault).
+    fn madvise_free_pte_range(&mut self, tlb: &mut MmuGather, mm: MmId, pmd: PmdPtr, addr: u64, end: u64) {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let amm = self.arch_mm(mm);
+        let Some(mut ptep) = self.pte_offset_map(pmd, addr) else {
+            return;
+        };
+        let mut addr = addr;
+        while addr < end {
+            let mut ptent = self.arch.ptep_get(amm, ptep);
+            let pfn = ptent.pte_pfn(g);
+            if !ptent.pte_present() || self.is_zero_pfn(pfn) {
+                ptep = ptep.add(1);
+                addr += ps;
+                continue;
+            }
+            let folio = self.memmap.folio_of(pfn);
+            let mut nr = 1;
+            if self.memmap.folio_order(folio) > 0 {
+                let max_nr = ((end - addr) / ps) as usize;
+                (nr, ptent) = self.folio_pte_batch_flags(mm, folio, ptep, ptent, max_nr, Fpb::MERGE_YOUNG_DIRTY);
+                if (nr as u64) < self.memmap.folio_nr_pages(folio) {
+                    if !self.folio_maybe_mapped_shared(folio) {
+                        self.memmap.folio_ref_add(folio, 1);
+                        let split = split_folio(self, folio, 1);
+                        self.folio_put(folio);
+                        if split {
+                            continue;
+                        }
+                    }
+                    ptep = ptep.add(nr);
+                    addr += nr as u64 * ps;
+                    continue;
+                }
+            }
+            if self.memmap.folio_test(folio, PageFlags::DIRTY) {
+                let large = self.memmap.folio_order(folio) > 0;
+                let skip = if large {
+                    self.memmap.folio_mapcount(folio) as u64 != self.memmap.folio_nr_pages(folio)
+                } else {
+                    self.folio_maybe_mapped_shared(folio)
+                };
+                if skip {
+                    ptep = ptep.add(nr);
+                    addr += nr as u64 * ps;
+                    continue;
+                }
+                self.memmap.folio_clear(folio, PageFlags::DIRTY);
+            }
+            if ptent.pte_young() || ptent.pte_dirty() {
+                self.arch.clear_young_dirty_ptes(amm, addr, ptep, nr, true, true);
+                tlb.remove_tlb_entries(addr, nr as u64, ps);
+            }
+            self.folio_mark_lazyfree(folio);
+            ptep = ptep.add(nr);
+            addr += nr as u64 * ps;
+        }
+    }
+
+    /// folio_mark_lazyfree: a swap-backed, evictable anon folio stops being swap-backed,
+    /// so reclaim may discard it while it stays clean.
+    pub fn folio_mark_lazyfree(&mut self, folio: Pfn) {
+        let f = self.memmap.page(folio).flags;
+        if f.contains(PageFlags::ANON | PageFlags::SWAPBACKED) && !f.contains(PageFlags::MLOCKED) {
+            self.memmap.folio_clear(folio, PageFlags::SWAPBACKED);
+        }
     }
 }
 
@@ -90,7 +204,7 @@ impl Kernel {
                     if self.memmap.folio_order(folio) > 0 {
                         // madvise_folio_pte_batch merges young/dirty over the batch.
                         let merged;
-                        (nr, merged) = self.folio_pte_batch_flags(mm, folio, ptep, ptent, ((next - addr) / ps) as usize, true);
+                        (nr, merged) = self.folio_pte_batch_flags(mm, folio, ptep, ptent, ((next - addr) / ps) as usize, Fpb::MERGE_YOUNG_DIRTY);
                         young = merged.pte_young();
                         whole = nr as u64 == self.memmap.folio_nr_pages(folio);
                     }

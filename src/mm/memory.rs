@@ -12,6 +12,17 @@ use super::{Kernel, ZapVariant};
 use crate::arch::arm64::pgtable::{PgProt, Pte, PtePtr};
 use crate::hw::{DescKind, Pfn};
 
+bitflags::bitflags! {
+    /// fpb_t: what folio_pte_batch_flags respects or merges (young and dirty are
+    /// otherwise ignored, and so is write unless respected).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Fpb: u8 {
+        const RESPECT_WRITE = 1 << 0;
+        const MERGE_WRITE = 1 << 1;
+        const MERGE_YOUNG_DIRTY = 1 << 2;
+    }
+}
+
 /// Why a fault could not be handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FaultError {
@@ -195,6 +206,7 @@ impl Kernel {
             self.arch.set_ptes(amm, addr & !(ps - 1), ptep, entry, 1, None);
             return VmFault::Done;
         }
+        self.anon_vma_prepare(mm, vma.start);
         let Some(folio) = self.alloc_anon_folio(mm, vma, pmd, addr) else {
             return VmFault::Oom;
         };
@@ -219,21 +231,24 @@ impl Kernel {
         self.memmap.folio_ref_add(folio, nr as i32 - 1);
         self.mm_mut(mm).rss_anon += nr as i64;
         self.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
-        self.folio_add_new_anon_rmap(folio, false);
+        self.folio_add_new_anon_rmap(folio, mm, start, false);
         self.arch
             .set_ptes(amm, start, ptep, entry, nr, Some((folio, nr as u64)));
         VmFault::Done
     }
 
-    /// do_wp_page for private anon memory: reuse an exclusive page, else copy one page.
+    /// do_wp_page for private anon memory: reuse an exclusive page (or a folio that
+    /// turns out to be exclusive to this mm), else copy one page.
     fn do_wp_page(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> VmFault {
         let g = self.arch.granule();
         let pfn = orig.pte_pfn(g);
         if !self.is_zero_pfn(pfn) {
             let folio = self.memmap.folio_of(pfn);
             if self.memmap.folio_test(folio, PageFlags::ANON)
-                && self.memmap.page(pfn).flags.contains(PageFlags::ANON_EXCLUSIVE)
+                && (self.memmap.page(pfn).flags.contains(PageFlags::ANON_EXCLUSIVE)
+                    || self.wp_can_reuse_anon_folio(folio))
             {
+                self.memmap.page_mut(pfn).flags.insert(PageFlags::ANON_EXCLUSIVE);
                 // wp_page_reuse: make it writable and dirty in place.
                 let amm = self.arch_mm(mm);
                 let entry = orig.pte_mkyoung().pte_mkdirty().pte_mkwrite();
@@ -244,12 +259,26 @@ impl Kernel {
         self.wp_page_copy(mm, vma, ptep, addr, orig)
     }
 
+    /// wp_can_reuse_anon_folio: a small folio when ours is its only reference; a large
+    /// one (__wp_can_reuse_large_anon_folio, 6.15+) when more than one page is mapped,
+    /// only by this mm, and every reference is a mapping.
+    fn wp_can_reuse_anon_folio(&self, folio: Pfn) -> bool {
+        if self.memmap.folio_order(folio) == 0 {
+            return self.memmap.folio_ref_count(folio) == 1;
+        }
+        let mapcount = self.memmap.folio_mapcount(folio);
+        mapcount > 1
+            && !self.memmap.folio_test(folio, PageFlags::MAYBE_SHARED)
+            && mapcount == self.memmap.folio_ref_count(folio)
+    }
+
     /// wp_page_copy: a new order-0 folio replaces the pte (ptep_clear_flush first).
     fn wp_page_copy(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> VmFault {
         let g = self.arch.granule();
         let ps = g.page_size();
         let amm = self.arch_mm(mm);
         let addr = addr & !(ps - 1);
+        self.anon_vma_prepare(mm, vma.start);
         let Some(new) = self.folio_alloc(0) else {
             return VmFault::Oom;
         };
@@ -267,10 +296,12 @@ impl Kernel {
             entry = entry.pte_mkdirty().pte_mkwrite();
         }
         self.arch.ptep_clear_flush(amm, addr, ptep);
-        self.folio_add_new_anon_rmap(new, false);
+        // The copy (__wp_page_copy_user) carries the old page's contents.
+        self.memmap.page_mut(new).nonzero = !self.is_zero_pfn(old_pfn) && self.memmap.page(old_pfn).nonzero;
+        self.folio_add_new_anon_rmap(new, mm, addr, false);
         self.arch.set_ptes(amm, addr, ptep, entry, 1, Some((new, 1)));
         if let Some(old) = old {
-            self.folio_remove_rmap_ptes(old, old_pfn, 1);
+            self.folio_remove_rmap_ptes(old, old_pfn, 1, mm);
             self.folio_put(old);
         }
         VmFault::Done
@@ -353,7 +384,7 @@ impl Kernel {
         }
         let folio = self.memmap.folio_of(pfn);
         *rss -= 1;
-        self.folio_remove_rmap_ptes(folio, pfn, 1);
+        self.folio_remove_rmap_ptes(folio, pfn, 1, mm);
         (1, tlb.remove_folio_pages(folio, 1))
     }
 
@@ -432,7 +463,7 @@ impl Kernel {
         self.arch.clear_full_ptes(amm, addr, pte, nr, tlb.fullmm);
         *rss -= nr as i64;
         tlb.remove_tlb_entries(addr, nr as u64, g.page_size());
-        self.folio_remove_rmap_ptes(folio, pfn, nr as u64);
+        self.folio_remove_rmap_ptes(folio, pfn, nr as u64, mm);
         (nr, tlb.remove_folio_pages(folio, nr as u32))
     }
 
@@ -440,17 +471,32 @@ impl Kernel {
     /// the same bits, ignoring young, dirty and write; steps over contpte blocks with
     /// pte_batch_hint.
     pub fn folio_pte_batch(&mut self, mm: MmId, folio: Pfn, ptep: PtePtr, pte: Pte, max_nr: usize) -> usize {
-        self.folio_pte_batch_flags(mm, folio, ptep, pte, max_nr, false).0
+        self.folio_pte_batch_flags(mm, folio, ptep, pte, max_nr, Fpb::empty()).0
     }
 
-    /// folio_pte_batch_flags; with `merge_young_dirty` (FPB_MERGE_YOUNG_DIRTY) the
-    /// returned pte carries young/dirty if any pte of the batch has them.
-    pub fn folio_pte_batch_flags(&mut self, mm: MmId, folio: Pfn, ptep: PtePtr, pte: Pte, max_nr: usize, merge_young_dirty: bool) -> (usize, Pte) {
+    /// folio_pte_batch_flags: the batch and its first pte, with the write (young and
+    /// dirty) bits of any pte of the batch merged in as `flags` ask.
+    pub fn folio_pte_batch_flags(
+        &mut self,
+        mm: MmId,
+        folio: Pfn,
+        ptep: PtePtr,
+        pte: Pte,
+        max_nr: usize,
+        flags: Fpb,
+    ) -> (usize, Pte) {
         let g = self.arch.granule();
         let amm = self.arch_mm(mm);
         let folio_end = folio.0 + self.memmap.folio_nr_pages(folio);
         let max_nr = max_nr.min((folio_end - pte.pte_pfn(g).0) as usize);
-        let clear_ignored = |p: Pte| p.pte_mkclean().pte_wrprotect().pte_mkold();
+        let clear_ignored = |p: Pte| {
+            let p = p.pte_mkclean().pte_mkold();
+            if flags.contains(Fpb::RESPECT_WRITE) {
+                p
+            } else {
+                p.pte_wrprotect()
+            }
+        };
         let mut merged = pte;
         let mut nr = self.arch.pte_batch_hint(ptep, pte);
         let mut expected = clear_ignored(pte.pte_advance_pfn(nr as u64, g));
@@ -459,7 +505,10 @@ impl Kernel {
             if !clear_ignored(p).pte_same(expected) {
                 break;
             }
-            if merge_young_dirty {
+            if flags.contains(Fpb::MERGE_WRITE) && p.pte_write() && !merged.pte_write() {
+                merged = merged.pte_mkwrite();
+            }
+            if flags.contains(Fpb::MERGE_YOUNG_DIRTY) {
                 if p.pte_young() {
                     merged = merged.pte_mkyoung();
                 }

@@ -24,6 +24,9 @@ pub struct Vma {
     pub start: u64,
     pub end: u64,
     pub flags: VmFlags,
+    /// The anon_vma, by id: set by the first fault that maps an anon folio
+    /// (anon_vma_prepare); fork copies page tables only of VMAs that have one.
+    pub anon_vma: Option<u64>,
 }
 
 impl Vma {

@@ -31,6 +31,7 @@ impl Kernel {
                 start: addr,
                 end,
                 flags: flags | VmFlags::MAYREAD | VmFlags::MAYWRITE,
+                anon_vma: None,
             },
         );
         Ok(())
@@ -52,13 +53,13 @@ impl Kernel {
             Vma {
                 start: at,
                 end: vma.end,
-                flags: vma.flags,
+                ..vma
             },
         );
     }
 
-    /// Merge VMAs around [start, end) with equal flags into their neighbours
-    /// (what vma_modify's merge achieves).
+    /// Merge VMAs around [start, end) with equal flags and compatible anon_vmas
+    /// (is_mergeable_anon_vma) into their neighbours (what vma_modify's merge achieves).
     fn merge_around(&mut self, mm: MmId, start: u64, end: u64) {
         let m = self.mm_mut(mm);
         let from = m.vmas.range(..start).next_back().map(|(s, _)| *s).unwrap_or(start);
@@ -66,11 +67,14 @@ impl Kernel {
         let mut cur: Option<u64> = None;
         for k in keys {
             if let Some(c) = cur {
-                let (ce, cf) = (m.vmas[&c].end, m.vmas[&c].flags);
+                let (ce, cf, ca) = (m.vmas[&c].end, m.vmas[&c].flags, m.vmas[&c].anon_vma);
                 let next = m.vmas[&k].clone();
-                if ce == next.start && cf == next.flags {
+                let anon_ok = ca.is_none() || next.anon_vma.is_none() || ca == next.anon_vma;
+                if ce == next.start && cf == next.flags && anon_ok {
                     m.vmas.remove(&k);
-                    m.vmas.get_mut(&c).unwrap().end = next.end;
+                    let cur = m.vmas.get_mut(&c).unwrap();
+                    cur.end = next.end;
+                    cur.anon_vma = ca.or(next.anon_vma);
                     continue;
                 }
             }
@@ -131,6 +135,20 @@ impl Kernel {
         self.unmap_vmas(&mut tlb, mm, &vmas, start, end);
         self.free_pgtables(&mut tlb, mm, &vmas, prev.unwrap_or(0), next.unwrap_or(0));
         self.tlb_finish_mmu(tlb);
+    }
+
+    /// exit_mmap: zap every VMA under a fullmm mmu_gather, free all page tables, then
+    /// the pgd (mmdrop); the mm is gone afterwards.
+    pub fn exit_mmap(&mut self, mm: MmId) {
+        let vmas: Vec<Vma> = std::mem::take(&mut self.mm_mut(mm).vmas).into_values().collect();
+        let ps = self.arch.granule().page_size();
+        let mut tlb = MmuGather::new(self.mm(mm).asid, true, ps);
+        self.unmap_vmas(&mut tlb, mm, &vmas, 0, u64::MAX);
+        self.free_pgtables(&mut tlb, mm, &vmas, 0, 0);
+        self.tlb_finish_mmu(tlb);
+        let pgd = self.mm(mm).pgd;
+        self.pgtable_free(pgd);
+        self.mms[mm] = None;
     }
 
     /// __mm_populate / populate_vma_page_range: fault in [start, end) as GUP would,

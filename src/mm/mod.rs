@@ -4,7 +4,9 @@
 
 pub mod debug;
 pub mod folio;
+pub mod fork;
 pub mod huge_memory;
+pub mod khugepaged;
 pub mod madvise;
 pub mod memblock;
 pub mod memory;
@@ -12,6 +14,7 @@ pub mod mlock;
 pub mod mm_types;
 pub mod mmap;
 pub mod mmu_gather;
+pub mod mprotect;
 pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;
@@ -60,6 +63,7 @@ pub struct Kernel {
     pub ds_queue: DeferredSplitQueue,
     pub zap: ZapVariant,
     next_asid: Asid,
+    next_anon_vma: u64,
 }
 
 impl Kernel {
@@ -88,6 +92,7 @@ impl Kernel {
             },
             zap: ZapVariant::Batched,
             next_asid: 1,
+            next_anon_vma: 1,
         }
     }
 
@@ -127,6 +132,20 @@ impl Kernel {
             tlb_flush_done: 0,
         }));
         Some(self.mms.len() - 1)
+    }
+
+    /// anon_vma_alloc: a new anon_vma id.
+    pub fn anon_vma_alloc(&mut self) -> u64 {
+        self.next_anon_vma += 1;
+        self.next_anon_vma
+    }
+
+    /// anon_vma_prepare: give the VMA at `start` an anon_vma before it maps anon folios.
+    pub fn anon_vma_prepare(&mut self, mm: MmId, start: u64) {
+        if self.mm(mm).vmas[&start].anon_vma.is_none() {
+            let id = self.anon_vma_alloc();
+            self.mm_mut(mm).vmas.get_mut(&start).unwrap().anon_vma = Some(id);
+        }
     }
 
     /// Point a CPU at an mm (switch_mm).

@@ -10,7 +10,7 @@ use crate::mm::mm_types::{MmId, VmFlags};
 use crate::mm::vmstat::{MthpStat, VmEvent};
 use crate::mm::Kernel;
 use crate::report::{Counters, PageKind, Phase, Report, RunBuilder};
-use crate::workload::{Advice, Op, Pos, Stmt, Workload};
+use crate::workload::{Advice, Op, Pos, Prot, Stmt, Workload};
 use std::collections::BTreeMap;
 pub use variants::Variants;
 
@@ -25,6 +25,7 @@ pub enum SimError {
     Setup(String),
 }
 
+#[derive(Clone)]
 struct Region {
     addr: u64,
     size: u64,
@@ -40,6 +41,10 @@ struct Sim<'w> {
     k: Kernel,
     w: &'w Workload,
     procs: BTreeMap<String, Proc>,
+    /// Processes created so far (a new one runs on cpu `count % ncpus`).
+    nr_procs: usize,
+    /// Faults of exited processes, by name (a name may be reused after exit).
+    exited_minflt: BTreeMap<String, u64>,
     phases: Vec<Phase>,
     phase_label: String,
     phase_start: Counters,
@@ -72,6 +77,8 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         k,
         w,
         procs,
+        nr_procs: 1,
+        exited_minflt: BTreeMap::new(),
         phases: Vec::new(),
         phase_label: "start".into(),
         phase_start: Counters::new(),
@@ -105,12 +112,9 @@ fn refuse_unsupported(w: &Workload, stmts: &[Stmt]) -> Result<(), SimError> {
                 None
             }
             Op::Madvise { advice, .. } => match advice {
-                Advice::DontNeed | Advice::HugePage | Advice::NoHugePage | Advice::Cold => None,
+                Advice::DontNeed | Advice::Free | Advice::Cold | Advice::HugePage | Advice::NoHugePage | Advice::Collapse => None,
                 a => Some(format!("madvise {a:?}").to_lowercase()),
             },
-            Op::Mprotect { .. } | Op::Fork { .. } | Op::Exit => {
-                Some(s.op.keyword().to_string())
-            }
             _ => None,
         };
         if let Some(what) = what {
@@ -136,7 +140,10 @@ fn check_granule(w: &Workload, stmts: &[Stmt], page: u64) -> Result<(), SimError
             Op::Mmap { size, skew, .. } if size % page != 0 || skew % page != 0 => {
                 return Err(bad(s.pos, "region size or skew"))
             }
-            Op::Touch { range: Some(r), .. } | Op::Madvise { range: r, .. } | Op::Munmap { range: Some(r), .. }
+            Op::Touch { range: Some(r), .. }
+            | Op::Madvise { range: r, .. }
+            | Op::Mprotect { range: r, .. }
+            | Op::Munmap { range: Some(r), .. }
                 if r.off % page != 0 || r.len % page != 0 =>
             {
                 return Err(bad(s.pos, "range"))
@@ -252,13 +259,19 @@ impl Sim<'_> {
                 self.k.switch_mm(cpu, mm);
                 let madv = match advice {
                     Advice::DontNeed => Madv::DontNeed,
+                    Advice::Free => Madv::Free,
                     Advice::HugePage => Madv::HugePage,
                     Advice::NoHugePage => Madv::NoHugePage,
                     Advice::Cold => Madv::Cold,
+                    Advice::Collapse => Madv::Collapse,
                     _ => unreachable!("refused before the run"),
                 };
                 for at in (start..end).step_by(step as usize) {
-                    self.k.do_madvise(mm, at, at + step, madv).map_err(|e| self.fail(s.pos, e))?;
+                    let r = self.k.do_madvise(mm, at, at + step, madv);
+                    // A collapse that cannot be done is an outcome, as on the host.
+                    if *advice != Advice::Collapse {
+                        r.map_err(|e| self.fail(s.pos, e))?;
+                    }
                 }
                 Ok(())
             }
@@ -273,6 +286,45 @@ impl Sim<'_> {
                 };
                 r.map_err(|e| self.fail(s.pos, e))
             }
+            Op::Mprotect { region, range, prot } => {
+                let (start, end) = self.range(&s.proc_name, region, Some((range.off, range.len)));
+                let (mm, cpu) = self.proc(&s.proc_name);
+                self.k.switch_mm(cpu, mm);
+                let flags = match prot {
+                    Prot::None => VmFlags::empty(),
+                    Prot::R => VmFlags::READ,
+                    Prot::Rw => VmFlags::READ | VmFlags::WRITE,
+                };
+                self.k
+                    .do_mprotect(mm, start, end, flags)
+                    .map_err(|e| self.fail(s.pos, e))
+            }
+            Op::Fork { child } => {
+                let (mm, cpu) = self.proc(&s.proc_name);
+                self.k.switch_mm(cpu, mm);
+                let child_mm = self
+                    .k
+                    .dup_mmap(mm)
+                    .ok_or_else(|| self.fail(s.pos, "fork: out of memory"))?;
+                let regions = self.procs[&s.proc_name].regions.clone();
+                let cpu = self.nr_procs % self.k.arch.hw.cpus.len();
+                self.nr_procs += 1;
+                self.procs.insert(
+                    child.clone(),
+                    Proc {
+                        mm: child_mm,
+                        cpu,
+                        regions,
+                    },
+                );
+                Ok(())
+            }
+            Op::Exit => {
+                let p = self.procs.remove(&s.proc_name).expect("a live process");
+                *self.exited_minflt.entry(s.proc_name.clone()).or_default() += self.k.mm(p.mm).min_flt;
+                self.k.exit_mmap(p.mm);
+                Ok(())
+            }
             Op::Munmap { region, range } => {
                 let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));
                 let (mm, cpu) = self.proc(&s.proc_name);
@@ -285,7 +337,6 @@ impl Sim<'_> {
                 }
                 Ok(())
             }
-            _ => unreachable!("refused before the run"),
         }
     }
 
@@ -308,8 +359,11 @@ impl Sim<'_> {
 
     fn counters(&self) -> Counters {
         let mut c = Counters::new();
+        for (name, n) in &self.exited_minflt {
+            c.insert(format!("proc.{name}.minflt"), *n as i64);
+        }
         for (name, p) in &self.procs {
-            c.insert(format!("proc.{name}.minflt"), self.k.mm(p.mm).min_flt as i64);
+            *c.entry(format!("proc.{name}.minflt")).or_default() += self.k.mm(p.mm).min_flt as i64;
         }
         for e in VmEvent::ALL {
             c.insert(format!("vmstat.{}", e.name()), self.k.stat.event(*e));
@@ -374,7 +428,11 @@ impl Sim<'_> {
 /// and the access retries, as the CPU would.
 pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
     for _ in 0..3 {
-        if k.arch.hw.access(cpu, VirtAddr(addr), write).is_ok() {
+        if let Ok(pa) = k.arch.hw.access(cpu, VirtAddr(addr), write) {
+            if write {
+                let pfn = crate::hw::Pfn(pa.0 >> k.arch.granule().page_shift());
+                k.memmap.page_mut(pfn).nonzero = true;
+            }
             return Ok(());
         }
         k.handle_mm_fault(mm, addr, write)?;
@@ -397,6 +455,8 @@ impl Kernel {
                     let off = (addr & ((1u64 << g.level_shift(level)) - 1)) >> g.page_shift();
                     return Some(crate::hw::Pfn(d.pfn(g).0 + off));
                 }
+                // PROT_NONE: present to the kernel (and to pagemap), invalid to hardware.
+                _ if level == 3 && crate::arch::arm64::pgtable::Pte(d).pte_present() => return Some(d.pfn(g)),
                 _ => return None,
             }
         }

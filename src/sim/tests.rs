@@ -206,6 +206,7 @@ mod zap {
 mod checker {
     use super::*;
     use crate::hw::Pfn;
+    use crate::mm::folio::PageFlags;
 
     #[test]
     fn the_invariant_checker_fires_on_a_corrupted_mapcount_refcount_and_counter() {
@@ -222,5 +223,183 @@ mod checker {
         k.memmap.page_mut(pfn).refcount -= 1;
         k.stat.mod_mthp_stat(4, MthpStat::NrAnon, 1);
         assert!(k.check_invariants().unwrap_err().contains("nr_anon"));
+    }
+
+    /// Seed 002: a split that writes tail pages as if every large folio were
+    /// PMD-sized corrupts the struct pages after a 64K folio.
+    fn split_as_if_pmd_order(k: &mut Kernel, head: Pfn) {
+        for i in 1..512u64 {
+            let p = k.memmap.page_mut(Pfn(head.0 + i));
+            p.flags = PageFlags::TAIL | PageFlags::INUSE;
+            p.head = head.0 as u32;
+        }
+    }
+
+    #[test]
+    fn the_folio_checker_fires_on_tails_written_past_a_64k_folio() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 4 << 20, rw()).unwrap();
+        touch(&mut k, mm, BASE, 4 << 20, true);
+        k.check_invariants().unwrap();
+        let head = k.page_table_pfn(mm, BASE + (1 << 20)).unwrap();
+        split_as_if_pmd_order(&mut k, head);
+        let err = k.check_invariants().unwrap_err();
+        assert!(err.contains("tail") || err.contains("claims"), "{err}");
+    }
+
+    #[test]
+    fn the_folio_checker_fires_on_a_stale_mm_slot() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 1 << 20, rw()).unwrap();
+        touch(&mut k, mm, BASE, 1 << 20, true);
+        let head = k.page_table_pfn(mm, BASE).unwrap();
+        k.memmap.page_mut(head).mm_id_mapcount[0] += 1;
+        assert!(k.check_invariants().unwrap_err().contains("mm slot"));
+    }
+}
+
+mod fork_exit {
+    use super::*;
+    use crate::mm::huge_memory::deferred_split_scan;
+
+    #[test]
+    fn a_child_write_copies_one_page_and_after_its_exit_the_parent_reuses_the_folio() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 1 << 20, rw()).unwrap();
+        touch(&mut k, mm, BASE, 1 << 20, true);
+        let free_before = k.buddy.free_pages;
+        let child = k.dup_mmap(mm).unwrap();
+        k.switch_mm(1, child);
+        assert_clean(&k);
+        let head = k.page_table_pfn(mm, BASE).unwrap();
+        assert!(k.folio_maybe_mapped_shared(head));
+        user_access(&mut k, child, 1, BASE, true).unwrap();
+        assert_eq!(k.mm(child).min_flt, 1);
+        assert_eq!(k.page_kind(child, BASE), Some(PageKind::Order(0)));
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(4)));
+        assert_clean(&k);
+        k.exit_mmap(child);
+        assert_clean(&k);
+        assert!(!k.folio_maybe_mapped_shared(head));
+        assert_eq!(touch(&mut k, mm, BASE, 64 << 10, true), 16);
+        assert_eq!(k.page_table_pfn(mm, BASE), Some(head));
+        assert_eq!(k.buddy.free_pages, free_before);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn exit_of_the_last_mm_frees_every_page_and_table() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        let free = k.buddy.free_pages;
+        k.do_mmap(mm, BASE, 4 << 20, rw() | VmFlags::HUGEPAGE).unwrap();
+        touch(&mut k, mm, BASE, 3 << 20, true);
+        k.exit_mmap(mm);
+        assert_clean(&k);
+        // The pgd was allocated before `free` was read.
+        assert_eq!(k.buddy.free_pages, free + 1);
+        assert_eq!(k.stat.mthp(9, MthpStat::NrAnon), 0);
+    }
+
+    #[test]
+    fn a_forked_pmd_thp_is_shared_then_split_by_the_first_write() {
+        let (mut k, mm) = boot(&[]);
+        k.do_mmap(mm, BASE, 2 << 20, rw() | VmFlags::HUGEPAGE).unwrap();
+        touch(&mut k, mm, BASE, K4, true);
+        let child = k.dup_mmap(mm).unwrap();
+        k.switch_mm(1, child);
+        assert_clean(&k);
+        user_access(&mut k, child, 1, BASE + K4, true).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.page_kind(child, BASE + K4), Some(PageKind::Order(0)));
+        assert_eq!(k.page_kind(child, BASE), Some(PageKind::Order(9)));
+        k.exit_mmap(child);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn the_deferred_split_scan_splits_partially_mapped_folios_and_frees_the_holes() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 1 << 20, rw()).unwrap();
+        touch(&mut k, mm, BASE, 1 << 20, true);
+        k.do_madvise(mm, BASE + 8 * K4, BASE + 24 * K4, Madv::DontNeed).unwrap();
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnonPartiallyMapped), 2);
+        let free = k.buddy.free_pages;
+        assert_eq!(deferred_split_scan(&mut k), 2);
+        assert_clean(&k);
+        assert_eq!(k.stat.mthp(4, MthpStat::Split), 2);
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 14);
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnonPartiallyMapped), 0);
+        assert_eq!(k.buddy.free_pages, free + 16);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(0)));
+        assert_eq!(k.ds_queue.len, 0);
+    }
+
+    #[test]
+    fn prot_none_pages_stay_mapped_and_come_back_writable_without_faults() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 256 << 10, rw()).unwrap();
+        touch(&mut k, mm, BASE, 256 << 10, true);
+        k.do_mprotect(mm, BASE + 64 * K4 / 2, BASE + 48 * K4, VmFlags::empty())
+            .unwrap();
+        assert_clean(&k);
+        assert_eq!(k.mm(mm).vmas.len(), 3);
+        assert_eq!(k.page_kind(mm, BASE + 40 * K4), Some(PageKind::Order(4)));
+        k.do_mprotect(mm, BASE, BASE + (256 << 10), rw()).unwrap();
+        assert_eq!(k.mm(mm).vmas.len(), 1);
+        assert_eq!(touch(&mut k, mm, BASE, 256 << 10, true), 0);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn madv_free_splits_a_partly_covered_folio_and_keeps_whole_ones() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 256 << 10, rw()).unwrap();
+        touch(&mut k, mm, BASE, 256 << 10, true);
+        k.do_madvise(mm, BASE + 8 * K4, BASE + 32 * K4, Madv::Free).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(0)));
+        assert_eq!(k.page_kind(mm, BASE + 16 * K4), Some(PageKind::Order(4)));
+        assert_eq!(k.stat.mthp(4, MthpStat::Split), 1);
+        assert_eq!(touch(&mut k, mm, BASE, 256 << 10, true), 0);
+    }
+
+    #[test]
+    fn madv_collapse_maps_base_pages_and_holes_with_one_pmd_thp() {
+        let (mut k, mm) = boot(&[]);
+        k.do_mmap(mm, BASE, 2 << 20, rw()).unwrap();
+        touch(&mut k, mm, BASE, 1 << 20, true);
+        touch(&mut k, mm, BASE + (1 << 20), 4 * K4, false);
+        k.do_madvise(mm, BASE, BASE + (2 << 20), Madv::Collapse).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.stat.event(VmEvent::ThpCollapseAlloc), 1);
+        assert!(kinds(&k, mm, BASE, 512).iter().all(|x| *x == Some(PageKind::Order(9))));
+        assert_eq!(touch(&mut k, mm, BASE, 2 << 20, true), 0);
+    }
+}
+
+mod contpte_refold {
+    use super::*;
+    use crate::hw::check::Violation;
+
+    /// change_pte_range's batched modify_prot_start/commit_ptes clears a block of ptes
+    /// that CoW reuse had unfolded and sets them again with set_ptes, which folds them
+    /// (contpte_set_ptes assumes none ptes have no TLB entries); the stale
+    /// non-contiguous entries stay live until tlb_finish_mmu. Without BBML2 that is a
+    /// break-before-make violation the checker reports: the kernel does the same.
+    #[test]
+    fn mprotect_refolds_a_block_whose_stale_entries_are_still_cached() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 64 << 10, rw()).unwrap();
+        touch(&mut k, mm, BASE, 64 << 10, true);
+        let child = k.dup_mmap(mm).unwrap();
+        k.exit_mmap(child);
+        assert_eq!(touch(&mut k, mm, BASE, 64 << 10, true), 16);
+        assert_clean(&k);
+        k.do_mprotect(mm, BASE, BASE + (64 << 10), VmFlags::READ).unwrap();
+        k.check_invariants().unwrap();
+        assert!(matches!(
+            k.arch.hw.violations.first(),
+            Some(Violation::BreakBeforeMake { .. })
+        ));
     }
 }

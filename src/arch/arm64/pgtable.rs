@@ -499,13 +499,14 @@ impl Arch {
     }
 
     /// clear_young_dirty_ptes (MADV_FREE / MADV_COLD): clear young and/or dirty on `nr`
-    /// ptes. With contpte the range widens to whole blocks instead of unfolding: A/D
-    /// are tracked per folio, and a block never spans two folios.
+    /// ptes. With contpte (contpte_clear_young_dirty_ptes) a block at either end is
+    /// cleared whole instead of unfolded: A/D are tracked per folio, and a block never
+    /// spans two folios.
     pub fn clear_young_dirty_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, young: bool, dirty: bool) {
         let g = self.granule();
         let ps = g.page_size();
         let (mut start, mut first, mut end) = (addr, ptep, addr + nr as u64 * ps);
-        if self.cont_active(mm) {
+        if self.cont_active(mm) && !(nr == 1 && !self.__ptep_get(ptep).pte_cont()) {
             if self.__ptep_get(ptep.add(nr - 1)).pte_cont() {
                 end = (end + g.cont_pte_size() - 1) & !(g.cont_pte_size() - 1);
             }
@@ -572,6 +573,7 @@ impl Arch {
         let n = self.granule().cont_ptes();
         n - (ptep.index & (n - 1))
     }
+
 }
 
 #[cfg(test)]

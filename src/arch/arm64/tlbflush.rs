@@ -1,6 +1,7 @@
 //! arch/arm64/include/asm/tlbflush.h: the kernel's TLB maintenance sequences, built
 //! from the machine's TLBI and barrier instructions.
 
+use super::pgtable::Pte;
 use crate::hw::machine::tlbi_range_pages;
 use crate::hw::{Asid, Machine, Tlbi, VirtAddr};
 
@@ -187,6 +188,13 @@ pub fn flush_tlb_kernel_range(m: &mut Machine, start: u64, end: u64) {
     }
     m.dsb_ish();
     m.isb();
+}
+
+/// pte_needs_flush (__pte_flags_need_flush): a valid pte whose hardware-visible bits
+/// changed; invalid-to-valid and software-bit changes need no flush.
+pub fn pte_needs_flush(old: Pte, new: Pte) -> bool {
+    const SWBITS: u64 = (1 << 63) | (0xf << 55);
+    old.pte_valid() && (old.raw() ^ new.raw()) & !SWBITS != 0
 }
 
 #[cfg(test)]

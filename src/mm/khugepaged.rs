@@ -1,0 +1,129 @@
+//! mm/khugepaged.c, the MADV_COLLAPSE half: collapse the pte-mapped pages under a pmd
+//! into a new PMD-mapped THP. MADV_COLLAPSE ignores the sysfs knobs (but not
+//! VM_NOHUGEPAGE) and khugepaged's max_ptes_none / max_ptes_shared limits.
+
+use super::huge_memory::map_anon_folio_pmd_nopf;
+use super::mm_types::{MmId, VmFlags, Vma};
+use super::mmap::VmaError;
+use super::vmstat::VmEvent;
+use super::Kernel;
+use crate::arch::arm64::tlbflush::flush_tlb_range;
+use crate::hw::{Desc, DescKind, Pfn};
+
+/// The scan results the model distinguishes (enum scan_result).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scan {
+    Succeed,
+    PmdMapped,
+    Fail,
+}
+
+impl Kernel {
+    /// madvise_collapse over [start, end) of one VMA: each whole pmd range inside it.
+    pub fn madvise_collapse(&mut self, mm: MmId, vma: &Vma, start: u64, end: u64) -> Result<(), VmaError> {
+        if vma.flags.contains(VmFlags::NOHUGEPAGE) {
+            return Err(VmaError::Invalid);
+        }
+        // hugepage_vma_revalidate: an anon VMA without an anon_vma (zero-page reads
+        // only) has nothing to collapse.
+        if vma.anon_vma.is_none() {
+            return Err(VmaError::Invalid);
+        }
+        let pmd_size = self.arch.granule().pmd_size();
+        let mut addr = (start + pmd_size - 1) & !(pmd_size - 1);
+        let hend = end & !(pmd_size - 1);
+        while addr < hend {
+            if vma.start <= addr
+                && addr + pmd_size <= vma.end
+                && self.hpage_collapse_scan_pmd(mm, addr) == Scan::Succeed
+            {
+                self.collapse_huge_page(mm, vma, addr);
+            }
+            addr += pmd_size;
+        }
+        Ok(())
+    }
+
+    /// hpage_collapse_scan_pmd: a pte table whose mapped pages are anon folios with no
+    /// references beyond their mappings (6.18 no longer needs a writable pte).
+    fn hpage_collapse_scan_pmd(&mut self, mm: MmId, haddr: u64) -> Scan {
+        let g = self.arch.granule();
+        let Some(pmd) = self.pmd_offset(mm, haddr) else {
+            return Scan::Fail;
+        };
+        match self.pxd_get(2, pmd).kind(2, g) {
+            DescKind::Block(_) => return Scan::PmdMapped,
+            DescKind::Table(_) => {}
+            _ => return Scan::Fail,
+        }
+        let ptep = self.pte_offset_map(pmd, haddr).expect("a pte table");
+        let amm = self.arch_mm(mm);
+        for i in 0..1usize << g.pmd_order() {
+            let pte = self.arch.ptep_get(amm, ptep.add(i));
+            if pte.pte_none() || self.is_zero_pfn(pte.pte_pfn(g)) {
+                continue;
+            }
+            if !pte.pte_present() {
+                return Scan::Fail;
+            }
+            let folio = self.memmap.folio_of(pte.pte_pfn(g));
+            if !self.memmap.folio_test(folio, super::folio::PageFlags::ANON)
+                || self.memmap.folio_ref_count(folio) != self.memmap.folio_mapcount(folio)
+            {
+                return Scan::Fail;
+            }
+        }
+        Scan::Succeed
+    }
+
+    /// collapse_huge_page: allocate the THP, pmdp_collapse_flush, copy and unmap the
+    /// old pages (__collapse_huge_page_copy_succeeded), deposit the emptied pte table
+    /// and map the THP.
+    fn collapse_huge_page(&mut self, mm: MmId, vma: &Vma, haddr: u64) {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let Some(folio) = self.folio_alloc(g.pmd_order()) else {
+            return;
+        };
+        self.stat.count_vm_event(VmEvent::ThpCollapseAlloc);
+        let pmd = self.pmd_offset(mm, haddr).expect("scanned pmd");
+        let ptep = self.pte_offset_map(pmd, haddr).expect("scanned pte table");
+        let table = self.arch.hw.mem.table_pfn(ptep.table);
+        self.pxd_set(2, haddr, pmd, Desc::ZERO);
+        let asid = self.mm(mm).asid;
+        flush_tlb_range(&mut self.arch.hw, asid, haddr, haddr + g.pmd_size());
+        let amm = self.arch_mm(mm);
+        let nr_ptes = 1usize << g.pmd_order();
+        let mut i = 0;
+        while i < nr_ptes {
+            let addr = haddr + i as u64 * ps;
+            let pte = self.arch.ptep_get(amm, ptep.add(i));
+            let pfn = pte.pte_pfn(g);
+            if pte.pte_none() || self.is_zero_pfn(pfn) {
+                self.mm_mut(mm).rss_anon += 1;
+                if !pte.pte_none() {
+                    self.arch.pte_clear(amm, addr, ptep.add(i));
+                }
+                i += 1;
+                continue;
+            }
+            let src = self.memmap.folio_of(pfn);
+            let nr = if self.memmap.folio_order(src) > 0 {
+                self.folio_pte_batch(mm, src, ptep.add(i), pte, nr_ptes - i)
+            } else {
+                1
+            };
+            // __collapse_huge_page_copy: the THP's pages take these pages' contents.
+            for j in 0..nr as u64 {
+                let nonzero = self.memmap.page(Pfn(pfn.0 + j)).nonzero;
+                self.memmap.page_mut(Pfn(folio.0 + i as u64 + j)).nonzero = nonzero;
+            }
+            self.arch.clear_full_ptes(amm, addr, ptep.add(i), nr, false);
+            self.folio_remove_rmap_ptes(src, pfn, nr as u64, mm);
+            self.folio_put_refs(src, nr as i32);
+            i += nr;
+        }
+        self.mm_mut(mm).deposited.insert(haddr, table);
+        map_anon_folio_pmd_nopf(self, mm, vma, folio, pmd, haddr);
+    }
+}

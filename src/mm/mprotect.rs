@@ -1,0 +1,173 @@
+//! mm/mprotect.c: mprotect_fixup and change_protection.
+
+use super::huge_memory::{__split_huge_pmd, change_huge_pmd};
+use super::memory::{vm_page_prot, Fpb};
+use super::mm_types::{MmId, VmFlags, Vma};
+use super::mmap::VmaError;
+use super::mmu_gather::MmuGather;
+use super::pgtable::PmdPtr;
+use super::Kernel;
+use crate::arch::arm64::pgtable::{Pte, PtePtr};
+use crate::arch::arm64::tlbflush::pte_needs_flush;
+use crate::hw::{DescKind, Pfn};
+
+/// What one committed run of ptes needs: where, the old and new values of its first
+/// pte, and the folio it maps.
+struct Commit {
+    addr: u64,
+    ptep: PtePtr,
+    old: Pte,
+    new: Pte,
+    folio: Option<(Pfn, u64)>,
+}
+
+impl Kernel {
+    /// do_mprotect_pkey: `prot` is VM_READ / VM_WRITE. VMAs whose flags change are
+    /// split, merged and get their ptes changed, under one mmu_gather.
+    pub fn do_mprotect(&mut self, mm: MmId, start: u64, end: u64, prot: VmFlags) -> Result<(), VmaError> {
+        if !self.range_fully_mapped(mm, start, end) {
+            return Err(VmaError::NotMapped);
+        }
+        let rw = VmFlags::READ | VmFlags::WRITE;
+        let changed: Vec<(u64, u64)> = self
+            .mm(mm)
+            .vmas_in(start, end)
+            .iter()
+            .filter(|v| v.flags & rw != prot)
+            .map(|v| (v.start.max(start), v.end.min(end)))
+            .collect();
+        self.vma_modify_flags(mm, start, end, |f| (f - rw) | prot)?;
+        let ps = self.arch.granule().page_size();
+        let mut tlb = MmuGather::new(self.mm(mm).asid, false, ps);
+        for (s, e) in changed {
+            let vma = self.mm(mm).find_vma(s).cloned().expect("the VMA just changed");
+            self.change_protection(&mut tlb, mm, &vma, s, e);
+        }
+        self.tlb_finish_mmu(tlb);
+        Ok(())
+    }
+
+    /// change_protection over [start, end) of one VMA, pmd by pmd. A whole huge pmd is
+    /// changed in place, except to PROT_NONE, where the model splits it first (a
+    /// present-invalid block has no place in its pmd walkers; the layout is the same).
+    fn change_protection(&mut self, tlb: &mut MmuGather, mm: MmId, vma: &Vma, start: u64, end: u64) {
+        let g = self.arch.granule();
+        let pmd_size = g.pmd_size();
+        let mut addr = start;
+        while addr < end {
+            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
+            if let Some(pmd) = self.pmd_offset(mm, addr) {
+                let d = self.pxd_get(2, pmd);
+                if let DescKind::Block(_) = d.kind(2, g) {
+                    if next - addr == pmd_size && vma.flags.contains(VmFlags::READ) {
+                        change_huge_pmd(self, tlb, mm, vma, pmd, addr);
+                    } else {
+                        __split_huge_pmd(self, mm, vma, pmd, addr);
+                        self.change_pte_range(tlb, mm, vma, pmd, addr, next);
+                    }
+                } else if !d.is_none() {
+                    self.change_pte_range(tlb, mm, vma, pmd, addr, next);
+                }
+            }
+            addr = next;
+        }
+        self.tlb_end_vma(tlb);
+    }
+
+    /// change_pte_range: per folio batch (respecting the write bit),
+    /// modify_prot_start_ptes, pte_modify, then commit; in a writable private VMA the
+    /// runs of exclusive anon pages get write permission back at once.
+    fn change_pte_range(&mut self, tlb: &mut MmuGather, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, end: u64) {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let amm = self.arch_mm(mm);
+        let newprot = vm_page_prot(vma);
+        let try_writable = vma.flags.contains(VmFlags::WRITE);
+        let Some(mut ptep) = self.pte_offset_map(pmd, addr) else {
+            return;
+        };
+        let mut addr = addr;
+        while addr < end {
+            let oldpte = self.arch.ptep_get(amm, ptep);
+            if !oldpte.pte_present() {
+                ptep = ptep.add(1);
+                addr += ps;
+                continue;
+            }
+            let pfn = oldpte.pte_pfn(g);
+            let folio = (!self.is_zero_pfn(pfn)).then(|| self.memmap.folio_of(pfn));
+            let max_nr = ((end - addr) / ps) as usize;
+            let nr = match folio {
+                Some(f) if self.memmap.folio_order(f) > 0 && max_nr > 1 => {
+                    self.folio_pte_batch_flags(mm, f, ptep, oldpte, max_nr, Fpb::RESPECT_WRITE)
+                        .0
+                }
+                _ => 1,
+            };
+            let old = self.arch.get_and_clear_full_ptes(amm, addr, ptep, nr, false);
+            let new = old.pte_modify(newprot);
+            let c = Commit {
+                addr,
+                ptep,
+                old,
+                new,
+                folio: folio.map(|f| (f, self.memmap.folio_nr_pages(f))),
+            };
+            // can_change_private_pte_writable: not PROT_NONE, an exclusive anon page.
+            if try_writable && !new.pte_write() && new.pte_valid() && folio.is_some() {
+                self.commit_anon_folio_batch(tlb, mm, &c, pfn, nr);
+            } else {
+                self.prot_commit_flush_ptes(tlb, mm, &c, 0, nr, false);
+            }
+            ptep = ptep.add(nr);
+            addr += nr as u64 * ps;
+        }
+    }
+
+    /// commit_anon_folio_batch: commit the batch in runs of equal PageAnonExclusive,
+    /// the exclusive runs writable.
+    fn commit_anon_folio_batch(&mut self, tlb: &mut MmuGather, mm: MmId, c: &Commit, page: Pfn, nr: usize) {
+        let exclusive = |k: &Kernel, i: usize| {
+            k.memmap
+                .page(Pfn(page.0 + i as u64))
+                .flags
+                .contains(super::folio::PageFlags::ANON_EXCLUSIVE)
+        };
+        let mut idx = 0;
+        while idx < nr {
+            let first = exclusive(self, idx);
+            let mut len = 1;
+            while idx + len < nr && exclusive(self, idx + len) == first {
+                len += 1;
+            }
+            self.prot_commit_flush_ptes(tlb, mm, c, idx, len, first);
+            idx += len;
+        }
+    }
+
+    /// prot_commit_flush_ptes: modify_prot_commit_ptes (set_ptes) for `len` ptes from
+    /// `idx`, and a TLB flush of them if permissions were lost.
+    fn prot_commit_flush_ptes(
+        &mut self,
+        tlb: &mut MmuGather,
+        mm: MmId,
+        c: &Commit,
+        idx: usize,
+        len: usize,
+        write: bool,
+    ) {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let amm = self.arch_mm(mm);
+        let old = c.old.pte_advance_pfn(idx as u64, g);
+        let mut new = c.new.pte_advance_pfn(idx as u64, g);
+        if write {
+            new = new.pte_mkwrite();
+        }
+        let addr = c.addr + idx as u64 * ps;
+        self.arch.set_ptes(amm, addr, c.ptep.add(idx), new, len, c.folio);
+        if pte_needs_flush(old, new) {
+            tlb.remove_tlb_entries(addr, len as u64, ps);
+        }
+    }
+}
