@@ -34,7 +34,14 @@ fn host_round(mthp_64k: bool) -> (Duration, Duration) {
     // SAFETY: a fresh private anonymous mapping owned by this function; every access
     // is inside it and it is unmapped before returning.
     unsafe {
-        let p = libc::mmap(std::ptr::null_mut(), GIB as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            GIB as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
         assert_ne!(p, libc::MAP_FAILED);
         if !mthp_64k {
             libc::madvise(p, GIB as usize, libc::MADV_NOHUGEPAGE);
@@ -67,7 +74,9 @@ fn faults(c: &mut Criterion) {
         });
     }
     // The host's 64 KiB case depends on its sysfs knobs; order-0 is forced by NOHUGEPAGE.
-    g.bench_function("host/order0", |b| b.iter_custom(|iters| (0..iters).map(|_| host_round(false).0).sum()));
+    g.bench_function("host/order0", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| host_round(false).0).sum())
+    });
     g.finish();
 
     let mut g = c.benchmark_group("munmap-1GiB");
@@ -87,7 +96,9 @@ fn faults(c: &mut Criterion) {
             })
         });
     }
-    g.bench_function("host/order0", |b| b.iter_custom(|iters| (0..iters).map(|_| host_round(false).1).sum()));
+    g.bench_function("host/order0", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| host_round(false).1).sum())
+    });
     g.finish();
 }
 

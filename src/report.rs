@@ -32,7 +32,10 @@ impl Serialize for PageKind {
 impl<'de> Deserialize<'de> for PageKind {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match serde_json::Value::deserialize(d)? {
-            serde_json::Value::Number(n) => n.as_u64().map(|o| PageKind::Order(o as u32)).ok_or_else(|| de::Error::custom("bad order")),
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .map(|o| PageKind::Order(o as u32))
+                .ok_or_else(|| de::Error::custom("bad order")),
             serde_json::Value::String(s) if s == "zero" => Ok(PageKind::Zero),
             serde_json::Value::String(s) if s == "swap" => Ok(PageKind::Swap),
             v => Err(de::Error::custom(format!("bad page kind {v}"))),

@@ -14,8 +14,14 @@ fn json(path: &str, sets: &[&str]) -> String {
 fn two_runs_give_identical_json() {
     for (p, sets) in [
         ("tests/validation/mthp_64k_dontneed_retouch.wl", &[][..]),
-        ("tests/validation/pmd_partial_munmap.wl", &["zap=per-pte", "checks=on"][..]),
-        ("tests/validation/dontneed_step_64k.wl", &["tlbi-range=on", "kpti=on"][..]),
+        (
+            "tests/validation/pmd_partial_munmap.wl",
+            &["zap=per-pte", "checks=on"][..],
+        ),
+        (
+            "tests/validation/dontneed_step_64k.wl",
+            &["tlbi-range=on", "kpti=on"][..],
+        ),
     ] {
         let a = json(p, sets);
         let b = std::thread::spawn({

@@ -238,7 +238,11 @@ fn the_whole_suite_agrees_with_the_live_host() {
             m => failed.push(format!("{}: {}", p.display(), m.join("; "))),
         }
     }
-    println!("live suite: {agree} agree, {} skipped, {} disagree", skipped.len(), failed.len());
+    println!(
+        "live suite: {agree} agree, {} skipped, {} disagree",
+        skipped.len(),
+        failed.len()
+    );
     println!("agreed after a retry (host noise): {retried:?}");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

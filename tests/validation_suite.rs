@@ -10,7 +10,11 @@ use foliolab::workload::parse_file;
 
 #[test]
 fn the_model_agrees_with_the_saved_host_results() {
-    let mut paths: Vec<_> = std::fs::read_dir("tests/validation").unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "wl")).collect();
+    let mut paths: Vec<_> = std::fs::read_dir("tests/validation")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wl"))
+        .collect();
     paths.sort();
     assert!(paths.len() >= 40, "the suite has {} workloads", paths.len());
     let (mut agree, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
@@ -28,7 +32,8 @@ fn the_model_agrees_with_the_saved_host_results() {
                 continue;
             }
         };
-        let host: Report = serde_json::from_str(&std::fs::read_to_string(p.with_extension("host.json")).unwrap()).unwrap();
+        let host: Report =
+            serde_json::from_str(&std::fs::read_to_string(p.with_extension("host.json")).unwrap()).unwrap();
         let c = compare(&model, &host);
         match c.exact_mismatches() {
             m if m.is_empty() => agree.push(name),

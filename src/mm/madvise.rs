@@ -204,7 +204,14 @@ impl Kernel {
                     if self.memmap.folio_order(folio) > 0 {
                         // madvise_folio_pte_batch merges young/dirty over the batch.
                         let merged;
-                        (nr, merged) = self.folio_pte_batch_flags(mm, folio, ptep, ptent, ((next - addr) / ps) as usize, Fpb::MERGE_YOUNG_DIRTY);
+                        (nr, merged) = self.folio_pte_batch_flags(
+                            mm,
+                            folio,
+                            ptep,
+                            ptent,
+                            ((next - addr) / ps) as usize,
+                            Fpb::MERGE_YOUNG_DIRTY,
+                        );
                         young = merged.pte_young();
                         whole = nr as u64 == self.memmap.folio_nr_pages(folio);
                     }

@@ -35,7 +35,13 @@ impl Kernel {
             .filter(|v| v.flags.contains(VmFlags::LOCKED) != lock)
             .map(|v| (v.start.max(start), v.end.min(end)))
             .collect();
-        self.vma_modify_flags(mm, start, end, |f| if lock { f | VmFlags::LOCKED } else { f - VmFlags::LOCKED })?;
+        self.vma_modify_flags(mm, start, end, |f| {
+            if lock {
+                f | VmFlags::LOCKED
+            } else {
+                f - VmFlags::LOCKED
+            }
+        })?;
         for (s, e) in changed {
             self.mlock_vma_pages_range(mm, s, e, lock);
         }

@@ -94,7 +94,10 @@ impl Kernel {
         let g = self.arch.granule();
         let mut table = self.mm(mm).pgd_table;
         for level in g.start_level()..2 {
-            let p = PmdPtr { table, index: g.index(addr, level) };
+            let p = PmdPtr {
+                table,
+                index: g.index(addr, level),
+            };
             let d = self.pxd_get(level, p);
             table = match d.kind(level, g) {
                 DescKind::Table(_) => self.table_of(d),
@@ -109,7 +112,10 @@ impl Kernel {
                 }
             };
         }
-        Some(PmdPtr { table, index: g.index(addr, 2) })
+        Some(PmdPtr {
+            table,
+            index: g.index(addr, 2),
+        })
     }
 
     /// One step of a pmd-range walk from `addr` below `end`: the end of this pmd's

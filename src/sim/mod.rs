@@ -112,7 +112,12 @@ fn refuse_unsupported(w: &Workload, stmts: &[Stmt]) -> Result<(), SimError> {
                 None
             }
             Op::Madvise { advice, .. } => match advice {
-                Advice::DontNeed | Advice::Free | Advice::Cold | Advice::HugePage | Advice::NoHugePage | Advice::Collapse => None,
+                Advice::DontNeed
+                | Advice::Free
+                | Advice::Cold
+                | Advice::HugePage
+                | Advice::NoHugePage
+                | Advice::Collapse => None,
                 a => Some(format!("madvise {a:?}").to_lowercase()),
             },
             _ => None,
@@ -252,7 +257,12 @@ impl Sim<'_> {
                 }
                 Ok(())
             }
-            Op::Madvise { region, range, advice, step } => {
+            Op::Madvise {
+                region,
+                range,
+                advice,
+                step,
+            } => {
                 let (start, end) = self.range(&s.proc_name, region, Some((range.off, range.len)));
                 let step = step.unwrap_or(end - start);
                 let (mm, cpu) = self.proc(&s.proc_name);

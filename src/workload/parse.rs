@@ -290,13 +290,24 @@ impl Parser<'_> {
                         a.next();
                         let st = self.size(t, v, "step")?;
                         if st == 0 || st % UNIT != 0 || range.len % st != 0 {
-                            return Err(self.err(t.pos, format!("step must be a non-zero multiple of 4K dividing the length {}", range.len)));
+                            return Err(self.err(
+                                t.pos,
+                                format!(
+                                    "step must be a non-zero multiple of 4K dividing the length {}",
+                                    range.len
+                                ),
+                            ));
                         }
                         step = Some(st);
                     }
                 }
                 self.finish(&a)?;
-                Op::Madvise { region, range, advice, step }
+                Op::Madvise {
+                    region,
+                    range,
+                    advice,
+                    step,
+                }
             }
             "mprotect" => {
                 let region = self.region(&mut a, &mut at)?;
@@ -692,8 +703,18 @@ mod tests {
         fails("mmap 1a 4K", 1, 6, "invalid region name '1a'");
         fails("mmap a 8K\ntouch a 0 4K write read", 2, 20, "unexpected 'read'");
         fails("mmap a 8K\ntouch a 0 4K stride=0", 2, 14, "stride must not be zero");
-        fails("mmap a 64K\nmadvise a 0 64K dontneed step=24K", 2, 26, "step must be a non-zero multiple of 4K dividing the length");
-        fails("mmap a 64K\nmadvise a 0 64K dontneed step=0", 2, 26, "step must be a non-zero multiple");
+        fails(
+            "mmap a 64K\nmadvise a 0 64K dontneed step=24K",
+            2,
+            26,
+            "step must be a non-zero multiple of 4K dividing the length",
+        );
+        fails(
+            "mmap a 64K\nmadvise a 0 64K dontneed step=0",
+            2,
+            26,
+            "step must be a non-zero multiple",
+        );
         fails("mmap a 8K\ntouch a 0", 2, 10, "expects a length");
         fails("mmap a 8K\ntouch a 2K 4K", 2, 9, "offset 2K is not a multiple of 4K");
         fails("mmap a 8K\ntouch a 0 0", 2, 11, "length 0 is not a non-zero multiple");

@@ -232,7 +232,12 @@ mod tests {
 
     /// A machine with a pte table for VA, ready for set_ptes.
     fn setup(g: Granule) -> (Arch, PtePtr) {
-        let mut hw = Machine::new(MachineConfig { granule: g, ram_bytes: 4 << 30, ncpus: 2, ..MachineConfig::default() });
+        let mut hw = Machine::new(MachineConfig {
+            granule: g,
+            ram_bytes: 4 << 30,
+            ncpus: 2,
+            ..MachineConfig::default()
+        });
         hw.set_checks(true);
         let mut pfn = 64u64;
         let root = hw.mem.materialize_table(Pfn(pfn));
@@ -240,11 +245,18 @@ mod tests {
         for level in g.start_level()..3 {
             pfn += 1;
             let next = hw.mem.materialize_table(Pfn(pfn));
-            hw.mem.write(cur, g.index(VA, level), crate::hw::Desc::table(Pfn(pfn).to_phys(g)));
+            hw.mem
+                .write(cur, g.index(VA, level), crate::hw::Desc::table(Pfn(pfn).to_phys(g)));
             cur = next;
         }
         hw.switch_mm(0, Pfn(64).to_phys(g), USER.asid);
-        (Arch::new(hw), PtePtr { table: cur, index: g.index(VA, 3) })
+        (
+            Arch::new(hw),
+            PtePtr {
+                table: cur,
+                index: g.index(VA, 3),
+            },
+        )
     }
 
     fn pte(g: Granule, pfn: u64) -> Pte {
@@ -253,11 +265,19 @@ mod tests {
 
     /// Map one block with single set_ptes calls, the last entry last; `tweak` may
     /// change the pte of entry i. Returns whether the block ended up folded.
-    fn map_block(g: Granule, mm: ArchMm, base_pfn: u64, folio: Option<(Pfn, u64)>, tweak: impl Fn(usize, Pte) -> Option<Pte>) -> bool {
+    fn map_block(
+        g: Granule,
+        mm: ArchMm,
+        base_pfn: u64,
+        folio: Option<(Pfn, u64)>,
+        tweak: impl Fn(usize, Pte) -> Option<Pte>,
+    ) -> bool {
         let (mut arch, ptep) = setup(g);
         let n = g.cont_ptes();
         for i in 0..n {
-            let Some(p) = tweak(i, pte(g, base_pfn + i as u64)) else { continue };
+            let Some(p) = tweak(i, pte(g, base_pfn + i as u64)) else {
+                continue;
+            };
             arch.set_ptes(mm, VA + i as u64 * g.page_size(), ptep.add(i), p, 1, folio);
         }
         let folded = (0..n).all(|i| arch.__ptep_get(ptep.add(i)).pte_cont());
@@ -272,7 +292,10 @@ mod tests {
     fn a_block_folds_when_every_condition_holds() {
         for g in GRANULES {
             let n = g.cont_ptes() as u64;
-            assert!(map_block(g, USER, 4 * n, Some((Pfn(4 * n), n)), |_, p| Some(p)), "{g:?}");
+            assert!(
+                map_block(g, USER, 4 * n, Some((Pfn(4 * n), n)), |_, p| Some(p)),
+                "{g:?}"
+            );
         }
     }
 
@@ -284,26 +307,76 @@ mod tests {
             let whole = Some((Pfn(base), n));
             let last = n as usize - 1;
             // Kernel mm.
-            assert!(!map_block(g, ArchMm { asid: 0, user: false }, base, whole, |_, p| Some(p)), "{g:?} kernel");
+            assert!(
+                !map_block(g, ArchMm { asid: 0, user: false }, base, whole, |_, p| Some(p)),
+                "{g:?} kernel"
+            );
             // Physically misaligned.
-            assert!(!map_block(g, USER, base + 1, Some((Pfn(base + 1), n)), |_, p| Some(p)), "{g:?} palign");
+            assert!(
+                !map_block(g, USER, base + 1, Some((Pfn(base + 1), n)), |_, p| Some(p)),
+                "{g:?} palign"
+            );
             // The folio does not cover the block.
-            assert!(!map_block(g, USER, base, Some((Pfn(base), n / 2)), |_, p| Some(p)), "{g:?} folio");
+            assert!(
+                !map_block(g, USER, base, Some((Pfn(base), n / 2)), |_, p| Some(p)),
+                "{g:?} folio"
+            );
             // One entry missing.
-            assert!(!map_block(g, USER, base, whole, |i, p| (i != 3).then_some(p)), "{g:?} none");
+            assert!(
+                !map_block(g, USER, base, whole, |i, p| (i != 3).then_some(p)),
+                "{g:?} none"
+            );
             // Pfns not consecutive.
-            assert!(!map_block(g, USER, base, whole, |i, p| Some(if i == 3 { p.pte_advance_pfn(1, g) } else { p })), "{g:?} pfn");
+            assert!(
+                !map_block(g, USER, base, whole, |i, p| Some(if i == 3 {
+                    p.pte_advance_pfn(1, g)
+                } else {
+                    p
+                })),
+                "{g:?} pfn"
+            );
             // A different prot (write-protected) on one entry.
-            assert!(!map_block(g, USER, base, whole, |i, p| Some(if i == 2 { p.pte_wrprotect() } else { p })), "{g:?} prot");
+            assert!(
+                !map_block(g, USER, base, whole, |i, p| Some(if i == 2 {
+                    p.pte_wrprotect()
+                } else {
+                    p
+                })),
+                "{g:?} prot"
+            );
             // Special mappings never fold.
-            assert!(!map_block(g, USER, base, whole, |_, p| Some(p.pte_mkspecial())), "{g:?} special");
+            assert!(
+                !map_block(g, USER, base, whole, |_, p| Some(p.pte_mkspecial())),
+                "{g:?} special"
+            );
             // Young and dirty may differ: still folds.
-            assert!(map_block(g, USER, base, whole, |i, p| Some(if i == 5 { p.pte_mkold().pte_mkclean() } else { p })), "{g:?} a/d");
+            assert!(
+                map_block(g, USER, base, whole, |i, p| Some(if i == 5 {
+                    p.pte_mkold().pte_mkclean()
+                } else {
+                    p
+                })),
+                "{g:?} a/d"
+            );
             // Folding is attempted only when the last entry of the block is set.
             let (mut arch, ptep) = setup(g);
-            arch.set_ptes(USER, VA + last as u64 * g.page_size(), ptep.add(last), pte(g, base + last as u64), 1, whole);
+            arch.set_ptes(
+                USER,
+                VA + last as u64 * g.page_size(),
+                ptep.add(last),
+                pte(g, base + last as u64),
+                1,
+                whole,
+            );
             for i in 0..last {
-                arch.set_ptes(USER, VA + i as u64 * g.page_size(), ptep.add(i), pte(g, base + i as u64), 1, whole);
+                arch.set_ptes(
+                    USER,
+                    VA + i as u64 * g.page_size(),
+                    ptep.add(i),
+                    pte(g, base + i as u64),
+                    1,
+                    whole,
+                );
             }
             assert_eq!(arch.hw.ev.get(Event::ContpteFold), 0, "{g:?} order");
         }
@@ -317,7 +390,9 @@ mod tests {
             // Start one page into a block: the first partial chunk and the tail stay non-cont.
             let start = ptep.add(1);
             arch.set_ptes(USER, VA + g.page_size(), start, pte(g, 4 * n as u64 + 1), 2 * n, None);
-            let cont: Vec<bool> = (1..2 * n + 1).map(|i| arch.__ptep_get(ptep.add(i)).pte_cont()).collect();
+            let cont: Vec<bool> = (1..2 * n + 1)
+                .map(|i| arch.__ptep_get(ptep.add(i)).pte_cont())
+                .collect();
             assert!(cont[..n - 1].iter().all(|c| !c), "{g:?}");
             assert!(cont[n - 1..2 * n - 1].iter().all(|c| *c), "{g:?}");
             assert!(!cont[2 * n - 1], "{g:?}");
@@ -377,7 +452,8 @@ mod tests {
         let v = arch.hw.take_violations();
         use crate::hw::check::Violation;
         assert!(
-            v.iter().any(|x| matches!(x, Violation::BreakBeforeMake { .. } | Violation::TlbConflict { .. })),
+            v.iter()
+                .any(|x| matches!(x, Violation::BreakBeforeMake { .. } | Violation::TlbConflict { .. })),
             "the checker must see the stale per-page entries: {v:?}"
         );
     }
@@ -401,9 +477,17 @@ mod tests {
     #[test]
     fn ptep_get_reads_per_call_in_seed_004s_scenarios() {
         let g = Granule::K4;
-        let variants = [PtepGetVariant::FullScan, PtepGetVariant::EarlyExit, PtepGetVariant::Mod1, PtepGetVariant::Mod2];
-        let scenarios: [(&str, fn(usize) -> (bool, bool)); 3] =
-            [("all young+dirty", |_| (true, true)), ("8th young only", |i| (i == 7, false)), ("none", |_| (false, false))];
+        let variants = [
+            PtepGetVariant::FullScan,
+            PtepGetVariant::EarlyExit,
+            PtepGetVariant::Mod1,
+            PtepGetVariant::Mod2,
+        ];
+        let scenarios: [(&str, fn(usize) -> (bool, bool)); 3] = [
+            ("all young+dirty", |_| (true, true)),
+            ("8th young only", |i| (i == 7, false)),
+            ("none", |_| (false, false)),
+        ];
         let mut table = Vec::new();
         for (name, state) in scenarios {
             let mut row = Vec::new();
@@ -426,13 +510,20 @@ mod tests {
                 let got = arch.ptep_get(USER, ptep);
                 let want_young = (0..16).any(|i| state(i).0);
                 let want_dirty = (0..16).any(|i| state(i).1);
-                assert_eq!((got.pte_young(), got.pte_dirty()), (want_young, want_dirty), "{name} {v:?}");
+                assert_eq!(
+                    (got.pte_young(), got.pte_dirty()),
+                    (want_young, want_dirty),
+                    "{name} {v:?}"
+                );
                 row.push(arch.hw.ev.get(Event::ContptePtepGetReads));
             }
             table.push((name, row));
         }
         for (name, row) in &table {
-            println!("{name:<16} full-scan {:>2}  early-exit {:>2}  mod1 {:>2}  mod2 {:>2}", row[0], row[1], row[2], row[3]);
+            println!(
+                "{name:<16} full-scan {:>2}  early-exit {:>2}  mod1 {:>2}  mod2 {:>2}",
+                row[0], row[1], row[2], row[3]
+            );
         }
         assert_eq!(table[0].1, vec![16, 2, 1, 2]);
         assert_eq!(table[1].1, vec![16, 16, 16, 16]);

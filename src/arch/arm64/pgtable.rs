@@ -225,7 +225,10 @@ impl PtePtr {
     /// The first entry of the aligned group of `n` (a power of two) holding this one.
     #[inline]
     pub fn align_down(self, n: usize) -> PtePtr {
-        PtePtr { table: self.table, index: self.index & !(n - 1) }
+        PtePtr {
+            table: self.table,
+            index: self.index & !(n - 1),
+        }
     }
 }
 
@@ -573,7 +576,6 @@ impl Arch {
         let n = self.granule().cont_ptes();
         n - (ptep.index & (n - 1))
     }
-
 }
 
 #[cfg(test)]
