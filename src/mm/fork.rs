@@ -43,28 +43,18 @@ impl Kernel {
     /// copy_page_range: pmd by pmd; false when out of memory.
     fn copy_page_range(&mut self, dst: MmId, src: MmId, vma: &Vma) -> bool {
         let g = self.arch.granule();
-        let pmd_size = g.pmd_size();
-        let mut addr = vma.start;
-        while addr < vma.end {
-            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(vma.end);
-            if let Some(src_pmd) = self.pmd_offset(src, addr) {
-                let d = self.pxd_get(2, src_pmd);
-                if !d.is_none() {
-                    let Some(dst_pmd) = self.pmd_alloc(dst, addr) else {
-                        return false;
-                    };
-                    let ok = match d.kind(2, g) {
-                        DescKind::Block(_) => copy_huge_pmd(self, dst, dst_pmd, src_pmd, addr),
-                        _ => self.copy_pte_range(dst, src, dst_pmd, src_pmd, addr, next),
-                    };
-                    if !ok {
-                        return false;
-                    }
-                }
+        self.walk_pmd_range(src, vma.start, vma.end, |k, src_pmd, d, addr, next| {
+            if d.is_none() {
+                return true;
             }
-            addr = next;
-        }
-        true
+            let Some(dst_pmd) = k.pmd_alloc(dst, addr) else {
+                return false;
+            };
+            match d.kind(2, g) {
+                DescKind::Block(_) => copy_huge_pmd(k, dst, dst_pmd, src_pmd, addr),
+                _ => k.copy_pte_range(dst, src, dst_pmd, src_pmd, addr, next),
+            }
+        })
     }
 
     /// copy_pte_range: copy the present ptes of [addr, end) under one pmd.

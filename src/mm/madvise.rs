@@ -8,6 +8,7 @@ use super::mmap::VmaError;
 use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
 use super::Kernel;
+use crate::arch::arm64::pgtable::PtePtr;
 use crate::hw::{DescKind, Pfn};
 
 /// The madvise advice values the model implements.
@@ -70,19 +71,13 @@ impl Kernel {
     /// madvise_free_single_vma: walk the pmds of [start, end).
     fn madvise_free_single_vma(&mut self, tlb: &mut MmuGather, mm: MmId, start: u64, end: u64) {
         let g = self.arch.granule();
-        let pmd_size = g.pmd_size();
-        let mut addr = start;
-        while addr < end {
-            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
-            if let Some(pmd) = self.pmd_offset(mm, addr) {
-                let d = self.pxd_get(2, pmd);
-                let huge = matches!(d.kind(2, g), DescKind::Block(_));
-                if !(huge && madvise_free_huge_pmd(self, tlb, mm, pmd, addr, next)) {
-                    self.madvise_free_pte_range(tlb, mm, pmd, addr, next);
-                }
+        self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
+            let huge = matches!(d.kind(2, g), DescKind::Block(_));
+            if !(huge && madvise_free_huge_pmd(k, tlb, mm, pmd, addr, next)) {
+                k.madvise_free_pte_range(tlb, mm, pmd, addr, next);
             }
-            addr = next;
-        }
+            true
+        });
         self.tlb_end_vma(tlb);
     }
 
@@ -173,58 +168,56 @@ impl Kernel {
         let pmd_size = g.pmd_size();
         let amm = self.arch_mm(mm);
         let mut tlb = MmuGather::new(amm.asid, false, ps);
-        let mut addr = start;
-        while addr < end {
-            let (next, entry) = self.pmd_step(mm, addr, end);
-            let Some((pmd, d)) = entry else {
-                addr = next;
-                continue;
-            };
+        self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
             if let DescKind::Block(_) = d.kind(2, g) {
-                if next - addr == pmd_size && d.has(crate::hw::Attr::AF) && self.huge_zero_folio != Some(d.pfn(g)) {
+                if next - addr == pmd_size && d.has(crate::hw::Attr::AF) && k.huge_zero_folio != Some(d.pfn(g)) {
                     let haddr = addr & !(pmd_size - 1);
-                    self.pxd_set(2, haddr, pmd, d.without(crate::hw::Attr::AF));
+                    k.pxd_set(2, haddr, pmd, d.without(crate::hw::Attr::AF));
                     tlb.flush_pmd_range(haddr, pmd_size);
                 }
-                addr = next;
-                continue;
+            } else if let Some(ptep) = k.pte_offset_map(pmd, addr) {
+                k.madvise_cold_pte_range(&mut tlb, mm, ptep, addr, next);
             }
-            let Some(mut ptep) = self.pte_offset_map(pmd, addr) else {
-                addr = next;
-                continue;
-            };
-            while addr < next {
-                let ptent = self.arch.ptep_get(amm, ptep);
-                let mut young = ptent.pte_young();
-                let mut nr = 1;
-                let pfn = ptent.pte_pfn(g);
-                if ptent.pte_present() && !self.is_zero_pfn(pfn) {
-                    let folio = self.memmap.folio_of(pfn);
-                    let mut whole = true;
-                    if self.memmap.folio_order(folio) > 0 {
-                        // madvise_folio_pte_batch merges young/dirty over the batch.
-                        let merged;
-                        (nr, merged) = self.folio_pte_batch_flags(
-                            mm,
-                            folio,
-                            ptep,
-                            ptent,
-                            ((next - addr) / ps) as usize,
-                            Fpb::MERGE_YOUNG_DIRTY,
-                        );
-                        young = merged.pte_young();
-                        whole = nr as u64 == self.memmap.folio_nr_pages(folio);
-                    }
-                    if whole && young {
-                        self.arch.clear_young_dirty_ptes(amm, addr, ptep, nr, true, false);
-                        tlb.remove_tlb_entries(addr, nr as u64, ps);
-                    }
-                }
-                ptep = ptep.add(nr);
-                addr += nr as u64 * ps;
-            }
-        }
+            true
+        });
         self.tlb_finish_mmu(tlb);
         Ok(())
+    }
+
+    /// madvise_cold_or_pageout_pte_range (cold): clear young per folio batch.
+    fn madvise_cold_pte_range(&mut self, tlb: &mut MmuGather, mm: MmId, mut ptep: PtePtr, mut addr: u64, next: u64) {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let amm = self.arch_mm(mm);
+        while addr < next {
+            let ptent = self.arch.ptep_get(amm, ptep);
+            let mut young = ptent.pte_young();
+            let mut nr = 1;
+            let pfn = ptent.pte_pfn(g);
+            if ptent.pte_present() && !self.is_zero_pfn(pfn) {
+                let folio = self.memmap.folio_of(pfn);
+                let mut whole = true;
+                if self.memmap.folio_order(folio) > 0 {
+                    // madvise_folio_pte_batch merges young/dirty over the batch.
+                    let merged;
+                    (nr, merged) = self.folio_pte_batch_flags(
+                        mm,
+                        folio,
+                        ptep,
+                        ptent,
+                        ((next - addr) / ps) as usize,
+                        Fpb::MERGE_YOUNG_DIRTY,
+                    );
+                    young = merged.pte_young();
+                    whole = nr as u64 == self.memmap.folio_nr_pages(folio);
+                }
+                if whole && young {
+                    self.arch.clear_young_dirty_ptes(amm, addr, ptep, nr, true, false);
+                    tlb.remove_tlb_entries(addr, nr as u64, ps);
+                }
+            }
+            ptep = ptep.add(nr);
+            addr += nr as u64 * ps;
+        }
     }
 }

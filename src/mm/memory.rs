@@ -313,23 +313,19 @@ impl Kernel {
     pub fn unmap_page_range(&mut self, tlb: &mut MmuGather, mm: MmId, vma: &Vma, addr: u64, end: u64) {
         let g = self.arch.granule();
         let pmd_size = g.pmd_size();
-        let mut addr = addr;
-        while addr < end {
-            let (next, entry) = self.pmd_step(mm, addr, end);
-            if let Some((pmd, d)) = entry {
-                if let DescKind::Block(_) = d.kind(2, g) {
-                    if next - addr != pmd_size {
-                        huge_memory::__split_huge_pmd(self, mm, vma, pmd, addr);
-                        self.zap_pte_range(tlb, mm, vma, pmd, addr, next);
-                    } else {
-                        huge_memory::zap_huge_pmd(self, tlb, mm, pmd, addr);
-                    }
-                } else if !d.is_none() {
-                    self.zap_pte_range(tlb, mm, vma, pmd, addr, next);
+        self.walk_pmd_range(mm, addr, end, |k, pmd, d, addr, next| {
+            if let DescKind::Block(_) = d.kind(2, g) {
+                if next - addr != pmd_size {
+                    huge_memory::__split_huge_pmd(k, mm, vma, pmd, addr);
+                    k.zap_pte_range(tlb, mm, vma, pmd, addr, next);
+                } else {
+                    huge_memory::zap_huge_pmd(k, tlb, mm, pmd, addr);
                 }
+            } else if !d.is_none() {
+                k.zap_pte_range(tlb, mm, vma, pmd, addr, next);
             }
-            addr = next;
-        }
+            true
+        });
         self.tlb_end_vma(tlb);
     }
 

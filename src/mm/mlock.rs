@@ -7,7 +7,7 @@ use super::folio::PageFlags;
 use super::mm_types::{MmId, VmFlags};
 use super::mmap::VmaError;
 use super::Kernel;
-use crate::arch::arm64::pgtable::Pte;
+use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::hw::DescKind;
 
 impl Kernel {
@@ -51,47 +51,43 @@ impl Kernel {
     /// mlock_vma_pages_range: walk [start, end) with mlock_pte_range.
     fn mlock_vma_pages_range(&mut self, mm: MmId, start: u64, end: u64, lock: bool) {
         let g = self.arch.granule();
-        let amm = self.arch_mm(mm);
-        let mut addr = start;
-        while addr < end {
-            let (next, entry) = self.pmd_step(mm, addr, end);
-            let Some((pmd, d)) = entry else {
-                addr = next;
-                continue;
-            };
+        self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
             if let DescKind::Block(_) = d.kind(2, g) {
                 let folio = d.pfn(g);
-                if self.huge_zero_folio != Some(folio) {
+                if k.huge_zero_folio != Some(folio) {
+                    k.mlock_folio(folio, lock);
+                }
+            } else if let Some(ptep) = k.pte_offset_map(pmd, addr) {
+                k.mlock_pte_range(mm, ptep, addr, next, lock);
+            }
+            true
+        });
+    }
+
+    /// mlock_pte_range: one ptep_get per folio batch, plus folio_mlock_step's.
+    fn mlock_pte_range(&mut self, mm: MmId, mut ptep: PtePtr, mut addr: u64, next: u64, lock: bool) {
+        let g = self.arch.granule();
+        let amm = self.arch_mm(mm);
+        while addr < next {
+            let ptent = self.arch.ptep_get(amm, ptep);
+            let mut step = 1;
+            if ptent.pte_present() && !self.is_zero_pfn(ptent.pte_pfn(g)) {
+                let pfn = ptent.pte_pfn(g);
+                let folio = self.memmap.folio_of(pfn);
+                if self.memmap.folio_order(folio) > 0 {
+                    // folio_mlock_step: its own ptep_get, then folio_pte_batch.
+                    let p: Pte = self.arch.ptep_get(amm, ptep);
+                    let count = ((next - addr) / g.page_size()) as usize;
+                    step = self.folio_pte_batch(mm, folio, ptep, p, count);
+                }
+                // allow_mlock_munlock: a large folio only when wholly inside the range.
+                let whole = self.memmap.folio_order(folio) == 0 || step as u64 == self.memmap.folio_nr_pages(folio);
+                if whole {
                     self.mlock_folio(folio, lock);
                 }
-                addr = next;
-                continue;
             }
-            let Some(mut ptep) = self.pte_offset_map(pmd, addr) else {
-                addr = next;
-                continue;
-            };
-            while addr < next {
-                let ptent = self.arch.ptep_get(amm, ptep);
-                let mut step = 1;
-                if ptent.pte_present() && !self.is_zero_pfn(ptent.pte_pfn(g)) {
-                    let pfn = ptent.pte_pfn(g);
-                    let folio = self.memmap.folio_of(pfn);
-                    if self.memmap.folio_order(folio) > 0 {
-                        // folio_mlock_step: its own ptep_get, then folio_pte_batch.
-                        let p: Pte = self.arch.ptep_get(amm, ptep);
-                        let count = ((next - addr) / g.page_size()) as usize;
-                        step = self.folio_pte_batch(mm, folio, ptep, p, count);
-                    }
-                    // allow_mlock_munlock: a large folio only when wholly inside the range.
-                    let whole = self.memmap.folio_order(folio) == 0 || step as u64 == self.memmap.folio_nr_pages(folio);
-                    if whole {
-                        self.mlock_folio(folio, lock);
-                    }
-                }
-                ptep = ptep.add(step);
-                addr += step as u64 * g.page_size();
-            }
+            ptep = ptep.add(step);
+            addr += step as u64 * g.page_size();
         }
     }
 

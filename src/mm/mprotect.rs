@@ -53,24 +53,19 @@ impl Kernel {
     fn change_protection(&mut self, tlb: &mut MmuGather, mm: MmId, vma: &Vma, start: u64, end: u64) {
         let g = self.arch.granule();
         let pmd_size = g.pmd_size();
-        let mut addr = start;
-        while addr < end {
-            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
-            if let Some(pmd) = self.pmd_offset(mm, addr) {
-                let d = self.pxd_get(2, pmd);
-                if let DescKind::Block(_) = d.kind(2, g) {
-                    if next - addr == pmd_size && vma.flags.contains(VmFlags::READ) {
-                        change_huge_pmd(self, tlb, mm, vma, pmd, addr);
-                    } else {
-                        __split_huge_pmd(self, mm, vma, pmd, addr);
-                        self.change_pte_range(tlb, mm, vma, pmd, addr, next);
-                    }
-                } else if !d.is_none() {
-                    self.change_pte_range(tlb, mm, vma, pmd, addr, next);
+        self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
+            if let DescKind::Block(_) = d.kind(2, g) {
+                if next - addr == pmd_size && vma.flags.contains(VmFlags::READ) {
+                    change_huge_pmd(k, tlb, mm, vma, pmd, addr);
+                } else {
+                    __split_huge_pmd(k, mm, vma, pmd, addr);
+                    k.change_pte_range(tlb, mm, vma, pmd, addr, next);
                 }
+            } else if !d.is_none() {
+                k.change_pte_range(tlb, mm, vma, pmd, addr, next);
             }
-            addr = next;
-        }
+            true
+        });
         self.tlb_end_vma(tlb);
     }
 

@@ -118,13 +118,30 @@ impl Kernel {
         })
     }
 
-    /// One step of a pmd-range walk from `addr` below `end`: the end of this pmd's
-    /// span and, if the upper levels exist, the pmd and its value.
-    pub fn pmd_step(&mut self, mm: MmId, addr: u64, end: u64) -> (u64, Option<(PmdPtr, Desc)>) {
+    /// walk_page_range at pmd granularity: call `f(kernel, pmd, value, addr, next)` for
+    /// every pmd of [start, end) whose upper tables exist, `[addr, next)` being the
+    /// part of the range under it. `f` returns false to stop the walk (which then
+    /// returns false).
+    pub fn walk_pmd_range(
+        &mut self,
+        mm: MmId,
+        start: u64,
+        end: u64,
+        mut f: impl FnMut(&mut Kernel, PmdPtr, Desc, u64, u64) -> bool,
+    ) -> bool {
         let pmd_size = self.arch.granule().pmd_size();
-        let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
-        let entry = self.pmd_offset(mm, addr).map(|p| (p, self.pxd_get(2, p)));
-        (next, entry)
+        let mut addr = start;
+        while addr < end {
+            let next = ((addr + pmd_size) & !(pmd_size - 1)).min(end);
+            if let Some(pmd) = self.pmd_offset(mm, addr) {
+                let d = self.pxd_get(2, pmd);
+                if !f(self, pmd, d, addr, next) {
+                    return false;
+                }
+            }
+            addr = next;
+        }
+        true
     }
 
     /// pte_offset_map: the pte for `addr` if the pmd points at a pte table.
