@@ -56,21 +56,31 @@ fn host_round(mthp_64k: bool) -> (Duration, Duration) {
     }
 }
 
+/// Time `measured` on a fresh model with a 1 GiB mapping, after `setup`.
+fn model_time(
+    knob: Option<&str>,
+    iters: u64,
+    setup: fn(&mut Kernel, MmId),
+    measured: fn(&mut Kernel, MmId),
+) -> Duration {
+    let mut t = Duration::ZERO;
+    for _ in 0..iters {
+        let (mut k, mm) = model_populated(knob);
+        setup(&mut k, mm);
+        let t0 = Instant::now();
+        measured(&mut k, mm);
+        t += t0.elapsed();
+    }
+    t
+}
+
 fn faults(c: &mut Criterion) {
+    let knobs = [("order0", None), ("64k", Some("hugepages-64kB/enabled"))];
     let mut g = c.benchmark_group("fault-1GiB");
     g.sample_size(10).throughput(Throughput::Elements(PAGES));
-    for (name, knob) in [("order0", None), ("64k", Some("hugepages-64kB/enabled"))] {
+    for (name, knob) in knobs {
         g.bench_function(format!("model/{name}"), |b| {
-            b.iter_custom(|iters| {
-                let mut t = Duration::ZERO;
-                for _ in 0..iters {
-                    let (mut k, mm) = model_populated(knob);
-                    let t0 = Instant::now();
-                    model_touch(&mut k, mm);
-                    t += t0.elapsed();
-                }
-                t
-            })
+            b.iter_custom(|i| model_time(knob, i, |_, _| {}, model_touch))
         });
     }
     // The host's 64 KiB case depends on its sysfs knobs; order-0 is forced by NOHUGEPAGE.
@@ -81,19 +91,9 @@ fn faults(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("munmap-1GiB");
     g.sample_size(10).throughput(Throughput::Elements(PAGES));
-    for (name, knob) in [("order0", None), ("64k", Some("hugepages-64kB/enabled"))] {
+    for (name, knob) in knobs {
         g.bench_function(format!("model/{name}"), |b| {
-            b.iter_custom(|iters| {
-                let mut t = Duration::ZERO;
-                for _ in 0..iters {
-                    let (mut k, mm) = model_populated(knob);
-                    model_touch(&mut k, mm);
-                    let t0 = Instant::now();
-                    k.do_munmap(mm, BASE, BASE + GIB);
-                    t += t0.elapsed();
-                }
-                t
-            })
+            b.iter_custom(|i| model_time(knob, i, model_touch, |k, mm| k.do_munmap(mm, BASE, BASE + GIB)))
         });
     }
     g.bench_function("host/order0", |b| {
