@@ -22,22 +22,14 @@ fn align_down(arch: &Arch, ptep: PtePtr) -> PtePtr {
 
 /// contpte_convert: repaint the whole block with `pte` (CONT set or cleared), with
 /// break-before-make: clear every entry gathering A/D, TLBI the block, set them all.
-pub fn contpte_convert(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, mut pte: Pte) {
+pub fn contpte_convert(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pte: Pte) {
     let g = arch.granule();
     let n = g.cont_ptes();
     let start_addr = addr & !(g.cont_pte_size() - 1);
     let start = align_down(arch, ptep);
     arch.hw.ev.inc(Event::ContpteConvert);
     let ps = g.page_size();
-    for i in 0..n {
-        let old = arch.__ptep_get_and_clear(start_addr + i as u64 * ps, start.add(i));
-        if old.pte_dirty() {
-            pte = pte.pte_mkdirty();
-        }
-        if old.pte_young() {
-            pte = pte.pte_mkyoung();
-        }
-    }
+    let pte = arch.__clear_ptes_gathering(start_addr, start, n, pte);
     if !arch.hw.cfg.features.bbml2 {
         tlbflush::__flush_tlb_range(
             &mut arch.hw,

@@ -311,6 +311,21 @@ impl Arch {
         old
     }
 
+    /// Clear `nr` ptes from `ptep`, OR-ing their young and dirty bits into `pte`.
+    pub fn __clear_ptes_gathering(&mut self, addr: u64, ptep: PtePtr, nr: usize, mut pte: Pte) -> Pte {
+        let ps = self.granule().page_size();
+        for i in 0..nr {
+            let old = self.__ptep_get_and_clear(addr + i as u64 * ps, ptep.add(i));
+            if old.pte_dirty() {
+                pte = pte.pte_mkdirty();
+            }
+            if old.pte_young() {
+                pte = pte.pte_mkyoung();
+            }
+        }
+        pte
+    }
+
     /// __ptep_set_wrprotect.
     #[inline]
     pub fn __ptep_set_wrprotect(&mut self, addr: u64, ptep: PtePtr) {
@@ -408,16 +423,8 @@ impl Arch {
         self.contpte_try_unfold_range(mm, addr, ptep, nr);
         let _ = full;
         let ps = self.granule().page_size();
-        let mut first = self.__ptep_get_and_clear(addr, ptep);
-        for i in 1..nr {
-            let p = self.__ptep_get_and_clear(addr + i as u64 * ps, ptep.add(i));
-            if p.pte_dirty() {
-                first = first.pte_mkdirty();
-            }
-            if p.pte_young() {
-                first = first.pte_mkyoung();
-            }
-        }
+        let first = self.__ptep_get_and_clear(addr, ptep);
+        let first = self.__clear_ptes_gathering(addr + ps, ptep.add(1), nr - 1, first);
         first
     }
 
