@@ -20,11 +20,14 @@
 //! modelled, so a last-level TLBI (VALE1IS, ...) removes exactly the entries its
 //! all-levels twin (VAE1IS, ...) removes.
 
+mod l1;
+
 use std::ops::Range;
 
 use super::addr::{Asid, Granule};
 use super::memory::TableId;
 use super::residency::Residency;
+use l1::L1;
 
 /// Sizes of one CPU's TLB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -157,11 +160,7 @@ pub struct Tlb {
     /// Leaf span shifts the granule allows, ascending, and how many L2 entries each
     /// has, so a lookup probes only sizes that are present.
     spans: Vec<(u32, u32)>,
-    l1: Vec<Slot>,
-    /// The L1 slot that hit or was filled last: accesses have locality.
-    l1_mru: usize,
-    /// Whether L1 may hold pending entries.
-    l1_pending: bool,
+    l1: L1,
     l2: Vec<Option<Slot>>,
     /// L2 slots marked pending since the last completion (possibly reused since).
     l2_pending: Vec<u32>,
@@ -174,13 +173,12 @@ impl Tlb {
     pub fn new(cfg: TlbConfig, granule: Granule) -> Tlb {
         assert!(cfg.l1_entries > 0 && cfg.l2_ways > 0, "empty TLB level: {cfg:?}");
         assert!(cfg.l2_sets.is_power_of_two(), "L2 sets must be a power of two: {cfg:?}");
+        let shifts = granule.leaf_span_shifts();
         Tlb {
             cfg,
             set_mask: cfg.l2_sets - 1,
-            spans: granule.leaf_span_shifts().into_iter().map(|s| (s, 0)).collect(),
-            l1: Vec::with_capacity(cfg.l1_entries),
-            l1_mru: 0,
-            l1_pending: false,
+            spans: shifts.iter().map(|&s| (s, 0)).collect(),
+            l1: L1::new(cfg.l1_entries, &shifts),
             l2: vec![None; cfg.l2_sets * cfg.l2_ways],
             l2_pending: Vec::new(),
             scratch: Vec::new(),
@@ -203,25 +201,15 @@ impl Tlb {
     #[inline]
     pub fn lookup(&mut self, asid: Asid, va: u64, res: &mut Residency) -> Option<(TlbEntry, TlbHit)> {
         self.clock += 1;
-        if let Some(i) = self.l1_find(asid, va) {
-            self.l1[i].stamp = self.clock;
-            self.l1_mru = i;
-            return Some((self.l1[i].entry, TlbHit::L1));
+        if let Some(i) = self.l1.find(asid, va) {
+            self.l1.touch(i, self.clock);
+            return Some((*self.l1.entry(i), TlbHit::L1));
         }
         let i = self.l2_find(asid, va)?;
         let mut slot = self.take_l2(i);
         slot.stamp = self.clock;
-        self.l1_pending |= slot.entry.pending;
         self.place_l1(slot, res);
         Some((slot.entry, TlbHit::L2))
-    }
-
-    #[inline]
-    fn l1_find(&self, asid: Asid, va: u64) -> Option<usize> {
-        if self.l1.get(self.l1_mru).is_some_and(|s| s.entry.matches(asid, va)) {
-            return Some(self.l1_mru);
-        }
-        self.l1.iter().position(|s| s.entry.matches(asid, va))
     }
 
     fn l2_find(&self, asid: Asid, va: u64) -> Option<usize> {
@@ -267,17 +255,10 @@ impl Tlb {
 
     /// Put `slot` in L1; the LRU victim moves to L2.
     fn place_l1(&mut self, slot: Slot, res: &mut Residency) -> bool {
-        if self.l1.len() < self.cfg.l1_entries {
-            self.l1_mru = self.l1.len();
-            self.l1.push(slot);
-            return false;
+        match self.l1.insert(slot) {
+            Some(old) => self.place_l2(old, res),
+            None => false,
         }
-        let victim = (0..self.l1.len())
-            .min_by_key(|&i| self.l1[i].stamp)
-            .expect("L1 is not empty");
-        self.l1_mru = victim;
-        let old = std::mem::replace(&mut self.l1[victim], slot);
-        self.place_l2(old, res)
     }
 
     /// Put `slot` in its L2 set, evicting that set's LRU entry when full.
@@ -314,7 +295,6 @@ impl Tlb {
     pub fn overlapping<'a>(&'a self, e: &'a TlbEntry) -> impl Iterator<Item = &'a TlbEntry> + 'a {
         self.l1
             .iter()
-            .map(|s| &s.entry)
             .filter(|o| o.overlaps(e.va, e.last()))
             .chain(
                 self.l2_overlapping(e.va, e.last())
@@ -325,7 +305,7 @@ impl Tlb {
 
     /// Entries of any ASID whose span covers `va`.
     pub fn covering(&self, va: u64) -> impl Iterator<Item = &TlbEntry> + '_ {
-        self.l1.iter().map(|s| &s.entry).filter(move |e| e.covers(va)).chain(
+        self.l1.iter().filter(move |e| e.covers(va)).chain(
             self.l2_overlapping(va, va)
                 .map(|i| &self.l2[i].as_ref().expect("occupied").entry),
         )
@@ -333,24 +313,12 @@ impl Tlb {
 
     /// Every cached entry.
     pub fn iter(&self) -> impl Iterator<Item = &TlbEntry> {
-        self.l1
-            .iter()
-            .map(|s| &s.entry)
-            .chain(self.l2.iter().flatten().map(|s| &s.entry))
+        self.l1.iter().chain(self.l2.iter().flatten().map(|s| &s.entry))
     }
 
     /// TLBI: mark the entries in `scope` pending. Returns how many were newly marked.
     pub fn invalidate(&mut self, scope: &TlbiScope) -> u64 {
-        let mut n = 0;
-        for s in self
-            .l1
-            .iter_mut()
-            .filter(|s| !s.entry.pending && scope.matches(&s.entry))
-        {
-            s.entry.pending = true;
-            self.l1_pending = true;
-            n += 1;
-        }
+        let mut n = self.l1.mark_pending(|e| scope.matches(e));
         let mut idx = std::mem::take(&mut self.scratch);
         idx.clear();
         match *scope {
@@ -371,14 +339,9 @@ impl Tlb {
 
     /// DSB ISH: remove every pending entry.
     pub fn complete_pending(&mut self, res: &mut Residency) {
-        if self.l1_pending {
-            self.l1.retain(|s| {
-                if s.entry.pending {
-                    res.remove(&s.entry);
-                }
-                !s.entry.pending
-            });
-            self.l1_pending = false;
+        if self.l1.pending {
+            self.l1.remove_where(|e| e.pending, |e| res.remove(e));
+            self.l1.pending = false;
         }
         for k in 0..self.l2_pending.len() {
             let i = self.l2_pending[k] as usize;
@@ -393,13 +356,7 @@ impl Tlb {
     /// Drop the entries a lookup for (`asid`, `va`) could use (hardware may discard
     /// an entry at any time; a write through a read-only entry re-walks).
     pub fn drop_entry(&mut self, asid: Asid, va: u64, res: &mut Residency) {
-        self.l1.retain(|s| {
-            let hit = s.entry.matches(asid, va);
-            if hit {
-                res.remove(&s.entry);
-            }
-            !hit
-        });
+        self.l1.remove_where(|e| e.matches(asid, va), |e| res.remove(e));
         let mut idx = std::mem::take(&mut self.scratch);
         idx.clear();
         idx.extend(self.l2_overlapping(va, va));

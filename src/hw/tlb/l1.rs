@@ -1,0 +1,288 @@
+//! The fully associative L1 of one CPU's TLB, with O(1) lookup, fill and victim
+//! choice, so a simulated TLB miss costs a few probes instead of a scan.
+//!
+//! ```text
+//!  slots:    [ s0 ][ s1 ][ s2 ] ...        stable positions, a free list for holes
+//!  LRU:      head(MRU) ⇄ s2 ⇄ s0 ⇄ s1 = tail(LRU victim)
+//!  buckets:  hash(span class, va >> span) ──► s1 ──► s0 ──► NIL   (chain per bucket)
+//! ```
+//! A lookup probes one bucket per span size present in L1; true LRU replacement is
+//! the tail of the list, which is what "smallest last-use stamp" gave before.
+
+use super::{Slot, TlbEntry};
+use crate::hw::addr::Asid;
+
+const NIL: u8 = u8::MAX;
+
+pub(super) struct L1 {
+    slots: Vec<Slot>,
+    live: Vec<bool>,
+    /// LRU list links, most recently used at `head`.
+    prev: Vec<u8>,
+    next: Vec<u8>,
+    head: u8,
+    tail: u8,
+    /// Next slot in the same hash bucket.
+    chain: Vec<u8>,
+    buckets: Vec<u8>,
+    bucket_bits: u32,
+    free: Vec<u8>,
+    /// Live entries per span class (index into the TLB's span list) and that class's shift.
+    per_class: Vec<(u32, u32)>,
+    len: usize,
+    /// Whether any live entry may be pending.
+    pub(super) pending: bool,
+}
+
+impl L1 {
+    pub(super) fn new(capacity: usize, span_shifts: &[u32]) -> L1 {
+        assert!(capacity < NIL as usize, "L1 of {capacity} entries is too large");
+        let bucket_bits = (capacity * 4).next_power_of_two().trailing_zeros();
+        L1 {
+            slots: Vec::with_capacity(capacity),
+            live: Vec::with_capacity(capacity),
+            prev: Vec::with_capacity(capacity),
+            next: Vec::with_capacity(capacity),
+            head: NIL,
+            tail: NIL,
+            chain: Vec::with_capacity(capacity),
+            buckets: vec![NIL; 1 << bucket_bits],
+            bucket_bits,
+            free: Vec::new(),
+            per_class: span_shifts.iter().map(|&s| (0, s)).collect(),
+            len: 0,
+            pending: false,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn bucket(&self, class: u8, va: u64) -> usize {
+        let vpn = va >> self.per_class[class as usize].1;
+        let h = (vpn ^ ((class as u64) << 56)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> (64 - self.bucket_bits)) as usize
+    }
+
+    /// The slot that answers a lookup for (`asid`, `va`), most recently used first.
+    #[inline]
+    pub(super) fn find(&self, asid: Asid, va: u64) -> Option<usize> {
+        if self.head != NIL && self.slots[self.head as usize].entry.matches(asid, va) {
+            return Some(self.head as usize);
+        }
+        for (class, &(n, _)) in self.per_class.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let mut i = self.buckets[self.bucket(class as u8, va)];
+            while i != NIL {
+                let s = &self.slots[i as usize];
+                if s.class == class as u8 && s.entry.matches(asid, va) {
+                    return Some(i as usize);
+                }
+                i = self.chain[i as usize];
+            }
+        }
+        None
+    }
+
+    pub(super) fn entry(&self, i: usize) -> &TlbEntry {
+        &self.slots[i].entry
+    }
+
+    /// Mark slot `i` used now (move it to the head of the LRU list).
+    #[inline]
+    pub(super) fn touch(&mut self, i: usize, stamp: u64) {
+        self.slots[i].stamp = stamp;
+        if self.head as usize != i {
+            self.unlink_lru(i as u8);
+            self.push_lru(i as u8);
+        }
+    }
+
+    /// Insert `slot` as most recently used; when full, the LRU entry leaves and is returned.
+    pub(super) fn insert(&mut self, slot: Slot) -> Option<Slot> {
+        let (i, old) = if let Some(i) = self.free.pop() {
+            (i, None)
+        } else if self.slots.len() < self.slots.capacity() {
+            let i = self.slots.len() as u8;
+            self.slots.push(slot);
+            self.live.push(false);
+            self.prev.push(NIL);
+            self.next.push(NIL);
+            self.chain.push(NIL);
+            (i, None)
+        } else {
+            let victim = self.tail;
+            let old = self.slots[victim as usize];
+            self.remove(victim as usize);
+            self.free.pop();
+            (victim, Some(old))
+        };
+        self.slots[i as usize] = slot;
+        self.live[i as usize] = true;
+        self.pending |= slot.entry.pending;
+        self.per_class[slot.class as usize].0 += 1;
+        let b = self.bucket(slot.class, slot.entry.va);
+        self.chain[i as usize] = self.buckets[b];
+        self.buckets[b] = i;
+        self.push_lru(i);
+        self.len += 1;
+        old
+    }
+
+    /// Drop slot `i` and return its entry.
+    pub(super) fn remove(&mut self, i: usize) -> TlbEntry {
+        debug_assert!(self.live[i]);
+        let slot = self.slots[i];
+        let b = self.bucket(slot.class, slot.entry.va);
+        if self.buckets[b] as usize == i {
+            self.buckets[b] = self.chain[i];
+        } else {
+            let mut p = self.buckets[b];
+            while self.chain[p as usize] as usize != i {
+                p = self.chain[p as usize];
+            }
+            self.chain[p as usize] = self.chain[i];
+        }
+        self.unlink_lru(i as u8);
+        self.per_class[slot.class as usize].0 -= 1;
+        self.live[i] = false;
+        self.free.push(i as u8);
+        self.len -= 1;
+        slot.entry
+    }
+
+    fn push_lru(&mut self, i: u8) {
+        self.prev[i as usize] = NIL;
+        self.next[i as usize] = self.head;
+        if self.head != NIL {
+            self.prev[self.head as usize] = i;
+        } else {
+            self.tail = i;
+        }
+        self.head = i;
+    }
+
+    fn unlink_lru(&mut self, i: u8) {
+        let (p, n) = (self.prev[i as usize], self.next[i as usize]);
+        if p != NIL {
+            self.next[p as usize] = n;
+        } else {
+            self.head = n;
+        }
+        if n != NIL {
+            self.prev[n as usize] = p;
+        } else {
+            self.tail = p;
+        }
+    }
+
+    /// Indices of live slots, most recently used first.
+    pub(super) fn live_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors((self.head != NIL).then_some(self.head), move |&i| {
+            let n = self.next[i as usize];
+            (n != NIL).then_some(n)
+        })
+        .map(|i| i as usize)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &TlbEntry> {
+        self.live_slots().map(|i| &self.slots[i].entry)
+    }
+
+    /// Mark pending every live entry `f` selects and is not pending yet; returns how many.
+    pub(super) fn mark_pending(&mut self, f: impl Fn(&TlbEntry) -> bool) -> u64 {
+        let mut n = 0;
+        for i in 0..self.slots.len() {
+            let e = &mut self.slots[i].entry;
+            if self.live[i] && !e.pending && f(e) {
+                e.pending = true;
+                n += 1;
+            }
+        }
+        self.pending |= n > 0;
+        n
+    }
+
+    /// Remove every live entry `f` selects, passing each removed entry to `gone`.
+    pub(super) fn remove_where(&mut self, f: impl Fn(&TlbEntry) -> bool, mut gone: impl FnMut(&TlbEntry)) {
+        for i in 0..self.slots.len() {
+            if self.live[i] && f(&self.slots[i].entry) {
+                gone(&self.remove(i));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::memory::{PhysMem, TableId};
+    use crate::hw::{Granule, Pfn};
+
+    fn slot(va: u64, class: u8, asid: Option<Asid>) -> Slot {
+        static TABLE: std::sync::OnceLock<TableId> = std::sync::OnceLock::new();
+        let table = *TABLE.get_or_init(|| PhysMem::new(Granule::K4, 1 << 30).materialize_table(Pfn(1)));
+        Slot {
+            entry: TlbEntry {
+                asid,
+                va,
+                span_shift: [12, 16, 21][class as usize],
+                pa: va,
+                level: 3,
+                writable: true,
+                pending: false,
+                table,
+                index: 0,
+            },
+            stamp: 0,
+            class,
+        }
+    }
+
+    #[test]
+    fn the_least_recently_used_entry_is_the_victim() {
+        let mut l1 = L1::new(3, &[12, 16, 21]);
+        for p in 0..3u64 {
+            assert!(l1.insert(slot(p << 12, 0, Some(1))).is_none());
+        }
+        let first = l1.find(1, 0).unwrap();
+        l1.touch(first, 9);
+        let old = l1.insert(slot(3 << 12, 0, Some(1))).expect("full");
+        assert_eq!(old.entry.va, 1 << 12);
+        assert_eq!(l1.iter().map(|e| e.va >> 12).collect::<Vec<_>>(), [3, 0, 2]);
+    }
+
+    #[test]
+    fn lookups_find_every_span_size_and_respect_the_asid() {
+        let mut l1 = L1::new(8, &[12, 16, 21]);
+        l1.insert(slot(0x20_0000, 2, None));
+        l1.insert(slot(0x1_0000, 1, Some(2)));
+        l1.insert(slot(0x5000, 0, Some(1)));
+        assert_eq!(l1.find(7, 0x3f_ffff).map(|i| l1.entry(i).va), Some(0x20_0000));
+        assert_eq!(l1.find(2, 0x1_f000).map(|i| l1.entry(i).va), Some(0x1_0000));
+        assert!(l1.find(1, 0x1_f000).is_none());
+        assert!(l1.find(2, 0x5000).is_none());
+        assert_eq!(l1.find(1, 0x5fff).map(|i| l1.entry(i).va), Some(0x5000));
+    }
+
+    #[test]
+    fn removal_keeps_chains_and_order_intact() {
+        let mut l1 = L1::new(64, &[12]);
+        for p in 0..64u64 {
+            l1.insert(slot(p << 12, 0, Some(1)));
+        }
+        let mut gone = Vec::new();
+        l1.remove_where(|e| (e.va >> 12) % 3 == 0, |e| gone.push(e.va >> 12));
+        assert_eq!(gone.len(), 22);
+        assert_eq!(l1.len(), 42);
+        for p in 0..64u64 {
+            assert_eq!(l1.find(1, p << 12).is_some(), p % 3 != 0, "page {p}");
+        }
+        let order: Vec<u64> = l1.iter().map(|e| e.va >> 12).collect();
+        assert_eq!(order, (0..64).rev().filter(|p| p % 3 != 0).collect::<Vec<_>>());
+    }
+}
