@@ -51,6 +51,16 @@ bitflags! {
 }
 
 /// Inner-shareable (SH = 0b11).
+bitflags! {
+    /// Hierarchical attributes of a table descriptor: they restrict everything the
+    /// table maps, whatever the leaf descriptors below say.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct TableAttr: u64 {
+        const PXN_TABLE = 1 << 59;
+        const UXN_TABLE = 1 << 60;
+    }
+}
+
 pub const SH_INNER: Attr = Attr::SH0.union(Attr::SH1);
 /// MT_NORMAL is AttrIndx 0 in Linux's MAIR layout.
 pub const MT_NORMAL: u64 = 0;
@@ -130,6 +140,16 @@ impl Desc {
     pub const fn table(table: PhysAddr) -> Desc {
         Desc((table.0 & OA_MASK) | 0b11)
     }
+    /// A table descriptor pointing at `table` with hierarchical attributes.
+    #[inline]
+    pub const fn table_with(table: PhysAddr, attrs: TableAttr) -> Desc {
+        Desc(Desc::table(table).0 | attrs.bits())
+    }
+    /// The hierarchical attributes of a table descriptor.
+    #[inline]
+    pub const fn table_attrs(self) -> TableAttr {
+        TableAttr::from_bits_truncate(self.0)
+    }
     /// A level-3 page descriptor.
     #[inline]
     pub const fn page(pa: PhysAddr, attrs: Attr) -> Desc {
@@ -208,6 +228,19 @@ mod tests {
         assert_eq!(Attr::DBM.bits(), 1 << 51);
         assert_eq!(Attr::PXN.bits(), 1 << 53);
         assert_eq!(Attr::UXN.bits(), 1 << 54);
+    }
+
+    #[test]
+    fn table_attributes_sit_in_bits_59_and_60_and_leave_the_address_alone() {
+        let pa = PhysAddr(0x4000_0000);
+        let d = Desc::table_with(pa, TableAttr::PXN_TABLE | TableAttr::UXN_TABLE);
+        assert_eq!(d.0 >> 59 & 0b11, 0b11);
+        assert_eq!(d.kind(1, Granule::K4), DescKind::Table(pa));
+        assert_eq!(
+            Desc::table_with(pa, TableAttr::UXN_TABLE).table_attrs(),
+            TableAttr::UXN_TABLE
+        );
+        assert!(Desc::table(pa).table_attrs().is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub mod tlb;
 pub mod walk;
 
 pub use addr::{Asid, Granule, Pfn, PhysAddr, VirtAddr};
-pub use descriptor::{Attr, Desc, DescKind};
+pub use descriptor::{Attr, Desc, DescKind, TableAttr};
 pub use events::{Event, Events};
 pub use machine::{Features, Machine, MachineConfig, Tlbi};
 pub use memory::{PhysMem, TableId};

@@ -23,18 +23,13 @@
 use super::fixmap::{FixSlot, Fixmap};
 use crate::hw::addr::PTE_LEVEL;
 use crate::hw::descriptor::SH_INNER;
-use crate::hw::{Attr, Desc, DescKind, Event, Granule, Machine, PhysAddr, TableId, VirtAddr};
+use crate::hw::{Attr, Desc, DescKind, Event, Granule, Machine, PhysAddr, TableAttr, TableId, VirtAddr};
 use crate::mm::memblock::Memblock;
 use bitflags::bitflags;
 
 /// PAGE_OFFSET for VA_BITS = 48: since 5.11 the linear map is the bottom half of the
 /// kernel's VA space, `-(1 << 48)`.
 pub const PAGE_OFFSET: u64 = 0xffff_0000_0000_0000;
-
-/// PXNTable and UXNTable (bits 59 and 60 of a table descriptor). descriptor.rs has no
-/// table-attribute bits yet; they belong there.
-pub const TABLE_PXN: u64 = 1 << 59;
-pub const TABLE_UXN: u64 = 1 << 60;
 
 bitflags! {
     /// The `flags` of __create_pgd_mapping.
@@ -481,10 +476,11 @@ impl Mapper<'_> {
     /// __pXd_populate: point `entry` (at `level`) at the table `pa`. set_pXd follows a
     /// valid write with DSB ISHST + ISB.
     fn populate(&mut self, entry: Entry, level: u8, va: u64, pa: PhysAddr) {
-        let mut d = Desc(Desc::table(pa).0 | TABLE_UXN);
+        let mut attrs = TableAttr::UXN_TABLE;
         if self.flags.contains(MapFlags::NO_EXEC_MAPPINGS) {
-            d.0 |= TABLE_PXN;
+            attrs |= TableAttr::PXN_TABLE;
         }
+        let d = Desc::table_with(pa, attrs);
         self.m.write_desc(entry.table, entry.index, level, VirtAddr(va), d);
         self.m.ev.inc(WRITE[level as usize]);
         self.m.dsb_ishst();
@@ -825,7 +821,7 @@ mod tests {
             pgd.kind(0, Granule::K4),
             DescKind::Table(PhysAddr(BASE + 16 * M - 4096))
         );
-        assert_eq!(pgd.0 & (TABLE_PXN | TABLE_UXN), TABLE_PXN | TABLE_UXN);
+        assert_eq!(pgd.table_attrs(), TableAttr::PXN_TABLE | TableAttr::UXN_TABLE);
         // Every fixmap slot was given back, so the fixmap VAs fault at the pte level.
         for slot in [FixSlot::Pte, FixSlot::Pmd, FixSlot::Pud] {
             assert_eq!(b.mm.fixmap.mapped(&b.m, slot), None);
