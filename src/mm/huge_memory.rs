@@ -448,18 +448,23 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
     if order == 0 {
         return true;
     }
-    if k.memmap.folio_ref_count(folio) != k.memmap.folio_mapcount(folio) + pins {
+    if !can_split_folio(k, folio, pins) {
         k.stat.count_mthp_stat(order, MthpStat::SplitFailed);
         if order == g.pmd_order() {
             k.stat.count_vm_event(VmEvent::ThpSplitPageFailed);
         }
         return false;
     }
+    // A pmd mapping is frozen whole into migration entries; pte mappings go one by one.
+    let pte_mapped = k.memmap.page(folio).entire_mapcount == 0;
     if order == g.pmd_order() {
         split_folio_pmds(k, folio);
     }
     // unmap_folio: ptes become migration entries (here: cleared and remembered).
     let maps = folio_mappings(k, folio);
+    if pte_mapped {
+        unmap_folio_deferred_split(k, folio, &maps);
+    }
     let mut old = Vec::with_capacity(maps.len());
     for &(mm, ptep, addr) in &maps {
         let amm = k.arch_mm(mm);
@@ -499,6 +504,52 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
         let page = Pfn(folio.0 + i);
         if k.memmap.folio_ref_count(page) == 0 {
             k.free_folio(page);
+        }
+    }
+    true
+}
+
+/// can_split_folio: every reference but the caller's `pins` is a mapping.
+pub fn can_split_folio(k: &Kernel, folio: Pfn, pins: i32) -> bool {
+    k.memmap.folio_ref_count(folio) == k.memmap.folio_mapcount(folio) + pins
+}
+
+/// What unmap_folio's per-pte rmap removal does to the deferred split state: the
+/// first pte whose page thereby becomes unmapped, while others stay mapped, leaves the
+/// folio partially mapped, so it is queued and counted (split_deferred) before the
+/// split takes it off again (measured on the host).
+fn unmap_folio_deferred_split(k: &mut Kernel, folio: Pfn, maps: &[(MmId, PtePtr, u64)]) {
+    let shift = k.arch.granule().page_shift();
+    let first = k.memmap.page(folio).index;
+    let mut mapcount: Vec<i32> = (0..k.memmap.folio_nr_pages(folio))
+        .map(|i| k.memmap.page(Pfn(folio.0 + i)).mapcount)
+        .collect();
+    let mut mapped = mapcount.iter().filter(|&&c| c > 0).count();
+    for &(_, _, addr) in maps {
+        let c = &mut mapcount[((addr >> shift) - first) as usize];
+        *c -= 1;
+        if *c == 0 {
+            mapped -= 1;
+            if mapped > 0 {
+                deferred_split_folio(k, folio, true);
+                return;
+            }
+        }
+    }
+}
+
+/// split_folio_to_list (reclaim): split, and put every page that is still in use on
+/// `list` with a reference of its own, as lru_add_split_folio does.
+pub fn split_folio_to_list(k: &mut Kernel, folio: Pfn, list: &mut Vec<Pfn>) -> bool {
+    let nr = k.memmap.folio_nr_pages(folio);
+    if !split_folio(k, folio, 1) {
+        return false;
+    }
+    for i in 1..nr {
+        let page = Pfn(folio.0 + i);
+        if k.memmap.folio_ref_count(page) > 0 {
+            k.memmap.folio_ref_add(page, 1);
+            list.push(page);
         }
     }
     true

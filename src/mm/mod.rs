@@ -19,6 +19,7 @@ pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;
 pub mod thp_sysfs;
+pub mod vmscan;
 pub mod vmstat;
 
 use crate::arch::arm64::pgtable::{Arch, ArchMm};
@@ -62,6 +63,10 @@ pub struct Kernel {
     pub huge_zero_folio: Option<Pfn>,
     pub ds_queue: DeferredSplitQueue,
     pub zap: ZapVariant,
+    /// How reclaim flushes the TLB of the ptes it clears (seed 001).
+    pub tlb_batch: rmap::TlbBatchVariant,
+    /// The reclaimer's pending deferred flush (current->tlb_ubc).
+    pub tlb_ubc: rmap::TlbUbc,
     next_asid: Asid,
     next_anon_vma: u64,
 }
@@ -91,6 +96,8 @@ impl Kernel {
                 len: 0,
             },
             zap: ZapVariant::Batched,
+            tlb_batch: rmap::TlbBatchVariant::Deferred,
+            tlb_ubc: rmap::TlbUbc::default(),
             next_asid: 1,
             next_anon_vma: 1,
         }

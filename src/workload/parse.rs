@@ -352,6 +352,10 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 Op::Exit
             }
+            "shrink" => {
+                self.finish(&a)?;
+                Op::Shrink
+            }
             "mark" => {
                 let t = self.arg(&mut a, "a label")?;
                 self.finish(&a)?;
@@ -581,6 +585,7 @@ mod tests {
              touch a 64K 128K read stride=16K\n\
              touch b 0 4K read\n\
              madvise a 0 64K dontneed\n\
+             shrink\n\
              mprotect a 0 4K r\n\
              mlock a 2M 2M\n\
              munlock a\n\
@@ -599,8 +604,8 @@ mod tests {
         assert_eq!(
             ops,
             [
-                "set", "set", "mmap", "mmap", "mark", "touch", "touch", "touch", "madvise", "mprotect", "mlock",
-                "munlock", "fork", "touch", "exit", "repeat", "munmap", "munmap"
+                "set", "set", "mmap", "mmap", "mark", "touch", "touch", "touch", "madvise", "shrink", "mprotect",
+                "mlock", "munlock", "fork", "touch", "exit", "repeat", "munmap", "munmap"
             ]
         );
         assert_eq!(
@@ -683,6 +688,7 @@ mod tests {
     #[test]
     fn syntax_errors_name_the_token() {
         fails("frob a", 1, 1, "unknown op 'frob'");
+        fails("shrink now", 1, 8, "unexpected 'now'");
         fails("\n  @c touch a", 2, 3, "unknown process 'c'");
         fails("@9c touch a", 1, 1, "invalid process name '9c'");
         fails("@main", 1, 1, "expected an op");
