@@ -8,10 +8,11 @@ use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
 use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::arch::arm64::tlbflush::__flush_tlb_range;
 use crate::arch::arm64::tlbflush::pte_needs_flush;
-use crate::hw::{Attr, Desc, DescKind, Pfn};
+use crate::hw::{Attr, Desc, Pfn};
 
 /// A pmd block descriptor from a pte value (pte_pmd / PMD_TYPE_SECT).
 fn pte_to_pmd(p: Pte) -> Desc {
@@ -186,7 +187,7 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
     let haddr = addr & !(g.pmd_size() - 1);
     let nr = 1usize << g.pmd_order();
     let old = k.pxd_get(2, pmd);
-    if !matches!(old.kind(2, g), DescKind::Block(_)) {
+    if !pmd_trans_huge(old) {
         return;
     }
     k.stat.count_vm_event(VmEvent::ThpSplitPmd);
@@ -431,7 +432,7 @@ fn split_folio_pmds(k: &mut Kernel, folio: Pfn) {
         }
         let Some(pmd) = k.pmd_offset(mm, haddr) else { continue };
         let d = k.pxd_get(2, pmd);
-        if matches!(d.kind(2, g), DescKind::Block(_)) && d.pfn(g) == folio {
+        if pmd_trans_huge(d) && d.pfn(g) == folio {
             let vma = k.mm(mm).find_vma(haddr).cloned().expect("a pmd outside any VMA");
             __split_huge_pmd(k, mm, &vma, pmd, haddr);
         }
@@ -617,7 +618,7 @@ pub fn madvise_free_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd:
         k.memmap.folio_ref_add(folio, 1);
         split_folio(k, folio, 1);
         k.folio_put(folio);
-        if matches!(k.pxd_get(2, pmd).kind(2, g), DescKind::Block(_)) {
+        if pmd_trans_huge(k.pxd_get(2, pmd)) {
             // The split failed: leave the THP as it is.
             return true;
         }

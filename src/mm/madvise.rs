@@ -8,8 +8,9 @@ use super::mmap::VmaError;
 use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::PtePtr;
-use crate::hw::{DescKind, Pfn};
+use crate::hw::Pfn;
 
 /// The madvise advice values the model implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,9 +73,8 @@ impl Kernel {
 
     /// madvise_free_single_vma: walk the pmds of [start, end).
     fn madvise_free_single_vma(&mut self, tlb: &mut MmuGather, mm: MmId, start: u64, end: u64) {
-        let g = self.arch.granule();
         self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
-            let huge = matches!(d.kind(2, g), DescKind::Block(_));
+            let huge = pmd_trans_huge(d);
             if !(huge && madvise_free_huge_pmd(k, tlb, mm, pmd, addr, next)) {
                 k.madvise_free_pte_range(tlb, mm, pmd, addr, next);
             }
@@ -94,6 +94,7 @@ impl Kernel {
         let Some(mut ptep) = self.pte_offset_map(pmd, addr) else {
             return;
         };
+        self.flush_tlb_batched_pending(mm);
         let mut addr = addr;
         while addr < end {
             let mut ptent = self.arch.ptep_get(amm, ptep);
@@ -176,7 +177,7 @@ impl Kernel {
         let mut tlb = MmuGather::new(amm.asid, false, ps);
         self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
             let mut folios = Vec::new();
-            let huge = matches!(d.kind(2, g), DescKind::Block(_));
+            let huge = pmd_trans_huge(d);
             if !(huge && k.madvise_cold_or_pageout_huge_pmd(&mut tlb, pmd, d, addr, next, pageout, &mut folios)) {
                 if let Some(ptep) = k.pte_offset_map(pmd, addr) {
                     k.madvise_cold_or_pageout_pte_range(&mut tlb, mm, ptep, addr, next, pageout, &mut folios);

@@ -168,9 +168,14 @@ impl Kernel {
     }
 
     /// vma_alloc_folio: a new folio of `order`, or None when the buddy allocator has no
-    /// block that large.
+    /// block that large. An order-0 allocation (GFP_HIGHUSER_MOVABLE, which may reclaim)
+    /// that fails runs direct reclaim and tries again before giving up (OOM).
     pub fn folio_alloc(&mut self, order: u32) -> Option<Pfn> {
-        let pfn = self.buddy.alloc(&mut self.memmap, order)?;
+        let pfn = match self.buddy.alloc(&mut self.memmap, order) {
+            Some(pfn) => pfn,
+            None if order == 0 && self.try_to_free_pages() => self.buddy.alloc(&mut self.memmap, 0)?,
+            None => return None,
+        };
         self.memmap.prep_new_folio(pfn, order);
         Some(pfn)
     }

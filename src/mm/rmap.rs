@@ -8,9 +8,10 @@ use super::huge_memory::{__split_huge_pmd, deferred_split_folio};
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::vmstat::MthpStat;
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::arch::arm64::tlbflush::{arch_flush_tlb_batched_pending, arch_tlbbatch_add_pending, arch_tlbbatch_flush};
-use crate::hw::{DescKind, Pfn};
+use crate::hw::Pfn;
 
 /// The mm id a folio slot records (MM_ID_DUMMY is 0).
 fn mm_id(mm: MmId) -> u32 {
@@ -292,7 +293,7 @@ impl Kernel {
             let haddr = self.memmap.page(folio).index << g.page_shift();
             if let Some(pmd) = self.pmd_offset(mm, haddr) {
                 let d = self.pxd_get(2, pmd);
-                if matches!(d.kind(2, g), DescKind::Block(_)) && d.pfn(g) == folio {
+                if pmd_trans_huge(d) && d.pfn(g) == folio {
                     let vma = self.mm(mm).find_vma(haddr).cloned().expect("a pmd outside any VMA");
                     __split_huge_pmd(self, mm, &vma, pmd, haddr);
                 }

@@ -135,3 +135,184 @@ impl Kernel {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::check::Violation;
+    use crate::hw::{Event, MachineConfig};
+    use crate::mm::madvise::Madv;
+    use crate::mm::mm_types::{MmId, VmFlags};
+    use crate::mm::rmap::TlbBatchVariant;
+    use crate::report::PageKind;
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+
+    fn boot(cfg: MachineConfig, knobs: &[(&str, &str)]) -> (Kernel, MmId) {
+        let mut k = Kernel::boot(cfg);
+        k.arch.hw.checks = true;
+        for (kn, v) in knobs {
+            k.knobs.set(kn, v).unwrap();
+        }
+        let mm = k.mm_alloc().unwrap();
+        k.switch_mm(0, mm);
+        (k, mm)
+    }
+
+    /// A mapped, written region of `len` bytes.
+    fn written(k: &mut Kernel, mm: MmId, len: u64, flags: VmFlags) {
+        k.do_mmap(mm, BASE, len, VmFlags::READ | VmFlags::WRITE | flags)
+            .unwrap();
+        for a in (BASE..BASE + len).step_by(K4 as usize) {
+            user_access(k, mm, 0, a, true).unwrap();
+        }
+    }
+
+    fn assert_clean(k: &Kernel) {
+        assert!(k.arch.hw.violations.is_empty(), "{:?}", k.arch.hw.violations);
+        k.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn without_swap_pageout_splits_large_folios_and_keeps_every_page_mapped() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        written(&mut k, mm, 1 << 20, VmFlags::empty());
+        k.do_madvise(mm, BASE, BASE + (1 << 20), Madv::PageOut).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.stat.mthp(4, MthpStat::Split), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::SplitDeferred), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::SwpoutFallback), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 0);
+        assert!((0..256).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(0))));
+    }
+
+    #[test]
+    fn pageout_of_a_whole_pmd_thp_splits_it_and_counts_thp_swpout_fallback() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        written(&mut k, mm, 2 << 20, VmFlags::HUGEPAGE);
+        k.do_madvise(mm, BASE, BASE + (2 << 20), Madv::PageOut).unwrap();
+        assert_clean(&k);
+        for e in [VmEvent::ThpSplitPmd, VmEvent::ThpSplitPage, VmEvent::ThpSwpoutFallback] {
+            assert_eq!(k.stat.event(e), 1, "{}", e.name());
+        }
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(0)));
+    }
+
+    #[test]
+    fn clean_lazyfree_folios_are_discarded_and_redirtied_ones_kept_swapbacked() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        written(&mut k, mm, 256 << 10, VmFlags::empty());
+        k.do_madvise(mm, BASE, BASE + (256 << 10), Madv::Free).unwrap();
+        user_access(&mut k, mm, 0, BASE, true).unwrap();
+        let free = k.buddy.free_pages;
+        k.do_madvise(mm, BASE, BASE + (256 << 10), Madv::PageOut).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 48);
+        assert_eq!(k.buddy.free_pages, free + 48);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(4)));
+        assert_eq!(k.page_kind(mm, BASE + (64 << 10)), None);
+        let folio = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
+        assert!(k.memmap.folio_test(folio, PageFlags::SWAPBACKED));
+    }
+
+    /// Seed 001's counts: 4 MiB of lazyfree memory, two reclaim_pages batches (one per
+    /// pmd). Deferred: one TLBI per page issued without waiting, a DSB ISH per batch
+    /// plus one from flush_tlb_batched_pending when the second pmd's walk starts.
+    #[test]
+    fn deferred_tlb_flush_waits_once_per_batch_where_sync_waits_per_page() {
+        for (knobs, flags, variant, tlbi, ishst, ish) in [
+            (&[][..], VmFlags::NOHUGEPAGE, TlbBatchVariant::Sync, 1024, 1024, 1024),
+            (&[][..], VmFlags::NOHUGEPAGE, TlbBatchVariant::Deferred, 1024, 1024, 3),
+            (
+                &[("hugepages-64kB/enabled", "always")][..],
+                VmFlags::empty(),
+                TlbBatchVariant::Sync,
+                2048,
+                1088,
+                1088,
+            ),
+            (
+                &[("hugepages-64kB/enabled", "always")][..],
+                VmFlags::empty(),
+                TlbBatchVariant::Deferred,
+                1024,
+                64,
+                3,
+            ),
+        ] {
+            let (mut k, mm) = boot(MachineConfig::default(), knobs);
+            k.tlb_batch = variant;
+            written(&mut k, mm, 4 << 20, flags);
+            k.do_madvise(mm, BASE, BASE + (4 << 20), Madv::Free).unwrap();
+            // Reads cache the translations again, so a missing flush would be seen.
+            for a in (BASE..BASE + (4 << 20)).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, false).unwrap();
+            }
+            let before = k.arch.hw.ev.clone();
+            k.do_madvise(mm, BASE, BASE + (4 << 20), Madv::PageOut).unwrap();
+            assert_clean(&k);
+            let d = |e| k.arch.hw.ev.get(e) - before.get(e);
+            let got = (d(Event::TlbiVale1is), d(Event::DsbIshst), d(Event::DsbIsh));
+            assert_eq!(got, (tlbi, ishst, ish), "{variant:?} {knobs:?}");
+            assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 1024);
+        }
+    }
+
+    /// Without try_to_unmap_flush the TLBIs are still pending when the folio is freed:
+    /// the stale-translation checker catches it.
+    #[test]
+    fn freeing_before_the_final_flush_leaves_a_stale_translation() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        written(&mut k, mm, 4 * K4, VmFlags::NOHUGEPAGE);
+        k.do_madvise(mm, BASE, BASE + 4 * K4, Madv::Free).unwrap();
+        // MADV_FREE flushed the TLB; a read caches the (still clean) translation again.
+        user_access(&mut k, mm, 0, BASE, false).unwrap();
+        let folio = k.page_table_pfn(mm, BASE).unwrap();
+        k.memmap.folio_ref_add(folio, 1);
+        k.try_to_unmap(folio, TtuFlags::BATCH_FLUSH);
+        k.folio_put(folio);
+        assert!(matches!(
+            k.arch.hw.violations[..],
+            [Violation::StaleTranslation { pfn, .. }] if pfn == folio
+        ));
+    }
+
+    #[test]
+    fn an_order0_allocation_reclaims_lazyfree_memory_before_failing() {
+        let cfg = MachineConfig {
+            ram_bytes: 64 << 20,
+            ..MachineConfig::default()
+        };
+        let (mut k, mm) = boot(cfg, &[]);
+        written(&mut k, mm, 48 << 20, VmFlags::NOHUGEPAGE);
+        k.do_madvise(mm, BASE, BASE + (48 << 20), Madv::Free).unwrap();
+        let b = BASE + (1 << 30);
+        k.do_mmap(mm, b, 48 << 20, VmFlags::READ | VmFlags::WRITE).unwrap();
+        for a in (b..b + (48 << 20)).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        assert_clean(&k);
+        assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 12288);
+        // Nothing reclaimable is left: the next region runs out of memory.
+        let c = BASE + (2 << 30);
+        k.do_mmap(mm, c, 48 << 20, VmFlags::READ | VmFlags::WRITE).unwrap();
+        let oom = (c..c + (48 << 20))
+            .step_by(K4 as usize)
+            .find_map(|a| user_access(&mut k, mm, 0, a, true).err());
+        assert!(matches!(oom, Some(crate::mm::memory::FaultError::Oom(_))), "{oom:?}");
+    }
+
+    #[test]
+    fn direct_reclaim_splits_partially_mapped_folios_through_the_shrinker() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        written(&mut k, mm, 256 << 10, VmFlags::empty());
+        k.do_madvise(mm, BASE, BASE + 8 * K4, Madv::DontNeed).unwrap();
+        let free = k.buddy.free_pages;
+        assert!(k.try_to_free_pages());
+        assert_clean(&k);
+        assert_eq!(k.stat.mthp(4, MthpStat::Split), 1);
+        assert_eq!(k.buddy.free_pages, free + 8);
+    }
+}

@@ -54,6 +54,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     let page = cfg.granule.page_size();
     let mut k = Kernel::boot(cfg);
     k.zap = v.zap();
+    k.tlb_batch = v.tlb_batch();
     k.arch.contpte = v.contpte();
     k.arch.ptep_get = v.ptep_get();
     k.arch.hw.checks = v.checks();
@@ -438,6 +439,10 @@ impl Kernel {
                 }
                 // PROT_NONE: present to the kernel (and to pagemap), invalid to hardware.
                 _ if level == 3 && crate::arch::arm64::pgtable::Pte(d).pte_present() => return Some(d.pfn(g)),
+                _ if level == 2 && crate::arch::arm64::pgtable::pmd_trans_huge(d) => {
+                    let off = (addr & ((1u64 << g.level_shift(level)) - 1)) >> g.page_shift();
+                    return Some(crate::hw::Pfn(d.pfn(g).0 + off));
+                }
                 _ => return None,
             }
         }
