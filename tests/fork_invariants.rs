@@ -209,10 +209,8 @@ proptest! {
     #![proptest_config(Config { cases: 200, failure_persistence: Some(Box::new(FileFailurePersistence::Off)), ..Config::default() })]
 
     #[test]
-    fn fork_exit_mprotect_free_pageout_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>(), deferred in any::<bool>(), small in any::<bool>()) {
-
-        let ram_bytes = if small { 16 << 20 } else { 1 << 30 };
-        let cfg = MachineConfig { ram_bytes, ..MachineConfig::default() };
+    fn fork_exit_mprotect_free_pageout_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>(), deferred in any::<bool>()) {
+        let cfg = MachineConfig { ram_bytes: 1 << 30, ..MachineConfig::default() };
         let mut k = Kernel::boot(cfg);
         k.arch.contpte = contpte;
         k.tlb_batch = if deferred { TlbBatchVariant::Deferred } else { TlbBatchVariant::Sync };
