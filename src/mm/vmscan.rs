@@ -145,21 +145,11 @@ mod tests {
     use crate::mm::mm_types::{MmId, VmFlags};
     use crate::mm::rmap::TlbBatchVariant;
     use crate::report::PageKind;
+    use crate::sim::tests::{assert_clean, boot_with as boot};
     use crate::sim::user_access;
 
     const BASE: u64 = 0x1000_0000_0000;
     const K4: u64 = 4096;
-
-    fn boot(cfg: MachineConfig, knobs: &[(&str, &str)]) -> (Kernel, MmId) {
-        let mut k = Kernel::boot(cfg);
-        k.arch.hw.checks = true;
-        for (kn, v) in knobs {
-            k.knobs.set(kn, v).unwrap();
-        }
-        let mm = k.mm_alloc().unwrap();
-        k.switch_mm(0, mm);
-        (k, mm)
-    }
 
     /// A mapped, written region of `len` bytes.
     fn written(k: &mut Kernel, mm: MmId, len: u64, flags: VmFlags) {
@@ -168,11 +158,6 @@ mod tests {
         for a in (BASE..BASE + len).step_by(K4 as usize) {
             user_access(k, mm, 0, a, true).unwrap();
         }
-    }
-
-    fn assert_clean(k: &Kernel) {
-        assert!(k.arch.hw.violations.is_empty(), "{:?}", k.arch.hw.violations);
-        k.check_invariants().unwrap();
     }
 
     #[test]

@@ -68,7 +68,7 @@ impl VmStats {
     }
     #[inline]
     pub fn count_vm_event(&mut self, e: VmEvent) {
-        self.events[e as usize] += 1;
+        self.count_vm_events(e, 1);
     }
     #[inline]
     pub fn count_vm_events(&mut self, e: VmEvent, n: i64) {

@@ -461,4 +461,4 @@ impl Kernel {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

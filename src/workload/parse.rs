@@ -585,7 +585,6 @@ mod tests {
              touch a 64K 128K read stride=16K\n\
              touch b 0 4K read\n\
              madvise a 0 64K dontneed\n\
-             shrink\n\
              mprotect a 0 4K r\n\
              mlock a 2M 2M\n\
              munlock a\n\
@@ -598,14 +597,15 @@ mod tests {
              \tend\n\
              end\n\
              munmap a 8M 4K\n\
-             munmap b\n",
+             munmap b\n\
+             shrink\n",
         );
         let ops: Vec<_> = w.stmts.iter().map(|s| s.op.keyword()).collect();
         assert_eq!(
             ops,
             [
-                "set", "set", "mmap", "mmap", "mark", "touch", "touch", "touch", "madvise", "shrink", "mprotect",
-                "mlock", "munlock", "fork", "touch", "exit", "repeat", "munmap", "munmap"
+                "set", "set", "mmap", "mmap", "mark", "touch", "touch", "touch", "madvise", "mprotect", "mlock",
+                "munlock", "fork", "touch", "exit", "repeat", "munmap", "munmap", "shrink"
             ]
         );
         assert_eq!(
