@@ -1,7 +1,8 @@
 //! Property test: random sequences of fork, exit, touch, mprotect, madvise
 //! (dontneed, free, collapse, cold, pageout), munmap and deferred-split shrinker runs
-//! over up to three processes, under either seed 001 TLB-flush variant, keep every
-//! kernel and architectural invariant.
+//! over up to three processes, under either seed 001 TLB-flush variant and on a
+//! machine small enough for direct reclaim, keep every kernel and architectural
+//! invariant.
 //! 200 cases x 500 ops = 100,000 ops per run.
 
 use foliolab::hw::check::Violation;
@@ -209,8 +210,10 @@ proptest! {
     #![proptest_config(Config { cases: 200, failure_persistence: Some(Box::new(FileFailurePersistence::Off)), ..Config::default() })]
 
     #[test]
-    fn fork_exit_mprotect_free_pageout_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>(), deferred in any::<bool>()) {
-        let cfg = MachineConfig { ram_bytes: 1 << 30, ..MachineConfig::default() };
+    fn fork_exit_mprotect_free_pageout_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>(), deferred in any::<bool>(), small in any::<bool>()) {
+        // 16 MiB: three processes' regions (up to 6 MiB each) run it into direct reclaim.
+        let ram_bytes = if small { 16 << 20 } else { 1 << 30 };
+        let cfg = MachineConfig { ram_bytes, ..MachineConfig::default() };
         let mut k = Kernel::boot(cfg);
         k.arch.contpte = contpte;
         k.tlb_batch = if deferred { TlbBatchVariant::Deferred } else { TlbBatchVariant::Sync };

@@ -112,7 +112,8 @@ impl Kernel {
                 self.isolate_lazyfree_folios(mm, &mut folios);
             }
         }
-        split > 0 || self.reclaim_pages(folios) > 0
+        let reclaimed = self.reclaim_pages(folios);
+        split > 0 || reclaimed > 0
     }
 
     /// Isolate (take a reference on) each lazyfree folio mapped in `mm`, once.
@@ -289,15 +290,20 @@ mod tests {
         assert!(matches!(oom, Some(crate::mm::memory::FaultError::Oom(_))), "{oom:?}");
     }
 
+    /// Both halves of direct reclaim in one run: the shrinker splits the partially
+    /// mapped folio (freeing its unmapped pages), reclaim discards the lazyfree ones.
     #[test]
-    fn direct_reclaim_splits_partially_mapped_folios_through_the_shrinker() {
+    fn direct_reclaim_runs_the_shrinker_and_discards_lazyfree_folios() {
         let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
         written(&mut k, mm, 256 << 10, VmFlags::empty());
         k.do_madvise(mm, BASE, BASE + 8 * K4, Madv::DontNeed).unwrap();
+        k.do_madvise(mm, BASE + (64 << 10), BASE + (128 << 10), Madv::Free)
+            .unwrap();
         let free = k.buddy.free_pages;
         assert!(k.try_to_free_pages());
         assert_clean(&k);
         assert_eq!(k.stat.mthp(4, MthpStat::Split), 1);
-        assert_eq!(k.buddy.free_pages, free + 8);
+        assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 16);
+        assert_eq!(k.buddy.free_pages, free + 8 + 16);
     }
 }
