@@ -1,13 +1,15 @@
 //! Property test: random sequences of fork, exit, touch, mprotect, madvise
-//! (dontneed, free, collapse), munmap and deferred-split shrinker runs over up to
-//! three processes keep every kernel and architectural invariant.
+//! (dontneed, free, collapse, cold, pageout), munmap and deferred-split shrinker runs
+//! over up to three processes, under either seed 001 TLB-flush variant and on a
+//! machine small enough for direct reclaim, keep every kernel and architectural
+//! invariant.
 //! 200 cases x 500 ops = 100,000 ops per run.
 
 use foliolab::hw::check::Violation;
 use foliolab::hw::MachineConfig;
-use foliolab::mm::huge_memory::deferred_split_scan;
 use foliolab::mm::madvise::Madv;
 use foliolab::mm::mm_types::{MmId, VmFlags};
+use foliolab::mm::rmap::TlbBatchVariant;
 use foliolab::mm::Kernel;
 use foliolab::sim::user_access;
 use proptest::prelude::*;
@@ -72,7 +74,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (s.clone(), 1..1536u64, any::<bool>()).prop_map(|(slot, pages, huge)| Op::Mmap { slot, pages, huge }),
         8 => (p.clone(), s.clone(), 0..1536u64, 1..512u64, any::<bool>()).prop_map(|(proc, slot, first, pages, write)| Op::Touch { proc, slot, first, pages, write }),
         2 => (p.clone(), s.clone(), 0..1536u64, 1..512u64, 0..3u8).prop_map(|(proc, slot, first, pages, prot)| Op::Mprotect { proc, slot, first, pages, prot }),
-        3 => (p.clone(), s.clone(), 0..1536u64, 1..1024u64, 0..3u8).prop_map(|(proc, slot, first, pages, advice)| Op::Madvise { proc, slot, first, pages, advice }),
+        3 => (p.clone(), s.clone(), 0..1536u64, 1..1024u64, 0..5u8).prop_map(|(proc, slot, first, pages, advice)| Op::Madvise { proc, slot, first, pages, advice }),
         1 => (p.clone(), s, 0..1536u64, 1..1536u64).prop_map(|(proc, slot, first, pages)| Op::Munmap { proc, slot, first, pages }),
         2 => p.clone().prop_map(|proc| Op::Fork { proc }),
         1 => p.prop_map(|proc| Op::Exit { proc }),
@@ -162,7 +164,7 @@ impl World {
                 advice,
             } => {
                 if let Some((_, mm, s, e)) = self.target(proc, slot, first, pages) {
-                    let adv = [Madv::DontNeed, Madv::Free, Madv::Collapse][advice as usize];
+                    let adv = [Madv::DontNeed, Madv::Free, Madv::Collapse, Madv::Cold, Madv::PageOut][advice as usize];
                     let _ = self.k.do_madvise(mm, s, e, adv);
                 }
             }
@@ -198,7 +200,7 @@ impl World {
                 }
             }
             Op::Shrink => {
-                deferred_split_scan(k);
+                k.drop_slab();
             }
         }
     }
@@ -208,10 +210,13 @@ proptest! {
     #![proptest_config(Config { cases: 200, failure_persistence: Some(Box::new(FileFailurePersistence::Off)), ..Config::default() })]
 
     #[test]
-    fn fork_exit_mprotect_free_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>()) {
-        let cfg = MachineConfig { ram_bytes: 1 << 30, ..MachineConfig::default() };
+    fn fork_exit_mprotect_free_pageout_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>(), deferred in any::<bool>(), small in any::<bool>()) {
+        // 16 MiB: three processes' regions (up to 6 MiB each) run it into direct reclaim.
+        let ram_bytes = if small { 16 << 20 } else { 1 << 30 };
+        let cfg = MachineConfig { ram_bytes, ..MachineConfig::default() };
         let mut k = Kernel::boot(cfg);
         k.arch.contpte = contpte;
+        k.tlb_batch = if deferred { TlbBatchVariant::Deferred } else { TlbBatchVariant::Sync };
         k.arch.hw.checks = true;
         let mm = k.mm_alloc().unwrap();
         k.switch_mm(0, mm);

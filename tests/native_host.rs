@@ -231,17 +231,10 @@ fn the_whole_suite_agrees_with_the_live_host() {
         .filter(|p| p.extension().is_some_and(|e| e == "wl"))
         .collect();
     paths.sort();
-    let (mut agree, mut failed, mut skipped, mut retried) = (0, Vec::new(), Vec::new(), Vec::new());
+    let (mut agree, mut failed, mut retried) = (0, Vec::new(), Vec::new());
     for p in &paths {
         let w = foliolab::workload::parse_file(p.to_str().unwrap()).unwrap();
-        let model = match foliolab::sim::run(&w, &foliolab::sim::Variants::default()) {
-            Ok(r) => r,
-            Err(e @ foliolab::sim::SimError::Unsupported { .. }) => {
-                skipped.push(e.to_string());
-                continue;
-            }
-            Err(e) => panic!("{e}"),
-        };
+        let model = foliolab::sim::run(&w, &foliolab::sim::Variants::default()).unwrap_or_else(|e| panic!("{e}"));
         let mismatches = |v: &serde_json::Value| {
             let host: foliolab::report::Report = serde_json::from_value(v.clone()).unwrap();
             foliolab::cmd::validate::compare(&model, &host).exact_mismatches()
@@ -259,11 +252,7 @@ fn the_whole_suite_agrees_with_the_live_host() {
             m => failed.push(format!("{}: {}", p.display(), m.join("; "))),
         }
     }
-    println!(
-        "live suite: {agree} agree, {} skipped, {} disagree",
-        skipped.len(),
-        failed.len()
-    );
+    println!("live suite: {agree} agree, {} disagree", failed.len());
     println!("agreed after a retry (host noise): {retried:?}");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

@@ -5,6 +5,7 @@ use super::folio::{PageFlags, NIL};
 use super::mm_types::MmId;
 use super::vmstat::MthpStat;
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::Pte;
 use crate::hw::{DescKind, Pfn, TableId};
 use std::collections::BTreeMap;
@@ -98,7 +99,7 @@ impl Kernel {
                     }
                     self.check_table(mm, child, level + 1, va, seen, rss, ptes, pmds)?;
                 }
-                DescKind::Block(_) => {
+                _ if level == 2 && pmd_trans_huge(d) => {
                     let pfn = d.pfn(g);
                     if self.huge_zero_folio == Some(pfn) {
                         continue;

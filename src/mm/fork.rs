@@ -6,9 +6,9 @@ use super::memory::Fpb;
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::pgtable::PmdPtr;
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::arch::arm64::tlbflush::flush_tlb_mm;
-use crate::hw::DescKind;
 
 impl Kernel {
     /// dup_mmap: copy the parent's VMAs (mlock is not inherited) and, for those with an
@@ -42,7 +42,6 @@ impl Kernel {
 
     /// copy_page_range: pmd by pmd; false when out of memory.
     fn copy_page_range(&mut self, dst: MmId, src: MmId, vma: &Vma) -> bool {
-        let g = self.arch.granule();
         self.walk_pmd_range(src, vma.start, vma.end, |k, src_pmd, d, addr, next| {
             if d.is_none() {
                 return true;
@@ -50,9 +49,10 @@ impl Kernel {
             let Some(dst_pmd) = k.pmd_alloc(dst, addr) else {
                 return false;
             };
-            match d.kind(2, g) {
-                DescKind::Block(_) => copy_huge_pmd(k, dst, dst_pmd, src_pmd, addr),
-                _ => k.copy_pte_range(dst, src, dst_pmd, src_pmd, addr, next),
+            if pmd_trans_huge(d) {
+                copy_huge_pmd(k, dst, dst_pmd, src_pmd, addr)
+            } else {
+                k.copy_pte_range(dst, src, dst_pmd, src_pmd, addr, next)
             }
         })
     }

@@ -8,10 +8,11 @@ use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
 use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::arch::arm64::tlbflush::__flush_tlb_range;
 use crate::arch::arm64::tlbflush::pte_needs_flush;
-use crate::hw::{Attr, Desc, DescKind, Pfn};
+use crate::hw::{Attr, Desc, Pfn};
 
 /// A pmd block descriptor from a pte value (pte_pmd / PMD_TYPE_SECT).
 fn pte_to_pmd(p: Pte) -> Desc {
@@ -186,7 +187,7 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
     let haddr = addr & !(g.pmd_size() - 1);
     let nr = 1usize << g.pmd_order();
     let old = k.pxd_get(2, pmd);
-    if !matches!(old.kind(2, g), DescKind::Block(_)) {
+    if !pmd_trans_huge(old) {
         return;
     }
     k.stat.count_vm_event(VmEvent::ThpSplitPmd);
@@ -431,7 +432,7 @@ fn split_folio_pmds(k: &mut Kernel, folio: Pfn) {
         }
         let Some(pmd) = k.pmd_offset(mm, haddr) else { continue };
         let d = k.pxd_get(2, pmd);
-        if matches!(d.kind(2, g), DescKind::Block(_)) && d.pfn(g) == folio {
+        if pmd_trans_huge(d) && d.pfn(g) == folio {
             let vma = k.mm(mm).find_vma(haddr).cloned().expect("a pmd outside any VMA");
             __split_huge_pmd(k, mm, &vma, pmd, haddr);
         }
@@ -448,18 +449,23 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
     if order == 0 {
         return true;
     }
-    if k.memmap.folio_ref_count(folio) != k.memmap.folio_mapcount(folio) + pins {
+    if !can_split_folio(k, folio, pins) {
         k.stat.count_mthp_stat(order, MthpStat::SplitFailed);
         if order == g.pmd_order() {
             k.stat.count_vm_event(VmEvent::ThpSplitPageFailed);
         }
         return false;
     }
+    // A pmd mapping is frozen whole into migration entries; pte mappings go one by one.
+    let pte_mapped = k.memmap.page(folio).entire_mapcount == 0;
     if order == g.pmd_order() {
         split_folio_pmds(k, folio);
     }
     // unmap_folio: ptes become migration entries (here: cleared and remembered).
     let maps = folio_mappings(k, folio);
+    if pte_mapped {
+        unmap_folio_deferred_split(k, folio, &maps);
+    }
     let mut old = Vec::with_capacity(maps.len());
     for &(mm, ptep, addr) in &maps {
         let amm = k.arch_mm(mm);
@@ -499,6 +505,52 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
         let page = Pfn(folio.0 + i);
         if k.memmap.folio_ref_count(page) == 0 {
             k.free_folio(page);
+        }
+    }
+    true
+}
+
+/// can_split_folio: every reference but the caller's `pins` is a mapping.
+pub fn can_split_folio(k: &Kernel, folio: Pfn, pins: i32) -> bool {
+    k.memmap.folio_ref_count(folio) == k.memmap.folio_mapcount(folio) + pins
+}
+
+/// What unmap_folio's per-pte rmap removal does to the deferred split state: the
+/// first pte whose page thereby becomes unmapped, while others stay mapped, leaves the
+/// folio partially mapped, so it is queued and counted (split_deferred) before the
+/// split takes it off again (measured on the host).
+fn unmap_folio_deferred_split(k: &mut Kernel, folio: Pfn, maps: &[(MmId, PtePtr, u64)]) {
+    let shift = k.arch.granule().page_shift();
+    let first = k.memmap.page(folio).index;
+    let mut mapcount: Vec<i32> = (0..k.memmap.folio_nr_pages(folio))
+        .map(|i| k.memmap.page(Pfn(folio.0 + i)).mapcount)
+        .collect();
+    let mut mapped = mapcount.iter().filter(|&&c| c > 0).count();
+    for &(_, _, addr) in maps {
+        let c = &mut mapcount[((addr >> shift) - first) as usize];
+        *c -= 1;
+        if *c == 0 {
+            mapped -= 1;
+            if mapped > 0 {
+                deferred_split_folio(k, folio, true);
+                return;
+            }
+        }
+    }
+}
+
+/// split_folio_to_list (reclaim): split, and put every page that is still in use on
+/// `list` with a reference of its own, as lru_add_split_folio does.
+pub fn split_folio_to_list(k: &mut Kernel, folio: Pfn, list: &mut Vec<Pfn>) -> bool {
+    let nr = k.memmap.folio_nr_pages(folio);
+    if !split_folio(k, folio, 1) {
+        return false;
+    }
+    for i in 1..nr {
+        let page = Pfn(folio.0 + i);
+        if k.memmap.folio_ref_count(page) > 0 {
+            k.memmap.folio_ref_add(page, 1);
+            list.push(page);
         }
     }
     true
@@ -566,7 +618,7 @@ pub fn madvise_free_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd:
         k.memmap.folio_ref_add(folio, 1);
         split_folio(k, folio, 1);
         k.folio_put(folio);
-        if matches!(k.pxd_get(2, pmd).kind(2, g), DescKind::Block(_)) {
+        if pmd_trans_huge(k.pxd_get(2, pmd)) {
             // The split failed: leave the THP as it is.
             return true;
         }

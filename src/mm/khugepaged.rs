@@ -7,6 +7,7 @@ use super::mm_types::{MmId, VmFlags, Vma};
 use super::mmap::VmaError;
 use super::vmstat::VmEvent;
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::tlbflush::flush_tlb_range;
 use crate::hw::{Desc, DescKind, Pfn};
 
@@ -51,10 +52,12 @@ impl Kernel {
         let Some(pmd) = self.pmd_offset(mm, haddr) else {
             return Scan::Fail;
         };
-        match self.pxd_get(2, pmd).kind(2, g) {
-            DescKind::Block(_) => return Scan::PmdMapped,
-            DescKind::Table(_) => {}
-            _ => return Scan::Fail,
+        let d = self.pxd_get(2, pmd);
+        if pmd_trans_huge(d) {
+            return Scan::PmdMapped;
+        }
+        if !matches!(d.kind(2, g), DescKind::Table(_)) {
+            return Scan::Fail;
         }
         let ptep = self.pte_offset_map(pmd, haddr).expect("a pte table");
         let amm = self.arch_mm(mm);

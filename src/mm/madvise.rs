@@ -8,8 +8,9 @@ use super::mmap::VmaError;
 use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::PtePtr;
-use crate::hw::{DescKind, Pfn};
+use crate::hw::Pfn;
 
 /// The madvise advice values the model implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +20,7 @@ pub enum Madv {
     HugePage,
     NoHugePage,
     Cold,
+    PageOut,
     Collapse,
 }
 
@@ -32,7 +34,8 @@ impl Kernel {
             Madv::NoHugePage => {
                 self.vma_modify_flags(mm, start, end, |f| (f - VmFlags::HUGEPAGE) | VmFlags::NOHUGEPAGE)
             }
-            Madv::Cold => self.madvise_cold(mm, start, end),
+            Madv::Cold => self.madvise_cold_or_pageout(mm, start, end, false),
+            Madv::PageOut => self.madvise_cold_or_pageout(mm, start, end, true),
             Madv::Collapse => {
                 for vma in self.mm(mm).vmas_in(start, end) {
                     self.madvise_collapse(mm, &vma, start.max(vma.start), end.min(vma.end))?;
@@ -70,9 +73,8 @@ impl Kernel {
 
     /// madvise_free_single_vma: walk the pmds of [start, end).
     fn madvise_free_single_vma(&mut self, tlb: &mut MmuGather, mm: MmId, start: u64, end: u64) {
-        let g = self.arch.granule();
         self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
-            let huge = matches!(d.kind(2, g), DescKind::Block(_));
+            let huge = pmd_trans_huge(d);
             if !(huge && madvise_free_huge_pmd(k, tlb, mm, pmd, addr, next)) {
                 k.madvise_free_pte_range(tlb, mm, pmd, addr, next);
             }
@@ -92,6 +94,7 @@ impl Kernel {
         let Some(mut ptep) = self.pte_offset_map(pmd, addr) else {
             return;
         };
+        self.flush_tlb_batched_pending(mm);
         let mut addr = addr;
         while addr < end {
             let mut ptent = self.arch.ptep_get(amm, ptep);
@@ -155,28 +158,33 @@ impl Kernel {
 }
 
 impl Kernel {
-    /// MADV_COLD (madvise_cold_or_pageout_pte_range without pageout): age the folios
-    /// wholly inside the range: clear young on their ptes (contpte blocks stay folded)
-    /// and on whole THP pmds, flushing through one mmu_gather. Large folios only partly
-    /// inside are left alone here; the kernel would try to split them first.
-    fn madvise_cold(&mut self, mm: MmId, start: u64, end: u64) -> Result<(), VmaError> {
+    /// MADV_COLD and MADV_PAGEOUT (madvise_cold / madvise_pageout): walk the range with
+    /// madvise_cold_or_pageout_pte_range. Cold clears young on the folios wholly inside
+    /// (contpte blocks stay folded; whole THP pmds too), flushing through one
+    /// mmu_gather; pageout isolates them and hands them to reclaim (reclaim_pages)
+    /// after each pmd. Locked VMAs refuse both (can_madv_lru_vma).
+    fn madvise_cold_or_pageout(&mut self, mm: MmId, start: u64, end: u64, pageout: bool) -> Result<(), VmaError> {
         if !self.range_fully_mapped(mm, start, end) {
             return Err(VmaError::NotMapped);
         }
+        let vmas = self.mm(mm).vmas_in(start, end);
+        if vmas.iter().any(|v| v.flags.contains(VmFlags::LOCKED)) {
+            return Err(VmaError::Invalid);
+        }
         let g = self.arch.granule();
         let ps = g.page_size();
-        let pmd_size = g.pmd_size();
         let amm = self.arch_mm(mm);
         let mut tlb = MmuGather::new(amm.asid, false, ps);
         self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
-            if let DescKind::Block(_) = d.kind(2, g) {
-                if next - addr == pmd_size && d.has(crate::hw::Attr::AF) && k.huge_zero_folio != Some(d.pfn(g)) {
-                    let haddr = addr & !(pmd_size - 1);
-                    k.pxd_set(2, haddr, pmd, d.without(crate::hw::Attr::AF));
-                    tlb.flush_pmd_range(haddr, pmd_size);
+            let mut folios = Vec::new();
+            let huge = pmd_trans_huge(d);
+            if !(huge && k.madvise_cold_or_pageout_huge_pmd(&mut tlb, pmd, d, addr, next, pageout, &mut folios)) {
+                if let Some(ptep) = k.pte_offset_map(pmd, addr) {
+                    k.madvise_cold_or_pageout_pte_range(&mut tlb, mm, ptep, addr, next, pageout, &mut folios);
                 }
-            } else if let Some(ptep) = k.pte_offset_map(pmd, addr) {
-                k.madvise_cold_pte_range(&mut tlb, mm, ptep, addr, next);
+            }
+            if pageout {
+                k.reclaim_pages(folios);
             }
             true
         });
@@ -184,36 +192,97 @@ impl Kernel {
         Ok(())
     }
 
-    /// madvise_cold_or_pageout_pte_range (cold): clear young per folio batch.
-    fn madvise_cold_pte_range(&mut self, tlb: &mut MmuGather, mm: MmId, mut ptep: PtePtr, mut addr: u64, next: u64) {
+    /// The pmd part of madvise_cold_or_pageout_pte_range: a THP mapped only here and
+    /// wholly in range is made old (cold) or isolated (pageout); one partly in range is
+    /// split and left to the pte walk (false). True: the pmd is done.
+    #[allow(clippy::too_many_arguments)]
+    fn madvise_cold_or_pageout_huge_pmd(
+        &mut self,
+        tlb: &mut MmuGather,
+        pmd: PmdPtr,
+        d: crate::hw::Desc,
+        addr: u64,
+        next: u64,
+        pageout: bool,
+        folios: &mut Vec<Pfn>,
+    ) -> bool {
+        let g = self.arch.granule();
+        let pmd_size = g.pmd_size();
+        let folio = d.pfn(g);
+        if self.huge_zero_folio == Some(folio) || self.folio_maybe_mapped_shared(folio) {
+            return true;
+        }
+        if next - addr != pmd_size {
+            self.memmap.folio_ref_add(folio, 1);
+            let split = split_folio(self, folio, 1);
+            self.folio_put(folio);
+            return !split;
+        }
+        if pageout {
+            self.folio_isolate_lru(folio, folios);
+        } else if d.has(crate::hw::Attr::AF) {
+            let haddr = addr & !(pmd_size - 1);
+            self.pxd_set(2, haddr, pmd, d.without(crate::hw::Attr::AF));
+            tlb.flush_pmd_range(haddr, pmd_size);
+        }
+        true
+    }
+
+    /// folio_isolate_lru: reclaim holds a reference while the folio is off the LRU.
+    fn folio_isolate_lru(&mut self, folio: Pfn, folios: &mut Vec<Pfn>) {
+        self.memmap.folio_ref_add(folio, 1);
+        folios.push(folio);
+    }
+
+    /// madvise_cold_or_pageout_pte_range: per folio batch; a large folio only partly
+    /// in range is split unless maybe shared, then its pages are taken one by one;
+    /// folios mapped more than once are left alone.
+    #[allow(clippy::too_many_arguments)]
+    fn madvise_cold_or_pageout_pte_range(
+        &mut self,
+        tlb: &mut MmuGather,
+        mm: MmId,
+        ptep: PtePtr,
+        addr: u64,
+        next: u64,
+        pageout: bool,
+        folios: &mut Vec<Pfn>,
+    ) {
         let g = self.arch.granule();
         let ps = g.page_size();
         let amm = self.arch_mm(mm);
+        let (mut ptep, mut addr) = (ptep, addr);
+        self.flush_tlb_batched_pending(mm);
         while addr < next {
             let ptent = self.arch.ptep_get(amm, ptep);
-            let mut young = ptent.pte_young();
-            let mut nr = 1;
             let pfn = ptent.pte_pfn(g);
+            let mut nr = 1;
             if ptent.pte_present() && !self.is_zero_pfn(pfn) {
                 let folio = self.memmap.folio_of(pfn);
-                let mut whole = true;
-                if self.memmap.folio_order(folio) > 0 {
+                let nr_pages = self.memmap.folio_nr_pages(folio);
+                let mut young = ptent.pte_young();
+                if nr_pages > 1 {
                     // madvise_folio_pte_batch merges young/dirty over the batch.
+                    let max_nr = ((next - addr) / ps) as usize;
                     let merged;
-                    (nr, merged) = self.folio_pte_batch_flags(
-                        mm,
-                        folio,
-                        ptep,
-                        ptent,
-                        ((next - addr) / ps) as usize,
-                        Fpb::MERGE_YOUNG_DIRTY,
-                    );
+                    (nr, merged) = self.folio_pte_batch_flags(mm, folio, ptep, ptent, max_nr, Fpb::MERGE_YOUNG_DIRTY);
                     young = merged.pte_young();
-                    whole = nr as u64 == self.memmap.folio_nr_pages(folio);
+                    if (nr as u64) < nr_pages && !self.folio_maybe_mapped_shared(folio) {
+                        self.memmap.folio_ref_add(folio, 1);
+                        let split = split_folio(self, folio, 1);
+                        self.folio_put(folio);
+                        if split {
+                            continue;
+                        }
+                    }
                 }
-                if whole && young {
-                    self.arch.clear_young_dirty_ptes(amm, addr, ptep, nr, true, false);
-                    tlb.remove_tlb_entries(addr, nr as u64, ps);
+                if self.memmap.folio_mapcount(folio) as u64 == nr_pages && nr as u64 == nr_pages {
+                    if pageout {
+                        self.folio_isolate_lru(folio, folios);
+                    } else if young {
+                        self.arch.clear_young_dirty_ptes(amm, addr, ptep, nr, true, false);
+                        tlb.remove_tlb_entries(addr, nr as u64, ps);
+                    }
                 }
             }
             ptep = ptep.add(nr);

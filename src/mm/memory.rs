@@ -9,6 +9,7 @@ use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
 use super::vmstat::{MthpStat, VmEvent};
 use super::{Kernel, ZapVariant};
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{PgProt, Pte, PtePtr};
 use crate::hw::{DescKind, Pfn};
 
@@ -85,7 +86,7 @@ impl Kernel {
                     return ret;
                 }
             }
-        } else if let DescKind::Block(_) = pmdval.kind(2, g) {
+        } else if pmd_trans_huge(pmdval) {
             if write && !Pte(pmdval).pte_write() {
                 let ret = huge_memory::do_huge_pmd_wp_page(self, mm, vma, pmd, addr);
                 if ret != VmFault::Fallback {
@@ -314,7 +315,7 @@ impl Kernel {
         let g = self.arch.granule();
         let pmd_size = g.pmd_size();
         self.walk_pmd_range(mm, addr, end, |k, pmd, d, addr, next| {
-            if let DescKind::Block(_) = d.kind(2, g) {
+            if pmd_trans_huge(d) {
                 if next - addr != pmd_size {
                     huge_memory::__split_huge_pmd(k, mm, vma, pmd, addr);
                     k.zap_pte_range(tlb, mm, vma, pmd, addr, next);
@@ -338,6 +339,7 @@ impl Kernel {
             let Some(start_pte) = self.pte_offset_map(pmd, addr) else {
                 return;
             };
+            self.flush_tlb_batched_pending(mm);
             let mut pte = start_pte;
             let mut force_flush = false;
             let mut rss = 0i64;

@@ -7,8 +7,8 @@ use super::folio::PageFlags;
 use super::mm_types::{MmId, VmFlags};
 use super::mmap::VmaError;
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
-use crate::hw::DescKind;
 
 impl Kernel {
     /// mlock(2): lock, then populate (faults count like any GUP fault).
@@ -52,7 +52,7 @@ impl Kernel {
     fn mlock_vma_pages_range(&mut self, mm: MmId, start: u64, end: u64, lock: bool) {
         let g = self.arch.granule();
         self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
-            if let DescKind::Block(_) = d.kind(2, g) {
+            if pmd_trans_huge(d) {
                 let folio = d.pfn(g);
                 if k.huge_zero_folio != Some(folio) {
                     k.mlock_folio(folio, lock);

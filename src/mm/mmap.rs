@@ -178,7 +178,7 @@ impl Kernel {
         let g = self.arch.granule();
         let pmd = self.pmd_offset(mm, addr)?;
         let d = self.pxd_get(2, pmd);
-        if let crate::hw::DescKind::Block(_) = d.kind(2, g) {
+        if crate::arch::arm64::pgtable::pmd_trans_huge(d) {
             let p = crate::arch::arm64::pgtable::Pte(d);
             if write && !p.pte_write() {
                 return None;

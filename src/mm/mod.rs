@@ -19,6 +19,7 @@ pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;
 pub mod thp_sysfs;
+pub mod vmscan;
 pub mod vmstat;
 
 use crate::arch::arm64::pgtable::{Arch, ArchMm};
@@ -62,6 +63,10 @@ pub struct Kernel {
     pub huge_zero_folio: Option<Pfn>,
     pub ds_queue: DeferredSplitQueue,
     pub zap: ZapVariant,
+    /// How reclaim flushes the TLB of the ptes it clears (seed 001).
+    pub tlb_batch: rmap::TlbBatchVariant,
+    /// The reclaimer's pending deferred flush (current->tlb_ubc).
+    pub tlb_ubc: rmap::TlbUbc,
     next_asid: Asid,
     next_anon_vma: u64,
 }
@@ -91,6 +96,8 @@ impl Kernel {
                 len: 0,
             },
             zap: ZapVariant::Batched,
+            tlb_batch: rmap::TlbBatchVariant::Deferred,
+            tlb_ubc: rmap::TlbUbc::default(),
             next_asid: 1,
             next_anon_vma: 1,
         }
@@ -161,9 +168,14 @@ impl Kernel {
     }
 
     /// vma_alloc_folio: a new folio of `order`, or None when the buddy allocator has no
-    /// block that large.
+    /// block that large. An order-0 allocation (GFP_HIGHUSER_MOVABLE, which may reclaim)
+    /// that fails runs direct reclaim and tries again before giving up (OOM).
     pub fn folio_alloc(&mut self, order: u32) -> Option<Pfn> {
-        let pfn = self.buddy.alloc(&mut self.memmap, order)?;
+        let pfn = match self.buddy.alloc(&mut self.memmap, order) {
+            Some(pfn) => pfn,
+            None if order == 0 && self.try_to_free_pages() => self.buddy.alloc(&mut self.memmap, 0)?,
+            None => return None,
+        };
         self.memmap.prep_new_folio(pfn, order);
         Some(pfn)
     }

@@ -7,9 +7,10 @@ use super::mmap::VmaError;
 use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::arch::arm64::tlbflush::pte_needs_flush;
-use crate::hw::{DescKind, Pfn};
+use crate::hw::Pfn;
 
 /// What one committed run of ptes needs: where, the old and new values of its first
 /// pte, and the folio it maps.
@@ -54,8 +55,8 @@ impl Kernel {
         let g = self.arch.granule();
         let pmd_size = g.pmd_size();
         self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
-            if let DescKind::Block(_) = d.kind(2, g) {
-                if next - addr == pmd_size && vma.flags.contains(VmFlags::READ) {
+            if pmd_trans_huge(d) {
+                if next - addr == pmd_size {
                     change_huge_pmd(k, tlb, mm, vma, pmd, addr);
                 } else {
                     __split_huge_pmd(k, mm, vma, pmd, addr);
@@ -81,6 +82,7 @@ impl Kernel {
         let Some(mut ptep) = self.pte_offset_map(pmd, addr) else {
             return;
         };
+        self.flush_tlb_batched_pending(mm);
         let mut addr = addr;
         while addr < end {
             let oldpte = self.arch.ptep_get(amm, ptep);

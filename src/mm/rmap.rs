@@ -1,12 +1,16 @@
 //! mm/rmap.c + include/linux/rmap.h: anon rmap accounting of folios (mapcounts, the
-//! per-mm slots that tell "mapped exclusively" from "maybe shared"), and the
-//! partially-mapped detection that feeds the deferred split queue.
+//! per-mm slots that tell "mapped exclusively" from "maybe shared"), the
+//! partially-mapped detection that feeds the deferred split queue, and reclaim's
+//! try_to_unmap with the batched, deferred TLB flush of seed 001.
 
 use super::folio::PageFlags;
-use super::huge_memory::deferred_split_folio;
-use super::mm_types::MmId;
+use super::huge_memory::{__split_huge_pmd, deferred_split_folio};
+use super::mm_types::{MmId, VmFlags, Vma};
 use super::vmstat::MthpStat;
 use super::Kernel;
+use crate::arch::arm64::pgtable::pmd_trans_huge;
+use crate::arch::arm64::pgtable::{Pte, PtePtr};
+use crate::arch::arm64::tlbflush::{arch_flush_tlb_batched_pending, arch_tlbbatch_add_pending, arch_tlbbatch_flush};
 use crate::hw::Pfn;
 
 /// The mm id a folio slot records (MM_ID_DUMMY is 0).
@@ -182,5 +186,175 @@ impl Kernel {
         if partially_mapped && h.flags.contains(PageFlags::ANON) && !h.flags.contains(PageFlags::PARTIALLY_MAPPED) {
             deferred_split_folio(self, folio, true);
         }
+    }
+}
+
+bitflags::bitflags! {
+    /// enum ttu_flags: how try_to_unmap goes about it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct TtuFlags: u8 {
+        /// Split a pmd mapping into ptes first.
+        const SPLIT_HUGE_PMD = 1 << 0;
+        /// Defer the TLB flush to try_to_unmap_flush (reclaim).
+        const BATCH_FLUSH = 1 << 1;
+    }
+}
+
+/// How try_to_unmap_one flushes the TLB of a pte it cleared (seed 001).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlbBatchVariant {
+    /// Before seed 001 (arm64 without ARCH_WANT_BATCHED_UNMAP_TLB_FLUSH, which also
+    /// predates folio_unmap_pte_batch): ptep_clear_flush one pte at a time, each with
+    /// its TLBI and a DSB ISH.
+    Sync,
+    /// After: get_and_clear_ptes, the TLBIs issued at once without waiting
+    /// (arch_tlbbatch_add_pending), one DSB ISH in try_to_unmap_flush.
+    Deferred,
+}
+
+/// struct tlbflush_unmap_batch (current->tlb_ubc): the reclaimer's pending flush.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlbUbc {
+    /// TLBIs were issued that no DSB has waited for yet.
+    pub flush_required: bool,
+    /// One of the cleared ptes was dirty (try_to_unmap_flush_dirty would flush).
+    pub writable: bool,
+}
+
+impl Kernel {
+    /// should_defer_flush: reclaim asked for it and the architecture batches
+    /// (arch_tlbbatch_should_defer is false only with the REPEAT_TLBI erratum).
+    fn should_defer_flush(&self, flags: TtuFlags) -> bool {
+        flags.contains(TtuFlags::BATCH_FLUSH) && self.tlb_batch == TlbBatchVariant::Deferred
+    }
+
+    /// set_tlb_ubc_flush_pending: a pte the hardware may have cached was cleared; issue
+    /// its TLBIs now and remember that a DSB is owed, also in the mm, so that a page
+    /// table walker of that mm (flush_tlb_batched_pending) waits for them first.
+    fn set_tlb_ubc_flush_pending(&mut self, mm: MmId, pteval: Pte, start: u64, end: u64) {
+        if !pteval.pte_valid() {
+            return;
+        }
+        let asid = self.mm(mm).asid;
+        arch_tlbbatch_add_pending(&mut self.arch.hw, asid, start, end);
+        self.tlb_ubc.flush_required = true;
+        self.mm_mut(mm).tlb_flush_pending += 1;
+        if pteval.pte_dirty() {
+            self.tlb_ubc.writable = true;
+        }
+    }
+
+    /// try_to_unmap_flush: wait for every TLBI reclaim issued (before the folios go).
+    pub fn try_to_unmap_flush(&mut self) {
+        if !self.tlb_ubc.flush_required {
+            return;
+        }
+        arch_tlbbatch_flush(&mut self.arch.hw);
+        self.tlb_ubc = TlbUbc::default();
+    }
+
+    /// flush_tlb_batched_pending (under the PTL, before changing ptes of `mm`): if
+    /// reclaim left TLBIs for this mm that may not have completed, wait for them.
+    pub fn flush_tlb_batched_pending(&mut self, mm: MmId) {
+        let m = self.mm(mm);
+        if m.tlb_flush_pending != m.tlb_flush_done {
+            arch_flush_tlb_batched_pending(&mut self.arch.hw);
+            let m = self.mm_mut(mm);
+            m.tlb_flush_done = m.tlb_flush_pending;
+        }
+    }
+
+    /// try_to_unmap: unmap `folio` from every mm (the model's rmap walk: an anon page is
+    /// mapped only at its page->index). Without swap only lazyfree folios get here.
+    pub fn try_to_unmap(&mut self, folio: Pfn, flags: TtuFlags) {
+        for mm in 0..self.mms.len() {
+            if self.mms[mm].is_some() && !self.try_to_unmap_one(folio, mm, flags) {
+                return;
+            }
+        }
+    }
+
+    /// try_to_unmap_one for a lazyfree anon folio in one mm: a pmd mapping is split
+    /// first (the 6.18 host declines to discard a lazyfree THP at the pmd and splits it:
+    /// measured, thp_split_pmd +1, no folio split); then each run of ptes
+    /// (folio_unmap_pte_batch) is cleared and, while the folio is clean and nobody else
+    /// holds a reference, discarded; a re-dirtied folio is mapped back and becomes
+    /// swap-backed again. False stops the rmap walk (the folio stays mapped).
+    fn try_to_unmap_one(&mut self, folio: Pfn, mm: MmId, flags: TtuFlags) -> bool {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let amm = self.arch_mm(mm);
+        let nr_pages = self.memmap.folio_nr_pages(folio);
+        debug_assert!(
+            !self.memmap.folio_test(folio, PageFlags::SWAPBACKED),
+            "no swap: only lazyfree"
+        );
+        if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
+            let haddr = self.memmap.page(folio).index << g.page_shift();
+            if let Some(pmd) = self.pmd_offset(mm, haddr) {
+                let d = self.pxd_get(2, pmd);
+                if pmd_trans_huge(d) && d.pfn(g) == folio {
+                    let vma = self.mm(mm).find_vma(haddr).cloned().expect("a pmd outside any VMA");
+                    __split_huge_pmd(self, mm, &vma, pmd, haddr);
+                }
+            }
+        }
+        let mut i = 0;
+        while i < nr_pages {
+            let page = Pfn(folio.0 + i);
+            let addr = self.memmap.page(page).index << g.page_shift();
+            let pte = self.pte_offset(mm, addr).map(|p| (p, self.arch.ptep_get(amm, p)));
+            let Some((ptep, pteval)) = pte.filter(|(_, v)| v.pte_present() && v.pte_pfn(g) == page) else {
+                i += 1;
+                continue;
+            };
+            let vma = self.mm(mm).find_vma(addr).cloned().expect("a pte outside any VMA");
+            if vma.flags.contains(VmFlags::LOCKED) {
+                return false;
+            }
+            let defer = self.should_defer_flush(flags);
+            let nr = if defer {
+                self.folio_unmap_pte_batch(mm, &vma, folio, ptep, pteval, addr)
+            } else {
+                1
+            };
+            let end = addr + nr as u64 * ps;
+            let pteval = if defer {
+                let v = self.arch.get_and_clear_full_ptes(amm, addr, ptep, nr, false);
+                self.set_tlb_ubc_flush_pending(mm, v, addr, end);
+                v
+            } else {
+                self.arch.ptep_clear_flush(amm, addr, ptep)
+            };
+            if pteval.pte_dirty() {
+                self.memmap.folio_set(folio, PageFlags::DIRTY);
+            }
+            let (refs, maps) = (self.memmap.folio_ref_count(folio), self.memmap.folio_mapcount(folio));
+            let dirty = self.memmap.folio_test(folio, PageFlags::DIRTY);
+            if dirty || refs != 1 + maps {
+                // Re-dirtied, or another reference: map it back as it was.
+                self.arch.set_ptes(amm, addr, ptep, pteval, nr, Some((folio, nr_pages)));
+                if dirty {
+                    self.memmap.folio_set(folio, PageFlags::SWAPBACKED);
+                }
+                return false;
+            }
+            self.mm_mut(mm).rss_anon -= nr as i64;
+            self.folio_remove_rmap_ptes(folio, page, nr as u64, mm);
+            self.folio_put_refs(folio, nr as i32);
+            i += nr as u64;
+        }
+        true
+    }
+
+    /// folio_unmap_pte_batch: the ptes of a lazyfree large folio that can go in one
+    /// batch, within one page table and one VMA (6.16+); one pte otherwise.
+    fn folio_unmap_pte_batch(&mut self, mm: MmId, vma: &Vma, folio: Pfn, ptep: PtePtr, pte: Pte, addr: u64) -> usize {
+        let g = self.arch.granule();
+        if self.memmap.folio_order(folio) == 0 {
+            return 1;
+        }
+        let end = ((addr + g.pmd_size()) & !(g.pmd_size() - 1)).min(vma.end);
+        self.folio_pte_batch(mm, folio, ptep, pte, ((end - addr) / g.page_size()) as usize)
     }
 }

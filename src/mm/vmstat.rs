@@ -31,6 +31,8 @@ named_enum!(
         ThpZeroPageAlloc => "thp_zero_page_alloc",
         ThpZeroPageAllocFailed => "thp_zero_page_alloc_failed",
         ThpCollapseAlloc => "thp_collapse_alloc",
+        ThpSwpoutFallback => "thp_swpout_fallback",
+        PgLazyFreed => "pglazyfreed",
     }
 );
 
@@ -66,7 +68,11 @@ impl VmStats {
     }
     #[inline]
     pub fn count_vm_event(&mut self, e: VmEvent) {
-        self.events[e as usize] += 1;
+        self.count_vm_events(e, 1);
+    }
+    #[inline]
+    pub fn count_vm_events(&mut self, e: VmEvent, n: i64) {
+        self.events[e as usize] += n;
     }
     #[inline]
     pub fn event(&self, e: VmEvent) -> i64 {

@@ -30,6 +30,9 @@ use worker::Ctx;
 pub struct HostPaths {
     pub thp: PathBuf,
     pub vmstat: PathBuf,
+    /// Written with `2` by `shrink`: drop_slab runs every shrinker, the THP deferred
+    /// split one included.
+    pub drop_caches: PathBuf,
 }
 
 impl Default for HostPaths {
@@ -37,6 +40,7 @@ impl Default for HostPaths {
         HostPaths {
             thp: "/sys/kernel/mm/transparent_hugepage".into(),
             vmstat: "/proc/vmstat".into(),
+            drop_caches: "/proc/sys/vm/drop_caches".into(),
         }
     }
 }
@@ -94,6 +98,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
     let mut o = Orchestrator {
         w,
         guard: &guard,
+        drop_caches: &paths.drop_caches,
         ctx: &ctx,
         ours,
         pids: BTreeMap::new(),
@@ -133,6 +138,7 @@ fn collect_leaves<'w>(stmts: &'w [Stmt], out: &mut Vec<&'w Stmt>) {
 struct Orchestrator<'a> {
     w: &'a Workload,
     guard: &'a KnobGuard,
+    drop_caches: &'a std::path::Path,
     ctx: &'a Ctx<'a>,
     /// Our end of each process's socket.
     ours: BTreeMap<String, UnixStream>,
@@ -215,6 +221,11 @@ impl Orchestrator<'_> {
         let minflt = match &s.op {
             Op::Set { knob, value } => {
                 self.guard.set(knob, value)?;
+                0
+            }
+            Op::Shrink => {
+                std::fs::write(self.drop_caches, "2")
+                    .map_err(|e| self.err(s, format!("shrink: writing {}: {e}", self.drop_caches.display())))?;
                 0
             }
             op => {

@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// The /proc/vmstat counters reported as `vmstat.<name>`: page faults, THP fault
 /// allocation and fallback, splits (whole, deferred, underused, PMD), collapse, the huge
-/// zero page and THP swap-out. System-wide counters such as pgfree or pgalloc_* are left
+/// zero page, THP swap-out and lazyfree pages discarded by reclaim. System-wide counters such as pgfree or pgalloc_* are left
 /// out: other processes on the host move them by far more than a workload does.
 pub const VMSTAT_KEYS: &[&str] = &[
     "pgfault",
@@ -27,6 +27,7 @@ pub const VMSTAT_KEYS: &[&str] = &[
     "thp_zero_page_alloc_failed",
     "thp_swpout",
     "thp_swpout_fallback",
+    "pglazyfreed",
 ];
 
 /// Open counter files and the names their values go under.

@@ -218,7 +218,7 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64)) -> std::io::Result<()> {
                 let (a, len) = span(region, range);
                 check(libc::munlock(a as *const _, len as usize))
             }
-            Op::Set { .. } | Op::Mark { .. } | Op::Fork { .. } | Op::Exit | Op::Repeat { .. } => {
+            Op::Set { .. } | Op::Mark { .. } | Op::Shrink | Op::Fork { .. } | Op::Exit | Op::Repeat { .. } => {
                 unreachable!("{} is not a worker op", op.keyword())
             }
         }

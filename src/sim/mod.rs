@@ -17,8 +17,6 @@ pub use variants::Variants;
 /// A run that could not complete, with the workload position it stopped at.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
-    #[error("{path}:{}:{}: {what} is not supported by the model yet", pos.line, pos.col)]
-    Unsupported { path: String, pos: Pos, what: String },
     #[error("{path}:{}:{}: {msg}", pos.line, pos.col)]
     Failed { path: String, pos: Pos, msg: String },
     #[error("{0}")]
@@ -52,11 +50,11 @@ struct Sim<'w> {
 
 /// Run `w` on a fresh model machine configured by `v`.
 pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
-    refuse_unsupported(w, &w.stmts)?;
     let cfg = v.machine();
     let page = cfg.granule.page_size();
     let mut k = Kernel::boot(cfg);
     k.zap = v.zap();
+    k.tlb_batch = v.tlb_batch();
     k.arch.contpte = v.contpte();
     k.arch.ptep_get = v.ptep_get();
     k.arch.hw.checks = v.checks();
@@ -101,36 +99,6 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         layout,
         unavailable: BTreeMap::new(),
     })
-}
-
-/// The ops whose model lands with a later issue are refused before anything runs.
-fn refuse_unsupported(w: &Workload, stmts: &[Stmt]) -> Result<(), SimError> {
-    for s in stmts {
-        let what = match &s.op {
-            Op::Repeat { body, .. } => {
-                refuse_unsupported(w, body)?;
-                None
-            }
-            Op::Madvise { advice, .. } => match advice {
-                Advice::DontNeed
-                | Advice::Free
-                | Advice::Cold
-                | Advice::HugePage
-                | Advice::NoHugePage
-                | Advice::Collapse => None,
-                a => Some(format!("madvise {a:?}").to_lowercase()),
-            },
-            _ => None,
-        };
-        if let Some(what) = what {
-            return Err(SimError::Unsupported {
-                path: w.path.clone(),
-                pos: s.pos,
-                what,
-            });
-        }
-    }
-    Ok(())
 }
 
 /// Offsets and sizes are 4K multiples; a larger granule needs them aligned to it.
@@ -273,8 +241,8 @@ impl Sim<'_> {
                     Advice::HugePage => Madv::HugePage,
                     Advice::NoHugePage => Madv::NoHugePage,
                     Advice::Cold => Madv::Cold,
+                    Advice::PageOut => Madv::PageOut,
                     Advice::Collapse => Madv::Collapse,
-                    _ => unreachable!("refused before the run"),
                 };
                 for at in (start..end).step_by(step as usize) {
                     let r = self.k.do_madvise(mm, at, at + step, madv);
@@ -333,6 +301,10 @@ impl Sim<'_> {
                 let p = self.procs.remove(&s.proc_name).expect("a live process");
                 *self.exited_minflt.entry(s.proc_name.clone()).or_default() += self.k.mm(p.mm).min_flt;
                 self.k.exit_mmap(p.mm);
+                Ok(())
+            }
+            Op::Shrink => {
+                self.k.drop_slab();
                 Ok(())
             }
             Op::Munmap { region, range } => {
@@ -467,6 +439,10 @@ impl Kernel {
                 }
                 // PROT_NONE: present to the kernel (and to pagemap), invalid to hardware.
                 _ if level == 3 && crate::arch::arm64::pgtable::Pte(d).pte_present() => return Some(d.pfn(g)),
+                _ if level == 2 && crate::arch::arm64::pgtable::pmd_trans_huge(d) => {
+                    let off = (addr & ((1u64 << g.level_shift(level)) - 1)) >> g.page_shift();
+                    return Some(crate::hw::Pfn(d.pfn(g).0 + off));
+                }
                 _ => return None,
             }
         }
@@ -485,4 +461,4 @@ impl Kernel {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

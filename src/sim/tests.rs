@@ -13,7 +13,12 @@ const BASE: u64 = 0x1000_0000_0000;
 const K4: u64 = 4096;
 
 fn boot(knobs: &[(&str, &str)]) -> (Kernel, MmId) {
-    let mut k = Kernel::boot(MachineConfig::default());
+    boot_with(MachineConfig::default(), knobs)
+}
+
+/// A kernel on `cfg` with the checkers on, `knobs` set, and one mm on cpu 0.
+pub(crate) fn boot_with(cfg: MachineConfig, knobs: &[(&str, &str)]) -> (Kernel, MmId) {
+    let mut k = Kernel::boot(cfg);
     k.arch.hw.checks = true;
     for (kn, v) in knobs {
         k.knobs.set(kn, v).unwrap();
@@ -41,7 +46,7 @@ fn kinds(k: &Kernel, mm: MmId, start: u64, pages: u64) -> Vec<Option<PageKind>> 
     (0..pages).map(|i| k.page_kind(mm, start + i * K4)).collect()
 }
 
-fn assert_clean(k: &Kernel) {
+pub(crate) fn assert_clean(k: &Kernel) {
     assert!(k.arch.hw.violations.is_empty(), "{:?}", k.arch.hw.violations);
     k.check_invariants().unwrap();
 }

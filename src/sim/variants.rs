@@ -3,12 +3,14 @@
 
 use crate::arch::arm64::pgtable::PtepGetVariant;
 use crate::hw::{Granule, MachineConfig};
+use crate::mm::rmap::TlbBatchVariant;
 use crate::mm::ZapVariant;
 use std::collections::BTreeMap;
 
 /// Every key with its default and allowed values.
 pub const KEYS: &[(&str, &str, &str)] = &[
     ("zap", "batched", "per-pte|batched (seed 000)"),
+    ("tlb-batch", "deferred", "sync|deferred (seed 001)"),
     ("contpte", "on", "on|off"),
     ("ptep_get", "early-exit", "full-scan|early-exit|mod1|mod2 (seed 004)"),
     ("granule", "4K", "4K|16K|64K"),
@@ -74,6 +76,7 @@ impl Variants {
         };
         let ok = match k {
             "zap" => matches!(val, "per-pte" | "batched"),
+            "tlb-batch" => matches!(val, "sync" | "deferred"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_size(val).is_some_and(|r| r >= 64 << 20),
@@ -117,6 +120,13 @@ impl Variants {
             ZapVariant::Batched
         }
     }
+    pub fn tlb_batch(&self) -> TlbBatchVariant {
+        if self.get("tlb-batch") == "sync" {
+            TlbBatchVariant::Sync
+        } else {
+            TlbBatchVariant::Deferred
+        }
+    }
     pub fn contpte(&self) -> bool {
         self.flag("contpte")
     }
@@ -141,6 +151,11 @@ mod tests {
     fn defaults_and_overrides() {
         let v = Variants::from_sets(&["zap=per-pte".into(), "granule=16K".into()]).unwrap();
         assert_eq!(v.zap(), ZapVariant::PerPte);
+        assert_eq!(v.tlb_batch(), TlbBatchVariant::Deferred);
+        assert_eq!(
+            Variants::from_sets(&["tlb-batch=sync".into()]).unwrap().tlb_batch(),
+            TlbBatchVariant::Sync
+        );
         assert_eq!(v.machine().granule, Granule::K16);
         assert!(v.contpte());
     }

@@ -112,6 +112,9 @@ pub enum Op {
         child: String,
     },
     Exit,
+    /// `shrink`: run the THP deferred split shrinker over its whole queue, as
+    /// /proc/sys/vm/drop_caches (2) does through drop_slab (an extension of the spec).
+    Shrink,
     Repeat {
         n: u64,
         body: Vec<Stmt>,
@@ -135,6 +138,7 @@ impl Op {
             Op::Munlock { .. } => "munlock",
             Op::Fork { .. } => "fork",
             Op::Exit => "exit",
+            Op::Shrink => "shrink",
             Op::Repeat { .. } => "repeat",
             Op::Mark { .. } => "mark",
         }

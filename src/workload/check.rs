@@ -158,7 +158,7 @@ impl Checker<'_> {
             Some(p) => p,
         };
         match &stmt.op {
-            Op::Set { .. } | Op::Mark { .. } => {}
+            Op::Set { .. } | Op::Mark { .. } | Op::Shrink => {}
             Op::Mmap { region, size, ro, .. } => {
                 if let Some(r) = proc.regions.get(region) {
                     return Err(self.err(

@@ -352,6 +352,10 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 Op::Exit
             }
+            "shrink" => {
+                self.finish(&a)?;
+                Op::Shrink
+            }
             "mark" => {
                 let t = self.arg(&mut a, "a label")?;
                 self.finish(&a)?;
@@ -593,14 +597,15 @@ mod tests {
              \tend\n\
              end\n\
              munmap a 8M 4K\n\
-             munmap b\n",
+             munmap b\n\
+             shrink\n",
         );
         let ops: Vec<_> = w.stmts.iter().map(|s| s.op.keyword()).collect();
         assert_eq!(
             ops,
             [
                 "set", "set", "mmap", "mmap", "mark", "touch", "touch", "touch", "madvise", "mprotect", "mlock",
-                "munlock", "fork", "touch", "exit", "repeat", "munmap", "munmap"
+                "munlock", "fork", "touch", "exit", "repeat", "munmap", "munmap", "shrink"
             ]
         );
         assert_eq!(
@@ -683,6 +688,7 @@ mod tests {
     #[test]
     fn syntax_errors_name_the_token() {
         fails("frob a", 1, 1, "unknown op 'frob'");
+        fails("shrink now", 1, 8, "unexpected 'now'");
         fails("\n  @c touch a", 2, 3, "unknown process 'c'");
         fails("@9c touch a", 1, 1, "invalid process name '9c'");
         fails("@main", 1, 1, "expected an op");

@@ -245,6 +245,12 @@ pub enum PtepGetVariant {
     Mod2,
 }
 
+/// pmd_trans_huge: a pmd that maps a huge page, valid or PROT_NONE (present-invalid),
+/// as opposed to one pointing at a pte table.
+pub fn pmd_trans_huge(d: Desc) -> bool {
+    Pte(d).pte_present() && !d.has(Attr::TABLE_OR_PAGE)
+}
+
 /// The address space a pte operation is for (the parts of mm_struct arm64 needs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArchMm {

@@ -190,6 +190,25 @@ pub fn flush_tlb_kernel_range(m: &mut Machine, start: u64, end: u64) {
     m.isb();
 }
 
+/// arch_tlbbatch_add_pending (seed 001): issue the TLBIs of an unmapped range without
+/// waiting; arch_tlbbatch_flush's DSB completes them all at once.
+pub fn arch_tlbbatch_add_pending(m: &mut Machine, asid: Asid, start: u64, end: u64) {
+    let ps = m.granule().page_size();
+    flush_tlb_range_nosync(m, asid, start, end, ps, true);
+}
+
+/// arch_tlbbatch_flush: the TLBIs were issued as they were queued; one DSB ISH waits
+/// for every one of them.
+pub fn arch_tlbbatch_flush(m: &mut Machine) {
+    m.dsb_ish();
+}
+
+/// arch_flush_tlb_batched_pending: arm64 only waits for the TLBIs another context
+/// issued but may not have completed yet (no flush_tlb_mm, seed 001's patch 3).
+pub fn arch_flush_tlb_batched_pending(m: &mut Machine) {
+    m.dsb_ish();
+}
+
 /// pte_needs_flush (__pte_flags_need_flush): a valid pte whose hardware-visible bits
 /// changed; invalid-to-valid and software-bit changes need no flush.
 pub fn pte_needs_flush(old: Pte, new: Pte) -> bool {

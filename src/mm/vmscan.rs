@@ -1,0 +1,309 @@
+//! mm/vmscan.c: page reclaim of the folios madvise(MADV_PAGEOUT) hands it
+//! (reclaim_pages -> shrink_folio_list), direct reclaim when an allocation fails, and
+//! the shrinkers on demand (drop_slab).
+//!
+//! The model has no swap device, like the validation host: a swap-backed anon folio
+//! cannot be written out, so reclaim only splits large ones (swpout_fallback) and
+//! activates every piece, which stays mapped; lazyfree (MADV_FREE) folios that are
+//! still clean are discarded.
+
+use super::folio::PageFlags;
+use super::huge_memory::{can_split_folio, deferred_split_scan, split_folio_to_list};
+use super::rmap::TtuFlags;
+use super::vmstat::{MthpStat, VmEvent};
+use super::Kernel;
+use crate::hw::Pfn;
+
+impl Kernel {
+    /// reclaim_pages (reclaim_folio_list with references ignored, as for
+    /// MADV_PAGEOUT): shrink the isolated folios, in the order given, and put back what
+    /// stays. Each folio carries the reference its isolation took. Returns the pages
+    /// reclaimed.
+    pub fn reclaim_pages(&mut self, folios: Vec<Pfn>) -> u64 {
+        // shrink_folio_list takes folios from the list's tail, where split pages go too.
+        let mut list: Vec<Pfn> = folios.into_iter().rev().collect();
+        let mut free = Vec::new();
+        let mut keep = Vec::new();
+        let mut reclaimed = 0;
+        while let Some(folio) = list.pop() {
+            if self.shrink_folio(folio, &mut list) {
+                reclaimed += self.memmap.folio_nr_pages(folio);
+                free.push(folio);
+            } else {
+                keep.push(folio);
+            }
+        }
+        // The TLBIs of every pte cleared above complete before any folio is freed.
+        self.try_to_unmap_flush();
+        for folio in free.into_iter().chain(keep) {
+            self.folio_put(folio);
+        }
+        reclaimed
+    }
+
+    /// One folio of shrink_folio_list: true when it can be freed (only the isolation
+    /// reference is left), false when it goes back to the LRU (activated).
+    fn shrink_folio(&mut self, folio: Pfn, list: &mut Vec<Pfn>) -> bool {
+        let f = self.memmap.page(folio).flags;
+        if f.contains(PageFlags::MLOCKED) {
+            return false;
+        }
+        if f.contains(PageFlags::ANON | PageFlags::SWAPBACKED) {
+            self.pageout_without_swap(folio, list);
+            return false;
+        }
+        if self.memmap.folio_mapcount(folio) > 0 {
+            let mut flags = TtuFlags::BATCH_FLUSH;
+            if self.memmap.folio_order(folio) == self.arch.granule().pmd_order() {
+                flags |= TtuFlags::SPLIT_HUGE_PMD;
+            }
+            self.try_to_unmap(folio, flags);
+            if self.memmap.folio_mapcount(folio) > 0 {
+                return false;
+            }
+        }
+        if self.memmap.folio_ref_count(folio) != 1 {
+            return false;
+        }
+        let nr = self.memmap.folio_nr_pages(folio);
+        self.stat.count_vm_events(VmEvent::PgLazyFreed, nr as i64);
+        true
+    }
+
+    /// A swap-backed anon folio when folio_alloc_swap fails (there is no swap): a
+    /// partially mapped large folio is split right away; a large one is then split to
+    /// try its pages one by one (swpout_fallback); every page is activated.
+    fn pageout_without_swap(&mut self, folio: Pfn, list: &mut Vec<Pfn>) {
+        let order = self.memmap.folio_order(folio);
+        if order == 0 || !can_split_folio(self, folio, 1) {
+            return;
+        }
+        let f = self.memmap.page(folio).flags;
+        if f.contains(PageFlags::DEFERRED | PageFlags::PARTIALLY_MAPPED) {
+            split_folio_to_list(self, folio, list);
+            return;
+        }
+        if !split_folio_to_list(self, folio, list) {
+            return;
+        }
+        if order == self.arch.granule().pmd_order() {
+            self.stat.count_vm_event(VmEvent::ThpSwpoutFallback);
+        }
+        self.stat.count_mthp_stat(order, MthpStat::SwpoutFallback);
+    }
+
+    /// drop_slab (`echo 2 > /proc/sys/vm/drop_caches`): shrink_slab at priority 0 asks
+    /// every shrinker to scan all it counts; of the model's, only the THP deferred split
+    /// shrinker has objects. Returns how many folios it split.
+    pub fn drop_slab(&mut self) -> u64 {
+        deferred_split_scan(self)
+    }
+
+    /// try_to_free_pages (direct reclaim, when an allocation that may reclaim fails):
+    /// the shrinkers, then every lazyfree folio. The model keeps no LRU lists; the
+    /// lazyfree folios (which the kernel keeps on the inactive file LRU, the only anon
+    /// memory reclaim can free without swap) are found by walking every mm's page
+    /// tables, in mm and address order. Returns whether anything was freed.
+    pub fn try_to_free_pages(&mut self) -> bool {
+        let split = self.drop_slab();
+        let mut folios = Vec::new();
+        for mm in 0..self.mms.len() {
+            if self.mms[mm].is_some() {
+                self.isolate_lazyfree_folios(mm, &mut folios);
+            }
+        }
+        let reclaimed = self.reclaim_pages(folios);
+        split > 0 || reclaimed > 0
+    }
+
+    /// Isolate (take a reference on) each lazyfree folio mapped in `mm`, once.
+    fn isolate_lazyfree_folios(&mut self, mm: usize, out: &mut Vec<Pfn>) {
+        let ps = self.arch.granule().page_size();
+        let vmas: Vec<(u64, u64)> = self.mm(mm).vmas.values().map(|v| (v.start, v.end)).collect();
+        let mut seen: std::collections::HashSet<Pfn> = out.iter().copied().collect();
+        for (start, end) in vmas {
+            for addr in (start..end).step_by(ps as usize) {
+                let Some(pfn) = self.page_table_pfn(mm, addr) else {
+                    continue;
+                };
+                let folio = self.memmap.folio_of(pfn);
+                let f = self.memmap.page(folio).flags;
+                if f.contains(PageFlags::ANON) && !f.contains(PageFlags::SWAPBACKED) && seen.insert(folio) {
+                    self.memmap.folio_ref_add(folio, 1);
+                    out.push(folio);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::check::Violation;
+    use crate::hw::{Event, MachineConfig};
+    use crate::mm::madvise::Madv;
+    use crate::mm::mm_types::{MmId, VmFlags};
+    use crate::mm::rmap::TlbBatchVariant;
+    use crate::report::PageKind;
+    use crate::sim::tests::{assert_clean, boot_with as boot};
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+
+    /// A mapped, written region of `len` bytes.
+    fn written(k: &mut Kernel, mm: MmId, len: u64, flags: VmFlags) {
+        k.do_mmap(mm, BASE, len, VmFlags::READ | VmFlags::WRITE | flags)
+            .unwrap();
+        for a in (BASE..BASE + len).step_by(K4 as usize) {
+            user_access(k, mm, 0, a, true).unwrap();
+        }
+    }
+
+    #[test]
+    fn without_swap_pageout_splits_large_folios_and_keeps_every_page_mapped() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        written(&mut k, mm, 1 << 20, VmFlags::empty());
+        k.do_madvise(mm, BASE, BASE + (1 << 20), Madv::PageOut).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.stat.mthp(4, MthpStat::Split), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::SplitDeferred), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::SwpoutFallback), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 0);
+        assert!((0..256).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(0))));
+    }
+
+    #[test]
+    fn pageout_of_a_whole_pmd_thp_splits_it_and_counts_thp_swpout_fallback() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        written(&mut k, mm, 2 << 20, VmFlags::HUGEPAGE);
+        k.do_madvise(mm, BASE, BASE + (2 << 20), Madv::PageOut).unwrap();
+        assert_clean(&k);
+        for e in [VmEvent::ThpSplitPmd, VmEvent::ThpSplitPage, VmEvent::ThpSwpoutFallback] {
+            assert_eq!(k.stat.event(e), 1, "{}", e.name());
+        }
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(0)));
+    }
+
+    #[test]
+    fn clean_lazyfree_folios_are_discarded_and_redirtied_ones_kept_swapbacked() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        written(&mut k, mm, 256 << 10, VmFlags::empty());
+        k.do_madvise(mm, BASE, BASE + (256 << 10), Madv::Free).unwrap();
+        user_access(&mut k, mm, 0, BASE, true).unwrap();
+        let free = k.buddy.free_pages;
+        k.do_madvise(mm, BASE, BASE + (256 << 10), Madv::PageOut).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 48);
+        assert_eq!(k.buddy.free_pages, free + 48);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(4)));
+        assert_eq!(k.page_kind(mm, BASE + (64 << 10)), None);
+        let folio = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
+        assert!(k.memmap.folio_test(folio, PageFlags::SWAPBACKED));
+    }
+
+    /// Seed 001's counts: 4 MiB of lazyfree memory, two reclaim_pages batches (one per
+    /// pmd). Deferred: one TLBI per page issued without waiting, a DSB ISH per batch
+    /// plus one from flush_tlb_batched_pending when the second pmd's walk starts.
+    #[test]
+    fn deferred_tlb_flush_waits_once_per_batch_where_sync_waits_per_page() {
+        for (knobs, flags, variant, tlbi, ishst, ish) in [
+            (&[][..], VmFlags::NOHUGEPAGE, TlbBatchVariant::Sync, 1024, 1024, 1024),
+            (&[][..], VmFlags::NOHUGEPAGE, TlbBatchVariant::Deferred, 1024, 1024, 3),
+            (
+                &[("hugepages-64kB/enabled", "always")][..],
+                VmFlags::empty(),
+                TlbBatchVariant::Sync,
+                2048,
+                1088,
+                1088,
+            ),
+            (
+                &[("hugepages-64kB/enabled", "always")][..],
+                VmFlags::empty(),
+                TlbBatchVariant::Deferred,
+                1024,
+                64,
+                3,
+            ),
+        ] {
+            let (mut k, mm) = boot(MachineConfig::default(), knobs);
+            k.tlb_batch = variant;
+            written(&mut k, mm, 4 << 20, flags);
+            k.do_madvise(mm, BASE, BASE + (4 << 20), Madv::Free).unwrap();
+            // Reads cache the translations again, so a missing flush would be seen.
+            for a in (BASE..BASE + (4 << 20)).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, false).unwrap();
+            }
+            let before = k.arch.hw.ev.clone();
+            k.do_madvise(mm, BASE, BASE + (4 << 20), Madv::PageOut).unwrap();
+            assert_clean(&k);
+            let d = |e| k.arch.hw.ev.get(e) - before.get(e);
+            let got = (d(Event::TlbiVale1is), d(Event::DsbIshst), d(Event::DsbIsh));
+            assert_eq!(got, (tlbi, ishst, ish), "{variant:?} {knobs:?}");
+            assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 1024);
+        }
+    }
+
+    /// Without try_to_unmap_flush the TLBIs are still pending when the folio is freed:
+    /// the stale-translation checker catches it.
+    #[test]
+    fn freeing_before_the_final_flush_leaves_a_stale_translation() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        written(&mut k, mm, 4 * K4, VmFlags::NOHUGEPAGE);
+        k.do_madvise(mm, BASE, BASE + 4 * K4, Madv::Free).unwrap();
+        // MADV_FREE flushed the TLB; a read caches the (still clean) translation again.
+        user_access(&mut k, mm, 0, BASE, false).unwrap();
+        let folio = k.page_table_pfn(mm, BASE).unwrap();
+        k.memmap.folio_ref_add(folio, 1);
+        k.try_to_unmap(folio, TtuFlags::BATCH_FLUSH);
+        k.folio_put(folio);
+        assert!(matches!(
+            k.arch.hw.violations[..],
+            [Violation::StaleTranslation { pfn, .. }] if pfn == folio
+        ));
+    }
+
+    #[test]
+    fn an_order0_allocation_reclaims_lazyfree_memory_before_failing() {
+        let cfg = MachineConfig {
+            ram_bytes: 64 << 20,
+            ..MachineConfig::default()
+        };
+        let (mut k, mm) = boot(cfg, &[]);
+        written(&mut k, mm, 48 << 20, VmFlags::NOHUGEPAGE);
+        k.do_madvise(mm, BASE, BASE + (48 << 20), Madv::Free).unwrap();
+        let b = BASE + (1 << 30);
+        k.do_mmap(mm, b, 48 << 20, VmFlags::READ | VmFlags::WRITE).unwrap();
+        for a in (b..b + (48 << 20)).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        assert_clean(&k);
+        assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 12288);
+        // Nothing reclaimable is left: the next region runs out of memory.
+        let c = BASE + (2 << 30);
+        k.do_mmap(mm, c, 48 << 20, VmFlags::READ | VmFlags::WRITE).unwrap();
+        let oom = (c..c + (48 << 20))
+            .step_by(K4 as usize)
+            .find_map(|a| user_access(&mut k, mm, 0, a, true).err());
+        assert!(matches!(oom, Some(crate::mm::memory::FaultError::Oom(_))), "{oom:?}");
+    }
+
+    /// Both halves of direct reclaim in one run: the shrinker splits the partially
+    /// mapped folio (freeing its unmapped pages), reclaim discards the lazyfree ones.
+    #[test]
+    fn direct_reclaim_runs_the_shrinker_and_discards_lazyfree_folios() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        written(&mut k, mm, 256 << 10, VmFlags::empty());
+        k.do_madvise(mm, BASE, BASE + 8 * K4, Madv::DontNeed).unwrap();
+        k.do_madvise(mm, BASE + (64 << 10), BASE + (128 << 10), Madv::Free)
+            .unwrap();
+        let free = k.buddy.free_pages;
+        assert!(k.try_to_free_pages());
+        assert_clean(&k);
+        assert_eq!(k.stat.mthp(4, MthpStat::Split), 1);
+        assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 16);
+        assert_eq!(k.buddy.free_pages, free + 8 + 16);
+    }
+}
