@@ -50,7 +50,6 @@ bitflags! {
     }
 }
 
-/// Inner-shareable (SH = 0b11).
 bitflags! {
     /// Hierarchical attributes of a table descriptor: they restrict everything the
     /// table maps, whatever the leaf descriptors below say.
@@ -61,6 +60,7 @@ bitflags! {
     }
 }
 
+/// Inner-shareable (SH = 0b11).
 pub const SH_INNER: Attr = Attr::SH0.union(Attr::SH1);
 /// MT_NORMAL is AttrIndx 0 in Linux's MAIR layout.
 pub const MT_NORMAL: u64 = 0;

@@ -183,7 +183,7 @@ impl Kernel {
         let nr = self.memmap.folio_nr_pages(head);
         for i in 1..nr {
             let p = self.memmap.page(Pfn(head.0 + i));
-            let clean = p.refcount == 0 && p.large_mapcount == 0 && p.entire_mapcount == 0 && p.nr_pages_mapped == 0;
+            let clean = p.refcount == 0;
             let tail = p.flags.contains(PageFlags::TAIL | PageFlags::INUSE) && !p.flags.contains(PageFlags::HEAD);
             if !tail || p.head as u64 != head.0 || !clean {
                 return Err(format!("folio {head:?}: bad tail page {i} ({p:?})"));
@@ -217,23 +217,24 @@ impl Kernel {
     /// and a folio mapped by two mms is marked maybe-shared.
     fn check_mm_slots(&self, head: Pfn, seen: &Seen) -> Result<(), String> {
         let hp = self.memmap.page(head);
+        let lf = self.memmap.large(head);
         let per_mm: Vec<(MmId, i32)> = seen
             .folio_mm_maps
             .range((head.0, 0)..=(head.0, MmId::MAX))
             .map(|((_, mm), n)| (*mm, *n))
             .collect();
         for s in 0..2 {
-            if hp.mm_id[s] == 0 {
+            if lf.mm_id[s] == 0 {
                 continue;
             }
-            let mm = hp.mm_id[s] as MmId - 1;
+            let mm = lf.mm_id[s] as MmId - 1;
             let n = per_mm.iter().find(|(m, _)| *m == mm).map(|(_, n)| *n).unwrap_or(0);
             // A slot may undercount (mappings added while both slots were taken), never
             // overcount.
-            if hp.mm_id_mapcount[s] < 1 || hp.mm_id_mapcount[s] > n {
+            if lf.mm_id_mapcount[s] < 1 || lf.mm_id_mapcount[s] > n {
                 return Err(format!(
                     "folio {head:?}: mm slot {s} counts {} mappings by mm {mm}, found {n}",
-                    hp.mm_id_mapcount[s]
+                    lf.mm_id_mapcount[s]
                 ));
             }
         }
@@ -311,10 +312,11 @@ impl Kernel {
             if order > 0 {
                 self.check_folio_pages(f)?;
                 self.check_mm_slots(f, seen)?;
-                if hp.entire_mapcount != pmd || hp.nr_pages_mapped != *pages_mapped {
+                let lf = self.memmap.large(f);
+                if lf.entire_mapcount != pmd || lf.nr_pages_mapped != *pages_mapped {
                     return Err(format!(
                         "folio {f:?}: entire {} nr_pages_mapped {} but {pmd} and {pages_mapped}",
-                        hp.entire_mapcount, hp.nr_pages_mapped
+                        lf.entire_mapcount, lf.nr_pages_mapped
                     ));
                 }
                 let partially = pmd == 0 && *pages_mapped > 0 && (*pages_mapped as u64) < (1 << order);
@@ -357,6 +359,17 @@ impl Kernel {
             return Err(format!(
                 "leak: {} free + {used} in use != {total} pages",
                 self.buddy.free_pages
+            ));
+        }
+        // Every large folio in use holds exactly one counts slot.
+        let large = heads.keys().filter(|h| self.memmap.folio_order(Pfn(**h)) > 0).count()
+            + self
+                .huge_zero_folio
+                .map_or(0, |z| (self.memmap.folio_order(z) > 0) as usize);
+        if self.memmap.nr_large() != large {
+            return Err(format!(
+                "leak: {} large-folio count slots for {large} large folios",
+                self.memmap.nr_large()
             ));
         }
         Ok(())

@@ -48,37 +48,28 @@ bitflags! {
     }
 }
 
-/// One struct page.
+/// One struct page: 32 bytes, so the memmap of a gigabyte of 4K pages is 8 MiB of
+/// host memory (touched once per page the model uses, it bounds fault throughput).
 #[derive(Clone, Copy, Debug)]
 pub struct Page {
     pub flags: PageFlags,
     /// Buddy order of a free block, or the folio order on a head page.
     pub order: u8,
+    /// The page's contents are not all zero (written by the user, or copied from such
+    /// a page): what pages_identical(page, ZERO_PAGE) would tell. Allocation zeroes.
+    pub nonzero: bool,
     /// List links (buddy free list or deferred split queue).
     pub lru_prev: u32,
     pub lru_next: u32,
-    /// compound_head of a tail page.
+    /// compound_head of a tail page; on the head of a large folio, its `LargeFolio` slot.
     pub head: u32,
     /// Pte mappings of this page (the kernel's _mapcount + 1).
     pub mapcount: i32,
     /// Head only: folio refcount.
     pub refcount: i32,
-    /// Head only: all mappings of the folio (ptes and pmds).
-    pub large_mapcount: i32,
-    /// Head only: pmd mappings of the folio.
-    pub entire_mapcount: i32,
-    /// Head only: pages of the folio mapped by at least one pte (_nr_pages_mapped).
-    pub nr_pages_mapped: i32,
     /// Anon: the virtual page number the page is mapped at (page->index), which is
     /// what lets the rmap walk find its ptes in every mm.
     pub index: u64,
-    /// Head only: the two mm slots of a large folio (_mm_id, MM_ID_DUMMY = 0) and
-    /// their mapcounts (_mm_id_mapcount, -1 when the slot is free).
-    pub mm_id: [u32; 2],
-    pub mm_id_mapcount: [i32; 2],
-    /// The page's contents are not all zero (written by the user, or copied from such
-    /// a page): what pages_identical(page, ZERO_PAGE) would tell. Allocation zeroes.
-    pub nonzero: bool,
 }
 
 impl Default for Page {
@@ -86,18 +77,42 @@ impl Default for Page {
         Page {
             flags: PageFlags::empty(),
             order: 0,
+            nonzero: false,
             lru_prev: NIL,
             lru_next: NIL,
             head: NIL,
             mapcount: 0,
             refcount: 0,
+            index: 0,
+        }
+    }
+}
+
+/// The folio-wide mapping counts of a large folio. The kernel keeps them in the
+/// folio's first tail pages; the model keeps one slot per large folio beside the
+/// memmap, named by the head page, which keeps every struct page small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LargeFolio {
+    /// All mappings of the folio (ptes and pmds).
+    pub large_mapcount: i32,
+    /// Pmd mappings of the folio.
+    pub entire_mapcount: i32,
+    /// Pages of the folio mapped by at least one pte (_nr_pages_mapped).
+    pub nr_pages_mapped: i32,
+    /// The two mm slots (_mm_id, MM_ID_DUMMY = 0) and their mapcounts
+    /// (_mm_id_mapcount, -1 when the slot is free).
+    pub mm_id: [u32; 2],
+    pub mm_id_mapcount: [i32; 2],
+}
+
+impl Default for LargeFolio {
+    fn default() -> Self {
+        LargeFolio {
             large_mapcount: 0,
             entire_mapcount: 0,
             nr_pages_mapped: 0,
-            index: 0,
             mm_id: [0; 2],
             mm_id_mapcount: [-1; 2],
-            nonzero: false,
         }
     }
 }
@@ -109,6 +124,8 @@ const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
 pub struct MemMap {
     nr_pages: u64,
     sections: Vec<Option<Box<[Page]>>>,
+    large: Vec<LargeFolio>,
+    large_free: Vec<u32>,
 }
 
 impl MemMap {
@@ -117,6 +134,8 @@ impl MemMap {
         MemMap {
             nr_pages,
             sections: (0..n).map(|_| None).collect(),
+            large: Vec::new(),
+            large_free: Vec::new(),
         }
     }
     pub fn nr_pages(&self) -> u64 {
@@ -196,10 +215,36 @@ impl MemMap {
     pub fn folio_mapcount(&self, folio: Pfn) -> i32 {
         let p = self.page(folio);
         if p.flags.contains(PageFlags::HEAD) {
-            p.large_mapcount
+            self.large[p.head as usize].large_mapcount
         } else {
             p.mapcount
         }
+    }
+    /// The mapping counts of large folio `folio`.
+    #[inline]
+    pub fn large(&self, folio: Pfn) -> &LargeFolio {
+        let p = self.page(folio);
+        debug_assert!(p.flags.contains(PageFlags::HEAD), "{folio:?} is no large folio");
+        &self.large[p.head as usize]
+    }
+    #[inline]
+    pub fn large_mut(&mut self, folio: Pfn) -> &mut LargeFolio {
+        let p = self.page(folio);
+        debug_assert!(p.flags.contains(PageFlags::HEAD), "{folio:?} is no large folio");
+        let slot = p.head as usize;
+        &mut self.large[slot]
+    }
+    /// Give back the counts slot of a large folio whose head page is about to be
+    /// rewritten (split, free).
+    pub fn release_large(&mut self, folio: Pfn) {
+        let p = self.page(folio);
+        if p.flags.contains(PageFlags::HEAD) {
+            self.large_free.push(p.head);
+        }
+    }
+    /// Large folios alive (for leak checks).
+    pub fn nr_large(&self) -> usize {
+        self.large.len() - self.large_free.len()
     }
     #[inline]
     pub fn folio_ref_count(&self, folio: Pfn) -> i32 {
@@ -220,10 +265,22 @@ impl MemMap {
                 ..Page::default()
             };
             head.flags = PageFlags::INUSE;
-            if order > 0 {
-                head.flags |= PageFlags::HEAD;
-                head.order = order as u8;
-            }
+        }
+        if order > 0 {
+            let slot = match self.large_free.pop() {
+                Some(slot) => {
+                    self.large[slot as usize] = LargeFolio::default();
+                    slot
+                }
+                None => {
+                    self.large.push(LargeFolio::default());
+                    (self.large.len() - 1) as u32
+                }
+            };
+            let head = self.page_mut(pfn);
+            head.flags |= PageFlags::HEAD;
+            head.order = order as u8;
+            head.head = slot;
         }
         for i in 1..(1u64 << order) {
             let t = self.page_mut(Pfn(pfn.0 + i));
@@ -237,8 +294,40 @@ impl MemMap {
 
     /// Reset the pages of a folio about to go back to the buddy allocator.
     pub fn clear_folio(&mut self, pfn: Pfn, order: u32) {
+        self.release_large(pfn);
         for i in 0..(1u64 << order) {
             *self.page_mut(Pfn(pfn.0 + i)) = Page::default();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_struct_page_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<Page>(), 32);
+    }
+
+    #[test]
+    fn large_folio_counts_live_beside_the_memmap_and_are_reused() {
+        let mut mm = MemMap::new(1 << 15);
+        mm.online(Pfn(0), Pfn(1 << 15));
+        mm.prep_new_folio(Pfn(0), 4);
+        mm.prep_new_folio(Pfn(16), 2);
+        mm.prep_new_folio(Pfn(20), 0);
+        assert_eq!(mm.nr_large(), 2);
+        mm.large_mut(Pfn(0)).large_mapcount = 16;
+        assert_eq!(mm.folio_mapcount(Pfn(0)), 16);
+        assert_eq!(mm.large(Pfn(16)), &LargeFolio::default());
+        mm.clear_folio(Pfn(0), 4);
+        mm.clear_folio(Pfn(20), 0);
+        assert_eq!(mm.nr_large(), 1);
+        // A new large folio takes the freed slot, reset.
+        mm.prep_new_folio(Pfn(32), 3);
+        assert_eq!(mm.nr_large(), 2);
+        assert_eq!(mm.large(Pfn(32)), &LargeFolio::default());
+        assert_eq!(mm.folio_of(Pfn(39)), Pfn(32));
     }
 }

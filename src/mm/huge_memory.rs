@@ -457,7 +457,7 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
         return false;
     }
     // A pmd mapping is frozen whole into migration entries; pte mappings go one by one.
-    let pte_mapped = k.memmap.page(folio).entire_mapcount == 0;
+    let pte_mapped = k.memmap.large(folio).entire_mapcount == 0;
     if order == g.pmd_order() {
         split_folio_pmds(k, folio);
     }
@@ -562,6 +562,7 @@ fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
     let nr = k.memmap.folio_nr_pages(folio);
     let inherit =
         k.memmap.page(folio).flags & (PageFlags::ANON | PageFlags::SWAPBACKED | PageFlags::DIRTY | PageFlags::MLOCKED);
+    k.memmap.release_large(folio);
     for i in 0..nr {
         let p = k.memmap.page_mut(Pfn(folio.0 + i));
         *p = Page {

@@ -23,22 +23,27 @@ impl Kernel {
     /// an mm finding both slots taken) makes the folio "maybe mapped shared".
     fn folio_add_large_mapcount(&mut self, folio: Pfn, diff: i32, mm: MmId) {
         let id = mm_id(mm);
-        let h = self.memmap.page_mut(folio);
+        let h = self.memmap.large_mut(folio);
         h.large_mapcount += diff;
-        if h.mm_id[0] == id {
+        let shared = if h.mm_id[0] == id {
             h.mm_id_mapcount[0] += diff;
+            false
         } else if h.mm_id[1] == id {
             h.mm_id_mapcount[1] += diff;
+            false
         } else if h.mm_id[0] == 0 {
             h.mm_id[0] = id;
             h.mm_id_mapcount[0] = diff;
-            if h.large_mapcount != diff {
-                h.flags.insert(PageFlags::MAYBE_SHARED);
-            }
+            h.large_mapcount != diff
         } else if h.mm_id[1] == 0 {
             h.mm_id[1] = id;
             h.mm_id_mapcount[1] = diff;
-            h.flags.insert(PageFlags::MAYBE_SHARED);
+            true
+        } else {
+            false
+        };
+        if shared {
+            self.memmap.folio_set(folio, PageFlags::MAYBE_SHARED);
         }
     }
 
@@ -46,7 +51,7 @@ impl Kernel {
     /// folio is exclusive once more.
     fn folio_sub_large_mapcount(&mut self, folio: Pfn, diff: i32, mm: MmId) {
         let id = mm_id(mm);
-        let h = self.memmap.page_mut(folio);
+        let h = self.memmap.large_mut(folio);
         h.large_mapcount -= diff;
         for s in 0..2 {
             if h.mm_id[s] == id {
@@ -60,7 +65,7 @@ impl Kernel {
             }
         }
         if h.mm_id_mapcount[0] == h.large_mapcount || h.mm_id_mapcount[1] == h.large_mapcount {
-            h.flags.remove(PageFlags::MAYBE_SHARED);
+            self.memmap.folio_clear(folio, PageFlags::MAYBE_SHARED);
         }
     }
 
@@ -80,14 +85,11 @@ impl Kernel {
         let order = self.memmap.folio_order(folio);
         let nr = 1u64 << order;
         let index = addr >> self.arch.granule().page_shift();
-        {
-            let h = self.memmap.page_mut(folio);
-            h.flags.insert(PageFlags::ANON | PageFlags::SWAPBACKED);
-            if pmd {
-                h.entire_mapcount = 1;
-            } else if order > 0 {
-                h.nr_pages_mapped = nr as i32;
-            }
+        self.memmap.folio_set(folio, PageFlags::ANON | PageFlags::SWAPBACKED);
+        if pmd {
+            self.memmap.large_mut(folio).entire_mapcount = 1;
+        } else if order > 0 {
+            self.memmap.large_mut(folio).nr_pages_mapped = nr as i32;
         }
         for i in 0..nr {
             let p = self.memmap.page_mut(Pfn(folio.0 + i));
@@ -118,7 +120,7 @@ impl Kernel {
             }
         }
         if self.memmap.folio_order(folio) > 0 {
-            self.memmap.page_mut(folio).nr_pages_mapped += first;
+            self.memmap.large_mut(folio).nr_pages_mapped += first;
             self.folio_add_large_mapcount(folio, nr as i32, mm);
         }
     }
@@ -145,7 +147,7 @@ impl Kernel {
                 .flags
                 .remove(PageFlags::ANON_EXCLUSIVE);
         }
-        self.memmap.page_mut(folio).entire_mapcount += 1;
+        self.memmap.large_mut(folio).entire_mapcount += 1;
         self.folio_add_large_mapcount(folio, 1, dst);
     }
 
@@ -166,24 +168,26 @@ impl Kernel {
             }
         }
         self.folio_sub_large_mapcount(folio, nr as i32, mm);
-        let h = self.memmap.page_mut(folio);
+        let h = self.memmap.large_mut(folio);
         h.nr_pages_mapped -= last;
         // Pages that became unmapped count only while the folio is not also pmd-mapped.
         let entirely = h.entire_mapcount > 0;
         let partially_mapped = last > 0 && !entirely && h.nr_pages_mapped > 0;
-        if partially_mapped && h.flags.contains(PageFlags::ANON) && !h.flags.contains(PageFlags::PARTIALLY_MAPPED) {
+        let f = self.memmap.page(folio).flags;
+        if partially_mapped && f.contains(PageFlags::ANON) && !f.contains(PageFlags::PARTIALLY_MAPPED) {
             deferred_split_folio(self, folio, true);
         }
     }
 
     /// folio_remove_rmap_pmd: drop the pmd mapping of a PMD-sized folio in `mm`.
     pub fn folio_remove_rmap_pmd(&mut self, folio: Pfn, mm: MmId) {
-        self.memmap.page_mut(folio).entire_mapcount -= 1;
+        self.memmap.large_mut(folio).entire_mapcount -= 1;
         self.folio_sub_large_mapcount(folio, 1, mm);
-        let h = self.memmap.page(folio);
-        let partially_mapped =
-            h.entire_mapcount == 0 && h.nr_pages_mapped > 0 && (h.nr_pages_mapped as u64) < (1u64 << h.order);
-        if partially_mapped && h.flags.contains(PageFlags::ANON) && !h.flags.contains(PageFlags::PARTIALLY_MAPPED) {
+        let h = *self.memmap.large(folio);
+        let nr = self.memmap.folio_nr_pages(folio);
+        let partially_mapped = h.entire_mapcount == 0 && h.nr_pages_mapped > 0 && (h.nr_pages_mapped as u64) < nr;
+        let f = self.memmap.page(folio).flags;
+        if partially_mapped && f.contains(PageFlags::ANON) && !f.contains(PageFlags::PARTIALLY_MAPPED) {
             deferred_split_folio(self, folio, true);
         }
     }

@@ -258,7 +258,7 @@ mod checker {
         k.do_mmap(mm, BASE, 1 << 20, rw()).unwrap();
         touch(&mut k, mm, BASE, 1 << 20, true);
         let head = k.page_table_pfn(mm, BASE).unwrap();
-        k.memmap.page_mut(head).mm_id_mapcount[0] += 1;
+        k.memmap.large_mut(head).mm_id_mapcount[0] += 1;
         assert!(k.check_invariants().unwrap_err().contains("mm slot"));
     }
 }
