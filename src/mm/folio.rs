@@ -11,6 +11,7 @@
 //!  +-------+-------+-------+-------+   every page holds its own pte mapcount
 //! ```
 
+use crate::hostmem::HugeBuf;
 use crate::hw::Pfn;
 use bitflags::bitflags;
 
@@ -117,13 +118,14 @@ impl Default for LargeFolio {
     }
 }
 
-const SECTION_SHIFT: u32 = 15;
+/// 65536 pages of 32 bytes: one 2 MiB host huge page per section.
+const SECTION_SHIFT: u32 = 16;
 const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
 
 /// The memmap: one Page per frame, in sections allocated on first use.
 pub struct MemMap {
     nr_pages: u64,
-    sections: Vec<Option<Box<[Page]>>>,
+    sections: Vec<Option<HugeBuf<Page>>>,
     large: Vec<LargeFolio>,
     large_free: Vec<u32>,
 }
@@ -146,7 +148,7 @@ impl MemMap {
         let first = (start.0 >> SECTION_SHIFT) as usize;
         let last = ((end.0 - 1) >> SECTION_SHIFT) as usize;
         for s in first..=last {
-            self.sections[s].get_or_insert_with(|| vec![Page::default(); SECTION_PAGES].into_boxed_slice());
+            self.sections[s].get_or_insert_with(|| HugeBuf::new(SECTION_PAGES, Page::default()));
         }
     }
     #[inline]
