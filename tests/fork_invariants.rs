@@ -19,6 +19,8 @@ const BASE: u64 = 0x1000_0000_0000;
 const SLOT: u64 = 0x10_0000_0000;
 const PAGE: u64 = 4096;
 const PROCS: usize = 3;
+/// The advice an `Op::Madvise` index picks.
+const ADVICE: [Madv; 5] = [Madv::DontNeed, Madv::Free, Madv::Collapse, Madv::Cold, Madv::PageOut];
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -164,8 +166,7 @@ impl World {
                 advice,
             } => {
                 if let Some((_, mm, s, e)) = self.target(proc, slot, first, pages) {
-                    let adv = [Madv::DontNeed, Madv::Free, Madv::Collapse, Madv::Cold, Madv::PageOut][advice as usize];
-                    let _ = self.k.do_madvise(mm, s, e, adv);
+                    let _ = self.k.do_madvise(mm, s, e, ADVICE[advice as usize]);
                 }
             }
             Op::Munmap {
@@ -229,7 +230,7 @@ proptest! {
                 // mprotect_refolds_a_block_whose_stale_entries_are_still_cached).
                 w.k.arch.hw.violations.retain(|v| !matches!(v, Violation::BreakBeforeMake { .. }));
             }
-            if let Op::Madvise { advice: 4, .. } = op {
+            if matches!(op, Op::Madvise { advice, .. } if ADVICE[*advice as usize] == Madv::PageOut) {
                 // Open finding, not yet explained: with contpte and the deferred (seed 001)
                 // flush, pageout of a re-dirtied lazyfree batch restores it as a contpte
                 // block (set_ptes) while the TLBIs of its clearing are still pending, and

@@ -116,10 +116,7 @@ impl L1 {
             (i, None)
         } else {
             let victim = self.tail;
-            let old = self.slots[victim as usize];
-            self.remove(victim as usize);
-            self.free.pop();
-            (victim, Some(old))
+            (victim, Some(self.unlink(victim as usize)))
         };
         self.slots[i as usize] = slot;
         self.live[i as usize] = true;
@@ -135,6 +132,13 @@ impl L1 {
 
     /// Drop slot `i` and return its entry.
     pub(super) fn remove(&mut self, i: usize) -> TlbEntry {
+        let slot = self.unlink(i);
+        self.free.push(i as u8);
+        slot.entry
+    }
+
+    /// Take slot `i` out of its bucket chain and the LRU list; the caller reuses or frees it.
+    fn unlink(&mut self, i: usize) -> Slot {
         debug_assert!(self.live[i]);
         let slot = self.slots[i];
         let b = self.bucket(slot.class, slot.entry.va);
@@ -150,9 +154,8 @@ impl L1 {
         self.unlink_lru(i as u8);
         self.per_class[slot.class as usize].0 -= 1;
         self.live[i] = false;
-        self.free.push(i as u8);
         self.len -= 1;
-        slot.entry
+        slot
     }
 
     fn push_lru(&mut self, i: u8) {
@@ -181,7 +184,7 @@ impl L1 {
     }
 
     /// Indices of live slots, most recently used first.
-    pub(super) fn live_slots(&self) -> impl Iterator<Item = usize> + '_ {
+    fn live_slots(&self) -> impl Iterator<Item = usize> + '_ {
         std::iter::successors((self.head != NIL).then_some(self.head), move |&i| {
             let n = self.next[i as usize];
             (n != NIL).then_some(n)
