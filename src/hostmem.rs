@@ -1,22 +1,24 @@
 //! Host memory for the model's largest array, the memmap.
 //!
 //! The memmap of a gigabyte of model RAM is 8 MiB that the zap and fault paths touch
-//! page by page; on 4 KiB host pages that is thousands of host TLB entries, and the
-//! walks for them stall every access. `HugeBuf` asks the host for 2 MiB-aligned
-//! memory with MADV_HUGEPAGE, so one host TLB entry covers a whole section where the
-//! host's THP policy allows it.
+//! page by page. `HugeBuf` reserves the whole array at once as anonymous, lazily
+//! backed host memory (like the kernel's vmemmap: a terabyte machine reserves
+//! address space, not memory), so an element is one index away with no section
+//! table in between. The reservation is 2 MiB aligned and advised MADV_HUGEPAGE, so
+//! one host TLB entry covers 2 MiB of it where the host's THP policy allows.
 
-use std::alloc::{self, Layout};
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
 /// The host's PMD size on x86-64 and arm64 with 4K pages.
 const HUGE: usize = 2 << 20;
 
-/// A fixed-length array of `T` in 2 MiB-aligned, THP-advised host memory.
+/// A fixed-length array of `T` in 2 MiB-aligned, THP-advised, lazily backed host memory.
 pub struct HugeBuf<T: Copy> {
     ptr: NonNull<T>,
     len: usize,
+    /// Bytes mapped at `ptr` (a whole number of host pages).
+    bytes: usize,
 }
 
 // SAFETY: HugeBuf owns its elements exclusively, like Box<[T]>.
@@ -25,42 +27,59 @@ unsafe impl<T: Copy + Send> Send for HugeBuf<T> {}
 unsafe impl<T: Copy + Sync> Sync for HugeBuf<T> {}
 
 impl<T: Copy> HugeBuf<T> {
-    fn layout(len: usize) -> Layout {
+    /// `len` elements of all-zero bytes. The host backs a page of them only when it
+    /// is first touched.
+    ///
+    /// # Safety
+    /// All-zero bytes must be a valid `T`.
+    pub unsafe fn zeroed(len: usize) -> HugeBuf<T> {
+        assert!(std::mem::align_of::<T>() <= HUGE, "HugeBuf alignment");
         let bytes = std::mem::size_of::<T>()
             .checked_mul(len)
-            .expect("HugeBuf size overflows");
-        Layout::from_size_align(bytes.max(1), HUGE.max(std::mem::align_of::<T>())).expect("HugeBuf layout")
-    }
-
-    /// Allocate room for `len` elements, advised for huge pages.
-    fn alloc(len: usize) -> NonNull<T> {
-        let layout = Self::layout(len);
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { alloc::alloc(layout) };
-        let Some(ptr) = NonNull::new(raw as *mut T) else {
-            alloc::handle_alloc_error(layout);
+            .expect("HugeBuf size overflows")
+            .max(1)
+            .next_multiple_of(HUGE);
+        let span = bytes + HUGE;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        // NORESERVE: the reservation is address space, charged only as it is touched.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
         };
-        // SAFETY: [raw, raw + size) is memory this buffer owns; madvise only changes
-        // how the host backs it, and failing (no THP) is harmless.
-        unsafe { libc::madvise(raw as *mut libc::c_void, layout.size(), libc::MADV_HUGEPAGE) };
-        ptr
-    }
-
-    /// `len` copies of `value`.
-    pub fn new(len: usize, value: T) -> HugeBuf<T> {
-        let ptr = Self::alloc(len);
-        for i in 0..len {
-            // SAFETY: i < len, inside the allocation; T is Copy, so nothing is dropped.
-            unsafe { ptr.as_ptr().add(i).write(value) };
+        assert_ne!(raw, libc::MAP_FAILED, "cannot reserve {bytes} bytes of host memory");
+        let base = raw as usize;
+        let start = base.next_multiple_of(HUGE);
+        // SAFETY: [base, start) and [start + bytes, base + span) lie inside the mapping
+        // just made and nothing refers to them; madvise only changes how the host backs
+        // [start, start + bytes), and failing (no THP) is harmless.
+        unsafe {
+            if start > base {
+                libc::munmap(raw, start - base);
+            }
+            if base + span > start + bytes {
+                libc::munmap((start + bytes) as *mut libc::c_void, base + span - start - bytes);
+            }
+            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
         }
-        HugeBuf { ptr, len }
+        HugeBuf {
+            ptr: NonNull::new(start as *mut T).expect("mmap returned null"),
+            len,
+            bytes,
+        }
     }
 }
 
 impl<T: Copy> Deref for HugeBuf<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        // SAFETY: ptr holds len initialized elements owned by self.
+        // SAFETY: ptr holds len elements owned by self, initialized (all-zero, valid
+        // per `zeroed`'s contract, or written since).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -74,8 +93,8 @@ impl<T: Copy> DerefMut for HugeBuf<T> {
 
 impl<T: Copy> Drop for HugeBuf<T> {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this same layout.
-        unsafe { alloc::dealloc(self.ptr.as_ptr() as *mut u8, Self::layout(self.len)) };
+        // SAFETY: exactly the range `zeroed` kept mapped; no reference outlives self.
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.bytes) };
     }
 }
 
@@ -84,12 +103,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buffers_are_huge_page_aligned_and_filled() {
-        let mut b = HugeBuf::new(HUGE / 8 + 3, 7u64);
+    fn buffers_are_huge_page_aligned_and_zeroed() {
+        // SAFETY: zero is a valid u64.
+        let mut b = unsafe { HugeBuf::<u64>::zeroed(HUGE / 8 + 3) };
         assert_eq!(b.as_ptr() as usize % HUGE, 0);
-        assert!(b.iter().all(|&x| x == 7));
+        assert!(b.iter().all(|&x| x == 0));
         b[HUGE / 8 + 2] = 5;
         assert_eq!(b[HUGE / 8 + 2], 5);
         assert_eq!(b.len(), HUGE / 8 + 3);
+    }
+
+    #[test]
+    fn a_terabyte_memmap_reserves_address_space_only() {
+        // 2^28 struct pages of 32 bytes: 8 GiB reserved, nothing touched.
+        // SAFETY: zero is a valid [u64; 4].
+        let b = unsafe { HugeBuf::<[u64; 4]>::zeroed(1 << 28) };
+        assert_eq!(b[(1 << 28) - 1], [0; 4]);
     }
 }

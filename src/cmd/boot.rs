@@ -193,9 +193,9 @@ pub fn main(a: Args) -> CmdResult {
         ..Default::default()
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?;
     } else {
-        print_summary(&spec, &b, &report, elapsed);
+        super::emit(&summary(&spec, &b, &report, elapsed))?;
     }
     // The process exits next; freeing every table frame one by one would cost about a
     // fifth of a 512G build.
@@ -203,11 +203,14 @@ pub fn main(a: Args) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_summary(spec: &Spec, b: &Booted, report: &Report, elapsed: std::time::Duration) {
+fn summary(spec: &Spec, b: &Booted, report: &Report, elapsed: std::time::Duration) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
     let m = &b.machine;
     let ranges = b.memblock.memory();
     let end = b.mm.phys_to_virt(b.memblock.end_of_dram());
-    println!(
+    let _ = writeln!(
+        s,
         "boot: {} of RAM at {:#x} in {} range(s), {} granule",
         fmt_size(b.memblock.phys_mem_size()),
         RAM_BASE,
@@ -215,10 +218,10 @@ fn print_summary(spec: &Spec, b: &Booted, report: &Report, elapsed: std::time::D
         spec.granule.name()
     );
     let variants: Vec<String> = report.variants.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    println!("variants: {}", variants.join(" "));
+    let _ = writeln!(s, "variants: {}", variants.join(" "));
     let flags: Vec<&str> = b.mm.cfg.map_mem_flags(m).iter_names().map(|(name, _)| name).collect();
-    println!("linear map: [{PAGE_OFFSET:#x}, {:#x}) {}", end.0, flags.join(" | "));
-    println!("map_mem:");
+    let _ = writeln!(s, "linear map: [{PAGE_OFFSET:#x}, {:#x}) {}", end.0, flags.join(" | "));
+    let _ = writeln!(s, "map_mem:");
     let ev = &b.map_mem;
     let rows: [(&str, &[Event]); 8] = [
         (
@@ -243,13 +246,15 @@ fn print_summary(spec: &Spec, b: &Booted, report: &Report, elapsed: std::time::D
     ];
     for (label, events) in rows {
         let values: Vec<String> = events.iter().map(|e| ev.get(*e).to_string()).collect();
-        println!("  {label:<26} {}", values.join(" / "));
+        let _ = writeln!(s, "  {label:<26} {}", values.join(" / "));
     }
-    println!(
+    let _ = writeln!(
+        s,
         "host: {:.3} s, table storage {:.1} MiB",
         elapsed.as_secs_f64(),
         m.mem.host_bytes() as f64 / (1 << 20) as f64
     );
+    s
 }
 
 /// Parse a size: a number with an optional K/M/G/T suffix (powers of 1024), or hex.

@@ -16,9 +16,9 @@ pub fn main(a: Args) -> super::CmdResult {
     let w = crate::workload::parse_file(&a.workload)?;
     let report = crate::native::run(&w)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?;
     } else {
-        print!("{}", text(&report));
+        super::emit(&text(&report))?;
     }
     Ok(ExitCode::SUCCESS)
 }

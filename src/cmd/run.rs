@@ -22,9 +22,9 @@ pub fn main(a: Args) -> super::CmdResult {
     let w = workload::parse_file(&a.workload)?;
     let r = sim::run(&w, &v)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        super::emit(&(serde_json::to_string_pretty(&r)? + "\n"))?;
     } else {
-        print!("{}", summary(&r));
+        super::emit(&summary(&r))?;
     }
     Ok(ExitCode::SUCCESS)
 }

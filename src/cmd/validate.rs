@@ -260,10 +260,10 @@ pub fn table(c: &Comparison) -> String {
 pub fn main(a: Args) -> super::CmdResult {
     let results = validate(&a.workloads, &mut *model_runner(), &mut *host_runner());
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        super::emit(&(serde_json::to_string_pretty(&results)? + "\n"))?;
     } else {
         for c in &results {
-            print!("{}", table(c));
+            super::emit(&table(c))?;
         }
     }
     Ok(if results.iter().all(Comparison::ok) {

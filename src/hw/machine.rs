@@ -9,7 +9,7 @@ use super::events::{Event, Events};
 use super::memory::{PhysMem, TableId};
 use super::residency::Residency;
 use super::tlb::{Tlb, TlbConfig, TlbEntry, TlbHit, TlbiScope};
-use super::walk::{walk, Translation, WalkFault};
+use super::walk::{walk_hinted, Translation, WalkFault, WalkHint};
 
 /// Optional architecture features of a machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -128,6 +128,8 @@ pub struct Cpu {
     pub tlb: Tlb,
     /// TTBR0_EL1: user table root and ASID.
     pub ttbr0: Option<(PhysAddr, Asid)>,
+    /// The tables this CPU's last walk went through (a host-side memo).
+    walk_hint: WalkHint,
 }
 
 pub struct Machine {
@@ -154,6 +156,7 @@ impl Machine {
                 .map(|_| Cpu {
                     tlb: Tlb::new(cfg.tlb, cfg.granule),
                     ttbr0: None,
+                    walk_hint: WalkHint::default(),
                 })
                 .collect(),
             ttbr1: None,
@@ -326,7 +329,7 @@ impl Machine {
             self.cpus[cpu].tlb.drop_entry(asid, va.0, &mut self.res);
         }
         self.ev.inc(Event::TlbMiss);
-        let t = walk(&self.mem, &mut self.ev, root, va)
+        let t = walk_hinted(&self.mem, &mut self.ev, &mut self.cpus[cpu].walk_hint, root, va)
             .map_err(|WalkFault { level }| AccessFault::Translation { level })?;
         // Permission faults take priority: hardware updates AF and dirty state only for
         // an access that completes.

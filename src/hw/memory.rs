@@ -5,9 +5,11 @@
 //! found through a two-level sparse index (like SPARSEMEM sections):
 //!
 //! ```text
-//!  pfn ──► sections[pfn >> SECTION_SHIFT] ──► slot[pfn & mask] ──► frames[slot - 1]
+//!  pfn ──► sections[pfn >> SECTION_SHIFT] ──► slot[pfn & mask] ──► words[(slot - 1) << bits ..]
 //!          (lazily allocated)                  (0: no storage)     (one table page)
 //! ```
+//! Every table's storage lives in one flat vector, so a descriptor read is one load
+//! from a TableId: the walker's critical path.
 
 use super::addr::{Granule, Pfn, PhysAddr};
 use super::descriptor::Desc;
@@ -31,7 +33,10 @@ pub struct PhysMem {
     granule: Granule,
     nr_frames: u64,
     sections: Vec<Option<Box<[u32]>>>,
-    frames: Vec<Box<[u64]>>,
+    /// Descriptor words of every table slot, slot after slot.
+    words: Vec<u64>,
+    /// log2 of the descriptors in one table.
+    table_bits: u32,
     frame_pfn: Vec<Pfn>,
     free_slots: Vec<u32>,
 }
@@ -44,7 +49,8 @@ impl PhysMem {
             granule,
             nr_frames,
             sections: (0..nsec).map(|_| None).collect(),
-            frames: Vec::new(),
+            words: Vec::new(),
+            table_bits: granule.bits_per_level(),
             frame_pfn: Vec::new(),
             free_slots: Vec::new(),
         }
@@ -60,29 +66,27 @@ impl PhysMem {
     }
     /// Number of frames that currently have table storage.
     pub fn table_frames(&self) -> usize {
-        self.frames.len() - self.free_slots.len()
+        self.frame_pfn.len() - self.free_slots.len()
     }
 
     /// Give `pfn` zeroed table storage (the frame is about to hold a translation table).
     pub fn materialize_table(&mut self, pfn: Pfn) -> TableId {
         assert!(pfn.0 < self.nr_frames, "{pfn:?} beyond RAM");
         let (s, i) = ((pfn.0 as usize) >> SECTION_SHIFT, (pfn.0 as usize) & (SECTION_PFNS - 1));
-        let sec = self.sections[s].get_or_insert_with(|| vec![0u32; SECTION_PFNS].into_boxed_slice());
-        assert_eq!(sec[i], 0, "{pfn:?} already holds a table");
+        assert!(self.table_id(pfn).is_none(), "{pfn:?} already holds a table");
         let slot = match self.free_slots.pop() {
             Some(slot) => {
-                self.frames[slot as usize].fill(0);
+                self.table_mut(TableId(slot)).fill(0);
                 self.frame_pfn[slot as usize] = pfn;
                 slot
             }
             None => {
-                self.frames
-                    .push(vec![0u64; self.granule.ptrs_per_table()].into_boxed_slice());
+                self.words.resize(self.words.len() + (1 << self.table_bits), 0);
                 self.frame_pfn.push(pfn);
-                (self.frames.len() - 1) as u32
+                (self.frame_pfn.len() - 1) as u32
             }
         };
-        sec[i] = slot + 1;
+        self.sections[s].get_or_insert_with(|| vec![0u32; SECTION_PFNS].into_boxed_slice())[i] = slot + 1;
         TableId(slot)
     }
 
@@ -93,6 +97,8 @@ impl PhysMem {
         let slot = sec[i];
         assert_ne!(slot, 0, "{pfn:?} holds no table");
         sec[i] = 0;
+        // A free slot names no frame, so a stale TableId never passes for a live one.
+        self.frame_pfn[slot as usize - 1] = Pfn(u64::MAX);
         self.free_slots.push(slot - 1);
     }
 
@@ -115,25 +121,32 @@ impl PhysMem {
     }
     #[inline]
     pub fn read(&self, id: TableId, index: usize) -> Desc {
-        Desc(self.frames[id.0 as usize][index])
+        Desc(self.words[self.word(id, index)])
+    }
+    #[inline]
+    fn word(&self, id: TableId, index: usize) -> usize {
+        debug_assert!(index < 1 << self.table_bits);
+        ((id.0 as usize) << self.table_bits) + index
     }
     #[inline]
     pub fn write(&mut self, id: TableId, index: usize, d: Desc) {
-        self.frames[id.0 as usize][index] = d.0;
+        let w = self.word(id, index);
+        self.words[w] = d.0;
     }
     /// The whole table, for bulk scans.
     #[inline]
     pub fn table(&self, id: TableId) -> &[u64] {
-        &self.frames[id.0 as usize]
+        let w = self.word(id, 0);
+        &self.words[w..w + (1 << self.table_bits)]
     }
     #[inline]
     pub fn table_mut(&mut self, id: TableId) -> &mut [u64] {
-        &mut self.frames[id.0 as usize]
+        let w = self.word(id, 0);
+        &mut self.words[w..w + (1 << self.table_bits)]
     }
     /// Host bytes held by table storage (for memory reports).
     pub fn host_bytes(&self) -> usize {
-        self.frames.len() * self.granule.page_size() as usize
-            + self.sections.iter().flatten().count() * SECTION_PFNS * 4
+        self.words.len() * 8 + self.sections.iter().flatten().count() * SECTION_PFNS * 4
     }
 }
 

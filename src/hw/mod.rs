@@ -15,3 +15,4 @@ pub use descriptor::{Attr, Desc, DescKind, TableAttr};
 pub use events::{Event, Events};
 pub use machine::{Features, Machine, MachineConfig, Tlbi};
 pub use memory::{PhysMem, TableId};
+pub use walk::WalkHint;

@@ -1,6 +1,6 @@
 //! The hardware translation table walker.
 
-use super::addr::{Granule, PhysAddr, VirtAddr, PTE_LEVEL};
+use super::addr::{Granule, Pfn, PhysAddr, VirtAddr, PTE_LEVEL};
 use super::descriptor::{Attr, Desc, DescKind};
 use super::events::{Event, Events};
 use super::memory::{PhysMem, TableId};
@@ -34,22 +34,73 @@ pub struct WalkFault {
     pub level: u8,
 }
 
+/// The tables the last walk went through: a host-side memo with no architectural
+/// effect. Each step still reads its descriptor and checks that the remembered table
+/// is the one the descriptor names, so a stale hint only costs the slow lookup; a
+/// valid one lets the walk load every level's descriptor without first resolving the
+/// previous level's frame.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WalkHint {
+    tables: [Option<TableId>; 4],
+}
+
+impl WalkHint {
+    /// The storage of table frame `pfn` at `level`: the hinted table if it still is.
+    #[inline(always)]
+    pub fn table(&mut self, mem: &PhysMem, level: u8, pfn: Pfn) -> Option<TableId> {
+        let slot = &mut self.tables[level as usize];
+        match *slot {
+            Some(id) if mem.table_pfn(id) == pfn => Some(id),
+            _ => {
+                *slot = mem.table_id(pfn);
+                *slot
+            }
+        }
+    }
+}
+
 /// Walk the tables rooted at `root` for `va`, counting each descriptor fetch.
 pub fn walk(mem: &PhysMem, ev: &mut Events, root: PhysAddr, va: VirtAddr) -> Result<Translation, WalkFault> {
-    let g: Granule = mem.granule();
+    walk_hinted(mem, ev, &mut WalkHint::default(), root, va)
+}
+
+/// `walk`, starting from (and updating) `hint`.
+pub fn walk_hinted(
+    mem: &PhysMem,
+    ev: &mut Events,
+    hint: &mut WalkHint,
+    root: PhysAddr,
+    va: VirtAddr,
+) -> Result<Translation, WalkFault> {
+    // One copy per granule, so every shift and mask of the walk is a constant.
+    match mem.granule() {
+        Granule::K4 => walk_in(Granule::K4, mem, ev, hint, root, va),
+        Granule::K16 => walk_in(Granule::K16, mem, ev, hint, root, va),
+        Granule::K64 => walk_in(Granule::K64, mem, ev, hint, root, va),
+    }
+}
+
+#[inline(always)]
+fn walk_in(
+    g: Granule,
+    mem: &PhysMem,
+    ev: &mut Events,
+    hint: &mut WalkHint,
+    root: PhysAddr,
+    va: VirtAddr,
+) -> Result<Translation, WalkFault> {
     ev.inc(Event::Walk);
-    let mut table = mem.table_id_of(root).expect("TTBR does not point at a table");
     let mut level = g.start_level();
+    let mut table_at = |level: u8, pa: PhysAddr| hint.table(mem, level, Pfn(pa.0 >> g.page_shift()));
+    let mut table = table_at(level, root).expect("TTBR does not point at a table");
     loop {
         let index = g.index(va.0, level);
         let desc = mem.read(table, index);
         ev.inc(Event::WalkSteps);
         match desc.kind(level, g) {
             DescKind::Table(next) if level < PTE_LEVEL => {
-                table = mem
-                    .table_id_of(next)
-                    .expect("table descriptor points at a frame with no table");
                 level += 1;
+                table = table_at(level, next).expect("table descriptor points at a frame with no table");
             }
             DescKind::Block(base) | DescKind::Page(base) => {
                 let leaf_shift = g.level_shift(level);
@@ -79,7 +130,6 @@ pub fn walk(mem: &PhysMem, ev: &mut Events, root: PhysAddr, va: VirtAddr) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hw::addr::Pfn;
 
     /// Hand-build a 4-level 4K table chain for `va` and return (mem, root, pte table).
     fn chain(g: Granule, va: u64) -> (PhysMem, PhysAddr, TableId) {

@@ -285,9 +285,8 @@ impl Kernel {
             e.0 += n;
             e.1 += 1;
         }
-        for (h, n) in &seen.pmd_maps {
+        for h in seen.pmd_maps.keys() {
             heads.entry(*h).or_default();
-            let _ = n;
         }
         let mut nr_anon: BTreeMap<u32, i64> = BTreeMap::new();
         let mut partial: BTreeMap<u32, i64> = BTreeMap::new();

@@ -122,10 +122,12 @@ impl Default for LargeFolio {
 const SECTION_SHIFT: u32 = 16;
 const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
 
-/// The memmap: one Page per frame, in sections allocated on first use.
+/// The memmap: one Page per frame in one reserved array (like vmemmap), brought
+/// online a section at a time: the host backs a section only once it is online.
 pub struct MemMap {
     nr_pages: u64,
-    sections: Vec<Option<HugeBuf<Page>>>,
+    pages: HugeBuf<Page>,
+    online: Vec<bool>,
     large: Vec<LargeFolio>,
     large_free: Vec<u32>,
 }
@@ -135,7 +137,11 @@ impl MemMap {
         let n = (nr_pages as usize).div_ceil(SECTION_PAGES);
         MemMap {
             nr_pages,
-            sections: (0..n).map(|_| None).collect(),
+            // SAFETY: every field of Page is an integer, a bool or a bitflags integer,
+            // for which all-zero bytes are valid; pages are reset to Page::default()
+            // when their section comes online, before any use.
+            pages: unsafe { HugeBuf::zeroed(nr_pages as usize) },
+            online: vec![false; n],
             large: Vec::new(),
             large_free: Vec::new(),
         }
@@ -143,36 +149,39 @@ impl MemMap {
     pub fn nr_pages(&self) -> u64 {
         self.nr_pages
     }
-    /// Allocate the sections covering [start, end) (done before pages there are used).
+    /// Bring the sections covering [start, end) online (done before pages there are used).
     pub fn online(&mut self, start: Pfn, end: Pfn) {
         let first = (start.0 >> SECTION_SHIFT) as usize;
         let last = ((end.0 - 1) >> SECTION_SHIFT) as usize;
         for s in first..=last {
-            self.sections[s].get_or_insert_with(|| HugeBuf::new(SECTION_PAGES, Page::default()));
+            if !self.online[s] {
+                self.online[s] = true;
+                let range = s * SECTION_PAGES..((s + 1) * SECTION_PAGES).min(self.nr_pages as usize);
+                self.pages[range].fill(Page::default());
+            }
         }
     }
     #[inline]
+    fn is_online(&self, pfn: Pfn) -> bool {
+        pfn.0 < self.nr_pages && self.online[(pfn.0 >> SECTION_SHIFT) as usize]
+    }
+    #[inline]
     pub fn page(&self, pfn: Pfn) -> &Page {
-        let s = self.sections[(pfn.0 >> SECTION_SHIFT) as usize]
-            .as_ref()
-            .expect("page in an offline section");
-        &s[(pfn.0 as usize) & (SECTION_PAGES - 1)]
+        debug_assert!(self.is_online(pfn), "page {pfn:?} in an offline section");
+        &self.pages[pfn.0 as usize]
     }
     #[inline]
     pub fn page_mut(&mut self, pfn: Pfn) -> &mut Page {
-        let s = self.sections[(pfn.0 >> SECTION_SHIFT) as usize]
-            .as_mut()
-            .expect("page in an offline section");
-        &mut s[(pfn.0 as usize) & (SECTION_PAGES - 1)]
+        debug_assert!(self.is_online(pfn), "page {pfn:?} in an offline section");
+        &mut self.pages[pfn.0 as usize]
     }
     #[inline]
     pub fn try_page(&self, pfn: Pfn) -> Option<&Page> {
-        let s = self.sections.get((pfn.0 >> SECTION_SHIFT) as usize)?.as_ref()?;
-        Some(&s[(pfn.0 as usize) & (SECTION_PAGES - 1)])
+        self.is_online(pfn).then(|| &self.pages[pfn.0 as usize])
     }
     /// Sections with storage, for memory reports.
     pub fn online_sections(&self) -> usize {
-        self.sections.iter().filter(|s| s.is_some()).count()
+        self.online.iter().filter(|&&on| on).count()
     }
 
     // ---- folio helpers -------------------------------------------------------
@@ -310,6 +319,19 @@ mod tests {
     #[test]
     fn a_struct_page_is_32_bytes() {
         assert_eq!(std::mem::size_of::<Page>(), 32);
+    }
+
+    #[test]
+    fn only_online_pages_inside_ram_can_be_looked_up() {
+        let mut mm = MemMap::new(4096);
+        assert!(mm.try_page(Pfn(0)).is_none(), "offline");
+        mm.online(Pfn(0), Pfn(4096));
+        assert_eq!(mm.page(Pfn(4095)).head, NIL, "reset when brought online");
+        assert!(
+            mm.try_page(Pfn(4096)).is_none(),
+            "past the end of RAM, inside the section"
+        );
+        assert!(mm.try_page(Pfn(1 << 40)).is_none());
     }
 
     #[test]

@@ -595,7 +595,7 @@ impl Kernel {
             };
             let d = self.pxd_get(level, p);
             if let DescKind::Table(_) = d.kind(level, g) {
-                let child = self.table_of(d);
+                let child = self.table_of(level, d);
                 let child_pfn = self.arch.hw.mem.table_pfn(child);
                 if level == 2 {
                     // free_pte_range.

@@ -154,7 +154,6 @@ impl Kernel {
     /// __mm_populate / populate_vma_page_range: fault in [start, end) as GUP would,
     /// writing for private writable VMAs. Pages already mapped suitably are skipped.
     pub fn mm_populate(&mut self, mm: MmId, start: u64, end: u64) -> Result<(), super::memory::FaultError> {
-        let ps = self.arch.granule().page_size();
         for vma in self.mm(mm).vmas_in(start, end) {
             let write = vma.flags.contains(VmFlags::WRITE);
             let mut addr = start.max(vma.start);
@@ -163,11 +162,8 @@ impl Kernel {
                 let step = self.follow_page(mm, addr, write);
                 match step {
                     Some(n) => addr += n,
-                    None => {
-                        self.handle_mm_fault(mm, addr, write)?;
-                    }
+                    None => self.handle_mm_fault(mm, addr, write)?,
                 }
-                let _ = ps;
             }
         }
         Ok(())

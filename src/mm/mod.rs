@@ -67,6 +67,8 @@ pub struct Kernel {
     pub tlb_batch: rmap::TlbBatchVariant,
     /// The reclaimer's pending deferred flush (current->tlb_ubc).
     pub tlb_ubc: rmap::TlbUbc,
+    /// The tables the last software walk went through (a host-side memo).
+    pgtable_hint: crate::hw::WalkHint,
     next_asid: Asid,
     next_anon_vma: u64,
 }
@@ -98,6 +100,7 @@ impl Kernel {
             zap: ZapVariant::Batched,
             tlb_batch: rmap::TlbBatchVariant::Deferred,
             tlb_ubc: rmap::TlbUbc::default(),
+            pgtable_hint: Default::default(),
             next_asid: 1,
             next_anon_vma: 1,
         }

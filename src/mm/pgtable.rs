@@ -69,13 +69,12 @@ impl Kernel {
         self.buddy.free(&mut self.memmap, pfn, 0);
     }
 
-    /// The table a table descriptor points at.
+    /// The table a table descriptor at `level` points at.
     #[inline]
-    pub fn table_of(&self, d: Desc) -> TableId {
-        self.arch
-            .hw
-            .mem
-            .table_id_of(d.oa())
+    pub fn table_of(&mut self, level: u8, d: Desc) -> TableId {
+        let pfn = d.oa().to_pfn(self.arch.granule());
+        self.pgtable_hint
+            .table(&self.arch.hw.mem, level + 1, pfn)
             .expect("table descriptor without a table")
     }
 
@@ -100,7 +99,7 @@ impl Kernel {
             };
             let d = self.pxd_get(level, p);
             table = match d.kind(level, g) {
-                DescKind::Table(_) => self.table_of(d),
+                DescKind::Table(_) => self.table_of(level, d),
                 _ if !alloc => return None,
                 _ => {
                     let (pfn, id) = self.pgtable_alloc(level + 1)?;
@@ -150,7 +149,7 @@ impl Kernel {
         let d = self.pxd_get(2, pmd);
         match d.kind(2, g) {
             DescKind::Table(_) => Some(PtePtr {
-                table: self.table_of(d),
+                table: self.table_of(2, d),
                 index: g.index(addr, 3),
             }),
             _ => None,

@@ -37,7 +37,7 @@ pub enum Defrag {
 pub struct ThpKnobs {
     pub granule: Granule,
     /// Top-level `enabled`: always, madvise or never.
-    pub enabled: ThpMode,
+    enabled: ThpMode,
     pub defrag: Defrag,
     /// `use_zero_page`: read faults on PMD-suitable ranges may map the huge zero page.
     pub use_zero_page: bool,
@@ -46,7 +46,12 @@ pub struct ThpKnobs {
     /// `khugepaged/max_ptes_none`.
     pub max_ptes_none: u32,
     /// Per-order `hugepages-<size>kB/enabled`, indexed by order (0 and 1 unused).
-    pub per_order: Vec<ThpMode>,
+    per_order: Vec<ThpMode>,
+    /// huge_anon_orders_{always,madvise,inherit}: `per_order` as the bitmaps the kernel
+    /// keeps beside its sysfs files, so the fault path reads no per-order table.
+    orders_always: u64,
+    orders_madvise: u64,
+    orders_inherit: u64,
 }
 
 impl ThpKnobs {
@@ -62,6 +67,9 @@ impl ThpKnobs {
             shrink_underused: true,
             max_ptes_none: (1 << pmd) - 1,
             per_order,
+            orders_always: 0,
+            orders_madvise: 0,
+            orders_inherit: 1 << pmd,
         }
     }
 
@@ -127,13 +135,22 @@ impl ThpKnobs {
                     .and_then(|kb| kb.parse::<u64>().ok())
                     .and_then(|kb| self.order_of_size_kb(kb))
                     .ok_or_else(|| format!("unknown knob '{knob}'"))?;
-                self.per_order[order as usize] = match value {
+                let mode = match value {
                     "always" => ThpMode::Always,
                     "inherit" => ThpMode::Inherit,
                     "madvise" => ThpMode::Madvise,
                     "never" => ThpMode::Never,
                     _ => return bad(&format!("{knob} (always|inherit|madvise|never)")),
                 };
+                self.per_order[order as usize] = mode;
+                let bit = 1u64 << order;
+                for (mask, m) in [
+                    (&mut self.orders_always, ThpMode::Always),
+                    (&mut self.orders_madvise, ThpMode::Madvise),
+                    (&mut self.orders_inherit, ThpMode::Inherit),
+                ] {
+                    *mask = if mode == m { *mask | bit } else { *mask & !bit };
+                }
             }
         }
         Ok(())
@@ -169,17 +186,12 @@ impl ThpKnobs {
             ThpMode::Madvise => vm_hugepage,
             _ => false,
         };
-        let mut mask = 0u64;
-        for o in self.anon_orders() {
-            let on = match self.per_order[o as usize] {
-                ThpMode::Always => true,
-                ThpMode::Madvise => vm_hugepage,
-                ThpMode::Inherit => inherit,
-                ThpMode::Never => false,
-            };
-            if on {
-                mask |= 1 << o;
-            }
+        let mut mask = self.orders_always;
+        if vm_hugepage {
+            mask |= self.orders_madvise;
+        }
+        if inherit {
+            mask |= self.orders_inherit;
         }
         mask
     }
@@ -210,6 +222,27 @@ mod tests {
         k.set("enabled", "always").unwrap();
         assert_eq!(k.allowable_orders(false, false), (1 << 9) | (1 << 4));
         assert_eq!(k.allowable_orders(true, true), 0);
+    }
+
+    #[test]
+    fn rewriting_a_size_moves_it_between_the_order_bitmaps() {
+        let mut k = ThpKnobs::new(Granule::K4);
+        k.set("enabled", "always").unwrap();
+        for (mode, plain, madv) in [
+            ("always", true, true),
+            ("madvise", false, true),
+            ("inherit", true, true),
+            ("never", false, false),
+        ] {
+            k.set("hugepages-64kB/enabled", mode).unwrap();
+            assert_eq!(k.allowable_orders(false, false) & (1 << 4) != 0, plain, "{mode}");
+            assert_eq!(k.allowable_orders(true, false) & (1 << 4) != 0, madv, "{mode}");
+            assert_eq!(
+                k.allowable_orders(true, false) & !(1 << 4),
+                1 << 9,
+                "{mode}: other sizes untouched"
+            );
+        }
     }
 
     #[test]

@@ -110,6 +110,13 @@ impl TlbEntry {
     }
 }
 
+/// The L2 tag of a `shift`-sized span of class `class` covering `va`: never 0, and
+/// equal for two spans exactly when they are the same span of the same class.
+#[inline]
+fn l2_tag_of(va: u64, shift: u32, class: u8) -> u64 {
+    (va >> shift) << 4 | (class as u64 + 1)
+}
+
 /// Where a lookup hit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TlbHit {
@@ -162,6 +169,11 @@ pub struct Tlb {
     spans: Vec<(u32, u32)>,
     l1: L1,
     l2: Vec<Option<Slot>>,
+    /// Per L2 slot, `l2_tag_of` its entry (0 when empty): a lookup scans a set's tags,
+    /// one cache line, and reads a slot only on a tag match.
+    l2_tag: Vec<u64>,
+    /// Per L2 slot, its entry's last use (valid while the tag is non-zero).
+    l2_stamp: Vec<u64>,
     /// L2 slots marked pending since the last completion (possibly reused since).
     l2_pending: Vec<u32>,
     /// Reused buffer of L2 slot indices, to mutate while probing.
@@ -174,12 +186,15 @@ impl Tlb {
         assert!(cfg.l1_entries > 0 && cfg.l2_ways > 0, "empty TLB level: {cfg:?}");
         assert!(cfg.l2_sets.is_power_of_two(), "L2 sets must be a power of two: {cfg:?}");
         let shifts = granule.leaf_span_shifts();
+        debug_assert!(shifts.len() < 15, "span classes must fit an L2 tag");
         Tlb {
             cfg,
             set_mask: cfg.l2_sets - 1,
             spans: shifts.iter().map(|&s| (s, 0)).collect(),
             l1: L1::new(cfg.l1_entries, &shifts),
             l2: vec![None; cfg.l2_sets * cfg.l2_ways],
+            l2_tag: vec![0; cfg.l2_sets * cfg.l2_ways],
+            l2_stamp: vec![0; cfg.l2_sets * cfg.l2_ways],
             l2_pending: Vec::new(),
             scratch: Vec::new(),
             clock: 0,
@@ -213,14 +228,17 @@ impl Tlb {
     }
 
     fn l2_find(&self, asid: Asid, va: u64) -> Option<usize> {
-        self.spans.iter().filter(|&&(_, n)| n > 0).find_map(|&(shift, _)| {
-            let set = self.l2_set(va, shift);
-            let base = set.start;
-            self.l2[set]
-                .iter()
-                .position(|s| s.is_some_and(|s| s.entry.matches(asid, va)))
-                .map(|w| base + w)
-        })
+        self.spans
+            .iter()
+            .enumerate()
+            .filter(|&(_, &(_, n))| n > 0)
+            .find_map(|(class, &(shift, _))| {
+                let set = self.l2_set(va, shift);
+                let want = l2_tag_of(va, shift, class as u8);
+                set.into_iter().find(|&i| {
+                    self.l2_tag[i] == want && self.l2[i].is_some_and(|s| s.entry.asid.is_none_or(|a| a == asid))
+                })
+            })
     }
 
     /// Indices of the L2 slots whose entries overlap [first, last]: per present span
@@ -264,11 +282,10 @@ impl Tlb {
     /// Put `slot` in its L2 set, evicting that set's LRU entry when full.
     fn place_l2(&mut self, slot: Slot, res: &mut Residency) -> bool {
         let set = self.l2_set(slot.entry.va, slot.entry.span_shift);
-        let free = self.l2[set.clone()].iter().position(|s| s.is_none());
+        let free = self.l2_tag[set.clone()].iter().position(|&t| t == 0);
         let way = free.unwrap_or_else(|| {
-            (0..set.len())
-                .min_by_key(|&w| self.l2[set.start + w].map_or(0, |s| s.stamp))
-                .expect("ways > 0")
+            let stamps = &self.l2_stamp[set.clone()];
+            (0..stamps.len()).min_by_key(|&w| stamps[w]).expect("ways > 0")
         });
         let i = set.start + way;
         let evicted = free.is_none();
@@ -281,11 +298,14 @@ impl Tlb {
             self.l2_pending.push(i as u32);
         }
         self.l2[i] = Some(slot);
+        self.l2_tag[i] = l2_tag_of(slot.entry.va, slot.entry.span_shift, slot.class);
+        self.l2_stamp[i] = slot.stamp;
         evicted
     }
 
     fn take_l2(&mut self, i: usize) -> Slot {
         let slot = self.l2[i].take().expect("L2 slot is occupied");
+        self.l2_tag[i] = 0;
         self.spans[slot.class as usize].1 -= 1;
         slot
     }
@@ -318,12 +338,15 @@ impl Tlb {
 
     /// TLBI: mark the entries in `scope` pending. Returns how many were newly marked.
     pub fn invalidate(&mut self, scope: &TlbiScope) -> u64 {
+        if self.is_empty() {
+            return 0;
+        }
         let mut n = self.l1.mark_pending(|e| scope.matches(e));
         let mut idx = std::mem::take(&mut self.scratch);
         idx.clear();
         match *scope {
             TlbiScope::Va { first, last, .. } => idx.extend(self.l2_overlapping(first, last)),
-            TlbiScope::Asid(_) | TlbiScope::All => idx.extend((0..self.l2.len()).filter(|&i| self.l2[i].is_some())),
+            TlbiScope::Asid(_) | TlbiScope::All => idx.extend((0..self.l2.len()).filter(|&i| self.l2_tag[i] != 0)),
         }
         for &i in &idx {
             let s = self.l2[i].as_mut().expect("occupied");
