@@ -231,10 +231,11 @@ proptest! {
                 w.k.arch.hw.violations.retain(|v| !matches!(v, Violation::BreakBeforeMake { .. }));
             }
             if matches!(op, Op::Madvise { advice, .. } if ADVICE[*advice as usize] == Madv::PageOut) {
-                // Open finding, not yet explained: with contpte and the deferred (seed 001)
-                // flush, pageout of a re-dirtied lazyfree batch restores it as a contpte
-                // block (set_ptes) while the TLBIs of its clearing are still pending, and
-                // the checker sees the new contiguous entries differ from cached ones.
+                // Known, reported: with contpte and the deferred (seed 001) flush, pageout
+                // of a re-dirtied lazyfree batch puts it back with set_ptes, which folds
+                // a block whose per-page entries are still live until the batch's DSB, as
+                // the kernel does (see the sim test
+                // a_deferred_flush_lets_pageout_refold_a_block_over_live_entries).
                 w.k.arch.hw.violations.retain(|v| {
                     !matches!(v, Violation::BreakBeforeMake { old, new, .. } if !old.is_valid() && new.has(Attr::CONT))
                 });

@@ -188,11 +188,16 @@ impl Machine {
     #[inline]
     fn sync_checks(&mut self) {
         if self.checks != self.res.enabled() {
-            if self.checks {
-                self.res.enable(self.cpus.iter().flat_map(|c| c.tlb.iter()));
-            } else {
-                self.res.disable();
-            }
+            self.resync_checks();
+        }
+    }
+
+    #[cold]
+    fn resync_checks(&mut self) {
+        if self.checks {
+            self.res.enable(self.cpus.iter().flat_map(|c| c.tlb.iter()));
+        } else {
+            self.res.disable();
         }
     }
 

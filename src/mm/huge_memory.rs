@@ -91,7 +91,7 @@ pub fn do_huge_pmd_anonymous_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdP
     if k.thp_vma_suitable_orders(vma, addr, 1 << order) == 0 {
         return VmFault::Fallback;
     }
-    k.anon_vma_prepare(mm, vma.start);
+    k.anon_vma_prepare(mm, vma);
     let prot = vm_page_prot(vma);
     if !write && k.knobs.use_zero_page {
         let Some(zero) = mm_get_huge_zero_folio(k) else {

@@ -207,7 +207,7 @@ impl Kernel {
             self.arch.set_ptes(amm, addr & !(ps - 1), ptep, entry, 1, None);
             return VmFault::Done;
         }
-        self.anon_vma_prepare(mm, vma.start);
+        self.anon_vma_prepare(mm, vma);
         let Some(folio) = self.alloc_anon_folio(mm, vma, pmd, addr) else {
             return VmFault::Oom;
         };
@@ -279,7 +279,7 @@ impl Kernel {
         let ps = g.page_size();
         let amm = self.arch_mm(mm);
         let addr = addr & !(ps - 1);
-        self.anon_vma_prepare(mm, vma.start);
+        self.anon_vma_prepare(mm, vma);
         let Some(new) = self.folio_alloc(0) else {
             return VmFault::Oom;
         };

@@ -25,7 +25,7 @@ pub mod vmstat;
 use crate::arch::arm64::pgtable::{Arch, ArchMm};
 use crate::hw::{Asid, Machine, MachineConfig, Pfn};
 use folio::{MemMap, PageFlags, NIL};
-use mm_types::{MmId, MmStruct};
+use mm_types::{MmId, MmStruct, Vma};
 use page_alloc::Buddy;
 use std::collections::BTreeMap;
 use thp_sysfs::ThpKnobs;
@@ -150,11 +150,12 @@ impl Kernel {
         self.next_anon_vma
     }
 
-    /// anon_vma_prepare: give the VMA at `start` an anon_vma before it maps anon folios.
-    pub fn anon_vma_prepare(&mut self, mm: MmId, start: u64) {
-        if self.mm(mm).vmas[&start].anon_vma.is_none() {
+    /// anon_vma_prepare: give `vma` an anon_vma before it maps anon folios.
+    pub fn anon_vma_prepare(&mut self, mm: MmId, vma: &Vma) {
+        // A VMA's anon_vma is only ever set, so a copy that has one is current.
+        if vma.anon_vma.is_none() && self.mm(mm).vmas[&vma.start].anon_vma.is_none() {
             let id = self.anon_vma_alloc();
-            self.mm_mut(mm).vmas.get_mut(&start).unwrap().anon_vma = Some(id);
+            self.mm_mut(mm).vmas.get_mut(&vma.start).unwrap().anon_vma = Some(id);
         }
     }
 

@@ -408,3 +408,73 @@ mod contpte_refold {
         ));
     }
 }
+
+mod lazyfree_restore {
+    use super::*;
+    use crate::hw::check::Violation;
+    use crate::hw::Attr;
+    use crate::mm::rmap::TlbBatchVariant;
+
+    /// A 64K lazyfree folio whose ptes disagree on write permission (CoW reuse made
+    /// page 0 writable, the rest stay read-only), re-dirtied, then paged out.
+    fn pageout_mixed_redirtied_block(batch: TlbBatchVariant) -> Kernel {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.tlb_batch = batch;
+        let len = 64 << 10;
+        k.do_mmap(mm, BASE, len, rw()).unwrap();
+        touch(&mut k, mm, BASE, len, true);
+        let child = k.dup_mmap(mm).unwrap();
+        k.exit_mmap(child);
+        assert_eq!(
+            touch(&mut k, mm, BASE, K4, true),
+            1,
+            "CoW reuse of page 0 unfolds the block"
+        );
+        k.do_madvise(mm, BASE, BASE + len, Madv::Free).unwrap();
+        assert_eq!(
+            touch(&mut k, mm, BASE + 5 * K4, K4, true),
+            1,
+            "reuse of page 5 re-dirties the folio"
+        );
+        touch(&mut k, mm, BASE, K4, true);
+        assert_clean(&k);
+        k.do_madvise(mm, BASE, BASE + len, Madv::PageOut).unwrap();
+        k.check_invariants().unwrap();
+        assert_eq!(
+            kinds(&k, mm, BASE, 16),
+            vec![Some(PageKind::Order(4)); 16],
+            "kept: it was re-dirtied"
+        );
+        k
+    }
+
+    /// try_to_unmap_one batches the folio's ptes (folio_unmap_pte_batch ignores write
+    /// permission), clears them with the TLBIs issued but not completed
+    /// (arch_tlbbatch_add_pending), finds the folio dirty and puts the batch back with
+    /// set_ptes: now uniform, so contpte_set_ptes folds the block, assuming (as its
+    /// comment says) that none ptes have no TLB entries. The per-page entries of pages
+    /// 0 and 5 stay live until the batch's DSB ISH: without BBML2 a break-before-make
+    /// violation, which the checker reports. The kernel does the same; any block that
+    /// was unfolded when it was paged out (CoW reuse unfolds) takes this path.
+    #[test]
+    fn a_deferred_flush_lets_pageout_refold_a_block_over_live_entries() {
+        let mut k = pageout_mixed_redirtied_block(TlbBatchVariant::Deferred);
+        let v = k.arch.hw.take_violations();
+        assert!(!v.is_empty());
+        assert!(
+            v.iter().all(|v| matches!(
+                v,
+                Violation::BreakBeforeMake { level: 3, old, new, .. } if !old.is_valid() && new.has(Attr::CONT)
+            )),
+            "{v:?}"
+        );
+    }
+
+    /// Before seed 001 each pte is cleared and flushed synchronously and put back one
+    /// at a time: nothing refolds over a live entry.
+    #[test]
+    fn a_synchronous_flush_restores_the_batch_cleanly() {
+        let k = pageout_mixed_redirtied_block(TlbBatchVariant::Sync);
+        assert_clean(&k);
+    }
+}

@@ -117,6 +117,12 @@ fn l2_tag_of(va: u64, shift: u32, class: u8) -> u64 {
     (va >> shift) << 4 | (class as u64 + 1)
 }
 
+/// The span class an L2 tag was made for.
+#[inline]
+fn l2_tag_class(tag: u64) -> usize {
+    (tag & 0xf) as usize - 1
+}
+
 /// Where a lookup hit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TlbHit {
@@ -290,8 +296,12 @@ impl Tlb {
         let i = set.start + way;
         let evicted = free.is_none();
         if evicted {
-            let old = self.take_l2(i);
-            res.remove(&old.entry);
+            // The new entry overwrites the victim: its class is in the tag, and its
+            // entry is read only for an enabled residency index.
+            self.spans[l2_tag_class(self.l2_tag[i])].1 -= 1;
+            if res.enabled() {
+                res.remove(&self.l2[i].expect("occupied").entry);
+            }
         }
         self.spans[slot.class as usize].1 += 1;
         if slot.entry.pending {
