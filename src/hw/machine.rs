@@ -318,9 +318,36 @@ impl Machine {
     /// An EL0 load or store by `cpu` through its TTBR0: TLB lookup, else a walk with
     /// hardware AF/dirty update, then a TLB fill. Faults go to the kernel.
     pub fn access(&mut self, cpu: usize, va: VirtAddr, write: bool) -> Result<PhysAddr, AccessFault> {
+        self.access_from(cpu, va, write, true)
+    }
+
+    /// `access` retried after the kernel handled its fault. Its TLB lookup is counted
+    /// as the miss it must be, without probing: a faulting access leaves no entry for
+    /// its address, and only EL0 accesses fill TLBs.
+    pub fn access_retry(&mut self, cpu: usize, va: VirtAddr, write: bool) -> Result<PhysAddr, AccessFault> {
+        debug_assert!(
+            {
+                let asid = self.cpus[cpu].ttbr0.map(|(_, a)| a);
+                !self.cpus[cpu]
+                    .tlb
+                    .covering(va.0)
+                    .any(|e| e.asid.is_none() || e.asid == asid)
+            },
+            "a retried access at {va:?} would hit"
+        );
+        self.access_from(cpu, va, write, false)
+    }
+
+    #[inline(always)]
+    fn access_from(&mut self, cpu: usize, va: VirtAddr, write: bool, probe: bool) -> Result<PhysAddr, AccessFault> {
         let (root, asid) = self.cpus[cpu].ttbr0.expect("no user address space on this cpu");
         self.sync_checks();
-        if let Some((e, hit)) = self.cpus[cpu].tlb.lookup(asid, va.0, &mut self.res) {
+        let hit = if probe {
+            self.cpus[cpu].tlb.lookup(asid, va.0, &mut self.res)
+        } else {
+            None
+        };
+        if let Some((e, hit)) = hit {
             if !write || e.writable {
                 self.ev.inc(Event::TlbHit);
                 self.ev.inc(if hit == TlbHit::L1 {

@@ -105,6 +105,7 @@ impl Kernel {
     /// memory reclaim can free without swap) are found by walking every mm's page
     /// tables, in mm and address order. Returns whether anything was freed.
     pub fn try_to_free_pages(&mut self) -> bool {
+        self.nr_direct_reclaim += 1;
         let split = self.drop_slab();
         let mut folios = Vec::new();
         for mm in 0..self.mms.len() {

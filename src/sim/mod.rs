@@ -409,8 +409,14 @@ impl Sim<'_> {
 /// One EL0 access by `cpu` (running `mm`): hardware first; a fault goes to the kernel
 /// and the access retries, as the CPU would.
 pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
-    for _ in 0..3 {
-        if let Ok(pa) = k.arch.hw.access(cpu, VirtAddr(addr), write) {
+    for attempt in 0..3 {
+        let hw = &mut k.arch.hw;
+        let done = if attempt == 0 {
+            hw.access(cpu, VirtAddr(addr), write)
+        } else {
+            hw.access_retry(cpu, VirtAddr(addr), write)
+        };
+        if let Ok(pa) = done {
             if write {
                 let pfn = crate::hw::Pfn(pa.0 >> k.arch.granule().page_shift());
                 k.memmap.page_mut(pfn).nonzero = true;
