@@ -407,6 +407,39 @@ mod contpte_refold {
             Some(Violation::BreakBeforeMake { .. })
         ));
     }
+
+    /// The same refold when mprotect leaves the pte bits as they were (the block was
+    /// already read-only after fork): arm64's pte_needs_flush sees no change, so no
+    /// TLBI is issued at all, the per-page entries outlive the mprotect, and the next
+    /// walk into the block fills a contiguous entry beside them: a TLB conflict
+    /// (harmless only with BBML2_NOABORT). The kernel does the same.
+    #[test]
+    fn an_unchanged_protection_refolds_with_no_flush_and_a_later_fill_conflicts() {
+        let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        let len = 64 << 10;
+        k.do_mmap(mm, BASE, len, rw()).unwrap();
+        touch(&mut k, mm, BASE, len, true);
+        let child = k.dup_mmap(mm).unwrap();
+        k.exit_mmap(child);
+        assert_eq!(touch(&mut k, mm, BASE, K4, true), 1, "CoW reuse unfolds the block");
+        let child = k.dup_mmap(mm).unwrap();
+        k.exit_mmap(child);
+        touch(&mut k, mm, BASE, 8 * K4, false);
+        assert_clean(&k);
+        let tlbis = k.arch.hw.ev.get(Event::TlbiTotal);
+        k.do_mprotect(mm, BASE, BASE + len, VmFlags::READ).unwrap();
+        assert_eq!(
+            k.arch.hw.ev.get(Event::TlbiTotal),
+            tlbis,
+            "nothing to flush, says pte_needs_flush"
+        );
+        assert!(!k.arch.hw.take_violations().is_empty(), "the refold over live entries");
+        touch(&mut k, mm, BASE + 9 * K4, K4, false);
+        assert!(matches!(
+            k.arch.hw.take_violations()[..],
+            [Violation::TlbConflict { cpu: 0, .. }]
+        ));
+    }
 }
 
 mod lazyfree_restore {

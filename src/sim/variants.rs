@@ -14,7 +14,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("contpte", "on", "on|off"),
     ("ptep_get", "early-exit", "full-scan|early-exit|mod1|mod2 (seed 004)"),
     ("granule", "4K", "4K|16K|64K"),
-    ("ram", "16G", "a size, e.g. 16G or 1T"),
+    ("ram", "16G", "a size from 64M to 256T (48-bit PA), e.g. 16G or 1T"),
     ("cpus", "8", "1..=256"),
     ("tlbi-range", "off", "on|off (FEAT_TLBIRANGE)"),
     ("bbml2", "off", "on|off (BBML2_NOABORT)"),
@@ -79,7 +79,7 @@ impl Variants {
             "tlb-batch" => matches!(val, "sync" | "deferred"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "granule" => Granule::parse(val).is_some(),
-            "ram" => parse_size(val).is_some_and(|r| r >= 64 << 20),
+            "ram" => parse_size(val).is_some_and(|r| (64 << 20..=1 << 48).contains(&r)),
             "cpus" => val.parse::<usize>().is_ok_and(|n| (1..=256).contains(&n)),
             _ => on_off(val).is_some(),
         };
@@ -168,5 +168,10 @@ mod tests {
             .unwrap_err()
             .contains("unknown variant"));
         assert!(Variants::from_sets(&["zap".into()]).is_err());
+        for ram in ["32M", "257T"] {
+            let e = Variants::from_sets(&[format!("ram={ram}")]).unwrap_err();
+            assert!(e.contains("64M to 256T"), "{e}");
+        }
+        assert!(Variants::from_sets(&["ram=256T".into()]).is_ok());
     }
 }
