@@ -80,19 +80,31 @@ fn model_time(
 /// is the model's own cost without first-touch host page faults (which dominate a
 /// fresh model on a VM whose memory the hypervisor backs lazily).
 fn model_warm(iters: u64, fault: bool) -> Duration {
+    let (mut k, mm) = warm_model();
+    let mut t = Duration::ZERO;
+    for _ in 0..iters {
+        let (f, m) = warm_round(&mut k, mm);
+        t += if fault { f } else { m };
+    }
+    t
+}
+
+/// A model that has faulted in and unmapped 1 GiB once, so its host memory is backed.
+fn warm_model() -> (Kernel, MmId) {
     let (mut k, mm) = model_populated(None);
     model_touch(&mut k, mm);
     k.do_munmap(mm, BASE, BASE + GIB);
-    let mut t = Duration::ZERO;
-    for _ in 0..iters {
-        k.do_mmap(mm, BASE, GIB, VmFlags::READ | VmFlags::WRITE).unwrap();
-        let t0 = Instant::now();
-        model_touch(&mut k, mm);
-        let t1 = Instant::now();
-        k.do_munmap(mm, BASE, BASE + GIB);
-        t += if fault { t1 - t0 } else { t1.elapsed() };
-    }
-    t
+    (k, mm)
+}
+
+/// Map, fault in and unmap 1 GiB on a warm model: (fault, munmap) time.
+fn warm_round(k: &mut Kernel, mm: MmId) -> (Duration, Duration) {
+    k.do_mmap(mm, BASE, GIB, VmFlags::READ | VmFlags::WRITE).unwrap();
+    let t0 = Instant::now();
+    model_touch(k, mm);
+    let t1 = Instant::now();
+    k.do_munmap(mm, BASE, BASE + GIB);
+    (t1 - t0, t1.elapsed())
 }
 
 fn faults(c: &mut Criterion) {
@@ -138,15 +150,8 @@ fn best_of(n: usize, mut round: impl FnMut() -> (Duration, Duration)) -> (Durati
 /// Best-of-N figures for order-0 pages, model (warm) against host, printed after the
 /// criterion groups: the numbers the targets and ratios are read from.
 fn best_figures(_: &mut Criterion) {
-    let (mut k, mm) = model_populated(None);
-    let model = best_of(10, || {
-        k.do_mmap(mm, BASE, GIB, VmFlags::READ | VmFlags::WRITE).unwrap();
-        let t0 = Instant::now();
-        model_touch(&mut k, mm);
-        let t1 = Instant::now();
-        k.do_munmap(mm, BASE, BASE + GIB);
-        (t1 - t0, t1.elapsed())
-    });
+    let (mut k, mm) = warm_model();
+    let model = best_of(10, || warm_round(&mut k, mm));
     let host = best_of(5, || host_round(false));
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let rate = |d: Duration| PAGES as f64 / d.as_secs_f64() / 1e6;
