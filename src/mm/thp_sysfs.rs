@@ -45,10 +45,9 @@ pub struct ThpKnobs {
     pub shrink_underused: bool,
     /// `khugepaged/max_ptes_none`.
     pub max_ptes_none: u32,
-    /// Per-order `hugepages-<size>kB/enabled`, indexed by order (0 and 1 unused).
-    per_order: Vec<ThpMode>,
-    /// huge_anon_orders_{always,madvise,inherit}: `per_order` as the bitmaps the kernel
-    /// keeps beside its sysfs files, so the fault path reads no per-order table.
+    /// The per-size `hugepages-<size>kB/enabled` settings as the kernel keeps them
+    /// (huge_anon_orders_{always,madvise,inherit}): a bit per order, clear in all three
+    /// for `never`, so the fault path combines three masks.
     orders_always: u64,
     orders_madvise: u64,
     orders_inherit: u64,
@@ -57,8 +56,6 @@ pub struct ThpKnobs {
 impl ThpKnobs {
     pub fn new(granule: Granule) -> ThpKnobs {
         let pmd = granule.pmd_order() as usize;
-        let mut per_order = vec![ThpMode::Never; pmd + 1];
-        per_order[pmd] = ThpMode::Inherit;
         ThpKnobs {
             granule,
             enabled: ThpMode::Madvise,
@@ -66,10 +63,23 @@ impl ThpKnobs {
             use_zero_page: true,
             shrink_underused: true,
             max_ptes_none: (1 << pmd) - 1,
-            per_order,
             orders_always: 0,
             orders_madvise: 0,
             orders_inherit: 1 << pmd,
+        }
+    }
+
+    /// The `hugepages-<size>kB/enabled` setting of `order`.
+    fn mode(&self, order: u32) -> ThpMode {
+        let bit = 1u64 << order;
+        if self.orders_always & bit != 0 {
+            ThpMode::Always
+        } else if self.orders_madvise & bit != 0 {
+            ThpMode::Madvise
+        } else if self.orders_inherit & bit != 0 {
+            ThpMode::Inherit
+        } else {
+            ThpMode::Never
         }
     }
 
@@ -142,7 +152,6 @@ impl ThpKnobs {
                     "never" => ThpMode::Never,
                     _ => return bad(&format!("{knob} (always|inherit|madvise|never)")),
                 };
-                self.per_order[order as usize] = mode;
                 let bit = 1u64 << order;
                 for (mask, m) in [
                     (&mut self.orders_always, ThpMode::Always),
@@ -170,7 +179,7 @@ impl ThpKnobs {
         for o in k.anon_orders() {
             v.push((
                 format!("hugepages-{}kB/enabled", k.size_kb(o)),
-                k.per_order[o as usize].name().to_string(),
+                k.mode(o).name().to_string(),
             ));
         }
         v
