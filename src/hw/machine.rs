@@ -250,7 +250,7 @@ impl Machine {
         self.cpus.iter().flat_map(|c| c.tlb.covering(leaf_va)).any(|e| {
             e.filled_from(table, index, leaf_shift)
                 && match new_span {
-                    Some(span) => e.translate(leaf_va) != new.oa().0 || (!bbml2 && span != e.span_shift),
+                    Some(span) => e.translate(leaf_va) != new.oa().0 || (!bbml2 && span != u32::from(e.span_shift)),
                     None => !bbml2,
                 }
         })
@@ -374,7 +374,7 @@ impl Machine {
         let entry = TlbEntry {
             asid: if d.has(Attr::NG) { Some(asid) } else { None },
             va: va.0 & !span_mask,
-            span_shift: t.span_shift,
+            span_shift: t.span_shift as u8,
             pa: t.pa.0 - (va.0 & span_mask),
             level: t.level,
             writable: !d.has(Attr::RDONLY),
@@ -409,7 +409,7 @@ impl Machine {
 
     fn fill(&mut self, cpu: usize, e: TlbEntry) {
         self.ev.inc(Event::TlbFill);
-        if e.span_shift > self.cfg.granule.page_shift() && e.level == 3 {
+        if u32::from(e.span_shift) > self.cfg.granule.page_shift() && e.level == 3 {
             self.ev.inc(Event::TlbFillCont);
         }
         if self.checks {

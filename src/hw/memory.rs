@@ -22,6 +22,9 @@ const SECTION_PFNS: usize = 1 << SECTION_SHIFT;
 pub struct TableId(u32);
 
 impl TableId {
+    /// Names no table: the placeholder in an empty TLB slot.
+    pub const NONE: TableId = TableId(u32::MAX);
+
     /// The storage slot number: dense and small, for use as a map key.
     #[inline]
     pub const fn slot(self) -> u32 {

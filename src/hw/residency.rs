@@ -110,7 +110,7 @@ impl Residency {
 
     fn update(&mut self, e: &TlbEntry, add: bool) {
         let f = if add { inc } else { dec };
-        let s = e.span_shift;
+        let s = u32::from(e.span_shift);
         // An output range not aligned to its span (a misprogrammed CONT run) touches two chunks.
         for chunk in (e.pa >> s)..=((e.pa + ((1u64 << s) - 1)) >> s) {
             f(&mut self.by_pa, pa_key(s, chunk));

@@ -151,12 +151,14 @@ impl Kernel {
         tlb.reset_range();
     }
 
-    /// tlb_flush_mmu_free: free the gathered tables and pages.
+    /// tlb_flush_mmu_free: free the gathered tables and pages. The buffers keep their
+    /// capacity: a full gather is ~160 KiB, which the host allocator would otherwise
+    /// map and fault in afresh for every batch.
     fn tlb_flush_mmu_free(&mut self, tlb: &mut MmuGather) {
-        for t in std::mem::take(&mut tlb.tables) {
+        for t in tlb.tables.drain(..) {
             self.pgtable_free(t);
         }
-        for g in std::mem::take(&mut tlb.pages) {
+        for g in tlb.pages.drain(..) {
             self.folio_put_refs(g.folio, g.nr as i32);
         }
         tlb.batch_nr.iter_mut().for_each(|n| *n = 0);

@@ -56,8 +56,8 @@ pub struct TlbEntry {
     pub asid: Option<Asid>,
     /// VA of the start of the span.
     pub va: u64,
-    /// log2 of the span in bytes.
-    pub span_shift: u32,
+    /// log2 of the span in bytes (a byte keeps the entry to 32 bytes, half a line).
+    pub span_shift: u8,
     /// PA of the start of the span.
     pub pa: u64,
     /// Level of the leaf descriptor.
@@ -73,6 +73,19 @@ pub struct TlbEntry {
 }
 
 impl TlbEntry {
+    /// What an empty L2 slot holds.
+    const EMPTY: TlbEntry = TlbEntry {
+        asid: None,
+        va: 0,
+        span_shift: 0,
+        pa: 0,
+        level: 0,
+        writable: false,
+        pending: false,
+        table: TableId::NONE,
+        index: 0,
+    };
+
     /// The last VA of the span (inclusive, so a span at the top of the address space
     /// does not overflow).
     #[inline]
@@ -106,9 +119,12 @@ impl TlbEntry {
     /// Whether the entry was filled from descriptor `index` of `table`, whose entries
     /// each map 2^`level_shift` bytes.
     pub fn filled_from(&self, table: TableId, index: usize, level_shift: u32) -> bool {
-        table == self.table && (index as u64).wrapping_sub(self.index as u64) >> (self.span_shift - level_shift) == 0
+        table == self.table
+            && (index as u64).wrapping_sub(self.index as u64) >> (u32::from(self.span_shift) - level_shift) == 0
     }
 }
+
+const _: () = assert!(std::mem::size_of::<TlbEntry>() == 32);
 
 /// The L2 tag of a `shift`-sized span of class `class` covering `va`: never 0, and
 /// equal for two spans exactly when they are the same span of the same class.
@@ -174,9 +190,10 @@ pub struct Tlb {
     /// has, so a lookup probes only sizes that are present.
     spans: Vec<(u32, u32)>,
     l1: L1,
-    l2: Vec<Option<Slot>>,
+    /// Per L2 slot, its entry (meaningful while the slot's tag is non-zero).
+    l2: Vec<TlbEntry>,
     /// Per L2 slot, `l2_tag_of` its entry (0 when empty): a lookup scans a set's tags,
-    /// one cache line, and reads a slot only on a tag match.
+    /// one cache line, and reads an entry only on a tag match.
     l2_tag: Vec<u64>,
     /// Per L2 slot, its entry's last use (valid while the tag is non-zero).
     l2_stamp: Vec<u64>,
@@ -198,7 +215,7 @@ impl Tlb {
             set_mask: cfg.l2_sets - 1,
             spans: shifts.iter().map(|&s| (s, 0)).collect(),
             l1: L1::new(cfg.l1_entries, &shifts),
-            l2: vec![None; cfg.l2_sets * cfg.l2_ways],
+            l2: vec![TlbEntry::EMPTY; cfg.l2_sets * cfg.l2_ways],
             l2_tag: vec![0; cfg.l2_sets * cfg.l2_ways],
             l2_stamp: vec![0; cfg.l2_sets * cfg.l2_ways],
             l2_pending: Vec::new(),
@@ -241,9 +258,8 @@ impl Tlb {
             .find_map(|(class, &(shift, _))| {
                 let set = self.l2_set(va, shift);
                 let want = l2_tag_of(va, shift, class as u8);
-                set.into_iter().find(|&i| {
-                    self.l2_tag[i] == want && self.l2[i].is_some_and(|s| s.entry.asid.is_none_or(|a| a == asid))
-                })
+                set.into_iter()
+                    .find(|&i| self.l2_tag[i] == want && self.l2[i].asid.is_none_or(|a| a == asid))
             })
     }
 
@@ -256,7 +272,7 @@ impl Tlb {
             (lo..lo + nsets)
                 .flat_map(move |v| self.l2_set(v << shift, shift))
                 .filter(move |&i| {
-                    self.l2[i].is_some_and(|s| s.entry.span_shift == shift && s.entry.overlaps(first, last))
+                    self.l2_tag[i] != 0 && u32::from(self.l2[i].span_shift) == shift && self.l2[i].overlaps(first, last)
                 })
         })
     }
@@ -264,7 +280,7 @@ impl Tlb {
     /// Cache a new translation (it goes to L1). Returns whether an entry left the TLB.
     pub fn fill(&mut self, e: TlbEntry, res: &mut Residency) -> bool {
         self.clock += 1;
-        let class = self.spans.iter().position(|&(s, _)| s == e.span_shift);
+        let class = self.spans.iter().position(|&(s, _)| s == u32::from(e.span_shift));
         let class = class.unwrap_or_else(|| panic!("span 2^{} is no leaf size of this granule", e.span_shift)) as u8;
         res.add(&e);
         self.place_l1(
@@ -287,7 +303,8 @@ impl Tlb {
 
     /// Put `slot` in its L2 set, evicting that set's LRU entry when full.
     fn place_l2(&mut self, slot: Slot, res: &mut Residency) -> bool {
-        let set = self.l2_set(slot.entry.va, slot.entry.span_shift);
+        let e = slot.entry;
+        let set = self.l2_set(e.va, e.span_shift.into());
         let free = self.l2_tag[set.clone()].iter().position(|&t| t == 0);
         let way = free.unwrap_or_else(|| {
             let stamps = &self.l2_stamp[set.clone()];
@@ -296,28 +313,30 @@ impl Tlb {
         let i = set.start + way;
         let evicted = free.is_none();
         if evicted {
-            // The new entry overwrites the victim: its class is in the tag, and its
-            // entry is read only for an enabled residency index.
+            // The new entry overwrites the victim, whose class is in its tag.
             self.spans[l2_tag_class(self.l2_tag[i])].1 -= 1;
-            if res.enabled() {
-                res.remove(&self.l2[i].expect("occupied").entry);
-            }
+            res.remove(&self.l2[i]);
         }
         self.spans[slot.class as usize].1 += 1;
-        if slot.entry.pending {
+        if e.pending {
             self.l2_pending.push(i as u32);
         }
-        self.l2[i] = Some(slot);
-        self.l2_tag[i] = l2_tag_of(slot.entry.va, slot.entry.span_shift, slot.class);
+        self.l2[i] = e;
+        self.l2_tag[i] = l2_tag_of(e.va, e.span_shift.into(), slot.class);
         self.l2_stamp[i] = slot.stamp;
         evicted
     }
 
     fn take_l2(&mut self, i: usize) -> Slot {
-        let slot = self.l2[i].take().expect("L2 slot is occupied");
-        self.l2_tag[i] = 0;
-        self.spans[slot.class as usize].1 -= 1;
-        slot
+        let tag = std::mem::take(&mut self.l2_tag[i]);
+        debug_assert_ne!(tag, 0, "L2 slot {i} is empty");
+        let class = l2_tag_class(tag);
+        self.spans[class].1 -= 1;
+        Slot {
+            entry: self.l2[i],
+            stamp: self.l2_stamp[i],
+            class: class as u8,
+        }
     }
 
     /// Entries that overlap `e` and could answer the same lookup (same ASID, or either
@@ -326,24 +345,27 @@ impl Tlb {
         self.l1
             .iter()
             .filter(|o| o.overlaps(e.va, e.last()))
-            .chain(
-                self.l2_overlapping(e.va, e.last())
-                    .map(|i| &self.l2[i].as_ref().expect("occupied").entry),
-            )
+            .chain(self.l2_overlapping(e.va, e.last()).map(|i| &self.l2[i]))
             .filter(|o| o.asid.is_none() || e.asid.is_none() || o.asid == e.asid)
     }
 
     /// Entries of any ASID whose span covers `va`.
     pub fn covering(&self, va: u64) -> impl Iterator<Item = &TlbEntry> + '_ {
-        self.l1.iter().filter(move |e| e.covers(va)).chain(
-            self.l2_overlapping(va, va)
-                .map(|i| &self.l2[i].as_ref().expect("occupied").entry),
-        )
+        self.l1
+            .iter()
+            .filter(move |e| e.covers(va))
+            .chain(self.l2_overlapping(va, va).map(|i| &self.l2[i]))
     }
 
     /// Every cached entry.
     pub fn iter(&self) -> impl Iterator<Item = &TlbEntry> {
-        self.l1.iter().chain(self.l2.iter().flatten().map(|s| &s.entry))
+        self.l1.iter().chain(
+            self.l2
+                .iter()
+                .zip(&self.l2_tag)
+                .filter(|&(_, &t)| t != 0)
+                .map(|(e, _)| e),
+        )
     }
 
     /// TLBI: mark the entries in `scope` pending. Returns how many were newly marked.
@@ -359,9 +381,9 @@ impl Tlb {
             TlbiScope::Asid(_) | TlbiScope::All => idx.extend((0..self.l2.len()).filter(|&i| self.l2_tag[i] != 0)),
         }
         for &i in &idx {
-            let s = self.l2[i].as_mut().expect("occupied");
-            if !s.entry.pending && scope.matches(&s.entry) {
-                s.entry.pending = true;
+            let e = &mut self.l2[i];
+            if !e.pending && scope.matches(e) {
+                e.pending = true;
                 self.l2_pending.push(i as u32);
                 n += 1;
             }
@@ -378,7 +400,7 @@ impl Tlb {
         }
         for k in 0..self.l2_pending.len() {
             let i = self.l2_pending[k] as usize;
-            if self.l2[i].is_some_and(|s| s.entry.pending) {
+            if self.l2_tag[i] != 0 && self.l2[i].pending {
                 let old = self.take_l2(i);
                 res.remove(&old.entry);
             }
@@ -394,7 +416,7 @@ impl Tlb {
         idx.clear();
         idx.extend(self.l2_overlapping(va, va));
         for &i in &idx {
-            if self.l2[i].is_some_and(|s| s.entry.matches(asid, va)) {
+            if self.l2[i].matches(asid, va) {
                 let old = self.take_l2(i);
                 res.remove(&old.entry);
             }
@@ -425,7 +447,7 @@ mod tests {
         TlbEntry {
             asid,
             va,
-            span_shift,
+            span_shift: span_shift as u8,
             pa: va + (1 << 32),
             level: 3,
             writable: true,
@@ -466,7 +488,7 @@ mod tests {
                     );
                 }
                 let (e, hit) = tlb.lookup(1, va + (1 << s) - 1, &mut res).expect("cached");
-                assert_eq!((e.va, e.span_shift, hit), (va, s, TlbHit::L2), "{g:?} span {s}");
+                assert_eq!((e.va, e.span_shift.into(), hit), (va, s, TlbHit::L2), "{g:?} span {s}");
             }
         }
     }
