@@ -104,8 +104,8 @@ impl L1 {
 
     /// Insert `slot` as most recently used; when full, the LRU entry leaves and is returned.
     pub(super) fn insert(&mut self, slot: Slot) -> Option<Slot> {
-        let (i, old) = if let Some(i) = self.free.pop() {
-            (i, None)
+        let i = if let Some(i) = self.free.pop() {
+            i
         } else if self.slots.len() < self.slots.capacity() {
             let i = self.slots.len() as u8;
             self.slots.push(slot);
@@ -113,20 +113,40 @@ impl L1 {
             self.prev.push(NIL);
             self.next.push(NIL);
             self.chain.push(NIL);
-            (i, None)
+            i
         } else {
-            let victim = self.tail;
-            (victim, Some(self.unlink(victim as usize)))
+            return Some(self.replace_lru(slot));
         };
         self.slots[i as usize] = slot;
         self.live[i as usize] = true;
         self.pending |= slot.entry.pending;
         self.per_class[slot.class as usize].0 += 1;
-        let b = self.bucket(slot.class, slot.entry.va);
-        self.chain[i as usize] = self.buckets[b];
-        self.buckets[b] = i;
+        self.chain_in(i, slot.class, slot.entry.va);
         self.push_lru(i);
         self.len += 1;
+        None
+    }
+
+    /// A full L1's fill: the LRU entry's slot takes `slot` and becomes the most recently
+    /// used; the old entry is returned. The slot stays live, so only its bucket changes
+    /// and the list rotates its tail to the head.
+    fn replace_lru(&mut self, slot: Slot) -> Slot {
+        let i = self.tail;
+        let old = std::mem::replace(&mut self.slots[i as usize], slot);
+        self.unchain(i as usize, old.class, old.entry.va);
+        if self.head != i {
+            let p = self.prev[i as usize];
+            self.next[p as usize] = NIL;
+            self.tail = p;
+            self.prev[i as usize] = NIL;
+            self.next[i as usize] = self.head;
+            self.prev[self.head as usize] = i;
+            self.head = i;
+        }
+        self.per_class[old.class as usize].0 -= 1;
+        self.per_class[slot.class as usize].0 += 1;
+        self.pending |= slot.entry.pending;
+        self.chain_in(i, slot.class, slot.entry.va);
         old
     }
 
@@ -141,7 +161,24 @@ impl L1 {
     fn unlink(&mut self, i: usize) -> Slot {
         debug_assert!(self.live[i]);
         let slot = self.slots[i];
-        let b = self.bucket(slot.class, slot.entry.va);
+        self.unchain(i, slot.class, slot.entry.va);
+        self.unlink_lru(i as u8);
+        self.per_class[slot.class as usize].0 -= 1;
+        self.live[i] = false;
+        self.len -= 1;
+        slot
+    }
+
+    /// Put slot `i`, holding a (`class`, `va`) entry, at the head of its bucket's chain.
+    fn chain_in(&mut self, i: u8, class: u8, va: u64) {
+        let b = self.bucket(class, va);
+        self.chain[i as usize] = self.buckets[b];
+        self.buckets[b] = i;
+    }
+
+    /// Take slot `i`, holding a (`class`, `va`) entry, out of its bucket's chain.
+    fn unchain(&mut self, i: usize, class: u8, va: u64) {
+        let b = self.bucket(class, va);
         if self.buckets[b] as usize == i {
             self.buckets[b] = self.chain[i];
         } else {
@@ -151,11 +188,6 @@ impl L1 {
             }
             self.chain[p as usize] = self.chain[i];
         }
-        self.unlink_lru(i as u8);
-        self.per_class[slot.class as usize].0 -= 1;
-        self.live[i] = false;
-        self.len -= 1;
-        slot
     }
 
     fn push_lru(&mut self, i: u8) {
@@ -257,6 +289,20 @@ mod tests {
         let old = l1.insert(slot(3 << 12, 0, Some(1))).expect("full");
         assert_eq!(old.entry.va, 1 << 12);
         assert_eq!(l1.iter().map(|e| e.va >> 12).collect::<Vec<_>>(), [3, 0, 2]);
+    }
+
+    #[test]
+    fn a_full_l1_keeps_exactly_the_most_recent_entries_findable() {
+        let mut l1 = L1::new(4, &[12, 16, 21]);
+        for p in 0..10u64 {
+            let old = l1.insert(slot(p << 16, (p % 2) as u8, Some(1)));
+            assert_eq!(old.map(|o| o.entry.va >> 16), p.checked_sub(4), "victim of fill {p}");
+        }
+        for p in 0..10u64 {
+            assert_eq!(l1.find(1, p << 16).is_some(), p >= 6, "page {p}");
+        }
+        assert_eq!(l1.iter().map(|e| e.va >> 16).collect::<Vec<_>>(), [9, 8, 7, 6]);
+        assert_eq!(l1.len(), 4);
     }
 
     #[test]
