@@ -135,13 +135,8 @@ impl L1 {
         let old = std::mem::replace(&mut self.slots[i as usize], slot);
         self.unchain(i as usize, old.class, old.entry.va);
         if self.head != i {
-            let p = self.prev[i as usize];
-            self.next[p as usize] = NIL;
-            self.tail = p;
-            self.prev[i as usize] = NIL;
-            self.next[i as usize] = self.head;
-            self.prev[self.head as usize] = i;
-            self.head = i;
+            self.unlink_lru(i);
+            self.push_lru(i);
         }
         self.per_class[old.class as usize].0 -= 1;
         self.per_class[slot.class as usize].0 += 1;
@@ -190,6 +185,7 @@ impl L1 {
         }
     }
 
+    #[inline]
     fn push_lru(&mut self, i: u8) {
         self.prev[i as usize] = NIL;
         self.next[i as usize] = self.head;
@@ -201,6 +197,7 @@ impl L1 {
         self.head = i;
     }
 
+    #[inline]
     fn unlink_lru(&mut self, i: u8) {
         let (p, n) = (self.prev[i as usize], self.next[i as usize]);
         if p != NIL {
