@@ -51,13 +51,13 @@ impl Kernel {
                 ));
             }
             seen.tables += 1 + deposited as u64;
-            for (start, v) in &m.vmas {
+            for (start, v) in m.vmas() {
                 if *start != v.start || v.start >= v.end {
                     return Err(format!("mm {id}: bad VMA {v:?}"));
                 }
             }
             let mut prev_end = 0;
-            for v in m.vmas.values() {
+            for v in m.vmas().values() {
                 if v.start < prev_end {
                     return Err(format!("mm {id}: overlapping VMAs at {:#x}", v.start));
                 }

@@ -16,16 +16,16 @@ impl Kernel {
     /// write-protected in place. None when out of memory (the child is torn down).
     pub fn dup_mmap(&mut self, parent: MmId) -> Option<MmId> {
         let child = self.mm_alloc()?;
-        let vmas: Vec<Vma> = self.mm(parent).vmas.values().cloned().collect();
+        let vmas: Vec<Vma> = self.mm(parent).vmas().values().copied().collect();
         let mut ok = true;
         for vma in &vmas {
             let anon_vma = vma.anon_vma.map(|_| self.anon_vma_alloc());
             let tmp = Vma {
                 flags: vma.flags - VmFlags::LOCKED,
                 anon_vma,
-                ..vma.clone()
+                ..*vma
             };
-            self.mm_mut(child).vmas.insert(tmp.start, tmp);
+            self.mm_mut(child).vmas_mut().insert(tmp.start, tmp);
             if vma.anon_vma.is_some() && !self.copy_page_range(child, parent, vma) {
                 ok = false;
                 break;

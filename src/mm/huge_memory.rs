@@ -433,7 +433,7 @@ fn split_folio_pmds(k: &mut Kernel, folio: Pfn) {
         let Some(pmd) = k.pmd_offset(mm, haddr) else { continue };
         let d = k.pxd_get(2, pmd);
         if pmd_trans_huge(d) && d.pfn(g) == folio {
-            let vma = k.mm(mm).find_vma(haddr).cloned().expect("a pmd outside any VMA");
+            let vma = k.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
             __split_huge_pmd(k, mm, &vma, pmd, haddr);
         }
     }
@@ -487,7 +487,7 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
     for (&(mm, ptep, addr), pte) in maps.iter().zip(old) {
         let amm = k.arch_mm(mm);
         let page = pte.pte_pfn(g);
-        let vma = k.mm(mm).find_vma(addr).cloned().expect("a mapping outside any VMA");
+        let vma = k.mm(mm).find_vma(addr).expect("a mapping outside any VMA");
         let p = k.memmap.page(page);
         let locked = p.flags.contains(PageFlags::MLOCKED) || vma.flags.contains(VmFlags::LOCKED);
         if !p.nonzero && !locked {

@@ -54,7 +54,7 @@ impl Kernel {
     /// handle_mm_fault with arm64's do_page_fault access checks in front and
     /// mm_account_fault behind (pgfault and the task's min_flt).
     pub fn handle_mm_fault(&mut self, mm: MmId, addr: u64, write: bool) -> Result<(), FaultError> {
-        let Some(vma) = self.mm(mm).find_vma(addr).cloned() else {
+        let Some(vma) = self.mm(mm).find_vma(addr) else {
             return Err(FaultError::Segv(addr));
         };
         let need = if write { VmFlags::WRITE } else { VmFlags::READ };

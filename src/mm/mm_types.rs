@@ -2,6 +2,7 @@
 
 use crate::hw::{Asid, Pfn, TableId};
 use bitflags::bitflags;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 bitflags! {
@@ -19,7 +20,7 @@ bitflags! {
 }
 
 /// A private anonymous VMA.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vma {
     pub start: u64,
     pub end: u64,
@@ -49,8 +50,12 @@ pub struct MmStruct {
     /// The top-level table (pgd).
     pub pgd: Pfn,
     pub pgd_table: TableId,
-    /// VMAs by start address.
-    pub vmas: BTreeMap<u64, Vma>,
+    /// VMAs by start address; changed only through `vmas_mut`, which drops `vmacache`.
+    vmas: BTreeMap<u64, Vma>,
+    /// The VMA the last find_vma returned (the old per-task vmacache, one entry): a
+    /// fault stream stays in one VMA, and the tree walk costs more than the fault's
+    /// own page-table reads.
+    vmacache: Cell<Option<Vma>>,
     /// MM_ANONPAGES.
     pub rss_anon: i64,
     /// Page-table pages below the pgd, for the invariant checks.
@@ -66,20 +71,50 @@ pub struct MmStruct {
 }
 
 impl MmStruct {
+    /// An address space with no VMAs yet.
+    pub fn new(asid: Asid, pgd: Pfn, pgd_table: TableId) -> MmStruct {
+        MmStruct {
+            asid,
+            pgd,
+            pgd_table,
+            vmas: BTreeMap::new(),
+            vmacache: Cell::new(None),
+            rss_anon: 0,
+            nr_ptes: 0,
+            nr_pmds: 0,
+            deposited: BTreeMap::new(),
+            min_flt: 0,
+            tlb_flush_pending: 0,
+            tlb_flush_done: 0,
+        }
+    }
+    /// The VMAs by start address.
+    pub fn vmas(&self) -> &BTreeMap<u64, Vma> {
+        &self.vmas
+    }
+    /// The VMAs, to change (vmacache_invalidate).
+    pub fn vmas_mut(&mut self) -> &mut BTreeMap<u64, Vma> {
+        self.vmacache.set(None);
+        &mut self.vmas
+    }
     /// find_vma: the VMA containing `addr`.
-    pub fn find_vma(&self, addr: u64) -> Option<&Vma> {
-        self.vmas
-            .range(..=addr)
-            .next_back()
-            .map(|(_, v)| v)
-            .filter(|v| v.contains(addr))
+    #[inline]
+    pub fn find_vma(&self, addr: u64) -> Option<Vma> {
+        if let Some(v) = self.vmacache.get().filter(|v| v.contains(addr)) {
+            return Some(v);
+        }
+        let v = *self.vmas.range(..=addr).next_back()?.1;
+        v.contains(addr).then(|| {
+            self.vmacache.set(Some(v));
+            v
+        })
     }
     /// The VMAs intersecting [start, end), in order.
     pub fn vmas_in(&self, start: u64, end: u64) -> Vec<Vma> {
         let first = self.vmas.range(..=start).next_back().map(|(s, _)| *s).unwrap_or(start);
         self.vmas
             .range(first..end)
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| *v)
             .filter(|v| v.end > start)
             .collect()
     }

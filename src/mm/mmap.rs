@@ -25,7 +25,7 @@ impl Kernel {
         if !self.mm(mm).vmas_in(addr, end).is_empty() {
             return Err(VmaError::Exists);
         }
-        self.mm_mut(mm).vmas.insert(
+        self.mm_mut(mm).vmas_mut().insert(
             addr,
             Vma {
                 start: addr,
@@ -39,7 +39,7 @@ impl Kernel {
 
     /// __split_vma: cut the VMA containing `at` in two, splitting a huge pmd across `at`.
     fn split_vma(&mut self, mm: MmId, at: u64) {
-        let Some(vma) = self.mm(mm).find_vma(at).cloned() else {
+        let Some(vma) = self.mm(mm).find_vma(at) else {
             return;
         };
         if vma.start == at {
@@ -47,8 +47,8 @@ impl Kernel {
         }
         split_huge_pmd_address(self, mm, &vma, at);
         let m = self.mm_mut(mm);
-        m.vmas.get_mut(&vma.start).unwrap().end = at;
-        m.vmas.insert(
+        m.vmas_mut().get_mut(&vma.start).unwrap().end = at;
+        m.vmas_mut().insert(
             at,
             Vma {
                 start: at,
@@ -61,18 +61,18 @@ impl Kernel {
     /// Merge VMAs around [start, end) with equal flags and compatible anon_vmas
     /// (is_mergeable_anon_vma) into their neighbours (what vma_modify's merge achieves).
     fn merge_around(&mut self, mm: MmId, start: u64, end: u64) {
-        let m = self.mm_mut(mm);
-        let from = m.vmas.range(..start).next_back().map(|(s, _)| *s).unwrap_or(start);
-        let keys: Vec<u64> = m.vmas.range(from..=end).map(|(s, _)| *s).collect();
+        let m = self.mm_mut(mm).vmas_mut();
+        let from = m.range(..start).next_back().map(|(s, _)| *s).unwrap_or(start);
+        let keys: Vec<u64> = m.range(from..=end).map(|(s, _)| *s).collect();
         let mut cur: Option<u64> = None;
         for k in keys {
             if let Some(c) = cur {
-                let (ce, cf, ca) = (m.vmas[&c].end, m.vmas[&c].flags, m.vmas[&c].anon_vma);
-                let next = m.vmas[&k].clone();
+                let (ce, cf, ca) = (m[&c].end, m[&c].flags, m[&c].anon_vma);
+                let next = m[&k];
                 let anon_ok = ca.is_none() || next.anon_vma.is_none() || ca == next.anon_vma;
                 if ce == next.start && cf == next.flags && anon_ok {
-                    m.vmas.remove(&k);
-                    let cur = m.vmas.get_mut(&c).unwrap();
+                    m.remove(&k);
+                    let cur = m.get_mut(&c).unwrap();
                     cur.end = next.end;
                     cur.anon_vma = ca.or(next.anon_vma);
                     continue;
@@ -95,10 +95,10 @@ impl Kernel {
         }
         self.split_vma(mm, start);
         self.split_vma(mm, end);
-        let m = self.mm_mut(mm);
-        let keys: Vec<u64> = m.vmas.range(start..end).map(|(s, _)| *s).collect();
+        let m = self.mm_mut(mm).vmas_mut();
+        let keys: Vec<u64> = m.range(start..end).map(|(s, _)| *s).collect();
         for k in keys {
-            let v = m.vmas.get_mut(&k).unwrap();
+            let v = m.get_mut(&k).unwrap();
             v.flags = f(v.flags);
         }
         self.merge_around(mm, start, end);
@@ -127,7 +127,7 @@ impl Kernel {
         self.split_vma(mm, end);
         let vmas = self.mm(mm).vmas_in(start, end);
         for v in &vmas {
-            self.mm_mut(mm).vmas.remove(&v.start);
+            self.mm_mut(mm).vmas_mut().remove(&v.start);
         }
         let (prev, next) = self.mm(mm).gap_around(start, end);
         let g = self.arch.granule();
@@ -140,7 +140,7 @@ impl Kernel {
     /// exit_mmap: zap every VMA under a fullmm mmu_gather, free all page tables, then
     /// the pgd (mmdrop); the mm is gone afterwards.
     pub fn exit_mmap(&mut self, mm: MmId) {
-        let vmas: Vec<Vma> = std::mem::take(&mut self.mm_mut(mm).vmas).into_values().collect();
+        let vmas: Vec<Vma> = std::mem::take(self.mm_mut(mm).vmas_mut()).into_values().collect();
         let ps = self.arch.granule().page_size();
         let mut tlb = MmuGather::new(self.mm(mm).asid, true, ps);
         self.unmap_vmas(&mut tlb, mm, &vmas, 0, u64::MAX);

@@ -27,7 +27,6 @@ use crate::hw::{Asid, Machine, MachineConfig, Pfn};
 use folio::{MemMap, PageFlags, NIL};
 use mm_types::{MmId, MmStruct, Vma};
 use page_alloc::Buddy;
-use std::collections::BTreeMap;
 use thp_sysfs::ThpKnobs;
 use vmstat::{MthpStat, VmStats};
 
@@ -132,19 +131,7 @@ impl Kernel {
         let (pgd, pgd_table) = self.pgtable_alloc(g.start_level())?;
         let asid = self.next_asid;
         self.next_asid += 1;
-        self.mms.push(Some(MmStruct {
-            asid,
-            pgd,
-            pgd_table,
-            vmas: BTreeMap::new(),
-            rss_anon: 0,
-            nr_ptes: 0,
-            nr_pmds: 0,
-            deposited: BTreeMap::new(),
-            min_flt: 0,
-            tlb_flush_pending: 0,
-            tlb_flush_done: 0,
-        }));
+        self.mms.push(Some(MmStruct::new(asid, pgd, pgd_table)));
         Some(self.mms.len() - 1)
     }
 
@@ -157,9 +144,9 @@ impl Kernel {
     /// anon_vma_prepare: give `vma` an anon_vma before it maps anon folios.
     pub fn anon_vma_prepare(&mut self, mm: MmId, vma: &Vma) {
         // A VMA's anon_vma is only ever set, so a copy that has one is current.
-        if vma.anon_vma.is_none() && self.mm(mm).vmas[&vma.start].anon_vma.is_none() {
+        if vma.anon_vma.is_none() && self.mm(mm).vmas()[&vma.start].anon_vma.is_none() {
             let id = self.anon_vma_alloc();
-            self.mm_mut(mm).vmas.get_mut(&vma.start).unwrap().anon_vma = Some(id);
+            self.mm_mut(mm).vmas_mut().get_mut(&vma.start).unwrap().anon_vma = Some(id);
         }
     }
 

@@ -41,7 +41,7 @@ impl Kernel {
         let ps = self.arch.granule().page_size();
         let mut tlb = MmuGather::new(self.mm(mm).asid, false, ps);
         for (s, e) in changed {
-            let vma = self.mm(mm).find_vma(s).cloned().expect("the VMA just changed");
+            let vma = self.mm(mm).find_vma(s).expect("the VMA just changed");
             self.change_protection(&mut tlb, mm, &vma, s, e);
         }
         self.tlb_finish_mmu(tlb);

@@ -18,10 +18,16 @@ pub const fn max_page_order(g: Granule) -> u32 {
     }
 }
 
+/// Orders any granule's allocator has (MAX_PAGE_ORDER + 1 at most).
+const NR_ORDERS: usize = 14;
+
 pub struct Buddy {
     max_order: u32,
-    heads: Vec<u32>,
-    nr_free: Vec<u64>,
+    heads: [u32; NR_ORDERS],
+    nr_free: [u64; NR_ORDERS],
+    /// Bit `o` set while the order-`o` list is non-empty: the smallest block that can
+    /// serve an allocation is one bit scan away.
+    nonempty: u32,
     /// Free pages in total, untouched ones included.
     pub free_pages: u64,
     /// [untouched, end) has not entered the free lists yet.
@@ -33,10 +39,12 @@ impl Buddy {
     /// An allocator owning every frame in [start, end).
     pub fn new(g: Granule, start: Pfn, end: Pfn) -> Buddy {
         let max_order = max_page_order(g);
+        assert!((max_order as usize) < NR_ORDERS);
         Buddy {
             max_order,
-            heads: vec![NIL; max_order as usize + 1],
-            nr_free: vec![0; max_order as usize + 1],
+            heads: [NIL; NR_ORDERS],
+            nr_free: [0; NR_ORDERS],
+            nonempty: 0,
             free_pages: end.0 - start.0,
             untouched: start.0,
             end: end.0,
@@ -80,6 +88,7 @@ impl Buddy {
             mm.page_mut(Pfn(head as u64)).lru_prev = pfn as u32;
         }
         self.heads[order as usize] = pfn as u32;
+        self.nonempty |= 1 << order;
         self.nr_free[order as usize] += 1;
         self.free_pages += 1 << order;
     }
@@ -94,6 +103,9 @@ impl Buddy {
             mm.page_mut(Pfn(prev as u64)).lru_next = next;
         } else {
             self.heads[order as usize] = next;
+            if next == NIL {
+                self.nonempty &= !(1 << order);
+            }
         }
         if next != NIL {
             mm.page_mut(Pfn(next as u64)).lru_prev = prev;
@@ -105,19 +117,18 @@ impl Buddy {
     /// __rmqueue_smallest + expand: the smallest free block of at least `order`, split
     /// down with the upper halves returned to the free lists.
     pub fn alloc(&mut self, mm: &mut MemMap, order: u32) -> Option<Pfn> {
-        let mut cur = order;
-        loop {
-            while cur <= self.max_order && self.heads[cur as usize] == NIL {
-                cur += 1;
-            }
-            if cur <= self.max_order {
-                break;
+        if order > self.max_order {
+            return None;
+        }
+        let mut cur = loop {
+            let fit = self.nonempty >> order;
+            if fit != 0 {
+                break order + fit.trailing_zeros();
             }
             if !self.grow(mm) {
                 return None;
             }
-            cur = order;
-        }
+        };
         let pfn = self.heads[cur as usize] as u64;
         self.del_free(mm, pfn, cur);
         while cur > order {

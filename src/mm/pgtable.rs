@@ -5,7 +5,7 @@ use super::folio::PageFlags;
 use super::mm_types::MmId;
 use super::Kernel;
 use crate::arch::arm64::pgtable::PtePtr;
-use crate::hw::{Desc, DescKind, Event, Pfn, TableId, VirtAddr};
+use crate::hw::{Desc, DescKind, Event, Granule, Pfn, TableId, VirtAddr};
 
 /// A pointer to a pmd (or any upper-level) entry.
 pub type PmdPtr = PtePtr;
@@ -72,7 +72,12 @@ impl Kernel {
     /// The table a table descriptor at `level` points at.
     #[inline]
     pub fn table_of(&mut self, level: u8, d: Desc) -> TableId {
-        let pfn = d.oa().to_pfn(self.arch.granule());
+        self.table_at(level, d.pfn(self.arch.granule()))
+    }
+
+    /// The table in frame `pfn`, which a table descriptor at `level` points at.
+    #[inline(always)]
+    fn table_at(&mut self, level: u8, pfn: Pfn) -> TableId {
         self.pgtable_hint
             .table(&self.arch.hw.mem, level + 1, pfn)
             .expect("table descriptor without a table")
@@ -90,7 +95,16 @@ impl Kernel {
     }
 
     fn walk_to_pmd(&mut self, mm: MmId, addr: u64, alloc: bool) -> Option<PmdPtr> {
-        let g = self.arch.granule();
+        // One copy per granule, so the level loop unrolls with constant shifts.
+        match self.arch.granule() {
+            Granule::K4 => self.walk_to_pmd_in(Granule::K4, mm, addr, alloc),
+            Granule::K16 => self.walk_to_pmd_in(Granule::K16, mm, addr, alloc),
+            Granule::K64 => self.walk_to_pmd_in(Granule::K64, mm, addr, alloc),
+        }
+    }
+
+    #[inline(always)]
+    fn walk_to_pmd_in(&mut self, g: Granule, mm: MmId, addr: u64, alloc: bool) -> Option<PmdPtr> {
         let mut table = self.mm(mm).pgd_table;
         for level in g.start_level()..2 {
             let p = PmdPtr {
@@ -99,7 +113,7 @@ impl Kernel {
             };
             let d = self.pxd_get(level, p);
             table = match d.kind(level, g) {
-                DescKind::Table(_) => self.table_of(level, d),
+                DescKind::Table(oa) => self.table_at(level, oa.to_pfn(g)),
                 _ if !alloc => return None,
                 _ => {
                     let (pfn, id) = self.pgtable_alloc(level + 1)?;

@@ -298,7 +298,7 @@ impl Kernel {
             if let Some(pmd) = self.pmd_offset(mm, haddr) {
                 let d = self.pxd_get(2, pmd);
                 if pmd_trans_huge(d) && d.pfn(g) == folio {
-                    let vma = self.mm(mm).find_vma(haddr).cloned().expect("a pmd outside any VMA");
+                    let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
                     __split_huge_pmd(self, mm, &vma, pmd, haddr);
                 }
             }
@@ -312,7 +312,7 @@ impl Kernel {
                 i += 1;
                 continue;
             };
-            let vma = self.mm(mm).find_vma(addr).cloned().expect("a pte outside any VMA");
+            let vma = self.mm(mm).find_vma(addr).expect("a pte outside any VMA");
             if vma.flags.contains(VmFlags::LOCKED) {
                 return false;
             }

@@ -120,7 +120,7 @@ impl Kernel {
     /// Isolate (take a reference on) each lazyfree folio mapped in `mm`, once.
     fn isolate_lazyfree_folios(&mut self, mm: usize, out: &mut Vec<Pfn>) {
         let ps = self.arch.granule().page_size();
-        let vmas: Vec<(u64, u64)> = self.mm(mm).vmas.values().map(|v| (v.start, v.end)).collect();
+        let vmas: Vec<(u64, u64)> = self.mm(mm).vmas().values().map(|v| (v.start, v.end)).collect();
         let mut seen: std::collections::HashSet<Pfn> = out.iter().copied().collect();
         for (start, end) in vmas {
             for addr in (start..end).step_by(ps as usize) {

@@ -347,10 +347,10 @@ mod fork_exit {
         k.do_mprotect(mm, BASE + 64 * K4 / 2, BASE + 48 * K4, VmFlags::empty())
             .unwrap();
         assert_clean(&k);
-        assert_eq!(k.mm(mm).vmas.len(), 3);
+        assert_eq!(k.mm(mm).vmas().len(), 3);
         assert_eq!(k.page_kind(mm, BASE + 40 * K4), Some(PageKind::Order(4)));
         k.do_mprotect(mm, BASE, BASE + (256 << 10), rw()).unwrap();
-        assert_eq!(k.mm(mm).vmas.len(), 1);
+        assert_eq!(k.mm(mm).vmas().len(), 1);
         assert_eq!(touch(&mut k, mm, BASE, 256 << 10, true), 0);
         assert_clean(&k);
     }

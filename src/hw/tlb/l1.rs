@@ -14,17 +14,23 @@ use crate::hw::addr::Asid;
 
 const NIL: u8 = u8::MAX;
 
+/// Links are u8 slot numbers into arrays of 256, so following one needs no bounds check.
+type Links = [u8; 256];
+
+/// Most buckets an L1 has: 4 per entry, rounded up to a power of two, for under 255 entries.
+const MAX_BUCKETS: usize = 1024;
+
 pub(super) struct L1 {
     slots: Vec<Slot>,
-    live: Vec<bool>,
+    live: [bool; 256],
     /// LRU list links, most recently used at `head`.
-    prev: Vec<u8>,
-    next: Vec<u8>,
+    prev: Links,
+    next: Links,
     head: u8,
     tail: u8,
     /// Next slot in the same hash bucket.
-    chain: Vec<u8>,
-    buckets: Vec<u8>,
+    chain: Links,
+    buckets: Box<[u8; MAX_BUCKETS]>,
     bucket_bits: u32,
     free: Vec<u8>,
     /// Live entries per span class (index into the TLB's span list) and that class's shift.
@@ -38,15 +44,16 @@ impl L1 {
     pub(super) fn new(capacity: usize, span_shifts: &[u32]) -> L1 {
         assert!(capacity < NIL as usize, "L1 of {capacity} entries is too large");
         let bucket_bits = (capacity * 4).next_power_of_two().trailing_zeros();
+        debug_assert!(1 << bucket_bits <= MAX_BUCKETS);
         L1 {
             slots: Vec::with_capacity(capacity),
-            live: Vec::with_capacity(capacity),
-            prev: Vec::with_capacity(capacity),
-            next: Vec::with_capacity(capacity),
+            live: [false; 256],
+            prev: [NIL; 256],
+            next: [NIL; 256],
             head: NIL,
             tail: NIL,
-            chain: Vec::with_capacity(capacity),
-            buckets: vec![NIL; 1 << bucket_bits],
+            chain: [NIL; 256],
+            buckets: Box::new([NIL; MAX_BUCKETS]),
             bucket_bits,
             free: Vec::new(),
             per_class: span_shifts.iter().map(|&s| (0, s)).collect(),
@@ -63,7 +70,7 @@ impl L1 {
     fn bucket(&self, class: u8, va: u64) -> usize {
         let vpn = va >> self.per_class[class as usize].1;
         let h = (vpn ^ ((class as u64) << 56)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (h >> (64 - self.bucket_bits)) as usize
+        (h >> (64 - self.bucket_bits)) as usize & (MAX_BUCKETS - 1)
     }
 
     /// The slot that answers a lookup for (`asid`, `va`), most recently used first.
@@ -109,10 +116,6 @@ impl L1 {
         } else if self.slots.len() < self.slots.capacity() {
             let i = self.slots.len() as u8;
             self.slots.push(slot);
-            self.live.push(false);
-            self.prev.push(NIL);
-            self.next.push(NIL);
-            self.chain.push(NIL);
             i
         } else {
             return Some(self.replace_lru(slot));
@@ -133,7 +136,7 @@ impl L1 {
     fn replace_lru(&mut self, slot: Slot) -> Slot {
         let i = self.tail;
         let old = std::mem::replace(&mut self.slots[i as usize], slot);
-        self.unchain(i as usize, old.class, old.entry.va);
+        self.unchain(i, old.class, old.entry.va);
         if self.head != i {
             self.unlink_lru(i);
             self.push_lru(i);
@@ -156,7 +159,7 @@ impl L1 {
     fn unlink(&mut self, i: usize) -> Slot {
         debug_assert!(self.live[i]);
         let slot = self.slots[i];
-        self.unchain(i, slot.class, slot.entry.va);
+        self.unchain(i as u8, slot.class, slot.entry.va);
         self.unlink_lru(i as u8);
         self.per_class[slot.class as usize].0 -= 1;
         self.live[i] = false;
@@ -165,6 +168,7 @@ impl L1 {
     }
 
     /// Put slot `i`, holding a (`class`, `va`) entry, at the head of its bucket's chain.
+    #[inline]
     fn chain_in(&mut self, i: u8, class: u8, va: u64) {
         let b = self.bucket(class, va);
         self.chain[i as usize] = self.buckets[b];
@@ -172,16 +176,17 @@ impl L1 {
     }
 
     /// Take slot `i`, holding a (`class`, `va`) entry, out of its bucket's chain.
-    fn unchain(&mut self, i: usize, class: u8, va: u64) {
+    #[inline]
+    fn unchain(&mut self, i: u8, class: u8, va: u64) {
         let b = self.bucket(class, va);
-        if self.buckets[b] as usize == i {
-            self.buckets[b] = self.chain[i];
+        if self.buckets[b] == i {
+            self.buckets[b] = self.chain[i as usize];
         } else {
             let mut p = self.buckets[b];
-            while self.chain[p as usize] as usize != i {
+            while self.chain[p as usize] != i {
                 p = self.chain[p as usize];
             }
-            self.chain[p as usize] = self.chain[i];
+            self.chain[p as usize] = self.chain[i as usize];
         }
     }
 

@@ -139,6 +139,9 @@ fn l2_tag_class(tag: u64) -> usize {
     (tag & 0xf) as usize - 1
 }
 
+/// `Tlb::class_of` for a span shift that is no leaf size of the granule.
+const NO_CLASS: u8 = u8::MAX;
+
 /// Where a lookup hit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TlbHit {
@@ -189,6 +192,8 @@ pub struct Tlb {
     /// Leaf span shifts the granule allows, ascending, and how many L2 entries each
     /// has, so a lookup probes only sizes that are present.
     spans: Vec<(u32, u32)>,
+    /// Per span shift, its index in `spans` (NO_CLASS where the granule has no such leaf).
+    class_of: [u8; 64],
     l1: L1,
     /// Per L2 slot, its entry (meaningful while the slot's tag is non-zero).
     l2: Vec<TlbEntry>,
@@ -210,10 +215,15 @@ impl Tlb {
         assert!(cfg.l2_sets.is_power_of_two(), "L2 sets must be a power of two: {cfg:?}");
         let shifts = granule.leaf_span_shifts();
         debug_assert!(shifts.len() < 15, "span classes must fit an L2 tag");
+        let mut class_of = [NO_CLASS; 64];
+        for (class, &s) in shifts.iter().enumerate() {
+            class_of[s as usize] = class as u8;
+        }
         Tlb {
             cfg,
             set_mask: cfg.l2_sets - 1,
             spans: shifts.iter().map(|&s| (s, 0)).collect(),
+            class_of,
             l1: L1::new(cfg.l1_entries, &shifts),
             l2: vec![TlbEntry::EMPTY; cfg.l2_sets * cfg.l2_ways],
             l2_tag: vec![0; cfg.l2_sets * cfg.l2_ways],
@@ -280,8 +290,12 @@ impl Tlb {
     /// Cache a new translation (it goes to L1). Returns whether an entry left the TLB.
     pub fn fill(&mut self, e: TlbEntry, res: &mut Residency) -> bool {
         self.clock += 1;
-        let class = self.spans.iter().position(|&(s, _)| s == u32::from(e.span_shift));
-        let class = class.unwrap_or_else(|| panic!("span 2^{} is no leaf size of this granule", e.span_shift)) as u8;
+        let class = self.class_of.get(e.span_shift as usize).copied().unwrap_or(NO_CLASS);
+        assert!(
+            class != NO_CLASS,
+            "span 2^{} is no leaf size of this granule",
+            e.span_shift
+        );
         res.add(&e);
         self.place_l1(
             Slot {
@@ -294,6 +308,7 @@ impl Tlb {
     }
 
     /// Put `slot` in L1; the LRU victim moves to L2.
+    #[inline]
     fn place_l1(&mut self, slot: Slot, res: &mut Residency) -> bool {
         match self.l1.insert(slot) {
             Some(old) => self.place_l2(old, res),
