@@ -43,27 +43,26 @@ addr_newtype!(
 /// An address-space identifier (8 or 16 bits on real hardware).
 pub type Asid = u16;
 
-/// The translation granule (base page size).
+/// The translation granule (base page size). The discriminant is the page shift, so
+/// every size the model derives from the granule is arithmetic rather than a match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[repr(u8)]
 pub enum Granule {
     #[serde(rename = "4K")]
-    K4,
+    K4 = 12,
     #[serde(rename = "16K")]
-    K16,
+    K16 = 14,
     #[serde(rename = "64K")]
-    K64,
+    K64 = 16,
 }
 
 /// The level of the last translation table (the pte level).
 pub const PTE_LEVEL: u8 = 3;
 
 impl Granule {
+    #[inline]
     pub const fn page_shift(self) -> u32 {
-        match self {
-            Granule::K4 => 12,
-            Granule::K16 => 14,
-            Granule::K64 => 16,
-        }
+        self as u32
     }
     pub const fn page_size(self) -> u64 {
         1 << self.page_shift()

@@ -161,6 +161,13 @@ impl Desc {
         Desc(((pa.0 & OA_MASK) | attrs.bits() | 1) & !0b10)
     }
 
+    /// Whether this is a table descriptor at `level`: what `kind` calls `Table`,
+    /// without building the rest of the decode.
+    #[inline]
+    pub const fn is_table(self, level: u8) -> bool {
+        level < PTE_LEVEL && self.0 & 0b11 == 0b11
+    }
+
     /// Decode for `level` under granule `g`.
     pub fn kind(self, level: u8, g: Granule) -> DescKind {
         if !self.is_valid() {
@@ -253,6 +260,18 @@ mod tests {
         assert_eq!(Desc::block(pa, Attr::AF).kind(3, Granule::K4), DescKind::Reserved);
         assert_eq!(Desc(0).kind(3, Granule::K4), DescKind::Invalid);
         assert_eq!(Desc::page(pa, Attr::AF).kind(3, Granule::K4), DescKind::Page(pa));
+        for d in [
+            Desc(0),
+            Desc::table(pa),
+            Desc::block(pa, Attr::AF),
+            Desc::page(pa, Attr::AF),
+            Desc(0b10),
+        ] {
+            for level in 0..=PTE_LEVEL {
+                let table = matches!(d.kind(level, Granule::K4), DescKind::Table(_));
+                assert_eq!(d.is_table(level), table, "{d:?} at level {level}");
+            }
+        }
     }
 
     #[test]

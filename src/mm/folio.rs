@@ -119,7 +119,7 @@ impl Default for LargeFolio {
 }
 
 /// 65536 pages of 32 bytes: one 2 MiB host huge page per section.
-const SECTION_SHIFT: u32 = 16;
+pub(super) const SECTION_SHIFT: u32 = 16;
 const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
 
 /// The memmap: one Page per frame in one reserved array (like vmemmap), brought
@@ -178,6 +178,13 @@ impl MemMap {
     #[inline]
     pub fn try_page(&self, pfn: Pfn) -> Option<&Page> {
         self.is_online(pfn).then(|| &self.pages[pfn.0 as usize])
+    }
+    /// The struct page of a buddy block, None past the end of RAM. A block and its
+    /// buddy share a section (the largest block is smaller than one), so the block
+    /// being online makes the buddy's page readable without `try_page`'s section check.
+    #[inline]
+    pub fn buddy_page(&self, pfn: Pfn) -> Option<&Page> {
+        (pfn.0 < self.nr_pages).then(|| self.page(pfn))
     }
     /// Sections with storage, for memory reports.
     pub fn online_sections(&self) -> usize {

@@ -20,6 +20,10 @@ pub const fn max_page_order(g: Granule) -> u32 {
 
 /// Orders any granule's allocator has (MAX_PAGE_ORDER + 1 at most).
 const NR_ORDERS: usize = 14;
+const _: () = assert!(
+    NR_ORDERS as u32 <= super::folio::SECTION_SHIFT,
+    "a max-order block must fit a memmap section"
+);
 
 pub struct Buddy {
     max_order: u32,
@@ -145,7 +149,7 @@ impl Buddy {
         while order < self.max_order {
             let buddy = pfn ^ (1 << order);
             let free_buddy = mm
-                .try_page(Pfn(buddy))
+                .buddy_page(Pfn(buddy))
                 .is_some_and(|p| p.flags.contains(PageFlags::BUDDY) && p.order as u32 == order);
             if !free_buddy {
                 break;

@@ -5,7 +5,7 @@ use super::folio::PageFlags;
 use super::mm_types::MmId;
 use super::Kernel;
 use crate::arch::arm64::pgtable::PtePtr;
-use crate::hw::{Desc, DescKind, Event, Granule, Pfn, TableId, VirtAddr};
+use crate::hw::{Desc, Event, Granule, Pfn, TableId, VirtAddr};
 
 /// A pointer to a pmd (or any upper-level) entry.
 pub type PmdPtr = PtePtr;
@@ -112,17 +112,17 @@ impl Kernel {
                 index: g.index(addr, level),
             };
             let d = self.pxd_get(level, p);
-            table = match d.kind(level, g) {
-                DescKind::Table(oa) => self.table_at(level, oa.to_pfn(g)),
-                _ if !alloc => return None,
-                _ => {
-                    let (pfn, id) = self.pgtable_alloc(level + 1)?;
-                    if level + 1 == 2 {
-                        self.mm_mut(mm).nr_pmds += 1;
-                    }
-                    self.pxd_set(level, addr, p, Desc::table(pfn.to_phys(g)));
-                    id
+            table = if d.is_table(level) {
+                self.table_at(level, d.pfn(g))
+            } else if alloc {
+                let (pfn, id) = self.pgtable_alloc(level + 1)?;
+                if level + 1 == 2 {
+                    self.mm_mut(mm).nr_pmds += 1;
                 }
+                self.pxd_set(level, addr, p, Desc::table(pfn.to_phys(g)));
+                id
+            } else {
+                return None;
             };
         }
         Some(PmdPtr {
@@ -161,13 +161,10 @@ impl Kernel {
     pub fn pte_offset_map(&mut self, pmd: PmdPtr, addr: u64) -> Option<PtePtr> {
         let g = self.arch.granule();
         let d = self.pxd_get(2, pmd);
-        match d.kind(2, g) {
-            DescKind::Table(_) => Some(PtePtr {
-                table: self.table_of(2, d),
-                index: g.index(addr, 3),
-            }),
-            _ => None,
-        }
+        d.is_table(2).then(|| PtePtr {
+            table: self.table_at(2, d.pfn(g)),
+            index: g.index(addr, 3),
+        })
     }
 
     /// __pte_alloc: give an empty pmd a pte table (no-op if one appeared).

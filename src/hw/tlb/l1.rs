@@ -35,6 +35,8 @@ pub(super) struct L1 {
     free: Vec<u8>,
     /// Live entries per span class (index into the TLB's span list) and that class's shift.
     per_class: Vec<(u32, u32)>,
+    /// Bit `c` set while class `c` has live entries: a lookup probes only those.
+    present: u32,
     len: usize,
     /// Whether any live entry may be pending.
     pub(super) pending: bool,
@@ -57,6 +59,7 @@ impl L1 {
             bucket_bits,
             free: Vec::new(),
             per_class: span_shifts.iter().map(|&s| (0, s)).collect(),
+            present: 0,
             len: 0,
             pending: false,
         }
@@ -79,14 +82,14 @@ impl L1 {
         if self.head != NIL && self.slots[self.head as usize].entry.matches(asid, va) {
             return Some(self.head as usize);
         }
-        for (class, &(n, _)) in self.per_class.iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
-            let mut i = self.buckets[self.bucket(class as u8, va)];
+        let mut classes = self.present;
+        while classes != 0 {
+            let class = classes.trailing_zeros() as u8;
+            classes &= classes - 1;
+            let mut i = self.buckets[self.bucket(class, va)];
             while i != NIL {
                 let s = &self.slots[i as usize];
-                if s.class == class as u8 && s.entry.matches(asid, va) {
+                if s.class == class && s.entry.matches(asid, va) {
                     return Some(i as usize);
                 }
                 i = self.chain[i as usize];
@@ -123,7 +126,7 @@ impl L1 {
         self.slots[i as usize] = slot;
         self.live[i as usize] = true;
         self.pending |= slot.entry.pending;
-        self.per_class[slot.class as usize].0 += 1;
+        self.class_added(slot.class);
         self.chain_in(i, slot.class, slot.entry.va);
         self.push_lru(i);
         self.len += 1;
@@ -141,8 +144,10 @@ impl L1 {
             self.unlink_lru(i);
             self.push_lru(i);
         }
-        self.per_class[old.class as usize].0 -= 1;
-        self.per_class[slot.class as usize].0 += 1;
+        if old.class != slot.class {
+            self.class_removed(old.class);
+            self.class_added(slot.class);
+        }
         self.pending |= slot.entry.pending;
         self.chain_in(i, slot.class, slot.entry.va);
         old
@@ -161,10 +166,25 @@ impl L1 {
         let slot = self.slots[i];
         self.unchain(i as u8, slot.class, slot.entry.va);
         self.unlink_lru(i as u8);
-        self.per_class[slot.class as usize].0 -= 1;
+        self.class_removed(slot.class);
         self.live[i] = false;
         self.len -= 1;
         slot
+    }
+
+    #[inline]
+    fn class_added(&mut self, class: u8) {
+        self.per_class[class as usize].0 += 1;
+        self.present |= 1 << class;
+    }
+
+    #[inline]
+    fn class_removed(&mut self, class: u8) {
+        let n = &mut self.per_class[class as usize].0;
+        *n -= 1;
+        if *n == 0 {
+            self.present &= !(1 << class);
+        }
     }
 
     /// Put slot `i`, holding a (`class`, `va`) entry, at the head of its bucket's chain.

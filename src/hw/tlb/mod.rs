@@ -192,6 +192,8 @@ pub struct Tlb {
     /// Leaf span shifts the granule allows, ascending, and how many L2 entries each
     /// has, so a lookup probes only sizes that are present.
     spans: Vec<(u32, u32)>,
+    /// Bit `c` set while L2 holds entries of class `c`.
+    l2_present: u32,
     /// Per span shift, its index in `spans` (NO_CLASS where the granule has no such leaf).
     class_of: [u8; 64],
     l1: L1,
@@ -223,6 +225,7 @@ impl Tlb {
             cfg,
             set_mask: cfg.l2_sets - 1,
             spans: shifts.iter().map(|&s| (s, 0)).collect(),
+            l2_present: 0,
             class_of,
             l1: L1::new(cfg.l1_entries, &shifts),
             l2: vec![TlbEntry::EMPTY; cfg.l2_sets * cfg.l2_ways],
@@ -261,16 +264,35 @@ impl Tlb {
     }
 
     fn l2_find(&self, asid: Asid, va: u64) -> Option<usize> {
-        self.spans
-            .iter()
-            .enumerate()
-            .filter(|&(_, &(_, n))| n > 0)
-            .find_map(|(class, &(shift, _))| {
-                let set = self.l2_set(va, shift);
-                let want = l2_tag_of(va, shift, class as u8);
-                set.into_iter()
-                    .find(|&i| self.l2_tag[i] == want && self.l2[i].asid.is_none_or(|a| a == asid))
-            })
+        let mut classes = self.l2_present;
+        while classes != 0 {
+            let class = classes.trailing_zeros();
+            classes &= classes - 1;
+            let shift = self.spans[class as usize].0;
+            let want = l2_tag_of(va, shift, class as u8);
+            let found = self
+                .l2_set(va, shift)
+                .find(|&i| self.l2_tag[i] == want && self.l2[i].asid.is_none_or(|a| a == asid));
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    #[inline]
+    fn l2_class_added(&mut self, class: usize) {
+        self.spans[class].1 += 1;
+        self.l2_present |= 1 << class;
+    }
+
+    #[inline]
+    fn l2_class_removed(&mut self, class: usize) {
+        let n = &mut self.spans[class].1;
+        *n -= 1;
+        if *n == 0 {
+            self.l2_present &= !(1 << class);
+        }
     }
 
     /// Indices of the L2 slots whose entries overlap [first, last]: per present span
@@ -329,10 +351,10 @@ impl Tlb {
         let evicted = free.is_none();
         if evicted {
             // The new entry overwrites the victim, whose class is in its tag.
-            self.spans[l2_tag_class(self.l2_tag[i])].1 -= 1;
+            self.l2_class_removed(l2_tag_class(self.l2_tag[i]));
             res.remove(&self.l2[i]);
         }
-        self.spans[slot.class as usize].1 += 1;
+        self.l2_class_added(slot.class as usize);
         if e.pending {
             self.l2_pending.push(i as u32);
         }
@@ -346,7 +368,7 @@ impl Tlb {
         let tag = std::mem::take(&mut self.l2_tag[i]);
         debug_assert_ne!(tag, 0, "L2 slot {i} is empty");
         let class = l2_tag_class(tag);
-        self.spans[class].1 -= 1;
+        self.l2_class_removed(class);
         Slot {
             entry: self.l2[i],
             stamp: self.l2_stamp[i],
