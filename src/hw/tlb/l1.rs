@@ -9,7 +9,7 @@
 //! A lookup probes one bucket per span size present in L1; true LRU replacement is
 //! the tail of the list, which is what "smallest last-use stamp" gave before.
 
-use super::{Slot, TlbEntry};
+use super::{ClassCounts, Slot, TlbEntry};
 use crate::hw::addr::Asid;
 
 const NIL: u8 = u8::MAX;
@@ -33,10 +33,10 @@ pub(super) struct L1 {
     buckets: Box<[u8; MAX_BUCKETS]>,
     bucket_bits: u32,
     free: Vec<u8>,
-    /// Live entries per span class (index into the TLB's span list) and that class's shift.
-    per_class: Vec<(u32, u32)>,
-    /// Bit `c` set while class `c` has live entries: a lookup probes only those.
-    present: u32,
+    /// The TLB's span shifts, by class.
+    shifts: Vec<u32>,
+    /// Live entries per span class.
+    classes: ClassCounts,
     len: usize,
     /// Whether any live entry may be pending.
     pub(super) pending: bool,
@@ -58,8 +58,8 @@ impl L1 {
             buckets: Box::new([NIL; MAX_BUCKETS]),
             bucket_bits,
             free: Vec::new(),
-            per_class: span_shifts.iter().map(|&s| (0, s)).collect(),
-            present: 0,
+            shifts: span_shifts.to_vec(),
+            classes: ClassCounts::default(),
             len: 0,
             pending: false,
         }
@@ -71,7 +71,7 @@ impl L1 {
 
     #[inline]
     fn bucket(&self, class: u8, va: u64) -> usize {
-        let vpn = va >> self.per_class[class as usize].1;
+        let vpn = va >> self.shifts[class as usize];
         let h = (vpn ^ ((class as u64) << 56)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         (h >> (64 - self.bucket_bits)) as usize & (MAX_BUCKETS - 1)
     }
@@ -82,10 +82,8 @@ impl L1 {
         if self.head != NIL && self.slots[self.head as usize].entry.matches(asid, va) {
             return Some(self.head as usize);
         }
-        let mut classes = self.present;
-        while classes != 0 {
-            let class = classes.trailing_zeros() as u8;
-            classes &= classes - 1;
+        for class in self.classes.present() {
+            let class = class as u8;
             let mut i = self.buckets[self.bucket(class, va)];
             while i != NIL {
                 let s = &self.slots[i as usize];
@@ -126,7 +124,7 @@ impl L1 {
         self.slots[i as usize] = slot;
         self.live[i as usize] = true;
         self.pending |= slot.entry.pending;
-        self.class_added(slot.class);
+        self.classes.add(slot.class as usize);
         self.chain_in(i, slot.class, slot.entry.va);
         self.push_lru(i);
         self.len += 1;
@@ -145,8 +143,8 @@ impl L1 {
             self.push_lru(i);
         }
         if old.class != slot.class {
-            self.class_removed(old.class);
-            self.class_added(slot.class);
+            self.classes.remove(old.class as usize);
+            self.classes.add(slot.class as usize);
         }
         self.pending |= slot.entry.pending;
         self.chain_in(i, slot.class, slot.entry.va);
@@ -166,25 +164,10 @@ impl L1 {
         let slot = self.slots[i];
         self.unchain(i as u8, slot.class, slot.entry.va);
         self.unlink_lru(i as u8);
-        self.class_removed(slot.class);
+        self.classes.remove(slot.class as usize);
         self.live[i] = false;
         self.len -= 1;
         slot
-    }
-
-    #[inline]
-    fn class_added(&mut self, class: u8) {
-        self.per_class[class as usize].0 += 1;
-        self.present |= 1 << class;
-    }
-
-    #[inline]
-    fn class_removed(&mut self, class: u8) {
-        let n = &mut self.per_class[class as usize].0;
-        *n -= 1;
-        if *n == 0 {
-            self.present &= !(1 << class);
-        }
     }
 
     /// Put slot `i`, holding a (`class`, `va`) entry, at the head of its bucket's chain.

@@ -184,16 +184,65 @@ struct Slot {
     class: u8,
 }
 
+/// Entries per span class, with a bitmap of the classes that have any, so a lookup
+/// probes only the span sizes present.
+#[derive(Clone, Copy, Default)]
+struct ClassCounts {
+    n: [u32; 16],
+    present: u32,
+}
+
+impl ClassCounts {
+    #[inline]
+    fn add(&mut self, class: usize) {
+        self.n[class] += 1;
+        self.present |= 1 << class;
+    }
+
+    #[inline]
+    fn remove(&mut self, class: usize) {
+        self.n[class] -= 1;
+        if self.n[class] == 0 {
+            self.present &= !(1 << class);
+        }
+    }
+
+    /// The classes with entries, ascending.
+    #[inline]
+    fn present(&self) -> SetBits {
+        SetBits(self.present)
+    }
+
+    fn total(&self) -> usize {
+        self.n.iter().map(|&n| n as usize).sum()
+    }
+}
+
+/// The set bits of a word, lowest first.
+struct SetBits(u32);
+
+impl Iterator for SetBits {
+    type Item = usize;
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let bit = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(bit)
+    }
+}
+
 /// One CPU's TLB. Operations that can drop an entry take the machine's residency
 /// index so the checkers' reverse maps stay in step (a disabled index costs a branch).
 pub struct Tlb {
     cfg: TlbConfig,
     set_mask: usize,
-    /// Leaf span shifts the granule allows, ascending, and how many L2 entries each
-    /// has, so a lookup probes only sizes that are present.
-    spans: Vec<(u32, u32)>,
-    /// Bit `c` set while L2 holds entries of class `c`.
-    l2_present: u32,
+    /// Leaf span shifts the granule allows, ascending: a span class is an index here.
+    spans: Vec<u32>,
+    /// L2 entries per span class.
+    l2_classes: ClassCounts,
     /// Per span shift, its index in `spans` (NO_CLASS where the granule has no such leaf).
     class_of: [u8; 64],
     l1: L1,
@@ -216,7 +265,7 @@ impl Tlb {
         assert!(cfg.l1_entries > 0 && cfg.l2_ways > 0, "empty TLB level: {cfg:?}");
         assert!(cfg.l2_sets.is_power_of_two(), "L2 sets must be a power of two: {cfg:?}");
         let shifts = granule.leaf_span_shifts();
-        debug_assert!(shifts.len() < 15, "span classes must fit an L2 tag");
+        assert!(shifts.len() < 15, "span classes must fit an L2 tag");
         let mut class_of = [NO_CLASS; 64];
         for (class, &s) in shifts.iter().enumerate() {
             class_of[s as usize] = class as u8;
@@ -224,8 +273,8 @@ impl Tlb {
         Tlb {
             cfg,
             set_mask: cfg.l2_sets - 1,
-            spans: shifts.iter().map(|&s| (s, 0)).collect(),
-            l2_present: 0,
+            spans: shifts.clone(),
+            l2_classes: ClassCounts::default(),
             class_of,
             l1: L1::new(cfg.l1_entries, &shifts),
             l2: vec![TlbEntry::EMPTY; cfg.l2_sets * cfg.l2_ways],
@@ -264,49 +313,31 @@ impl Tlb {
     }
 
     fn l2_find(&self, asid: Asid, va: u64) -> Option<usize> {
-        let mut classes = self.l2_present;
-        while classes != 0 {
-            let class = classes.trailing_zeros();
-            classes &= classes - 1;
-            let shift = self.spans[class as usize].0;
+        self.l2_classes.present().find_map(|class| {
+            let shift = self.spans[class];
             let want = l2_tag_of(va, shift, class as u8);
-            let found = self
-                .l2_set(va, shift)
-                .find(|&i| self.l2_tag[i] == want && self.l2[i].asid.is_none_or(|a| a == asid));
-            if found.is_some() {
-                return found;
-            }
-        }
-        None
-    }
-
-    #[inline]
-    fn l2_class_added(&mut self, class: usize) {
-        self.spans[class].1 += 1;
-        self.l2_present |= 1 << class;
-    }
-
-    #[inline]
-    fn l2_class_removed(&mut self, class: usize) {
-        let n = &mut self.spans[class].1;
-        *n -= 1;
-        if *n == 0 {
-            self.l2_present &= !(1 << class);
-        }
+            self.l2_set(va, shift)
+                .find(|&i| self.l2_tag[i] == want && self.l2[i].asid.is_none_or(|a| a == asid))
+        })
     }
 
     /// Indices of the L2 slots whose entries overlap [first, last]: per present span
     /// size, the sets that size's entries in the range index to (all sets at most).
     fn l2_overlapping(&self, first: u64, last: u64) -> impl Iterator<Item = usize> + '_ {
-        self.spans.iter().filter(|&&(_, n)| n > 0).flat_map(move |&(shift, _)| {
-            let lo = first >> shift;
-            let nsets = ((last >> shift) - lo).min(self.set_mask as u64) + 1;
-            (lo..lo + nsets)
-                .flat_map(move |v| self.l2_set(v << shift, shift))
-                .filter(move |&i| {
-                    self.l2_tag[i] != 0 && u32::from(self.l2[i].span_shift) == shift && self.l2[i].overlaps(first, last)
-                })
-        })
+        self.l2_classes
+            .present()
+            .map(|class| self.spans[class])
+            .flat_map(move |shift| {
+                let lo = first >> shift;
+                let nsets = ((last >> shift) - lo).min(self.set_mask as u64) + 1;
+                (lo..lo + nsets)
+                    .flat_map(move |v| self.l2_set(v << shift, shift))
+                    .filter(move |&i| {
+                        self.l2_tag[i] != 0
+                            && u32::from(self.l2[i].span_shift) == shift
+                            && self.l2[i].overlaps(first, last)
+                    })
+            })
     }
 
     /// Cache a new translation (it goes to L1). Returns whether an entry left the TLB.
@@ -351,10 +382,10 @@ impl Tlb {
         let evicted = free.is_none();
         if evicted {
             // The new entry overwrites the victim, whose class is in its tag.
-            self.l2_class_removed(l2_tag_class(self.l2_tag[i]));
+            self.l2_classes.remove(l2_tag_class(self.l2_tag[i]));
             res.remove(&self.l2[i]);
         }
-        self.l2_class_added(slot.class as usize);
+        self.l2_classes.add(slot.class as usize);
         if e.pending {
             self.l2_pending.push(i as u32);
         }
@@ -368,7 +399,7 @@ impl Tlb {
         let tag = std::mem::take(&mut self.l2_tag[i]);
         debug_assert_ne!(tag, 0, "L2 slot {i} is empty");
         let class = l2_tag_class(tag);
-        self.l2_class_removed(class);
+        self.l2_classes.remove(class);
         Slot {
             entry: self.l2[i],
             stamp: self.l2_stamp[i],
@@ -462,7 +493,7 @@ impl Tlb {
     }
 
     pub fn len(&self) -> usize {
-        self.l1.len() + self.spans.iter().map(|&(_, n)| n as usize).sum::<usize>()
+        self.l1.len() + self.l2_classes.total()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
