@@ -130,3 +130,35 @@ impl MmStruct {
         (prev, next)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vma(start: u64, end: u64) -> Vma {
+        Vma {
+            start,
+            end,
+            flags: VmFlags::READ | VmFlags::WRITE,
+            anon_vma: None,
+        }
+    }
+
+    #[test]
+    fn find_vma_sees_every_change_made_after_it_cached_a_vma() {
+        let mut mm = MmStruct::new(1, Pfn(1), TableId::NONE);
+        mm.vmas_mut().insert(0x1000, vma(0x1000, 0x9000));
+        assert_eq!(mm.find_vma(0x5000), Some(vma(0x1000, 0x9000)));
+        // Shrink the cached VMA (a split) and give it an anon_vma.
+        let v = mm.vmas_mut().get_mut(&0x1000).unwrap();
+        v.end = 0x4000;
+        v.anon_vma = Some(7);
+        assert_eq!(mm.find_vma(0x5000), None);
+        assert_eq!(mm.find_vma(0x3000).and_then(|v| v.anon_vma), Some(7));
+        mm.vmas_mut().insert(0x4000, vma(0x4000, 0x9000));
+        assert_eq!(mm.find_vma(0x5000), Some(vma(0x4000, 0x9000)));
+        mm.vmas_mut().clear();
+        assert_eq!(mm.find_vma(0x5000), None);
+        assert_eq!(mm.find_vma(0x3000), None);
+    }
+}

@@ -218,4 +218,24 @@ mod tests {
         assert!(b.alloc(&mut mm, 10).is_some());
         assert!(b.alloc(&mut mm, 0).is_none());
     }
+
+    #[test]
+    fn an_order_above_max_page_order_is_refused_without_touching_ram() {
+        let (mut mm, mut b) = setup(1 << 12);
+        assert!(b.alloc(&mut mm, 11).is_none());
+        assert_eq!(mm.online_sections(), 0);
+        assert_eq!(b.free_pages, 1 << 12);
+    }
+
+    #[test]
+    fn allocation_takes_the_smallest_block_that_fits() {
+        let (mut mm, mut b) = setup(1 << 11);
+        let first = b.alloc(&mut mm, 0).unwrap();
+        // Free blocks of orders 0..9 remain beside the order-0 page; order 3 comes from
+        // the order-3 block, not from splitting a larger one.
+        let o3 = b.alloc(&mut mm, 3).unwrap();
+        assert_eq!(o3, Pfn(first.0 + 8));
+        assert_eq!(b.nr_free(3), 0);
+        assert_eq!((4..10).map(|o| b.nr_free(o)).sum::<u64>(), 6);
+    }
 }
