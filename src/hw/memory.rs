@@ -32,6 +32,12 @@ impl TableId {
     }
 }
 
+impl Default for TableId {
+    fn default() -> TableId {
+        TableId::NONE
+    }
+}
+
 pub struct PhysMem {
     granule: Granule,
     nr_frames: u64,
@@ -42,6 +48,9 @@ pub struct PhysMem {
     table_bits: u32,
     frame_pfn: Vec<Pfn>,
     free_slots: Vec<u32>,
+    /// Bumped whenever a frame gains or loses table storage, so a memo of which
+    /// table a frame's storage is (`WalkHint`) knows when it may have gone stale.
+    table_epoch: u64,
 }
 
 impl PhysMem {
@@ -56,6 +65,7 @@ impl PhysMem {
             table_bits: granule.bits_per_level(),
             frame_pfn: Vec::new(),
             free_slots: Vec::new(),
+            table_epoch: 0,
         }
     }
     pub fn granule(&self) -> Granule {
@@ -90,6 +100,7 @@ impl PhysMem {
             }
         };
         self.sections[s].get_or_insert_with(|| vec![0u32; SECTION_PFNS].into_boxed_slice())[i] = slot + 1;
+        self.table_epoch += 1;
         TableId(slot)
     }
 
@@ -103,6 +114,13 @@ impl PhysMem {
         // A free slot names no frame, so a stale TableId never passes for a live one.
         self.frame_pfn[slot as usize - 1] = Pfn(u64::MAX);
         self.free_slots.push(slot - 1);
+        self.table_epoch += 1;
+    }
+
+    /// Changes whenever the frame -> table storage mapping does.
+    #[inline]
+    pub fn table_epoch(&self) -> u64 {
+        self.table_epoch
     }
 
     /// The table storage of `pfn`, if it holds a table.

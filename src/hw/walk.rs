@@ -1,6 +1,6 @@
 //! The hardware translation table walker.
 
-use super::addr::{Granule, Pfn, PhysAddr, VirtAddr, PTE_LEVEL};
+use super::addr::{Granule, PhysAddr, VirtAddr, PTE_LEVEL};
 use super::descriptor::{Attr, Desc, DescKind};
 use super::events::{Event, Events};
 use super::memory::{PhysMem, TableId};
@@ -34,28 +34,74 @@ pub struct WalkFault {
     pub level: u8,
 }
 
-/// The tables the last walk went through: a host-side memo with no architectural
-/// effect. Each step still reads its descriptor and checks that the remembered table
-/// is the one the descriptor names, so a stale hint only costs the slow lookup; a
-/// valid one lets the walk load every level's descriptor without first resolving the
-/// previous level's frame.
+/// Which table each table descriptor lately followed points at: a host-side memo with
+/// no architectural effect. A table descriptor's value names its next-level frame, and
+/// which storage holds that frame changes only with `PhysMem::table_epoch`, so while
+/// the epoch stands, reading the remembered value again at a level means the same next
+/// table without decoding it. Every step still reads and counts its descriptor; a
+/// changed descriptor only costs the slow lookup.
+///
+/// ```text
+///  level:   0          1          2          3
+///  desc:    D0 ──────► D1 ──────► D2 ──────► (leaf: never remembered)
+///  next:    T1         T2         T3
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WalkHint {
-    tables: [Option<TableId>; 4],
+    epoch: u64,
+    /// The TTBR value last walked from, and its table.
+    root: Option<(PhysAddr, TableId)>,
+    /// Per level, the table descriptor last followed there (0, which no table
+    /// descriptor is, when none).
+    desc: [u64; 4],
+    next: [TableId; 4],
 }
 
 impl WalkHint {
-    /// The storage of table frame `pfn` at `level`: the hinted table if it still is.
+    /// Forget everything if tables gained or lost storage since the memo was made.
     #[inline(always)]
-    pub fn table(&mut self, mem: &PhysMem, level: u8, pfn: Pfn) -> Option<TableId> {
-        let slot = &mut self.tables[level as usize];
-        match *slot {
-            Some(id) if mem.table_pfn(id) == pfn => Some(id),
+    fn sync(&mut self, mem: &PhysMem) {
+        if self.epoch != mem.table_epoch() {
+            *self = WalkHint {
+                epoch: mem.table_epoch(),
+                ..WalkHint::default()
+            };
+        }
+    }
+
+    /// The table at `root`, the translation table base.
+    #[inline(always)]
+    pub fn root_table(&mut self, mem: &PhysMem, root: PhysAddr) -> Option<TableId> {
+        self.sync(mem);
+        match self.root {
+            Some((pa, id)) if pa == root => Some(id),
             _ => {
-                *slot = mem.table_id(pfn);
-                *slot
+                let id = mem.table_id_of(root)?;
+                self.root = Some((root, id));
+                Some(id)
             }
         }
+    }
+
+    /// The remembered next table for descriptor `d` read at `level`, if `d` is the one
+    /// remembered there. Call after `root_table` or `next_table` in the same walk.
+    #[inline(always)]
+    fn remembered(&self, level: u8, d: Desc) -> Option<TableId> {
+        let l = level as usize;
+        (d.0 == self.desc[l] && d.0 != 0).then(|| self.next[l])
+    }
+
+    /// The table that table descriptor `d`, read at `level`, points at.
+    #[inline(always)]
+    pub fn next_table(&mut self, mem: &PhysMem, level: u8, d: Desc) -> Option<TableId> {
+        self.sync(mem);
+        if let Some(id) = self.remembered(level, d) {
+            return Some(id);
+        }
+        let id = mem.table_id(d.pfn(mem.granule()))?;
+        self.desc[level as usize] = d.0;
+        self.next[level as usize] = id;
+        Some(id)
     }
 }
 
@@ -91,16 +137,22 @@ fn walk_in(
 ) -> Result<Translation, WalkFault> {
     ev.inc(Event::Walk);
     let mut level = g.start_level();
-    let mut table_at = |level: u8, pa: PhysAddr| hint.table(mem, level, Pfn(pa.0 >> g.page_shift()));
-    let mut table = table_at(level, root).expect("TTBR does not point at a table");
+    let mut table = hint.root_table(mem, root).expect("TTBR does not point at a table");
     loop {
         let index = g.index(va.0, level);
         let desc = mem.read(table, index);
         ev.inc(Event::WalkSteps);
+        if let Some(next) = hint.remembered(level, desc) {
+            level += 1;
+            table = next;
+            continue;
+        }
         match desc.kind(level, g) {
-            DescKind::Table(next) if level < PTE_LEVEL => {
+            DescKind::Table(_) if level < PTE_LEVEL => {
+                table = hint
+                    .next_table(mem, level, desc)
+                    .expect("table descriptor points at a frame with no table");
                 level += 1;
-                table = table_at(level, next).expect("table descriptor points at a frame with no table");
             }
             DescKind::Block(base) | DescKind::Page(base) => {
                 let leaf_shift = g.level_shift(level);
@@ -130,6 +182,7 @@ fn walk_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hw::addr::Pfn;
 
     /// Hand-build a 4-level 4K table chain for `va` and return (mem, root, pte table).
     fn chain(g: Granule, va: u64) -> (PhysMem, PhysAddr, TableId) {
@@ -214,5 +267,55 @@ mod tests {
         let mut ev = Events::default();
         let t = walk(&mem, &mut ev, Pfn(50).to_phys(g), VirtAddr(va + 0x1234)).unwrap();
         assert_eq!((t.level, t.span_shift, t.pa), (2, 21, PhysAddr(0x4020_1234)));
+    }
+
+    /// The pte table of `chain(g, va)` is the frame the level-2 descriptor names.
+    const PTE_TABLE_PFN: u64 = 103;
+
+    #[test]
+    fn a_hinted_walk_follows_a_rewritten_table_descriptor_at_once() {
+        let g = Granule::K4;
+        let va = 0x1000_0000_0000u64;
+        let (mut mem, root, pte) = chain(g, va);
+        mem.write(pte, g.index(va, 3), Desc::page(PhysAddr(0x8000_0000), Attr::AF));
+        let other = mem.materialize_table(Pfn(200));
+        mem.write(other, g.index(va, 3), Desc::page(PhysAddr(0x9000_0000), Attr::AF));
+        let (mut ev, mut hint) = (Events::default(), WalkHint::default());
+        let pmd = mem.table_id(Pfn(PTE_TABLE_PFN - 1)).unwrap();
+        assert_eq!(
+            walk_hinted(&mem, &mut ev, &mut hint, root, VirtAddr(va)).unwrap().pa.0,
+            0x8000_0000
+        );
+        mem.write(pmd, g.index(va, 2), Desc::table(Pfn(200).to_phys(g)));
+        assert_eq!(
+            walk_hinted(&mem, &mut ev, &mut hint, root, VirtAddr(va)).unwrap().pa.0,
+            0x9000_0000
+        );
+        assert_eq!(
+            ev.get(Event::WalkSteps),
+            8,
+            "every step reads its descriptor, hinted or not"
+        );
+    }
+
+    #[test]
+    fn a_hinted_walk_does_not_trust_a_frame_whose_table_storage_moved() {
+        let g = Granule::K4;
+        let va = 0x1000_0000_0000u64;
+        let (mut mem, root, pte) = chain(g, va);
+        mem.write(pte, g.index(va, 3), Desc::page(PhysAddr(0x8000_0000), Attr::AF));
+        let (mut ev, mut hint) = (Events::default(), WalkHint::default());
+        walk_hinted(&mem, &mut ev, &mut hint, root, VirtAddr(va)).unwrap();
+        // The pte table frame loses its storage to another frame and gets new storage;
+        // the level-2 descriptor naming it is unchanged.
+        mem.release_table(Pfn(PTE_TABLE_PFN));
+        let squatter = mem.materialize_table(Pfn(300));
+        assert_eq!(squatter, pte, "the old storage was reused");
+        let moved = mem.materialize_table(Pfn(PTE_TABLE_PFN));
+        mem.write(moved, g.index(va, 3), Desc::page(PhysAddr(0x9000_0000), Attr::AF));
+        assert_eq!(
+            walk_hinted(&mem, &mut ev, &mut hint, root, VirtAddr(va)).unwrap().pa.0,
+            0x9000_0000
+        );
     }
 }

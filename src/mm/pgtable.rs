@@ -70,16 +70,10 @@ impl Kernel {
     }
 
     /// The table a table descriptor at `level` points at.
-    #[inline]
-    pub fn table_of(&mut self, level: u8, d: Desc) -> TableId {
-        self.table_at(level, d.pfn(self.arch.granule()))
-    }
-
-    /// The table in frame `pfn`, which a table descriptor at `level` points at.
     #[inline(always)]
-    fn table_at(&mut self, level: u8, pfn: Pfn) -> TableId {
+    pub fn table_of(&mut self, level: u8, d: Desc) -> TableId {
         self.pgtable_hint
-            .table(&self.arch.hw.mem, level + 1, pfn)
+            .next_table(&self.arch.hw.mem, level, d)
             .expect("table descriptor without a table")
     }
 
@@ -113,7 +107,7 @@ impl Kernel {
             };
             let d = self.pxd_get(level, p);
             table = if d.is_table(level) {
-                self.table_at(level, d.pfn(g))
+                self.table_of(level, d)
             } else if alloc {
                 let (pfn, id) = self.pgtable_alloc(level + 1)?;
                 if level + 1 == 2 {
@@ -162,7 +156,7 @@ impl Kernel {
         let g = self.arch.granule();
         let d = self.pxd_get(2, pmd);
         d.is_table(2).then(|| PtePtr {
-            table: self.table_at(2, d.pfn(g)),
+            table: self.table_of(2, d),
             index: g.index(addr, 3),
         })
     }

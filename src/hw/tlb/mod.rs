@@ -251,7 +251,7 @@ pub struct Tlb {
     /// Per L2 slot, `l2_tag_of` its entry (0 when empty): a lookup scans a set's tags,
     /// one cache line, and reads an entry only on a tag match.
     l2_tag: Vec<u64>,
-    /// Per L2 slot, its entry's last use (valid while the tag is non-zero).
+    /// Per L2 slot, its entry's last use; 0 while the slot is empty.
     l2_stamp: Vec<u64>,
     /// L2 slots marked pending since the last completion (possibly reused since).
     l2_pending: Vec<u32>,
@@ -373,13 +373,12 @@ impl Tlb {
     fn place_l2(&mut self, slot: Slot, res: &mut Residency) -> bool {
         let e = slot.entry;
         let set = self.l2_set(e.va, e.span_shift.into());
-        let free = self.l2_tag[set.clone()].iter().position(|&t| t == 0);
-        let way = free.unwrap_or_else(|| {
-            let stamps = &self.l2_stamp[set.clone()];
-            (0..stamps.len()).min_by_key(|&w| stamps[w]).expect("ways > 0")
-        });
+        // An empty way's stamp is 0, below every live one (the clock has ticked before
+        // any use), so the first smallest stamp is the first free way, else the LRU.
+        let stamps = &self.l2_stamp[set.clone()];
+        let way = (0..stamps.len()).min_by_key(|&w| stamps[w]).expect("ways > 0");
         let i = set.start + way;
-        let evicted = free.is_none();
+        let evicted = self.l2_tag[i] != 0;
         if evicted {
             // The new entry overwrites the victim, whose class is in its tag.
             self.l2_classes.remove(l2_tag_class(self.l2_tag[i]));
@@ -402,7 +401,7 @@ impl Tlb {
         self.l2_classes.remove(class);
         Slot {
             entry: self.l2[i],
-            stamp: self.l2_stamp[i],
+            stamp: std::mem::take(&mut self.l2_stamp[i]),
             class: class as u8,
         }
     }
