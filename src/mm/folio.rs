@@ -313,8 +313,9 @@ impl MemMap {
     /// Reset the pages of a folio about to go back to the buddy allocator.
     pub fn clear_folio(&mut self, pfn: Pfn, order: u32) {
         self.release_large(pfn);
-        let first = pfn.0 as usize;
-        self.pages[first..first + (1 << order)].fill(Page::default());
+        for i in 0..(1u64 << order) {
+            *self.page_mut(Pfn(pfn.0 + i)) = Page::default();
+        }
     }
 }
 

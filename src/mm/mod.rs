@@ -194,11 +194,8 @@ impl Kernel {
     /// the per-size anon count, give the block back and tell the hardware checker.
     fn free_folio(&mut self, folio: Pfn) {
         let order = self.memmap.folio_order(folio);
-        let flags = self.memmap.page(folio).flags;
-        if flags.contains(PageFlags::DEFERRED) {
-            huge_memory::folio_unqueue_deferred_split(self, folio);
-        }
-        if flags.contains(PageFlags::ANON) {
+        huge_memory::folio_unqueue_deferred_split(self, folio);
+        if self.memmap.folio_test(folio, PageFlags::ANON) {
             self.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
         }
         self.memmap.clear_folio(folio, order);
