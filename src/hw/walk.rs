@@ -95,9 +95,12 @@ impl WalkHint {
     #[inline(always)]
     pub fn next_table(&mut self, mem: &PhysMem, level: u8, d: Desc) -> Option<TableId> {
         self.sync(mem);
-        if let Some(id) = self.remembered(level, d) {
-            return Some(id);
-        }
+        self.remembered(level, d).or_else(|| self.learn(mem, level, d))
+    }
+
+    /// Look up and remember the table that `d`, read at `level`, points at: the slow
+    /// path of `next_table`, for a descriptor `remembered` did not know.
+    fn learn(&mut self, mem: &PhysMem, level: u8, d: Desc) -> Option<TableId> {
         let id = mem.table_id(d.pfn(mem.granule()))?;
         self.desc[level as usize] = d.0;
         self.next[level as usize] = id;
@@ -150,7 +153,7 @@ fn walk_in(
         match desc.kind(level, g) {
             DescKind::Table(_) if level < PTE_LEVEL => {
                 table = hint
-                    .next_table(mem, level, desc)
+                    .learn(mem, level, desc)
                     .expect("table descriptor points at a frame with no table");
                 level += 1;
             }
@@ -272,15 +275,21 @@ mod tests {
     /// The pte table of `chain(g, va)` is the frame the level-2 descriptor names.
     const PTE_TABLE_PFN: u64 = 103;
 
+    /// `chain` for 4K at `va`, its pte mapping PA 0x8000_0000, and a fresh hint.
+    fn hinted_chain(va: u64) -> (PhysMem, PhysAddr, TableId, Events, WalkHint) {
+        let g = Granule::K4;
+        let (mut mem, root, pte) = chain(g, va);
+        mem.write(pte, g.index(va, 3), Desc::page(PhysAddr(0x8000_0000), Attr::AF));
+        (mem, root, pte, Events::default(), WalkHint::default())
+    }
+
     #[test]
     fn a_hinted_walk_follows_a_rewritten_table_descriptor_at_once() {
         let g = Granule::K4;
         let va = 0x1000_0000_0000u64;
-        let (mut mem, root, pte) = chain(g, va);
-        mem.write(pte, g.index(va, 3), Desc::page(PhysAddr(0x8000_0000), Attr::AF));
+        let (mut mem, root, _, mut ev, mut hint) = hinted_chain(va);
         let other = mem.materialize_table(Pfn(200));
         mem.write(other, g.index(va, 3), Desc::page(PhysAddr(0x9000_0000), Attr::AF));
-        let (mut ev, mut hint) = (Events::default(), WalkHint::default());
         let pmd = mem.table_id(Pfn(PTE_TABLE_PFN - 1)).unwrap();
         assert_eq!(
             walk_hinted(&mem, &mut ev, &mut hint, root, VirtAddr(va)).unwrap().pa.0,
@@ -302,9 +311,7 @@ mod tests {
     fn a_hinted_walk_does_not_trust_a_frame_whose_table_storage_moved() {
         let g = Granule::K4;
         let va = 0x1000_0000_0000u64;
-        let (mut mem, root, pte) = chain(g, va);
-        mem.write(pte, g.index(va, 3), Desc::page(PhysAddr(0x8000_0000), Attr::AF));
-        let (mut ev, mut hint) = (Events::default(), WalkHint::default());
+        let (mut mem, root, pte, mut ev, mut hint) = hinted_chain(va);
         walk_hinted(&mem, &mut ev, &mut hint, root, VirtAddr(va)).unwrap();
         // The pte table frame loses its storage to another frame and gets new storage;
         // the level-2 descriptor naming it is unchanged.
