@@ -317,6 +317,12 @@ impl MemMap {
             *self.page_mut(Pfn(pfn.0 + i)) = Page::default();
         }
     }
+
+    /// Reset `nr` order-0 folios from `pfn` about to go back to the buddy allocator.
+    pub fn clear_pages(&mut self, pfn: Pfn, nr: u64) {
+        debug_assert!(self.is_online(pfn) && self.is_online(Pfn(pfn.0 + nr - 1)));
+        self.pages[pfn.0 as usize..(pfn.0 + nr) as usize].fill(Page::default());
+    }
 }
 
 #[cfg(test)]

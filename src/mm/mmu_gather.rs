@@ -158,9 +158,7 @@ impl Kernel {
         for t in tlb.tables.drain(..) {
             self.pgtable_free(t);
         }
-        for g in tlb.pages.drain(..) {
-            self.folio_put_refs(g.folio, g.nr as i32);
-        }
+        self.folios_put_refs(tlb.pages.drain(..).map(|g| (g.folio, g.nr as i32)));
         tlb.batch_nr.iter_mut().for_each(|n| *n = 0);
         tlb.active = 0;
     }

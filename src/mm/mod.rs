@@ -185,6 +185,46 @@ impl Kernel {
         }
     }
 
+    /// folios_put_refs (free_pages_and_swap_cache): drop each folio's references and
+    /// free those that reach zero, in order. Order-0 folios freed at consecutive pfns
+    /// go back as one range, as free_unref_folios batches them; the allocator and the
+    /// memmap end up exactly as freeing them one at a time leaves them.
+    pub fn folios_put_refs(&mut self, folios: impl IntoIterator<Item = (Pfn, i32)>) {
+        let mut run = 0..0;
+        for (folio, refs) in folios {
+            let p = self.memmap.page_mut(folio);
+            p.refcount -= refs;
+            debug_assert!(p.refcount >= 0, "folio {folio:?} refcount underflow");
+            if p.refcount != 0 || p.flags.contains(PageFlags::RESERVED) {
+                continue;
+            }
+            if p.flags.contains(PageFlags::HEAD) {
+                self.free_order0_run(std::mem::replace(&mut run, 0..0));
+                self.free_folio(folio);
+            } else if run.end == folio.0 && !run.is_empty() {
+                run.end += 1;
+            } else {
+                self.free_order0_run(std::mem::replace(&mut run, folio.0..folio.0 + 1));
+            }
+        }
+        self.free_order0_run(run);
+    }
+
+    /// `free_folio` for the order-0 folios at `run`, which no deferred split queue or
+    /// per-size count knows.
+    fn free_order0_run(&mut self, run: std::ops::Range<u64>) {
+        if run.is_empty() {
+            return;
+        }
+        let (start, nr) = (Pfn(run.start), run.end - run.start);
+        self.memmap.clear_pages(start, nr);
+        self.buddy.free_range(&mut self.memmap, start, nr);
+        // One report per page, as one-at-a-time frees give.
+        for pfn in run {
+            self.arch.hw.frames_freed(Pfn(pfn), 1);
+        }
+    }
+
     #[inline]
     pub fn folio_put(&mut self, folio: Pfn) {
         self.folio_put_refs(folio, 1);

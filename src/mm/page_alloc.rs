@@ -98,10 +98,17 @@ impl Buddy {
     }
 
     fn del_free(&mut self, mm: &mut MemMap, pfn: u64, order: u32) {
+        // Like the kernel (__ClearPageBuddy, set_page_private(page, 0), list_del), the
+        // page keeps no trace of the list: a block merged away leaves the same struct
+        // page whether it was ever on a list or not (`free_range` relies on it).
         let (prev, next) = {
             let p = mm.page_mut(Pfn(pfn));
             p.flags.remove(PageFlags::BUDDY);
-            (p.lru_prev, p.lru_next)
+            p.order = 0;
+            (
+                std::mem::replace(&mut p.lru_prev, NIL),
+                std::mem::replace(&mut p.lru_next, NIL),
+            )
         };
         if prev != NIL {
             mm.page_mut(Pfn(prev as u64)).lru_next = next;
@@ -160,6 +167,21 @@ impl Buddy {
         }
         self.add_free(mm, pfn, order);
     }
+
+    /// Free the `nr` pages from `start`, each a free-standing page, as the largest
+    /// aligned blocks they make up. Within an aligned block every merge is with a
+    /// buddy inside it until its last page comes back, and a list entry pushed and
+    /// taken off again leaves the others in order, so the free lists come out exactly
+    /// as `nr` order-0 frees in ascending order would leave them, at a fraction of the work.
+    pub fn free_range(&mut self, mm: &mut MemMap, start: Pfn, nr: u64) {
+        let (mut pfn, end) = (start.0, start.0 + nr);
+        while pfn < end {
+            let fits = 63 - (end - pfn).leading_zeros();
+            let order = pfn.trailing_zeros().min(fits).min(self.max_order);
+            self.free(mm, Pfn(pfn), order);
+            pfn += 1 << order;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -210,6 +232,55 @@ mod tests {
         assert_eq!(b.nr_free(10), 1);
         assert_eq!((0..10).map(|o| b.nr_free(o)).sum::<u64>(), 0);
         assert_eq!(b.free_pages, 1 << 11);
+    }
+
+    /// The allocator's whole state: counts, and every list in order with the struct
+    /// pages of the blocks on it.
+    fn snapshot(mm: &MemMap, b: &Buddy) -> String {
+        let mut out = format!("{:?} {:?} {:b} {}\n", b.heads, b.nr_free, b.nonempty, b.free_pages);
+        for &head in &b.heads {
+            let mut at = head;
+            while at != NIL {
+                let p = mm.page(Pfn(at as u64));
+                out += &format!("{at}:{p:?} ");
+                at = p.lru_next;
+            }
+            out += "\n";
+        }
+        out
+    }
+
+    #[test]
+    fn freeing_a_range_leaves_the_lists_as_freeing_its_pages_in_turn_does() {
+        // A fragmented start: 4096 pages allocated one by one, every fifth and every
+        // block of 64 at 1000 given back, then runs of every alignment freed.
+        let runs = [(1, 3), (5, 200), (1024, 1024), (2047, 9), (3000, 700), (3999, 97)];
+        let build = || {
+            let (mut mm, mut b) = setup(1 << 13);
+            let pages: Vec<Pfn> = (0..4096).map(|_| b.alloc(&mut mm, 0).unwrap()).collect();
+            for p in pages.iter().filter(|p| p.0 % 5 == 0 || (1000..1064).contains(&p.0)) {
+                if !runs.iter().any(|&(s, n)| (s..s + n).contains(&p.0)) {
+                    b.free(&mut mm, *p, 0);
+                }
+            }
+            (mm, b)
+        };
+        let (mut mm1, mut b1) = build();
+        let (mut mm2, mut b2) = build();
+        for (s, n) in runs {
+            for p in s..s + n {
+                b1.free(&mut mm1, Pfn(p), 0);
+            }
+            b2.free_range(&mut mm2, Pfn(s), n);
+            assert_eq!(snapshot(&mm1, &b1), snapshot(&mm2, &b2), "after run {s}+{n}");
+        }
+        for p in 0..4096 {
+            assert_eq!(
+                format!("{:?}", mm1.page(Pfn(p))),
+                format!("{:?}", mm2.page(Pfn(p))),
+                "page {p}"
+            );
+        }
     }
 
     #[test]
