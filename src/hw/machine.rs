@@ -433,11 +433,16 @@ impl Machine {
     }
 
     /// Hook: the kernel freed `nr` frames from `pfn`. Any TLB entry, pending or not,
-    /// that still maps them is a stale translation.
+    /// that still maps them is a stale translation. Inline, so with checks off a
+    /// free costs one branch.
+    #[inline]
     pub fn frames_freed(&mut self, pfn: Pfn, nr: u64) {
-        if !self.checks || nr == 0 {
-            return;
+        if self.checks && nr != 0 {
+            self.report_stale_frames(pfn, nr);
         }
+    }
+
+    fn report_stale_frames(&mut self, pfn: Pfn, nr: u64) {
         self.sync_checks();
         let ps = self.cfg.granule.page_shift();
         let (pa, len) = (pfn.0 << ps, nr << ps);

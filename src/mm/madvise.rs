@@ -55,8 +55,7 @@ impl Kernel {
         if vmas.iter().any(|v| v.flags.contains(VmFlags::LOCKED)) {
             return Err(VmaError::Invalid);
         }
-        let ps = self.arch.granule().page_size();
-        let mut tlb = MmuGather::new(self.mm(mm).asid, false, ps);
+        let mut tlb = self.tlb_gather_mmu(mm, false);
         if free {
             for vma in &vmas {
                 self.madvise_free_single_vma(&mut tlb, mm, start.max(vma.start), end.min(vma.end));
@@ -171,10 +170,7 @@ impl Kernel {
         if vmas.iter().any(|v| v.flags.contains(VmFlags::LOCKED)) {
             return Err(VmaError::Invalid);
         }
-        let g = self.arch.granule();
-        let ps = g.page_size();
-        let amm = self.arch_mm(mm);
-        let mut tlb = MmuGather::new(amm.asid, false, ps);
+        let mut tlb = self.tlb_gather_mmu(mm, false);
         self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
             let mut folios = Vec::new();
             let huge = pmd_trans_huge(d);

@@ -2,7 +2,6 @@
 
 use super::huge_memory::split_huge_pmd_address;
 use super::mm_types::{MmId, VmFlags, Vma};
-use super::mmu_gather::MmuGather;
 use super::Kernel;
 
 /// Why a VMA operation failed (the errno the syscall would return).
@@ -130,8 +129,7 @@ impl Kernel {
             self.mm_mut(mm).vmas_mut().remove(&v.start);
         }
         let (prev, next) = self.mm(mm).gap_around(start, end);
-        let g = self.arch.granule();
-        let mut tlb = MmuGather::new(self.mm(mm).asid, false, g.page_size());
+        let mut tlb = self.tlb_gather_mmu(mm, false);
         self.unmap_vmas(&mut tlb, mm, &vmas, start, end);
         self.free_pgtables(&mut tlb, mm, &vmas, prev.unwrap_or(0), next.unwrap_or(0));
         self.tlb_finish_mmu(tlb);
@@ -141,8 +139,7 @@ impl Kernel {
     /// the pgd (mmdrop); the mm is gone afterwards.
     pub fn exit_mmap(&mut self, mm: MmId) {
         let vmas: Vec<Vma> = std::mem::take(self.mm_mut(mm).vmas_mut()).into_values().collect();
-        let ps = self.arch.granule().page_size();
-        let mut tlb = MmuGather::new(self.mm(mm).asid, true, ps);
+        let mut tlb = self.tlb_gather_mmu(mm, true);
         self.unmap_vmas(&mut tlb, mm, &vmas, 0, u64::MAX);
         self.free_pgtables(&mut tlb, mm, &vmas, 0, 0);
         self.tlb_finish_mmu(tlb);

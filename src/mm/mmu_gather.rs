@@ -8,6 +8,7 @@
 //!  large-folio batch 2 (page + nr_pages); a batch counts as full one slot early.
 //! ```
 
+use super::mm_types::MmId;
 use super::Kernel;
 use crate::arch::arm64::tlb::tlb_flush;
 use crate::hw::{Asid, Pfn};
@@ -20,6 +21,10 @@ struct Gathered {
     folio: Pfn,
     nr: u32,
 }
+
+/// The storage of a gather's page list, empty between gathers.
+#[derive(Default)]
+pub struct GatherPages(Vec<Gathered>);
 
 pub struct MmuGather {
     pub asid: Asid,
@@ -142,6 +147,15 @@ impl MmuGather {
 }
 
 impl Kernel {
+    /// tlb_gather_mmu / tlb_gather_mmu_fullmm for `mm`. The page list reuses the last
+    /// gather's storage: a full gather holds ~9,700 entries, which the host would
+    /// otherwise allocate and fault in afresh for every unmap.
+    pub fn tlb_gather_mmu(&mut self, mm: MmId, fullmm: bool) -> MmuGather {
+        let mut tlb = MmuGather::new(self.mm(mm).asid, fullmm, self.arch.granule().page_size());
+        tlb.pages = std::mem::take(&mut self.gather_pages.0);
+        tlb
+    }
+
     /// tlb_flush_mmu_tlbonly: flush the gathered range if anything was cleared.
     pub fn tlb_flush_mmu_tlbonly(&mut self, tlb: &mut MmuGather) {
         if !(tlb.freed_tables || tlb.cleared_ptes || tlb.cleared_pmds || tlb.cleared_puds) {
@@ -169,9 +183,10 @@ impl Kernel {
         self.tlb_flush_mmu_free(tlb);
     }
 
-    /// tlb_finish_mmu.
+    /// tlb_finish_mmu; the emptied page list is kept for the next gather.
     pub fn tlb_finish_mmu(&mut self, mut tlb: MmuGather) {
         self.tlb_flush_mmu(&mut tlb);
+        self.gather_pages.0 = tlb.pages;
     }
 
     /// tlb_end_vma: flush at each VMA boundary unless tearing down the whole mm.

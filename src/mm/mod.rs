@@ -68,6 +68,8 @@ pub struct Kernel {
     pub tlb_ubc: rmap::TlbUbc,
     /// The tables the last software walk went through (a host-side memo).
     pgtable_hint: crate::hw::WalkHint,
+    /// Storage for the next mmu_gather's page list (see `tlb_gather_mmu`).
+    gather_pages: mmu_gather::GatherPages,
     /// Direct reclaim runs (the kernel's allocstall_<zone> events; kept out of reports,
     /// since which zone's counter moves depends on the machine's zone layout).
     pub nr_direct_reclaim: u64,
@@ -103,6 +105,7 @@ impl Kernel {
             tlb_batch: rmap::TlbBatchVariant::Deferred,
             tlb_ubc: rmap::TlbUbc::default(),
             pgtable_hint: Default::default(),
+            gather_pages: Default::default(),
             nr_direct_reclaim: 0,
             next_asid: 1,
             next_anon_vma: 1,

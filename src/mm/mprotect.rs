@@ -38,8 +38,7 @@ impl Kernel {
             .map(|v| (v.start.max(start), v.end.min(end)))
             .collect();
         self.vma_modify_flags(mm, start, end, |f| (f - rw) | prot)?;
-        let ps = self.arch.granule().page_size();
-        let mut tlb = MmuGather::new(self.mm(mm).asid, false, ps);
+        let mut tlb = self.tlb_gather_mmu(mm, false);
         for (s, e) in changed {
             let vma = self.mm(mm).find_vma(s).expect("the VMA just changed");
             self.change_protection(&mut tlb, mm, &vma, s, e);
