@@ -178,30 +178,34 @@ impl Kernel {
         Some(pfn)
     }
 
-    /// folio_put_refs: drop references; the last one frees the folio.
-    pub fn folio_put_refs(&mut self, folio: Pfn, refs: i32) {
+    /// folio_ref_sub_and_test: drop `refs` references; whether that was the last and
+    /// the folio must be freed (reserved pages never are).
+    #[inline]
+    fn folio_ref_sub_and_test(&mut self, folio: Pfn, refs: i32) -> bool {
         let p = self.memmap.page_mut(folio);
         p.refcount -= refs;
         debug_assert!(p.refcount >= 0, "folio {folio:?} refcount underflow");
-        if p.refcount == 0 && !p.flags.contains(PageFlags::RESERVED) {
+        p.refcount == 0 && !p.flags.contains(PageFlags::RESERVED)
+    }
+
+    /// folio_put_refs: drop references; the last one frees the folio.
+    pub fn folio_put_refs(&mut self, folio: Pfn, refs: i32) {
+        if self.folio_ref_sub_and_test(folio, refs) {
             self.free_folio(folio);
         }
     }
 
     /// folios_put_refs (free_pages_and_swap_cache): drop each folio's references and
     /// free those that reach zero, in order. Order-0 folios freed at consecutive pfns
-    /// go back as one range, as free_unref_folios batches them; the allocator and the
-    /// memmap end up exactly as freeing them one at a time leaves them.
+    /// go back as one range (free_unref_folios too takes them as a batch); the allocator
+    /// and the memmap end up exactly as freeing them one at a time leaves them.
     pub fn folios_put_refs(&mut self, folios: impl IntoIterator<Item = (Pfn, i32)>) {
         let mut run = 0..0;
         for (folio, refs) in folios {
-            let p = self.memmap.page_mut(folio);
-            p.refcount -= refs;
-            debug_assert!(p.refcount >= 0, "folio {folio:?} refcount underflow");
-            if p.refcount != 0 || p.flags.contains(PageFlags::RESERVED) {
+            if !self.folio_ref_sub_and_test(folio, refs) {
                 continue;
             }
-            if p.flags.contains(PageFlags::HEAD) {
+            if self.memmap.folio_order(folio) > 0 {
                 self.free_order0_run(std::mem::replace(&mut run, 0..0));
                 self.free_folio(folio);
             } else if run.end == folio.0 && !run.is_empty() {
