@@ -139,47 +139,58 @@ fn walk_in(
     va: VirtAddr,
 ) -> Result<Translation, WalkFault> {
     ev.inc(Event::Walk);
-    let mut level = g.start_level();
     let mut table = hint.root_table(mem, root).expect("TTBR does not point at a table");
-    loop {
+    // A bounded level loop: with the granule constant it unrolls, every shift a constant.
+    for level in g.start_level()..PTE_LEVEL {
         let index = g.index(va.0, level);
         let desc = mem.read(table, index);
         ev.inc(Event::WalkSteps);
         if let Some(next) = hint.remembered(level, desc) {
-            level += 1;
             table = next;
             continue;
         }
         match desc.kind(level, g) {
-            DescKind::Table(_) if level < PTE_LEVEL => {
+            DescKind::Table(_) => {
                 table = hint
                     .learn(mem, level, desc)
                     .expect("table descriptor points at a frame with no table");
-                level += 1;
             }
-            DescKind::Block(base) | DescKind::Page(base) => {
-                let leaf_shift = g.level_shift(level);
-                let span_shift = if desc.has(Attr::CONT) {
-                    leaf_shift + g.cont_entries_at(level).trailing_zeros()
-                } else {
-                    leaf_shift
-                };
-                let off = va.0 & ((1u64 << leaf_shift) - 1);
-                return Ok(Translation {
-                    pa: PhysAddr(base.0 + off),
-                    level,
-                    span_shift,
-                    desc,
-                    table,
-                    index,
-                });
-            }
-            _ => {
-                ev.inc(Event::WalkFault);
-                return Err(WalkFault { level });
-            }
+            DescKind::Block(base) => return Ok(leaf(g, level, desc, base, table, index, va)),
+            _ => return Err(fault(ev, level)),
         }
     }
+    let index = g.index(va.0, PTE_LEVEL);
+    let desc = mem.read(table, index);
+    ev.inc(Event::WalkSteps);
+    match desc.kind(PTE_LEVEL, g) {
+        DescKind::Page(base) => Ok(leaf(g, PTE_LEVEL, desc, base, table, index, va)),
+        _ => Err(fault(ev, PTE_LEVEL)),
+    }
+}
+
+/// The translation a block or page descriptor `desc`, read at `index` of `table`, gives `va`.
+#[inline(always)]
+fn leaf(g: Granule, level: u8, desc: Desc, base: PhysAddr, table: TableId, index: usize, va: VirtAddr) -> Translation {
+    let leaf_shift = g.level_shift(level);
+    let span_shift = if desc.has(Attr::CONT) {
+        leaf_shift + g.cont_entries_at(level).trailing_zeros()
+    } else {
+        leaf_shift
+    };
+    Translation {
+        pa: PhysAddr(base.0 + (va.0 & ((1u64 << leaf_shift) - 1))),
+        level,
+        span_shift,
+        desc,
+        table,
+        index,
+    }
+}
+
+#[cold]
+fn fault(ev: &mut Events, level: u8) -> WalkFault {
+    ev.inc(Event::WalkFault);
+    WalkFault { level }
 }
 
 #[cfg(test)]
