@@ -3,11 +3,13 @@
 //!
 //! ```text
 //!  slots:    [ s0 ][ s1 ][ s2 ] ...        stable positions, a free list for holes
-//!  LRU:      head(MRU) ⇄ s2 ⇄ s0 ⇄ s1 = tail(LRU victim)
+//!  LRU:      head(MRU) ⇄ s2 ⇄ s0 ⇄ s1 = tail(LRU victim) ⇄ back to head (a ring)
 //!  buckets:  hash(span class, va >> span) ──► s1 ──► s0 ──► NIL   (chain per bucket)
 //! ```
 //! A lookup probes one bucket per span size present in L1; true LRU replacement is
-//! the tail of the list, which is what "smallest last-use stamp" gave before.
+//! the tail of the list, which is what "smallest last-use stamp" gave before. The
+//! list is a ring, so the tail is `prev[head]` and a full L1's fill, which makes its
+//! victim's slot the most recent, only moves `head` back one slot.
 
 use super::{ClassCounts, Slot, TlbEntry};
 use crate::hw::addr::Asid;
@@ -23,18 +25,17 @@ const MAX_BUCKETS: usize = 1024;
 pub(super) struct L1 {
     slots: Vec<Slot>,
     live: [bool; 256],
-    /// LRU list links, most recently used at `head`.
+    /// LRU ring links, most recently used at `head` (NIL when empty), least at `prev[head]`.
     prev: Links,
     next: Links,
     head: u8,
-    tail: u8,
     /// Next slot in the same hash bucket.
     chain: Links,
     buckets: Box<[u8; MAX_BUCKETS]>,
     bucket_bits: u32,
     free: Vec<u8>,
-    /// The TLB's span shifts, by class.
-    shifts: Vec<u32>,
+    /// The TLB's span shifts, by class (at most 16 classes: an L2 tag keeps 4 bits).
+    shifts: [u32; 16],
     /// Live entries per span class.
     classes: ClassCounts,
     len: usize,
@@ -45,6 +46,7 @@ pub(super) struct L1 {
 impl L1 {
     pub(super) fn new(capacity: usize, span_shifts: &[u32]) -> L1 {
         assert!(capacity < NIL as usize, "L1 of {capacity} entries is too large");
+        assert!(span_shifts.len() <= 16, "{} span classes", span_shifts.len());
         let bucket_bits = (capacity * 4).next_power_of_two().trailing_zeros();
         debug_assert!(1 << bucket_bits <= MAX_BUCKETS);
         L1 {
@@ -53,12 +55,11 @@ impl L1 {
             prev: [NIL; 256],
             next: [NIL; 256],
             head: NIL,
-            tail: NIL,
             chain: [NIL; 256],
             buckets: Box::new([NIL; MAX_BUCKETS]),
             bucket_bits,
             free: Vec::new(),
-            shifts: span_shifts.to_vec(),
+            shifts: std::array::from_fn(|c| span_shifts.get(c).copied().unwrap_or(0)),
             classes: ClassCounts::default(),
             len: 0,
             pending: false,
@@ -71,7 +72,7 @@ impl L1 {
 
     #[inline]
     fn bucket(&self, class: u8, va: u64) -> usize {
-        let vpn = va >> self.shifts[class as usize];
+        let vpn = va >> self.shifts[class as usize & 15];
         let h = (vpn ^ ((class as u64) << 56)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         (h >> (64 - self.bucket_bits)) as usize & (MAX_BUCKETS - 1)
     }
@@ -133,15 +134,12 @@ impl L1 {
 
     /// A full L1's fill: the LRU entry's slot takes `slot` and becomes the most recently
     /// used; the old entry is returned. The slot stays live, so only its bucket changes
-    /// and the list rotates its tail to the head.
+    /// and the ring turns so its tail is the head.
     fn replace_lru(&mut self, slot: Slot) -> Slot {
-        let i = self.tail;
+        let i = self.prev[self.head as usize];
         let old = std::mem::replace(&mut self.slots[i as usize], slot);
         self.unchain(i, old.class, old.entry.va);
-        if self.head != i {
-            self.unlink_lru(i);
-            self.push_lru(i);
-        }
+        self.head = i;
         if old.class != slot.class {
             self.classes.remove(old.class as usize);
             self.classes.add(slot.class as usize);
@@ -195,12 +193,15 @@ impl L1 {
 
     #[inline]
     fn push_lru(&mut self, i: u8) {
-        self.prev[i as usize] = NIL;
-        self.next[i as usize] = self.head;
-        if self.head != NIL {
-            self.prev[self.head as usize] = i;
+        if self.head == NIL {
+            self.prev[i as usize] = i;
+            self.next[i as usize] = i;
         } else {
-            self.tail = i;
+            let (h, t) = (self.head, self.prev[self.head as usize]);
+            self.prev[i as usize] = t;
+            self.next[i as usize] = h;
+            self.next[t as usize] = i;
+            self.prev[h as usize] = i;
         }
         self.head = i;
     }
@@ -208,23 +209,23 @@ impl L1 {
     #[inline]
     fn unlink_lru(&mut self, i: u8) {
         let (p, n) = (self.prev[i as usize], self.next[i as usize]);
-        if p != NIL {
-            self.next[p as usize] = n;
-        } else {
-            self.head = n;
+        if n == i {
+            self.head = NIL;
+            return;
         }
-        if n != NIL {
-            self.prev[n as usize] = p;
-        } else {
-            self.tail = p;
+        self.next[p as usize] = n;
+        self.prev[n as usize] = p;
+        if self.head == i {
+            self.head = n;
         }
     }
 
     /// Indices of live slots, most recently used first.
     fn live_slots(&self) -> impl Iterator<Item = usize> + '_ {
-        std::iter::successors((self.head != NIL).then_some(self.head), move |&i| {
+        let head = self.head;
+        std::iter::successors((head != NIL).then_some(head), move |&i| {
             let n = self.next[i as usize];
-            (n != NIL).then_some(n)
+            (n != head).then_some(n)
         })
         .map(|i| i as usize)
     }
