@@ -8,8 +8,8 @@
 //!  pfn ──► sections[pfn >> SECTION_SHIFT] ──► slot[pfn & mask] ──► words[(slot - 1) << bits ..]
 //!          (lazily allocated)                  (0: no storage)     (one table page)
 //! ```
-//! Every table's storage lives in one flat vector, so a descriptor read is one load
-//! from a TableId: the walker's critical path.
+//! Every table's storage lives in one flat vector and a TableId is the offset of its
+//! first word there, so a descriptor read is one indexed load: the walker's critical path.
 
 use super::addr::{Granule, Pfn, PhysAddr};
 use super::descriptor::Desc;
@@ -17,17 +17,19 @@ use super::descriptor::Desc;
 const SECTION_SHIFT: u32 = 15;
 const SECTION_PFNS: usize = 1 << SECTION_SHIFT;
 
-/// A handle to the storage of one table frame; valid until the frame's storage is released.
+/// A handle to the storage of one table frame (the offset of its first word in
+/// `PhysMem::words`); valid until the frame's storage is released.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TableId(u32);
 
 impl TableId {
-    /// Names no table: the placeholder in an empty TLB slot.
+    /// Names no table: the placeholder in an empty TLB slot. Never a table's offset,
+    /// which is a multiple of the table size.
     pub const NONE: TableId = TableId(u32::MAX);
 
-    /// The storage slot number: dense and small, for use as a map key.
+    /// A number no other live table has, for use as a map key.
     #[inline]
-    pub const fn slot(self) -> u32 {
+    pub const fn key(self) -> u32 {
         self.0
     }
 }
@@ -89,19 +91,22 @@ impl PhysMem {
         assert!(self.table_id(pfn).is_none(), "{pfn:?} already holds a table");
         let slot = match self.free_slots.pop() {
             Some(slot) => {
-                self.table_mut(TableId(slot)).fill(0);
+                let id = self.id_of_slot(slot);
+                self.table_mut(id).fill(0);
                 self.frame_pfn[slot as usize] = pfn;
                 slot
             }
             None => {
-                self.words.resize(self.words.len() + (1 << self.table_bits), 0);
+                let len = self.words.len() + (1 << self.table_bits);
+                assert!(len < u32::MAX as usize, "table storage beyond 2^32 descriptors");
+                self.words.resize(len, 0);
                 self.frame_pfn.push(pfn);
                 (self.frame_pfn.len() - 1) as u32
             }
         };
         self.sections[s].get_or_insert_with(|| vec![0u32; SECTION_PFNS].into_boxed_slice())[i] = slot + 1;
         self.table_epoch += 1;
-        TableId(slot)
+        self.id_of_slot(slot)
     }
 
     /// Drop the table storage of `pfn` (the frame no longer holds a table).
@@ -129,7 +134,7 @@ impl PhysMem {
         let sec = self.sections.get((pfn.0 as usize) >> SECTION_SHIFT)?.as_ref()?;
         match sec[(pfn.0 as usize) & (SECTION_PFNS - 1)] {
             0 => None,
-            slot => Some(TableId(slot - 1)),
+            slot => Some(self.id_of_slot(slot - 1)),
         }
     }
     #[inline]
@@ -138,7 +143,11 @@ impl PhysMem {
     }
     #[inline]
     pub fn table_pfn(&self, id: TableId) -> Pfn {
-        self.frame_pfn[id.0 as usize]
+        self.frame_pfn[(id.0 >> self.table_bits) as usize]
+    }
+    #[inline]
+    fn id_of_slot(&self, slot: u32) -> TableId {
+        TableId(slot << self.table_bits)
     }
     #[inline]
     pub fn read(&self, id: TableId, index: usize) -> Desc {
@@ -147,7 +156,7 @@ impl PhysMem {
     #[inline]
     fn word(&self, id: TableId, index: usize) -> usize {
         debug_assert!(index < 1 << self.table_bits);
-        ((id.0 as usize) << self.table_bits) + index
+        id.0 as usize + index
     }
     #[inline]
     pub fn write(&mut self, id: TableId, index: usize, d: Desc) {

@@ -146,7 +146,7 @@ impl Residency {
     /// page entries it overlaps are found from any descriptor of the run.
     fn src_key(&self, table: TableId, index: usize, level: u8) -> u64 {
         let run_bits = self.granule.cont_entries_at(level).trailing_zeros();
-        ((table.slot() as u64) << 32) | (index >> run_bits) as u64
+        ((table.key() as u64) << 32) | (index >> run_bits) as u64
     }
 }
 
