@@ -187,6 +187,8 @@ fn leaf(g: Granule, level: u8, desc: Desc, base: PhysAddr, table: TableId, index
     }
 }
 
+/// A translation fault at `level`, counted. Out of line, although first touches make it
+/// as common as a translation: the translating path stays straight-line code.
 #[cold]
 fn fault(ev: &mut Events, level: u8) -> WalkFault {
     ev.inc(Event::WalkFault);
