@@ -370,7 +370,6 @@ impl Machine {
         }
         let d = self.hw_update(&t, write)?;
         let span_mask = (1u64 << t.span_shift) - 1;
-        let descs_per_span = 1usize << (t.span_shift - self.cfg.granule.level_shift(t.level));
         let entry = TlbEntry {
             asid: if d.has(Attr::NG) { Some(asid) } else { None },
             va: va.0 & !span_mask,
@@ -380,7 +379,7 @@ impl Machine {
             writable: !d.has(Attr::RDONLY),
             pending: false,
             table: t.table,
-            index: (t.index & !(descs_per_span - 1)) as u32,
+            index: t.span_index as u32,
         };
         self.fill(cpu, entry);
         Ok(t.pa)

@@ -20,6 +20,9 @@ pub struct Translation {
     /// Where the leaf lives, so hardware AF/dirty updates can write it back.
     pub table: TableId,
     pub index: usize,
+    /// Index in `table` of the first descriptor the span covers: `index`, or the first
+    /// of its contiguous run. What a TLB entry records as its source.
+    pub span_index: usize,
 }
 
 impl Translation {
@@ -144,7 +147,6 @@ fn walk_in(
     for level in g.start_level()..PTE_LEVEL {
         let index = g.index(va.0, level);
         let desc = mem.read(table, index);
-        ev.inc(Event::WalkSteps);
         if let Some(next) = hint.remembered(level, desc) {
             table = next;
             continue;
@@ -155,27 +157,40 @@ fn walk_in(
                     .learn(mem, level, desc)
                     .expect("table descriptor points at a frame with no table");
             }
-            DescKind::Block(base) => return Ok(leaf(g, level, desc, base, table, index, va)),
-            _ => return Err(fault(ev, level)),
+            DescKind::Block(base) => {
+                count_steps(g, ev, level);
+                return Ok(leaf(g, level, desc, base, table, index, va));
+            }
+            _ => return Err(fault(g, ev, level)),
         }
     }
     let index = g.index(va.0, PTE_LEVEL);
     let desc = mem.read(table, index);
-    ev.inc(Event::WalkSteps);
     match desc.kind(PTE_LEVEL, g) {
-        DescKind::Page(base) => Ok(leaf(g, PTE_LEVEL, desc, base, table, index, va)),
-        _ => Err(fault(ev, PTE_LEVEL)),
+        DescKind::Page(base) => {
+            count_steps(g, ev, PTE_LEVEL);
+            Ok(leaf(g, PTE_LEVEL, desc, base, table, index, va))
+        }
+        _ => Err(fault(g, ev, PTE_LEVEL)),
     }
+}
+
+/// Count the descriptor fetches of a walk that ended at `level`: one per level from
+/// the start, added once rather than level by level.
+#[inline(always)]
+fn count_steps(g: Granule, ev: &mut Events, level: u8) {
+    ev.add(Event::WalkSteps, u64::from(level - g.start_level()) + 1);
 }
 
 /// The translation a block or page descriptor `desc`, read at `index` of `table`, gives `va`.
 #[inline(always)]
 fn leaf(g: Granule, level: u8, desc: Desc, base: PhysAddr, table: TableId, index: usize, va: VirtAddr) -> Translation {
     let leaf_shift = g.level_shift(level);
-    let span_shift = if desc.has(Attr::CONT) {
-        leaf_shift + g.cont_entries_at(level).trailing_zeros()
+    let (span_shift, span_index) = if desc.has(Attr::CONT) {
+        let run = g.cont_entries_at(level);
+        (leaf_shift + run.trailing_zeros(), index & !(run - 1))
     } else {
-        leaf_shift
+        (leaf_shift, index)
     };
     Translation {
         pa: PhysAddr(base.0 + (va.0 & ((1u64 << leaf_shift) - 1))),
@@ -184,13 +199,15 @@ fn leaf(g: Granule, level: u8, desc: Desc, base: PhysAddr, table: TableId, index
         desc,
         table,
         index,
+        span_index,
     }
 }
 
 /// A translation fault at `level`, counted. Out of line, although first touches make it
 /// as common as a translation: the translating path stays straight-line code.
 #[cold]
-fn fault(ev: &mut Events, level: u8) -> WalkFault {
+fn fault(g: Granule, ev: &mut Events, level: u8) -> WalkFault {
+    count_steps(g, ev, level);
     ev.inc(Event::WalkFault);
     WalkFault { level }
 }
