@@ -32,7 +32,8 @@ pub(super) struct L1 {
     /// Next slot in the same hash bucket.
     chain: Links,
     buckets: Box<[u8; MAX_BUCKETS]>,
-    bucket_bits: u32,
+    /// 64 - log2(buckets): the shift that keeps a hash's top bits.
+    hash_shift: u32,
     free: Vec<u8>,
     /// The TLB's span shifts, by class (at most 16 classes: an L2 tag keeps 4 bits).
     shifts: [u32; 16],
@@ -57,7 +58,7 @@ impl L1 {
             head: NIL,
             chain: [NIL; 256],
             buckets: Box::new([NIL; MAX_BUCKETS]),
-            bucket_bits,
+            hash_shift: 64 - bucket_bits,
             free: Vec::new(),
             shifts: std::array::from_fn(|c| span_shifts.get(c).copied().unwrap_or(0)),
             classes: ClassCounts::default(),
@@ -74,7 +75,7 @@ impl L1 {
     fn bucket(&self, class: u8, va: u64) -> usize {
         let vpn = va >> self.shifts[class as usize & 15];
         let h = (vpn ^ ((class as u64) << 56)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (h >> (64 - self.bucket_bits)) as usize & (MAX_BUCKETS - 1)
+        (h >> self.hash_shift) as usize & (MAX_BUCKETS - 1)
     }
 
     /// The slot that answers a lookup for (`asid`, `va`), most recently used first.
