@@ -100,9 +100,13 @@ impl MmStruct {
     /// find_vma: the VMA containing `addr`.
     #[inline]
     pub fn find_vma(&self, addr: u64) -> Option<Vma> {
-        if let Some(v) = self.vmacache.get().filter(|v| v.contains(addr)) {
-            return Some(v);
+        match self.vmacache.get() {
+            Some(v) if v.contains(addr) => Some(v),
+            _ => self.find_vma_slow(addr),
         }
+    }
+    /// find_vma past the vmacache: the tree lookup, which refills it.
+    fn find_vma_slow(&self, addr: u64) -> Option<Vma> {
         let v = *self.vmas.range(..=addr).next_back()?.1;
         v.contains(addr).then(|| {
             self.vmacache.set(Some(v));

@@ -145,9 +145,17 @@ impl Kernel {
     }
 
     /// anon_vma_prepare: give `vma` an anon_vma before it maps anon folios.
+    #[inline]
     pub fn anon_vma_prepare(&mut self, mm: MmId, vma: &Vma) {
         // A VMA's anon_vma is only ever set, so a copy that has one is current.
-        if vma.anon_vma.is_none() && self.mm(mm).vmas()[&vma.start].anon_vma.is_none() {
+        if vma.anon_vma.is_none() {
+            self.__anon_vma_prepare(mm, vma);
+        }
+    }
+
+    /// The tree lookup behind anon_vma_prepare, for a copy of the VMA without one.
+    fn __anon_vma_prepare(&mut self, mm: MmId, vma: &Vma) {
+        if self.mm(mm).vmas()[&vma.start].anon_vma.is_none() {
             let id = self.anon_vma_alloc();
             self.mm_mut(mm).vmas_mut().get_mut(&vma.start).unwrap().anon_vma = Some(id);
         }

@@ -152,6 +152,7 @@ impl Kernel {
     }
 
     /// pte_offset_map: the pte for `addr` if the pmd points at a pte table.
+    #[inline]
     pub fn pte_offset_map(&mut self, pmd: PmdPtr, addr: u64) -> Option<PtePtr> {
         let g = self.arch.granule();
         let d = self.pxd_get(2, pmd);
