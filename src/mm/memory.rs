@@ -10,7 +10,7 @@ use super::pgtable::PmdPtr;
 use super::vmstat::{MthpStat, VmEvent};
 use super::{Kernel, ZapVariant};
 use crate::arch::arm64::pgtable::pmd_trans_huge;
-use crate::arch::arm64::pgtable::{PgProt, Pte, PtePtr};
+use crate::arch::arm64::pgtable::{ArchMm, PgProt, Pte, PtePtr};
 use crate::hw::{DescKind, Pfn};
 
 bitflags::bitflags! {
@@ -334,6 +334,7 @@ impl Kernel {
     /// freeing whenever the gather fills.
     fn zap_pte_range(&mut self, tlb: &mut MmuGather, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, end: u64) {
         let ps = self.arch.granule().page_size();
+        let amm = self.arch_mm(mm);
         let mut addr = addr;
         loop {
             let Some(start_pte) = self.pte_offset_map(pmd, addr) else {
@@ -345,8 +346,8 @@ impl Kernel {
             let mut rss = 0i64;
             while addr != end {
                 let (nr, full) = match self.zap {
-                    ZapVariant::Batched => self.do_zap_pte_range(tlb, mm, vma, pte, addr, end, &mut rss),
-                    ZapVariant::PerPte => self.zap_one_pte(tlb, mm, pte, addr, &mut rss),
+                    ZapVariant::Batched => self.do_zap_pte_range(tlb, mm, amm, vma, pte, addr, end, &mut rss),
+                    ZapVariant::PerPte => self.zap_one_pte(tlb, mm, amm, pte, addr, &mut rss),
                 };
                 pte = pte.add(nr);
                 addr += nr as u64 * ps;
@@ -367,9 +368,17 @@ impl Kernel {
     }
 
     /// The pre-seed-000 loop body: one pte, one rmap, one gather slot.
-    fn zap_one_pte(&mut self, tlb: &mut MmuGather, mm: MmId, pte: PtePtr, addr: u64, rss: &mut i64) -> (usize, bool) {
+    #[allow(clippy::too_many_arguments)]
+    fn zap_one_pte(
+        &mut self,
+        tlb: &mut MmuGather,
+        mm: MmId,
+        amm: ArchMm,
+        pte: PtePtr,
+        addr: u64,
+        rss: &mut i64,
+    ) -> (usize, bool) {
         let g = self.arch.granule();
-        let amm = self.arch_mm(mm);
         let ptent = self.arch.ptep_get(amm, pte);
         if ptent.pte_none() {
             return (1, false);
@@ -392,6 +401,7 @@ impl Kernel {
         &mut self,
         tlb: &mut MmuGather,
         mm: MmId,
+        amm: ArchMm,
         vma: &Vma,
         pte: PtePtr,
         addr: u64,
@@ -399,7 +409,6 @@ impl Kernel {
         rss: &mut i64,
     ) -> (usize, bool) {
         let ps = self.arch.granule().page_size();
-        let amm = self.arch_mm(mm);
         let mut max_nr = ((end - addr) / ps) as usize;
         let mut ptent = self.arch.ptep_get(amm, pte);
         let mut skipped = 0;
@@ -420,6 +429,7 @@ impl Kernel {
         let (nr, full) = self.zap_present_ptes(
             tlb,
             mm,
+            amm,
             vma,
             pte.add(skipped),
             ptent,
@@ -436,6 +446,7 @@ impl Kernel {
         &mut self,
         tlb: &mut MmuGather,
         mm: MmId,
+        amm: ArchMm,
         _vma: &Vma,
         pte: PtePtr,
         ptent: Pte,
@@ -444,7 +455,6 @@ impl Kernel {
         rss: &mut i64,
     ) -> (usize, bool) {
         let g = self.arch.granule();
-        let amm = self.arch_mm(mm);
         let pfn = ptent.pte_pfn(g);
         if self.is_zero_pfn(pfn) {
             self.arch.ptep_get_and_clear(amm, addr, pte);
