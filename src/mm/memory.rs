@@ -368,7 +368,6 @@ impl Kernel {
     }
 
     /// The pre-seed-000 loop body: one pte, one rmap, one gather slot.
-    #[allow(clippy::too_many_arguments)]
     fn zap_one_pte(
         &mut self,
         tlb: &mut MmuGather,
