@@ -31,6 +31,8 @@ pub(super) struct L1 {
     head: u8,
     /// Next slot in the same hash bucket.
     chain: Links,
+    /// Per live slot, the bucket it is chained in, so unchaining needs no rehash.
+    bucket_of: [u16; 256],
     buckets: Box<[u8; MAX_BUCKETS]>,
     /// 64 - log2(buckets): the shift that keeps a hash's top bits.
     hash_shift: u32,
@@ -57,6 +59,7 @@ impl L1 {
             next: [NIL; 256],
             head: NIL,
             chain: [NIL; 256],
+            bucket_of: [0; 256],
             buckets: Box::new([NIL; MAX_BUCKETS]),
             hash_shift: 64 - bucket_bits,
             free: Vec::new(),
@@ -139,7 +142,7 @@ impl L1 {
     fn replace_lru(&mut self, slot: Slot) -> Slot {
         let i = self.prev[self.head as usize];
         let old = std::mem::replace(&mut self.slots[i as usize], slot);
-        self.unchain(i, old.class, old.entry.va);
+        self.unchain(i);
         self.head = i;
         if old.class != slot.class {
             self.classes.remove(old.class as usize);
@@ -161,7 +164,7 @@ impl L1 {
     fn unlink(&mut self, i: usize) -> Slot {
         debug_assert!(self.live[i]);
         let slot = self.slots[i];
-        self.unchain(i as u8, slot.class, slot.entry.va);
+        self.unchain(i as u8);
         self.unlink_lru(i as u8);
         self.classes.remove(slot.class as usize);
         self.live[i] = false;
@@ -175,12 +178,13 @@ impl L1 {
         let b = self.bucket(class, va);
         self.chain[i as usize] = self.buckets[b];
         self.buckets[b] = i;
+        self.bucket_of[i as usize] = b as u16;
     }
 
-    /// Take slot `i`, holding a (`class`, `va`) entry, out of its bucket's chain.
+    /// Take slot `i` out of its bucket's chain.
     #[inline]
-    fn unchain(&mut self, i: u8, class: u8, va: u64) {
-        let b = self.bucket(class, va);
+    fn unchain(&mut self, i: u8) {
+        let b = self.bucket_of[i as usize] as usize & (MAX_BUCKETS - 1);
         if self.buckets[b] == i {
             self.buckets[b] = self.chain[i as usize];
         } else {

@@ -372,24 +372,35 @@ impl Tlb {
     /// Put `slot` in its L2 set, evicting that set's LRU entry when full.
     fn place_l2(&mut self, slot: Slot, res: &mut Residency) -> bool {
         let e = slot.entry;
-        let set = self.l2_set(e.va, e.span_shift.into());
+        let shift = u32::from(e.span_shift);
+        let set = self.l2_set(e.va, shift);
         // An empty way's stamp is 0, below every live one (the clock has ticked before
         // any use), so the first smallest stamp is the first free way, else the LRU.
         let stamps = &self.l2_stamp[set.clone()];
-        let way = (0..stamps.len()).min_by_key(|&w| stamps[w]).expect("ways > 0");
+        let mut way = 0;
+        for (w, &s) in stamps.iter().enumerate().skip(1) {
+            if s < stamps[way] {
+                way = w;
+            }
+        }
         let i = set.start + way;
-        let evicted = self.l2_tag[i] != 0;
-        if evicted {
-            // The new entry overwrites the victim, whose class is in its tag.
-            self.l2_classes.remove(l2_tag_class(self.l2_tag[i]));
+        let class = slot.class as usize;
+        // The new entry overwrites the victim, whose class is in its tag.
+        let old = std::mem::replace(&mut self.l2_tag[i], l2_tag_of(e.va, shift, slot.class));
+        let evicted = old != 0;
+        if !evicted {
+            self.l2_classes.add(class);
+        } else {
+            if l2_tag_class(old) != class {
+                self.l2_classes.remove(l2_tag_class(old));
+                self.l2_classes.add(class);
+            }
             res.remove(&self.l2[i]);
         }
-        self.l2_classes.add(slot.class as usize);
         if e.pending {
             self.l2_pending.push(i as u32);
         }
         self.l2[i] = e;
-        self.l2_tag[i] = l2_tag_of(e.va, e.span_shift.into(), slot.class);
         self.l2_stamp[i] = slot.stamp;
         evicted
     }
