@@ -2,7 +2,7 @@
 //! model may use to maintain them (TLBI, DSB, ISB) plus EL0 accesses that walk and
 //! fill TLBs. Kernel code reaches hardware state only through these operations.
 
-use super::addr::{Asid, Granule, Pfn, PhysAddr, VirtAddr};
+use super::addr::{Asid, Granule, Pfn, PhysAddr, VirtAddr, PTE_LEVEL};
 use super::check::Violation;
 use super::descriptor::{Attr, Desc, DescKind};
 use super::events::{Event, Events};
@@ -207,7 +207,11 @@ impl Machine {
         if self.checks {
             self.check_bbm(table, index, level, va, new);
         }
-        self.mem.write(table, index, new);
+        if level == PTE_LEVEL {
+            self.mem.write_leaf(table, index, new);
+        } else {
+            self.mem.write(table, index, new);
+        }
     }
 
     /// Break-before-make: a live descriptor may not change what it translates to, and
@@ -401,7 +405,7 @@ impl Machine {
             d = d.with(Attr::AF);
         }
         if d != t.desc {
-            self.mem.write(t.table, t.index, d);
+            self.mem.write_leaf(t.table, t.index, d);
         }
         Ok(d)
     }

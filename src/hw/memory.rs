@@ -53,6 +53,10 @@ pub struct PhysMem {
     /// Bumped whenever a frame gains or loses table storage, so a memo of which
     /// table a frame's storage is (`WalkHint`) knows when it may have gone stale.
     table_epoch: u64,
+    /// Bumped by every write that may change a table descriptor (any write but a
+    /// level-3 one), so a memo of where a walk's upper levels led (`WalkHint`) can
+    /// stand in for re-reading them while it is unchanged.
+    upper_gen: u64,
 }
 
 impl PhysMem {
@@ -68,6 +72,7 @@ impl PhysMem {
             frame_pfn: Vec::new(),
             free_slots: Vec::new(),
             table_epoch: 0,
+            upper_gen: 0,
         }
     }
     pub fn granule(&self) -> Granule {
@@ -158,10 +163,23 @@ impl PhysMem {
         debug_assert!(index < 1 << self.table_bits);
         id.0 as usize + index
     }
+    /// Write a descriptor of any level.
     #[inline]
     pub fn write(&mut self, id: TableId, index: usize, d: Desc) {
+        self.upper_gen += 1;
+        self.write_leaf(id, index, d);
+    }
+    /// Write a descriptor no walk follows to another table, before or after: any
+    /// level-3 entry, or new access and dirty bits of a block. The upper generation stands.
+    #[inline]
+    pub fn write_leaf(&mut self, id: TableId, index: usize, d: Desc) {
         let w = self.word(id, index);
         self.words[w] = d.0;
+    }
+    /// Changes whenever a descriptor above level 3 may have.
+    #[inline]
+    pub fn upper_gen(&self) -> u64 {
+        self.upper_gen
     }
     /// The whole table, for bulk scans.
     #[inline]
@@ -171,6 +189,7 @@ impl PhysMem {
     }
     #[inline]
     pub fn table_mut(&mut self, id: TableId) -> &mut [u64] {
+        self.upper_gen += 1;
         let w = self.word(id, 0);
         &mut self.words[w..w + (1 << self.table_bits)]
     }

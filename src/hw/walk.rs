@@ -49,6 +49,12 @@ pub struct WalkFault {
 ///  desc:    D0 ──────► D1 ──────► D2 ──────► (leaf: never remembered)
 ///  next:    T1         T2         T3
 /// ```
+/// A walk also remembers the last table it reached below its upper levels, with the
+/// root, a key naming the VA range and level (`path_key`) and `PhysMem::upper_gen`:
+/// while no descriptor above level 3 has been written since, walking there again
+/// would read the same descriptors, so the walk may start at that table. The hardware
+/// walker remembers the level-3 table, the kernel's walk to a pmd its pmd table; the
+/// steps skipped are still counted.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WalkHint {
     epoch: u64,
@@ -58,6 +64,19 @@ pub struct WalkHint {
     /// descriptor is, when none).
     desc: [u64; 4],
     next: [TableId; 4],
+    /// The last path remembered: its key (0 when none), root and upper generation,
+    /// and the table it reached.
+    path_key: u64,
+    path_root: TableId,
+    path_gen: u64,
+    path_table: TableId,
+}
+
+/// The key of a path from the root to the level-`level` table that translates `va`:
+/// `va`'s bits above that level, tagged with the level (so no key is 0).
+#[inline(always)]
+pub fn path_key(g: Granule, va: u64, level: u8) -> u64 {
+    (va >> g.level_shift(level - 1)) | (u64::from(level) + 1) << 56
 }
 
 impl WalkHint {
@@ -84,6 +103,20 @@ impl WalkHint {
                 Some(id)
             }
         }
+    }
+
+    /// The table the path `key` from `root` reached when remembered, if no descriptor
+    /// above level 3 has been written since.
+    #[inline(always)]
+    pub fn remembered_path(&mut self, mem: &PhysMem, root: TableId, key: u64) -> Option<TableId> {
+        self.sync(mem);
+        (self.path_key == key && self.path_root == root && self.path_gen == mem.upper_gen()).then_some(self.path_table)
+    }
+
+    /// Remember that the path `key` from `root` reaches `table`, as the tables stand now.
+    #[inline(always)]
+    pub fn remember_path(&mut self, mem: &PhysMem, root: TableId, key: u64, table: TableId) {
+        (self.path_key, self.path_root, self.path_gen, self.path_table) = (key, root, mem.upper_gen(), table);
     }
 
     /// The remembered next table for descriptor `d` read at `level`, if `d` is the one
@@ -142,27 +175,34 @@ fn walk_in(
     va: VirtAddr,
 ) -> Result<Translation, WalkFault> {
     ev.inc(Event::Walk);
-    let mut table = hint.root_table(mem, root).expect("TTBR does not point at a table");
-    // A bounded level loop: with the granule constant it unrolls, every shift a constant.
-    for level in g.start_level()..PTE_LEVEL {
-        let index = g.index(va.0, level);
-        let desc = mem.read(table, index);
-        if let Some(next) = hint.remembered(level, desc) {
-            table = next;
-            continue;
-        }
-        match desc.kind(level, g) {
-            DescKind::Table(_) => {
-                table = hint
-                    .learn(mem, level, desc)
-                    .expect("table descriptor points at a frame with no table");
+    let root = hint.root_table(mem, root).expect("TTBR does not point at a table");
+    let key = path_key(g, va.0, PTE_LEVEL);
+    let mut table = root;
+    if let Some(pte_table) = hint.remembered_path(mem, root, key) {
+        table = pte_table;
+    } else {
+        // A bounded level loop: with the granule constant it unrolls, every shift a constant.
+        for level in g.start_level()..PTE_LEVEL {
+            let index = g.index(va.0, level);
+            let desc = mem.read(table, index);
+            if let Some(next) = hint.remembered(level, desc) {
+                table = next;
+                continue;
             }
-            DescKind::Block(base) => {
-                count_steps(g, ev, level);
-                return Ok(leaf(g, level, desc, base, table, index, va));
+            match desc.kind(level, g) {
+                DescKind::Table(_) => {
+                    table = hint
+                        .learn(mem, level, desc)
+                        .expect("table descriptor points at a frame with no table");
+                }
+                DescKind::Block(base) => {
+                    count_steps(g, ev, level);
+                    return Ok(leaf(g, level, desc, base, table, index, va));
+                }
+                _ => return Err(fault(g, ev, level)),
             }
-            _ => return Err(fault(g, ev, level)),
         }
+        hint.remember_path(mem, root, key, table);
     }
     let index = g.index(va.0, PTE_LEVEL);
     let desc = mem.read(table, index);

@@ -5,6 +5,7 @@ use super::folio::PageFlags;
 use super::mm_types::MmId;
 use super::Kernel;
 use crate::arch::arm64::pgtable::PtePtr;
+use crate::hw::walk::path_key;
 use crate::hw::{Desc, Event, Granule, Pfn, TableId, VirtAddr};
 
 /// A pointer to a pmd (or any upper-level) entry.
@@ -99,7 +100,19 @@ impl Kernel {
 
     #[inline(always)]
     fn walk_to_pmd_in(&mut self, g: Granule, mm: MmId, addr: u64, alloc: bool) -> Option<PmdPtr> {
-        let mut table = self.mm(mm).pgd_table;
+        let root = self.mm(mm).pgd_table;
+        let key = path_key(g, addr, 2);
+        if let Some(table) = self.pgtable_hint.remembered_path(&self.arch.hw.mem, root, key) {
+            // The upper entries read as they did when the path was remembered: tables.
+            for level in g.start_level()..2 {
+                self.arch.hw.ev.inc(read_event(level));
+            }
+            return Some(PmdPtr {
+                table,
+                index: g.index(addr, 2),
+            });
+        }
+        let mut table = root;
         for level in g.start_level()..2 {
             let p = PmdPtr {
                 table,
@@ -119,6 +132,7 @@ impl Kernel {
                 return None;
             };
         }
+        self.pgtable_hint.remember_path(&self.arch.hw.mem, root, key, table);
         Some(PmdPtr {
             table,
             index: g.index(addr, 2),
