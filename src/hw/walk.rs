@@ -378,6 +378,26 @@ mod tests {
     }
 
     #[test]
+    fn a_remembered_path_serves_only_its_own_pte_table_and_rereads_the_pte() {
+        let g = Granule::K4;
+        let va = 0x1000_0000_0000u64;
+        let (mut mem, root, pte, mut ev, mut hint) = hinted_chain(va);
+        walk_hinted(&mem, &mut ev, &mut hint, root, VirtAddr(va)).unwrap();
+        // A pte write leaves the path standing; the walk still reads the new pte.
+        mem.write_leaf(pte, g.index(va, 3), Desc::page(PhysAddr(0x9000_0000), Attr::AF));
+        assert_eq!(
+            walk_hinted(&mem, &mut ev, &mut hint, root, VirtAddr(va)).unwrap().pa.0,
+            0x9000_0000
+        );
+        // The next 2 MiB has no pte table: its walk stops at level 2.
+        assert_eq!(
+            walk_hinted(&mem, &mut ev, &mut hint, root, VirtAddr(va + (2 << 20))),
+            Err(WalkFault { level: 2 })
+        );
+        assert_eq!(ev.get(Event::WalkSteps), 4 + 4 + 3);
+    }
+
+    #[test]
     fn a_hinted_walk_does_not_trust_a_frame_whose_table_storage_moved() {
         let g = Granule::K4;
         let va = 0x1000_0000_0000u64;
