@@ -25,8 +25,14 @@ pub enum Madv {
 }
 
 impl Kernel {
-    /// do_madvise over [start, end).
+    /// do_madvise over [start, end): EINVAL unless `start` is page aligned; `end` is
+    /// rounded up to a page, as madvise_validate and PAGE_ALIGN(len) have it.
     pub fn do_madvise(&mut self, mm: MmId, start: u64, end: u64, advice: Madv) -> Result<(), VmaError> {
+        let ps = self.arch.granule().page_size();
+        if start % ps != 0 {
+            return Err(VmaError::Invalid);
+        }
+        let end = end.next_multiple_of(ps);
         match advice {
             Madv::DontNeed => self.madvise_dontneed_free(mm, start, end, false),
             Madv::Free => self.madvise_dontneed_free(mm, start, end, true),

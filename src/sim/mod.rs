@@ -117,10 +117,14 @@ fn check_granule(w: &Workload, stmts: &[Stmt], page: u64) -> Result<(), SimError
             | Op::Madvise { range: r, .. }
             | Op::Mprotect { range: r, .. }
             | Op::Munmap { range: Some(r), .. }
+            | Op::Mlock { range: Some(r), .. }
+            | Op::Munlock { range: Some(r), .. }
                 if r.off % page != 0 || r.len % page != 0 =>
             {
                 return Err(bad(s.pos, "range"))
             }
+            // One madvise call per step: each must start on a page, as madvise(2) demands.
+            Op::Madvise { step: Some(st), .. } if st % page != 0 => return Err(bad(s.pos, "madvise step")),
             Op::Repeat { body, .. } => check_granule(w, body, page)?,
             _ => {}
         }

@@ -511,3 +511,60 @@ mod lazyfree_restore {
         assert_clean(&k);
     }
 }
+
+mod granule_alignment {
+    use crate::mm::madvise::Madv;
+    use crate::mm::mmap::VmaError;
+    use crate::sim::{run, SimError, Variants};
+    use crate::workload::parse::parse_str;
+
+    fn run_16k(src: &str) -> Result<(), SimError> {
+        let w = parse_str("w.wl", src).unwrap();
+        run(&w, &Variants::from_sets(&["granule=16K".into()]).unwrap()).map(|_| ())
+    }
+
+    /// A 4K step under a 16K granule would start madvise calls inside pages: refused
+    /// where the workload says it, before anything runs.
+    #[test]
+    fn a_madvise_step_below_the_granule_is_refused_at_its_line() {
+        let e = run_16k("mmap buf 1M\ntouch buf\nmadvise buf 64K 128K dontneed step=4K").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "w.wl:3:1: madvise step is not a multiple of the 16384-byte granule"
+        );
+        run_16k("mmap buf 1M\ntouch buf\nmadvise buf 64K 128K dontneed step=16K").unwrap();
+    }
+
+    /// Under the workload check, the kernel's own: madvise(2) refuses a start inside a
+    /// page and rounds the length up to whole pages.
+    #[test]
+    fn madvise_refuses_an_unaligned_start_and_rounds_the_end_up() {
+        let (mut k, mm) = super::boot_with(
+            crate::hw::MachineConfig {
+                granule: crate::hw::Granule::K16,
+                ..Default::default()
+            },
+            &[],
+        );
+        k.do_mmap(mm, super::BASE, 1 << 20, super::rw()).unwrap();
+        super::touch(&mut k, mm, super::BASE, 1 << 20, true);
+        let rss = k.mm(mm).rss_anon;
+        assert_eq!(
+            k.do_madvise(mm, super::BASE + 4096, super::BASE + 8192, Madv::DontNeed),
+            Err(VmaError::Invalid)
+        );
+        assert_eq!(k.mm(mm).rss_anon, rss);
+        k.do_madvise(mm, super::BASE, super::BASE + 4096, Madv::DontNeed)
+            .unwrap();
+        assert_eq!(k.mm(mm).rss_anon, rss - 1, "one whole 16K page");
+        super::assert_clean(&k);
+    }
+
+    #[test]
+    fn mlock_and_munlock_ranges_must_be_granule_aligned() {
+        for op in ["mlock", "munlock"] {
+            let e = run_16k(&format!("mmap buf 1M\n{op} buf 4K 16K")).unwrap_err();
+            assert!(e.to_string().starts_with("w.wl:2:1: range is not a multiple"), "{e}");
+        }
+    }
+}
