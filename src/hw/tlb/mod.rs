@@ -377,10 +377,10 @@ impl Tlb {
         // An empty way's stamp is 0, below every live one (the clock has ticked before
         // any use), so the first smallest stamp is the first free way, else the LRU.
         let stamps = &self.l2_stamp[set.clone()];
-        let mut way = 0;
+        let (mut way, mut oldest) = (0, stamps[0]);
         for (w, &s) in stamps.iter().enumerate().skip(1) {
-            if s < stamps[way] {
-                way = w;
+            if s < oldest {
+                (way, oldest) = (w, s);
             }
         }
         let i = set.start + way;
