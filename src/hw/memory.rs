@@ -53,8 +53,8 @@ pub struct PhysMem {
     /// Bumped whenever a frame gains or loses table storage, so a memo of which
     /// table a frame's storage is (`WalkHint`) knows when it may have gone stale.
     table_epoch: u64,
-    /// Bumped by every write that may change a table descriptor (any write but a
-    /// level-3 one), so a memo of where a walk's upper levels led (`WalkHint`) can
+    /// Bumped by every write that may change a table descriptor (any but a
+    /// `write_leaf`), so a memo of where a walk's upper levels led (`WalkHint`) can
     /// stand in for re-reading them while it is unchanged.
     upper_gen: u64,
 }
