@@ -170,8 +170,8 @@ fn faults(c: &mut Criterion) {
 /// in nearly every round. So the fault-in is also given steal-filtered: each 64 MiB
 /// segment's fastest time over the rounds, summed. Every segment does the same work
 /// in every round (the model is deterministic), so the sum is the round the model
-/// would run undisturbed. The shared core also runs at two speeds for seconds at a
-/// time (rounds take about 40% longer while a neighbour is busy), so the model gets 60
+/// would run undisturbed. The shared core is also slower for seconds at a time while a
+/// neighbour is busy (rounds up to about half again as long), so the model gets 60
 /// rounds, about two seconds, to meet a quiet spell.
 fn best_figures(_: &mut Criterion) {
     let (mut k, mm) = warm_model();
