@@ -115,6 +115,10 @@ pub struct Report {
     /// Counters that could not be read, with the reason.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub unavailable: BTreeMap<String, String>,
+    /// Host only: defects of the runner's own measurement (a fault it took outside the
+    /// workload's regions, lost samples), `file:line:col: what`. Empty on a sound run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 mod knobs;
 mod layout;
+mod perf;
 mod proto;
 mod stats;
 mod worker;
@@ -110,6 +111,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
             label: "start".into(),
             counters: keys.iter().map(|k| (k.clone(), 0)).collect(),
         }],
+        diagnostics: Vec::new(),
     };
     o.start_main()?;
     o.stmts(&w.stmts)?;
@@ -122,6 +124,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         phases: o.phases,
         layout,
         unavailable,
+        diagnostics: o.diagnostics,
     })
 }
 
@@ -149,6 +152,8 @@ struct Orchestrator<'a> {
     after: Vec<i64>,
     totals: Counters,
     phases: Vec<Phase>,
+    /// Defects of this runner's own measurement, by op.
+    diagnostics: Vec<String>,
 }
 
 impl Orchestrator<'_> {
@@ -172,7 +177,7 @@ impl Orchestrator<'_> {
         }
         self.pids.insert(crate::workload::parse::MAIN.into(), pid);
         // The fork made our own pages copy-on-write; fault them back in before measuring.
-        worker::warm_up();
+        worker::warm_up(&BTreeMap::new());
         Ok(())
     }
 
@@ -256,12 +261,16 @@ impl Orchestrator<'_> {
         Ok(())
     }
 
-    /// Sends a command to the worker of `s`'s process and reads the `(minflt, pid)` reply.
+    /// Sends a command to the worker of `s`'s process and reads the `(minflt, pid)` reply;
+    /// the worker's diagnostics go to the report, under the op's position.
     fn ask(&mut self, s: &Stmt, cmd: Cmd) -> Result<(i64, i64), NativeError> {
         let msg = self.request(&s.proc_name, cmd).map_err(|e| self.err(s, e))?;
         let mut d = Dec::new(&msg).map_err(|e| self.err(s, e))?;
-        let minflt = d.u64().map_err(|e| self.err(s, e))? as i64;
-        let pid = d.u64().map_err(|e| self.err(s, e))? as i64;
+        let (minflt, pid, diags) = d.op().map_err(|e| self.err(s, e))?;
+        for why in diags {
+            let at = format!("{}:{}:{}", self.w.path, s.pos.line, s.pos.col);
+            self.diagnostics.push(format!("{at}: {why}"));
+        }
         Ok((minflt, pid))
     }
 

@@ -35,11 +35,16 @@ impl Enc {
     pub fn ok() -> Enc {
         Enc(vec![0])
     }
-    /// An op done: its minflt delta and, for fork, the child's pid.
-    pub fn ok_op(minflt: i64, pid: i32) -> Vec<u8> {
+    /// An op done: its fault count, for fork the child's pid, and what the runner
+    /// noticed about its own measurement (strays, lost samples), one line each.
+    pub fn ok_op(minflt: i64, pid: i32, diagnostics: &[String]) -> Vec<u8> {
         let mut e = Enc::ok();
         e.u64(minflt as u64);
         e.u64(pid as u64);
+        e.u64(diagnostics.len() as u64);
+        for d in diagnostics {
+            e.text(d);
+        }
         e.0
     }
     pub fn err(msg: &str) -> Vec<u8> {
@@ -48,10 +53,13 @@ impl Enc {
     fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
+    fn text(&mut self, s: &str) {
+        self.u64(s.len() as u64);
+        self.0.extend_from_slice(s.as_bytes());
+    }
     /// One region's layout: name, number of runs, then `(first, n, kind)` per run.
     pub fn region(&mut self, name: &str, runs: &[Run]) {
-        self.u64(name.len() as u64);
-        self.0.extend_from_slice(name.as_bytes());
+        self.text(name);
         self.u64(runs.len() as u64);
         for r in runs {
             self.u64(r.first);
@@ -87,11 +95,22 @@ impl<'b> Dec<'b> {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-    pub fn region(&mut self) -> Result<(String, Vec<Run>), String> {
+    pub fn text(&mut self) -> Result<String, String> {
         let len = self.u64()? as usize;
-        let name = self.0.get(..len).ok_or("truncated reply")?;
-        let name = String::from_utf8_lossy(name).into_owned();
+        let s = self.0.get(..len).ok_or("truncated reply")?;
+        let s = String::from_utf8_lossy(s).into_owned();
         self.0 = &self.0[len..];
+        Ok(s)
+    }
+    /// An `ok_op` reply: `(minflt, pid, diagnostics)`.
+    pub fn op(&mut self) -> Result<(i64, i64, Vec<String>), String> {
+        let (minflt, pid) = (self.u64()? as i64, self.u64()? as i64);
+        let n = self.u64()?;
+        let diags = (0..n).map(|_| self.text()).collect::<Result<_, _>>()?;
+        Ok((minflt, pid, diags))
+    }
+    pub fn region(&mut self) -> Result<(String, Vec<Run>), String> {
+        let name = self.text()?;
         let n = self.u64()?;
         let runs = (0..n)
             .map(|_| {
@@ -131,9 +150,10 @@ mod tests {
         for c in [Cmd::Op(7), Cmd::Layout] {
             assert_eq!(Cmd::decode(&c.encode()), Some(c));
         }
-        let op = Enc::ok_op(-3, 42);
+        let op = Enc::ok_op(-3, 42, &["fault at 0x1000".to_string()]);
         let mut d = Dec::new(&op).unwrap();
-        assert_eq!((d.u64().unwrap() as i64, d.u64().unwrap()), (-3, 42));
+        assert_eq!(d.op().unwrap(), (-3, 42, vec!["fault at 0x1000".to_string()]));
+        assert!(d.is_empty());
         assert_eq!(Dec::new(&Enc::err("boom")).err().unwrap(), "boom");
         let runs = vec![
             Run {

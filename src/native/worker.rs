@@ -4,9 +4,8 @@
 //! window sees only the faults the op takes on the workload's regions.
 
 use super::layout::region_layout;
+use super::perf::{Sampler, Tally};
 use super::proto::{recv, send, Cmd, Enc};
-use crate::workload::ast::{PLACEMENT_BASE, PLACEMENT_STRIDE};
-use crate::workload::parse::MAX_MMAP_INDEX;
 use crate::workload::{Advice, Op, Prot, Stmt};
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
@@ -29,44 +28,57 @@ pub fn worker_main<'w>(ctx: &Ctx<'w>, name: &'w str) -> ! {
 fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
     // Region name -> (address, size) of this process's live regions.
     let mut regions: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    warm_up();
+    let mut sampler = Sampler::open().map_err(|e| e.to_string());
+    let mut tally = Tally::default();
+    warm_up(&regions);
     loop {
         let mut sock = &ctx.sockets[name];
         let Some(msg) = recv(&mut sock) else { return };
         let reply = match Cmd::decode(&msg) {
             Some(Cmd::Op(id)) => {
                 let stmt = ctx.leaves[id as usize];
-                match &stmt.op {
-                    Op::Fork { child } => {
+                match (&stmt.op, &sampler) {
+                    (_, Err(e)) => Enc::err(e),
+                    (Op::Fork { child }, Ok(_)) => {
                         // SAFETY: the worker is single-threaded, so the child may go on
                         // running Rust code.
                         let pid = unsafe { libc::fork() };
                         if pid == 0 {
                             name = child;
-                            warm_up();
+                            if let Ok(s) = std::mem::replace(&mut sampler, Err(String::new())) {
+                                s.forget_in_child();
+                            }
+                            sampler = Sampler::open().map_err(|e| e.to_string());
+                            warm_up(&regions);
                             continue;
                         }
-                        warm_up();
+                        warm_up(&regions);
                         // fork takes no faults in the caller: its minflt is 0 by
                         // definition, and what follows it is this runner's own copy-on-write.
                         match pid {
                             -1 => Enc::err(&format!("fork: {}", std::io::Error::last_os_error())),
-                            _ => Enc::ok_op(0, pid),
+                            _ => Enc::ok_op(0, pid, &[]),
                         }
                     }
-                    Op::Exit => {
-                        let _ = send(&mut sock, &Enc::ok_op(0, 0));
+                    (Op::Exit, Ok(_)) => {
+                        let _ = send(&mut sock, &Enc::ok_op(0, 0, &[]));
                         return;
                     }
-                    op => {
+                    (op, Ok(sampler)) => {
                         let addr = |r: &str| regions.get(r).copied().unwrap_or((0, 0));
+                        let spans = live_spans(op, &regions);
+                        let inside = |a: u64| spans.iter().any(|&(s, e)| (s..e).contains(&a));
+                        tally.clear();
+                        sampler.discard();
                         let before = minflt();
-                        let res = exec(op, addr);
+                        let res = exec(op, addr, || sampler.drain(&mut tally, &inside));
                         let after = minflt();
+                        sampler.drain(&mut tally, &inside);
                         match res {
                             Ok(()) => {
                                 track(op, &mut regions);
-                                Enc::ok_op(after - before, 0)
+                                let (count, diags) = attribute(after - before, &tally);
+                                Enc::ok_op(count, 0, &diags)
                             }
                             Err(e) => Enc::err(&format!("{} failed: {e}", op.keyword())),
                         }
@@ -80,6 +92,60 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
             return;
         }
     }
+}
+
+/// The address ranges an op's faults may fall in: the live regions, and the one an
+/// `mmap` is creating.
+fn live_spans(op: &Op, regions: &BTreeMap<String, (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = regions.values().map(|&(a, size)| (a, a + size)).collect();
+    if let Op::Mmap { addr, size, .. } = *op {
+        spans.push((addr, addr + size));
+    }
+    spans
+}
+
+/// An op's fault count from getrusage's delta and the samples: the faults on the
+/// workload's regions plus those the kernel took without a perf event (GUP). Anything
+/// else the samples show is this runner's defect, reported line by line.
+fn attribute(rusage: i64, t: &Tally) -> (i64, Vec<String>) {
+    let vmas = if t.strays.is_empty() { Vec::new() } else { maps() };
+    let place = |a: u64| {
+        vmas.iter()
+            .find(|v| (v.start..v.end).contains(&a))
+            .map_or("no mapping".to_string(), |v| {
+                let path = if v.path.is_empty() { "anonymous" } else { &v.path };
+                format!("{path} {:#x}-{:#x}", v.start, v.end)
+            })
+    };
+    let mut diags: Vec<String> = t
+        .strays
+        .iter()
+        .map(|&(a, ip)| {
+            format!(
+                "runner fault outside the workload's regions at {a:#x} ({}), code at {ip:#x} ({})",
+                place(a),
+                place(ip)
+            )
+        })
+        .collect();
+    let strays = t.total - t.inside;
+    if strays > t.strays.len() as u64 {
+        diags.push(format!(
+            "{} more runner faults outside the regions",
+            strays - t.strays.len() as u64
+        ));
+    }
+    if t.lost > 0 {
+        diags.push(format!("the perf ring dropped {} fault samples", t.lost));
+    }
+    let unsampled = rusage - t.total as i64;
+    if unsampled < 0 {
+        diags.push(format!(
+            "perf sampled {} faults but getrusage counted {rusage}",
+            t.total
+        ));
+    }
+    (t.inside as i64 + unsampled.max(0), diags)
 }
 
 /// getrusage's minor-fault count of this process.
@@ -102,8 +168,10 @@ fn check(rc: libc::c_int) -> std::io::Result<()> {
 }
 
 /// Performs one op. `region` gives a region's (address, size); the static checks
-/// guarantee every range lies in a live, suitably protected part of it.
-fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64)) -> std::io::Result<()> {
+/// guarantee every range lies in a live, suitably protected part of it. A touch calls
+/// `chunk_done` every `Sampler::CHUNK` accesses, so the fault samples are drained
+/// before they could fill the ring.
+fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut()) -> std::io::Result<()> {
     let span = |r: &str, range: Option<crate::workload::Range>| {
         let (a, size) = region(r);
         range.map_or((a, size), |r| (a + r.off, r.len))
@@ -155,6 +223,7 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64)) -> std::io::Result<()> {
             } => {
                 let (a, len) = span(region, range);
                 let mut p = a;
+                let mut n = 0;
                 while p < a + len {
                     if write {
                         std::ptr::write_volatile(p as *mut u8, 1);
@@ -162,6 +231,10 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64)) -> std::io::Result<()> {
                         std::ptr::read_volatile(p as *const u8);
                     }
                     p += stride;
+                    n += 1;
+                    if n % Sampler::CHUNK == 0 {
+                        chunk_done();
+                    }
                 }
                 Ok(())
             }
@@ -280,14 +353,16 @@ fn maps() -> Vec<Vma> {
         .collect()
 }
 
-/// Faults in this process's own memory outside the workload's slots: a deep stack, then
-/// every readable mapping (writable private ones for write, so copy-on-write after a
-/// fork is broken here and not inside a measured op).
-pub fn warm_up() {
+/// Faults in this process's own memory, everything but the workload's live regions: a
+/// deep stack, then every readable mapping (writable private ones for write, so
+/// copy-on-write after a fork is broken here and not inside a measured op). The
+/// program's text, data and libraries lie among the placement slots on x86_64, so the
+/// regions are skipped by their real addresses, never by the slots' range.
+pub fn warm_up(regions: &BTreeMap<String, (u64, u64)>) {
     grow_stack();
-    let slots = PLACEMENT_BASE..PLACEMENT_BASE + (MAX_MMAP_INDEX as u64 + 1) * PLACEMENT_STRIDE;
     for v in maps() {
-        if slots.contains(&v.start) || v.path.starts_with("[v") || v.perms[0] != b'r' {
+        let in_region = regions.values().any(|&(a, size)| v.start < a + size && a < v.end);
+        if in_region || v.path.starts_with("[v") || v.perms[0] != b'r' {
             continue;
         }
         let adv = if v.perms[1] == b'w' && v.perms[3] == b'p' {

@@ -98,6 +98,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         phases: sim.phases,
         layout,
         unavailable: BTreeMap::new(),
+        diagnostics: Vec::new(),
     })
 }
 

@@ -1,0 +1,294 @@
+//! Per-op fault attribution: a software perf event samples every minor fault the
+//! worker takes (user and kernel mode) with its address, so an op's count is the faults
+//! on the workload's own regions, and a fault anywhere else is a runner defect that
+//! shows up by address instead of as a mysterious extra count.
+//!
+//! The kernel raises `PERF_COUNT_SW_PAGE_FAULTS_MIN` from `mm_account_fault()` only for
+//! faults that came with user or kernel registers; faults it takes on the process's
+//! behalf through GUP (MAP_POPULATE, mlock, MADV_POPULATE_*) bump `min_flt` without a
+//! perf event. So an op's count is `inside + (getrusage delta - sampled total)`.
+//!
+//! ```text
+//!   mmap'd ring: | control page | data area (2^n pages)                    |
+//!                                 ^ data_tail (ours)      ^ data_head (kernel's)
+//!   record:      | type u32 | misc u16 | size u16 | ip u64 | addr u64 |
+//! ```
+//! Software events with a sample period of 1 are never throttled (the overflow path
+//! passes `throttle = 0` for a single overflow), and a full ring shows up as a
+//! `PERF_RECORD_LOST` record, which is reported, never ignored.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{fence, Ordering};
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_PAGE_FAULTS_MIN: u64 = 5;
+const PERF_SAMPLE_IP: u64 = 1 << 0;
+const PERF_SAMPLE_ADDR: u64 = 1 << 3;
+const PERF_RECORD_LOST: u32 = 2;
+const PERF_RECORD_SAMPLE: u32 = 9;
+/// `perf_event_attr` flag bits (the C bitfield, low bits first).
+const ATTR_EXCLUDE_HV: u64 = 1 << 6;
+/// `PERF_ATTR_SIZE_VER7`: the fields up to `sig_data`.
+const ATTR_SIZE: u32 = 128;
+
+/// Offsets into the control page (`struct perf_event_mmap_page`).
+const DATA_HEAD: usize = 1024;
+const DATA_TAIL: usize = 1032;
+
+/// Data area pages: 512 KiB, 21,845 records of 24 bytes. `Sampler::CHUNK` accesses
+/// between drains keeps a run far from filling it even at two faults per access.
+const DATA_PAGES: usize = 128;
+
+/// `struct perf_event_attr` up to `sig_data`, the fields this sampler sets.
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    type_: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved_2: u16,
+    aux_sample_size: u32,
+    reserved_3: u32,
+    sig_data: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == ATTR_SIZE as usize);
+
+/// At most this many out-of-region faults are kept per op, with their code address.
+const MAX_STRAYS: usize = 16;
+
+/// What one op's samples said.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tally {
+    /// Faults on a live region of the workload.
+    pub inside: u64,
+    /// Every sampled fault.
+    pub total: u64,
+    /// `(fault address, code address)` of faults outside the regions (the first few).
+    pub strays: Vec<(u64, u64)>,
+    /// Records the kernel dropped because the ring was full.
+    pub lost: u64,
+}
+
+impl Tally {
+    pub fn clear(&mut self) {
+        self.inside = 0;
+        self.total = 0;
+        self.strays.clear();
+        self.lost = 0;
+    }
+}
+
+/// A minor-fault sampler on the calling process.
+pub struct Sampler {
+    fd: OwnedFd,
+    ring: *mut u8,
+    len: usize,
+    data_size: u64,
+}
+
+impl Sampler {
+    /// Accesses a touch makes between two drains.
+    pub const CHUNK: u64 = 4096;
+
+    /// Opens the event on this process (any CPU) and maps its ring, pre-faulting every
+    /// page of it so that draining takes no fault of its own.
+    pub fn open() -> io::Result<Sampler> {
+        let attr = PerfEventAttr {
+            type_: PERF_TYPE_SOFTWARE,
+            size: ATTR_SIZE,
+            config: PERF_COUNT_SW_PAGE_FAULTS_MIN,
+            sample_period: 1,
+            sample_type: PERF_SAMPLE_IP | PERF_SAMPLE_ADDR,
+            flags: ATTR_EXCLUDE_HV,
+            ..PerfEventAttr::default()
+        };
+        // SAFETY: attr is a valid perf_event_attr of the size it states; pid 0 and cpu
+        // -1 mean this process on any CPU; no group, no flags.
+        let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, -1, 0) };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("perf_event_open(minor page faults): {e} (needs root or kernel.perf_event_paranoid <= 1)"),
+            ));
+        }
+        // SAFETY: the syscall returned a new file descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let page = page_size();
+        let len = (1 + DATA_PAGES) * page;
+        // SAFETY: mapping a perf fd with 1 + 2^n pages read-write is its documented use.
+        let ring = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ring == libc::MAP_FAILED {
+            return Err(io::Error::other(format!(
+                "mmap of the perf ring: {}",
+                io::Error::last_os_error()
+            )));
+        }
+        let s = Sampler {
+            fd,
+            ring: ring.cast(),
+            len,
+            data_size: (DATA_PAGES * page) as u64,
+        };
+        for off in (0..len).step_by(page) {
+            // SAFETY: off is inside the mapping just made.
+            unsafe { std::ptr::read_volatile(s.ring.add(off)) };
+        }
+        // The control page is written (data_tail) on every drain: take its write fault now.
+        s.discard();
+        Ok(s)
+    }
+
+    fn word(&self, off: usize) -> *mut u64 {
+        // SAFETY: DATA_HEAD and DATA_TAIL lie in the control page, 8-byte aligned.
+        unsafe { self.ring.add(off).cast() }
+    }
+
+    /// Drops every record written so far (faults between ops are the runner's own).
+    pub fn discard(&self) {
+        // SAFETY: data_head is written by the kernel; a volatile read then a fence is the
+        // documented way to read it.
+        let head = unsafe { std::ptr::read_volatile(self.word(DATA_HEAD)) };
+        fence(Ordering::SeqCst);
+        // SAFETY: data_tail is ours to write.
+        unsafe { std::ptr::write_volatile(self.word(DATA_TAIL), head) };
+    }
+
+    /// Reads every record written since the last drain into `t`; `inside` says whether
+    /// a fault address lies in one of the workload's live regions.
+    pub fn drain(&self, t: &mut Tally, inside: impl Fn(u64) -> bool) {
+        // SAFETY: as in discard.
+        let head = unsafe { std::ptr::read_volatile(self.word(DATA_HEAD)) };
+        fence(Ordering::Acquire);
+        // SAFETY: data_tail is only written by us.
+        let mut tail = unsafe { std::ptr::read_volatile(self.word(DATA_TAIL)) };
+        while tail < head {
+            let hdr = self.read_u64(tail);
+            let (kind, size) = (hdr as u32, (hdr >> 48) as u64);
+            match kind {
+                PERF_RECORD_SAMPLE => {
+                    let (ip, addr) = (self.read_u64(tail + 8), self.read_u64(tail + 16));
+                    t.total += 1;
+                    if inside(addr) {
+                        t.inside += 1;
+                    } else if t.strays.len() < MAX_STRAYS {
+                        t.strays.push((addr, ip));
+                    }
+                }
+                // struct { header; u64 id; u64 lost; }
+                PERF_RECORD_LOST => t.lost += self.read_u64(tail + 16),
+                _ => {}
+            }
+            tail += size.max(8);
+        }
+        fence(Ordering::Release);
+        // SAFETY: as in discard.
+        unsafe { std::ptr::write_volatile(self.word(DATA_TAIL), tail) };
+    }
+
+    /// The word at ring position `pos`. A record may wrap past the end of the data
+    /// area, but records are 8-byte aligned, so no word straddles it.
+    fn read_u64(&self, pos: u64) -> u64 {
+        let off = page_size() as u64 + pos % self.data_size;
+        // SAFETY: off is inside the data area of the mapping.
+        unsafe { std::ptr::read_volatile(self.ring.add(off as usize).cast::<u64>()) }
+    }
+
+    /// For a forked child: the ring is not mapped there (perf maps it VM_DONTCOPY) and
+    /// the event measures the parent, so close the fd without unmapping anything.
+    pub fn forget_in_child(self) {
+        let s = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the fd is ours and is not used again; the struct is never dropped.
+        unsafe { libc::close(s.fd.as_raw_fd()) };
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        // SAFETY: ring/len are the mapping made in open.
+        unsafe { libc::munmap(self.ring.cast(), self.len) };
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sampling needs perf_event_open, which unprivileged runs may not have.
+    fn sampler_or_skip(test: &str) -> Option<Sampler> {
+        match Sampler::open() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("SKIP {test}: {e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn every_fault_on_a_fresh_mapping_is_sampled_at_its_address() {
+        let Some(s) = sampler_or_skip("every_fault_on_a_fresh_mapping_is_sampled_at_its_address") else {
+            return;
+        };
+        let pages = 3 * Sampler::CHUNK as usize;
+        let len = pages * 4096;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as u64;
+        // SAFETY: as above; no THP, so every page is its own fault.
+        unsafe { libc::madvise(p as *mut _, len, libc::MADV_NOHUGEPAGE) };
+        let mut t = Tally::default();
+        s.discard();
+        for (i, a) in (p..p + len as u64).step_by(4096).enumerate() {
+            // SAFETY: a is inside the mapping.
+            unsafe { std::ptr::write_volatile(a as *mut u8, 1) };
+            if i as u64 % Sampler::CHUNK == Sampler::CHUNK - 1 {
+                s.drain(&mut t, |x| (p..p + len as u64).contains(&x));
+            }
+        }
+        s.drain(&mut t, |x| (p..p + len as u64).contains(&x));
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p as *mut _, len) };
+        assert_eq!(t.lost, 0);
+        assert_eq!(t.inside, pages as u64, "{t:?}");
+    }
+}
