@@ -2,6 +2,11 @@
 //! a run may write is put back however the run ends: by `Drop`, by a panic hook, or by a
 //! signal handler (SIGINT, SIGTERM, SIGHUP) that uses only async-signal-safe calls on
 //! buffers formatted before the run.
+//!
+//! The knobs are global, so runs serialize on one system-wide lock, an exclusive flock
+//! on `KNOB_LOCK` held from before the knobs are saved until after they are restored:
+//! two concurrent runs would otherwise run under each other's settings and each put
+//! back what the other had set.
 
 use crate::hw::Granule;
 use crate::mm::thp_sysfs::ThpKnobs;
@@ -9,6 +14,10 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 use std::sync::Once;
+
+/// The host-wide lock file for THP knob writers (`/run/lock` is a tmpfs every process
+/// of the host sees, unlike a private /tmp).
+pub const KNOB_LOCK: &str = "/run/lock/foliolab-thp.lock";
 
 /// `(path, value)` pairs to write back, formatted for `open`/`write`.
 type RestoreList = Vec<(CString, Vec<u8>)>;
@@ -102,21 +111,63 @@ pub struct KnobGuard {
     /// What the host lacks, for `unavailable`.
     pub missing: Vec<(String, String)>,
     list: *mut RestoreList,
+    /// Held (flock) for the guard's life; dropped after the knobs are restored.
+    _lock: std::fs::File,
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot set THP knob {knob} to '{value}' (it is '{found}'): {reason}")]
-pub struct KnobError {
-    pub knob: String,
-    pub value: String,
-    pub found: String,
-    pub reason: String,
+pub enum KnobError {
+    #[error("cannot set THP knob {knob} to '{value}' (it is '{found}'): {reason}")]
+    Set {
+        knob: String,
+        value: String,
+        found: String,
+        reason: String,
+    },
+    #[error("THP knob lock {path}: {reason}")]
+    Lock { path: String, reason: String },
+}
+
+/// Takes the exclusive lock on `path`, saying on stderr whom it waits for.
+fn lock_knobs(path: &Path) -> Result<std::fs::File, KnobError> {
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
+    let fail = |e: std::io::Error| KnobError::Lock {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(fail)?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut holder = String::new();
+        let _ = f.read_to_string(&mut holder);
+        eprintln!(
+            "foliolab: waiting for the THP knobs: another run (pid {}) holds {}",
+            holder.trim(),
+            path.display()
+        );
+        // SAFETY: as above; this one blocks until the holder is done.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(fail(std::io::Error::last_os_error()));
+        }
+    }
+    f.set_len(0).map_err(fail)?;
+    f.rewind().map_err(fail)?;
+    write!(f, "{}", std::process::id()).map_err(fail)?;
+    Ok(f)
 }
 
 impl KnobGuard {
-    /// Saves every knob of `ThpKnobs::defaults` under `dir`, arms the restore paths, and
-    /// writes the spec defaults.
-    pub fn arm(dir: &Path) -> Result<KnobGuard, KnobError> {
+    /// Takes the knob lock `lock`, saves every knob of `ThpKnobs::defaults` under `dir`,
+    /// arms the restore paths, and writes the spec defaults.
+    pub fn arm(dir: &Path, lock: &Path) -> Result<KnobGuard, KnobError> {
+        let lock = lock_knobs(lock)?;
         let (mut saved, mut missing) = (Vec::new(), Vec::new());
         for (knob, _) in ThpKnobs::defaults(Granule::K4) {
             match std::fs::read_to_string(dir.join(&knob)) {
@@ -136,6 +187,7 @@ impl KnobGuard {
             saved,
             missing,
             list: Box::into_raw(Box::new(list)),
+            _lock: lock,
         };
         install_handlers();
         // SAFETY: getpid has no preconditions.
@@ -162,7 +214,7 @@ impl KnobGuard {
         if found == value {
             return Ok(());
         }
-        Err(KnobError {
+        Err(KnobError::Set {
             knob: knob.to_string(),
             value: value.to_string(),
             found,
@@ -196,10 +248,12 @@ mod tests {
         assert_eq!(current_value("511\n"), "511");
     }
 
-    /// A fake sysfs tree: knobs are set to the defaults and put back on drop.
-    #[test]
-    fn knobs_are_saved_set_and_restored() {
-        let dir = std::env::temp_dir().join(format!("foliolab-knobs-{}", std::process::id()));
+    /// Guards publish one process-wide restore list, so the tests that arm one take turns.
+    static ARMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A fake sysfs tree with every default knob but the 16K one, each at `never`.
+    fn fake_tree(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("foliolab-{name}-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("khugepaged")).unwrap();
         for (knob, _) in ThpKnobs::defaults(Granule::K4) {
             if knob != "hugepages-16kB/enabled" {
@@ -207,8 +261,16 @@ mod tests {
                 std::fs::write(dir.join(&knob), "always [never]\n").unwrap();
             }
         }
+        dir
+    }
+
+    /// Knobs are set to the defaults and put back on drop.
+    #[test]
+    fn knobs_are_saved_set_and_restored() {
+        let _turn = ARMING.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = fake_tree("knobs");
         {
-            let g = KnobGuard::arm(&dir).unwrap();
+            let g = KnobGuard::arm(&dir, &dir.join("lock")).unwrap();
             assert_eq!(g.missing.len(), 1, "{:?}", g.missing);
             assert_eq!(std::fs::read_to_string(dir.join("enabled")).unwrap(), "madvise");
             assert_eq!(
@@ -223,6 +285,36 @@ mod tests {
             "never"
         );
         assert_eq!(std::fs::read_to_string(dir.join("enabled")).unwrap(), "never");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A second run arms only after the first has restored the knobs, and saves what
+    /// was there before both.
+    #[test]
+    fn a_second_guard_waits_until_the_first_has_restored() {
+        let _turn = ARMING.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = fake_tree("knoblock");
+        let lock = dir.join("lock");
+        let first = KnobGuard::arm(&dir, &lock).unwrap();
+        first.set("hugepages-64kB/enabled", "always").unwrap();
+        let (d, l) = (dir.clone(), lock.clone());
+        let second = std::thread::spawn(move || {
+            let g = KnobGuard::arm(&d, &l).unwrap();
+            g.saved()
+                .iter()
+                .find(|(k, _)| k == "hugepages-64kB/enabled")
+                .unwrap()
+                .1
+                .clone()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!second.is_finished(), "the second guard did not wait");
+        drop(first);
+        assert_eq!(second.join().unwrap(), "never");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("hugepages-64kB/enabled")).unwrap(),
+            "never"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

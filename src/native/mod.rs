@@ -14,7 +14,7 @@ mod proto;
 mod stats;
 mod worker;
 
-pub use knobs::{current_value, KnobError, KnobGuard};
+pub use knobs::{current_value, KnobError, KnobGuard, KNOB_LOCK};
 pub use stats::VMSTAT_KEYS;
 
 use crate::report::{Counters, Phase, Report};
@@ -34,6 +34,8 @@ pub struct HostPaths {
     /// Written with `2` by `shrink`: drop_slab runs every shrinker, the THP deferred
     /// split one included.
     pub drop_caches: PathBuf,
+    /// The file every run that writes `thp`'s knobs holds an exclusive flock on.
+    pub lock: PathBuf,
 }
 
 impl Default for HostPaths {
@@ -42,6 +44,7 @@ impl Default for HostPaths {
             thp: "/sys/kernel/mm/transparent_hugepage".into(),
             vmstat: "/proc/vmstat".into(),
             drop_caches: "/proc/sys/vm/drop_caches".into(),
+            lock: KNOB_LOCK.into(),
         }
     }
 }
@@ -67,7 +70,7 @@ pub fn run(w: &Workload) -> Result<Report, NativeError> {
 }
 
 pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> {
-    let guard = KnobGuard::arm(&paths.thp)?;
+    let guard = KnobGuard::arm(&paths.thp, &paths.lock)?;
     let mut unavailable = BTreeMap::new();
     for (knob, why) in &guard.missing {
         unavailable.insert(format!("knob.{knob}"), why.clone());
