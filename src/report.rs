@@ -119,6 +119,22 @@ pub struct Report {
     /// workload's regions, lost samples), `file:line:col: what`. Empty on a sound run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub diagnostics: Vec<String>,
+    /// Host only: the global counters' movement with the workload idle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub background: Option<Background>,
+}
+
+/// What other processes moved the host's global counters by while the workload's
+/// processes sat idle after its last op: the measure of how far a global counter may
+/// stray from the workload's own count.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Background {
+    /// Time spent inside the ops' counter windows.
+    pub op_ms: f64,
+    /// Length of the idle window (at least `op_ms`).
+    pub window_ms: f64,
+    /// The global counters that moved over the idle window, with their deltas.
+    pub counters: Counters,
 }
 
 #[cfg(test)]

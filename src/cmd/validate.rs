@@ -1,7 +1,16 @@
-//! `foliolab validate WORKLOAD... [--json]`: run each workload on the model and on the
-//! host, and compare. Per-process faults and the layout must match exactly; global
-//! counters (`vmstat.*`, `mthp.*`) get a small tolerance, since other processes on the
-//! host move them too.
+//! `foliolab validate WORKLOAD... [--set k=v ...] [--json]`: run each workload on the
+//! model and on the host, and compare.
+//!
+//! Rules, one per counter, named in the output:
+//! - `exact`: per-process faults, and the layout, always; a global counter (`vmstat.*`,
+//!   `mthp.*`) too when the host's background measurement saw it still while the
+//!   workload sat idle;
+//! - `informational`: a global counter that other processes moved during that idle
+//!   window (the host report's `background`): shown with what moved it, not judged;
+//! - `unmeasured`: a global counter of a host report without a background measurement
+//!   (saved results), likewise not judged here.
+//!
+//! Exit status: 0 all agree, 1 some disagree, 2 bad input or a side that could not run.
 
 use crate::report::{Report, Run};
 use crate::workload::Workload;
@@ -14,6 +23,9 @@ pub struct Args {
     /// Workload files.
     #[arg(required = true)]
     pub workloads: Vec<String>,
+    /// A model variant, as for `run` (the host runs as it is).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
     /// Print the comparisons as JSON.
     #[arg(long)]
     pub json: bool,
@@ -22,32 +34,74 @@ pub struct Args {
 /// Runs a workload on one side; the error is reported as that side's failure.
 pub type Runner<'a> = dyn FnMut(&Workload) -> Result<Report, String> + 'a;
 
-/// The model executor, with the default variants.
-pub fn model_runner() -> Box<Runner<'static>> {
-    Box::new(|w: &Workload| crate::sim::run(w, &crate::sim::Variants::default()).map_err(|e| e.to_string()))
+/// The model executor with variants `v`.
+pub fn model_runner(v: crate::sim::Variants) -> Box<Runner<'static>> {
+    Box::new(move |w: &Workload| crate::sim::run(w, &v).map_err(|e| e.to_string()))
 }
 
 fn host_runner() -> Box<Runner<'static>> {
     Box::new(|w: &Workload| crate::native::run(w).map_err(|e| e.to_string()))
 }
 
-/// Global counters get `max(TOL_ABS, |model| * TOL_PCT / 100)`.
-pub const TOL_ABS: i64 = 4;
-pub const TOL_PCT: i64 = 2;
-
-/// The allowed |model - host| for `key`: None for exact keys.
-pub fn tolerance(key: &str, model: i64) -> Option<i64> {
-    (key.starts_with("vmstat.") || key.starts_with("mthp.")).then(|| TOL_ABS.max(model.abs() * TOL_PCT / 100))
+/// How a counter is judged.
+#[derive(Debug, Serialize, PartialEq, Clone)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum Rule {
+    Exact,
+    /// Other processes moved it by `moved` over a `window_ms` idle window.
+    Informational {
+        moved: i64,
+        window_ms: f64,
+    },
+    Unmeasured,
 }
 
-#[derive(Debug, Serialize, PartialEq, Eq)]
+impl Rule {
+    fn judged(&self) -> bool {
+        *self == Rule::Exact
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Rule::Exact => write!(f, "exact"),
+            Rule::Informational { moved, window_ms } => {
+                write!(
+                    f,
+                    "informational: other processes moved it {moved:+} in {window_ms:.0} ms idle"
+                )
+            }
+            Rule::Unmeasured => write!(f, "informational: no background measured"),
+        }
+    }
+}
+
+/// The rule for `key` against host report `host`.
+pub fn rule(key: &str, host: &Report) -> Rule {
+    if key.starts_with("proc.") {
+        return Rule::Exact;
+    }
+    match &host.background {
+        None => Rule::Unmeasured,
+        Some(b) => match b.counters.get(key) {
+            None | Some(0) => Rule::Exact,
+            Some(&moved) => Rule::Informational {
+                moved,
+                window_ms: b.window_ms,
+            },
+        },
+    }
+}
+
+#[derive(Debug, Serialize, PartialEq)]
 pub struct Row {
     pub counter: String,
     pub model: i64,
     pub host: i64,
     pub diff: i64,
-    /// The tolerance applied (None: exact).
-    pub tolerance: Option<i64>,
+    #[serde(flatten)]
+    pub rule: Rule,
     pub ok: bool,
 }
 
@@ -69,7 +123,7 @@ pub struct Comparison {
     pub layout_regions: usize,
     /// Counters left out of the comparison, with why.
     pub not_compared: BTreeMap<String, String>,
-    /// A side that failed to run.
+    /// A side that failed to run, or a host measurement that reported a defect.
     pub error: Option<String>,
 }
 
@@ -77,19 +131,29 @@ impl Comparison {
     pub fn ok(&self) -> bool {
         self.error.is_none() && self.layout_mismatches.is_empty() && self.rows.iter().all(|r| r.ok)
     }
-    /// The counters a tolerance was applied to.
-    pub fn tolerant(&self) -> Vec<&str> {
-        self.rows
+
+    fn verdict(&self) -> &'static str {
+        match (&self.error, self.ok()) {
+            (Some(_), _) => "ERROR",
+            (None, true) => "PASS",
+            (None, false) => "FAIL",
+        }
+    }
+
+    /// `(agreeing, judged)` rows whose counter starts with `prefix` (None: the globals).
+    fn tally(&self, procs: bool) -> (usize, usize) {
+        let judged = self
+            .rows
             .iter()
-            .filter(|r| r.tolerance.is_some())
-            .map(|r| r.counter.as_str())
-            .collect()
+            .filter(|r| r.counter.starts_with("proc.") == procs && r.rule.judged());
+        let (n, ok) = judged.fold((0, 0), |(n, ok), r| (n + 1, ok + r.ok as usize));
+        (ok, n)
     }
 }
 
 /// Global counters that only the workload's own splits and swap-out attempts move on a
-/// quiet host, compared exactly against saved host results (a live run still allows
-/// the tolerance). split_deferred is left out: other processes partially unmap the
+/// quiet host, compared exactly against saved host results, which carry no background
+/// measurement. split_deferred is left out: other processes partially unmap the
 /// mTHPs a workload's knobs let them fault, and move it in most saved runs.
 pub fn exact_global(key: &str) -> bool {
     let stat = key.rsplit('.').next().unwrap_or("");
@@ -118,7 +182,7 @@ impl Comparison {
         let mut out: Vec<String> = self
             .rows
             .iter()
-            .filter(|r| r.tolerance.is_none() && !r.ok)
+            .filter(|r| r.counter.starts_with("proc.") && !r.ok)
             .map(|r| format!("{}: model {} host {}", r.counter, r.model, r.host))
             .collect();
         for l in &self.layout_mismatches {
@@ -135,6 +199,9 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
         workload: host.workload.clone(),
         ..Comparison::default()
     };
+    if !host.diagnostics.is_empty() {
+        c.error = Some(format!("host measurement defect: {}", host.diagnostics.join("; ")));
+    }
     let keys: std::collections::BTreeSet<&String> = model.counters.keys().chain(host.counters.keys()).collect();
     for key in keys {
         let (m, h) = (model.counters.get(key), host.counters.get(key));
@@ -142,7 +209,6 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
             c.not_compared.insert(key.clone(), format!("host: {why}"));
             continue;
         }
-        let tol = tolerance(key, m.copied().unwrap_or(0));
         let (m, h) = match (m, h, key.starts_with("proc.")) {
             (Some(m), Some(h), _) => (*m, *h),
             // A process that took no faults may be left out by either side.
@@ -157,14 +223,14 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
             }
             (None, None, false) => unreachable!("key from one of the maps"),
         };
-        let diff = h - m;
+        let rule = rule(key, host);
         c.rows.push(Row {
             counter: key.clone(),
             model: m,
             host: h,
-            diff,
-            tolerance: tol,
-            ok: diff.abs() <= tol.unwrap_or(0),
+            diff: h - m,
+            ok: !rule.judged() || h == m,
+            rule,
         });
     }
     if let Some(why) = host.unavailable.get("layout") {
@@ -192,20 +258,16 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
 }
 
 /// Runs every workload on both sides and compares.
-pub fn validate(paths: &[String], model: &mut Runner, host: &mut Runner) -> Vec<Comparison> {
-    paths
+pub fn validate(workloads: &[Workload], model: &mut Runner, host: &mut Runner) -> Vec<Comparison> {
+    workloads
         .iter()
-        .map(|p| {
+        .map(|w| {
             let fail = |e: String| Comparison {
-                workload: p.clone(),
+                workload: w.path.clone(),
                 error: Some(e),
                 ..Comparison::default()
             };
-            let w = match crate::workload::parse_file(p) {
-                Ok(w) => w,
-                Err(e) => return fail(e.to_string()),
-            };
-            match (model(&w), host(&w)) {
+            match (model(w), host(w)) {
                 (Ok(m), Ok(h)) => compare(&m, &h),
                 (Err(e), _) => fail(format!("model: {e}")),
                 (_, Err(e)) => fail(format!("host: {e}")),
@@ -214,26 +276,34 @@ pub fn validate(paths: &[String], model: &mut Runner, host: &mut Runner) -> Vec<
         .collect()
 }
 
-/// The side-by-side table and verdict of one comparison.
+/// One comparison for people: a verdict line, then only the rows that differ or are
+/// non-zero, with the rule each was judged by.
 pub fn table(c: &Comparison) -> String {
-    let mut s = format!("== {}\n", c.workload);
+    let (fo, fn_) = c.tally(true);
+    let (go, gn) = c.tally(false);
+    let informational = c.rows.iter().filter(|r| !r.rule.judged()).count();
+    let layout_ok = c.layout_regions - c.layout_mismatches.len();
+    let mut s = format!("{}: {}", c.workload, c.verdict());
     if let Some(e) = &c.error {
-        return s + &format!("   ERROR: {e}\nverdict: FAIL\n");
+        return s + &format!("\n   {e}\n");
     }
     s += &format!(
-        "   {:<44} {:>10} {:>10} {:>8}  tolerance\n",
-        "counter", "model", "host", "diff"
+        "  (faults {fo}/{fn_} exact, layout {layout_ok}/{} regions, global {go}/{gn} exact, {informational} informational)\n",
+        c.layout_regions
     );
-    for r in &c.rows {
-        let tol = r.tolerance.map_or("exact".to_string(), |t| format!("±{t}"));
-        let mark = if r.ok { "  " } else { "! " };
+    let shown: Vec<&Row> = c.rows.iter().filter(|r| r.model != 0 || r.host != 0).collect();
+    if !shown.is_empty() {
         s += &format!(
-            "{mark} {:<44} {:>10} {:>10} {:>8}  {tol}\n",
-            r.counter, r.model, r.host, r.diff
+            "   {:<40} {:>10} {:>10} {:>8}  rule\n",
+            "counter", "model", "host", "diff"
         );
     }
-    for (k, why) in &c.not_compared {
-        s += &format!("   not compared: {k} ({why})\n");
+    for r in shown {
+        let mark = if r.ok { ' ' } else { '!' };
+        s += &format!(
+            "{mark}  {:<40} {:>10} {:>10} {:>+8}  {}\n",
+            r.counter, r.model, r.host, r.diff, r.rule
+        );
     }
     for d in &c.layout_mismatches {
         let show = |l: &Option<Vec<String>>| l.as_ref().map_or("(absent)".into(), |v| v.join(","));
@@ -244,33 +314,86 @@ pub fn table(c: &Comparison) -> String {
             show(&d.host)
         );
     }
-    let tolerant = c.tolerant();
-    if !tolerant.is_empty() {
+    // One line per reason: the model's arch.* counters alone are some fifty keys.
+    let mut by_why: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (k, why) in &c.not_compared {
+        by_why.entry(why).or_default().push(k);
+    }
+    for (why, keys) in by_why {
+        let more = if keys.len() > 3 {
+            format!(" and {} more", keys.len() - 3)
+        } else {
+            String::new()
+        };
         s += &format!(
-            "   tolerance max({TOL_ABS}, {TOL_PCT}% of model) applied to {} global counters: {}\n",
-            tolerant.len(),
-            tolerant.join(" ")
+            "   not compared ({why}): {}{more}\n",
+            keys[..keys.len().min(3)].join(" ")
         );
     }
-    let layout_ok = c.layout_regions - c.layout_mismatches.len();
-    s += &format!("   layout: {layout_ok}/{} regions match\n", c.layout_regions);
-    s + &format!("verdict: {}\n", if c.ok() { "PASS" } else { "FAIL" })
+    s
+}
+
+/// The table across workloads, one line each, and the totals.
+pub fn summary(results: &[Comparison]) -> String {
+    let w = results.iter().map(|c| c.workload.len()).max().unwrap_or(8).max(8);
+    let mut s = format!(
+        "\n{:<w$}  {:<7} {:>9} {:>9} {:>11} {:>13}\n",
+        "workload", "verdict", "faults", "layout", "global", "informational"
+    );
+    for c in results {
+        let (fo, fn_) = c.tally(true);
+        let (go, gn) = c.tally(false);
+        let info = c.rows.iter().filter(|r| !r.rule.judged()).count();
+        let layout = format!("{}/{}", c.layout_regions - c.layout_mismatches.len(), c.layout_regions);
+        s += &format!(
+            "{:<w$}  {:<7} {:>9} {:>9} {:>11} {:>13}\n",
+            c.workload,
+            c.verdict(),
+            format!("{fo}/{fn_}"),
+            layout,
+            format!("{go}/{gn}"),
+            info
+        );
+    }
+    let count = |v: &str| results.iter().filter(|c| c.verdict() == v).count();
+    s + &format!(
+        "{} workloads: {} PASS, {} FAIL, {} ERROR\n",
+        results.len(),
+        count("PASS"),
+        count("FAIL"),
+        count("ERROR")
+    )
+}
+
+/// Exit status 2 if any side could not run, else 1 if any comparison failed.
+pub fn exit_code(results: &[Comparison]) -> ExitCode {
+    if results.iter().any(|c| c.error.is_some()) {
+        ExitCode::from(2)
+    } else if results.iter().all(Comparison::ok) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 pub fn main(a: Args) -> super::CmdResult {
-    let results = validate(&a.workloads, &mut *model_runner(), &mut *host_runner());
+    let v = crate::sim::Variants::from_sets(&a.sets)?;
+    // Every workload is checked before anything runs: bad input is exit 2, up front.
+    let workloads = a
+        .workloads
+        .iter()
+        .map(|p| crate::workload::parse_file(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let results = validate(&workloads, &mut *model_runner(v), &mut *host_runner());
     if a.json {
         super::emit(&(serde_json::to_string_pretty(&results)? + "\n"))?;
     } else {
         for c in &results {
             super::emit(&table(c))?;
         }
+        super::emit(&summary(&results))?;
     }
-    Ok(if results.iter().all(Comparison::ok) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(exit_code(&results))
 }
 
 #[cfg(test)]
@@ -323,7 +446,7 @@ mod tests {
                 model: 1024,
                 host: 1025,
                 diff: 1,
-                tolerance: None,
+                rule: Rule::Exact,
                 ok: false
             }
         );
@@ -338,7 +461,7 @@ mod tests {
             c.layout_mismatches[0].host.as_ref().unwrap(),
             &["[0,16383,4]", "[16383,1,0]"]
         );
-        assert!(table(&c).contains("verdict: FAIL"));
+        assert!(table(&c).starts_with("w.wl: FAIL"));
     }
 
     #[test]
@@ -352,19 +475,47 @@ mod tests {
         assert_eq!(c.layout_regions, 2);
     }
 
+    /// A global counter is exact when the host's idle window saw it still, and only
+    /// informational when other processes moved it there.
     #[test]
-    fn global_counters_get_the_stated_tolerance() {
-        assert_eq!(tolerance("proc.main.minflt", 1000), None);
-        assert_eq!(tolerance("vmstat.pgfault", 10), Some(4));
-        assert_eq!(tolerance("mthp.64kB.anon_fault_alloc", 1000), Some(20));
+    fn global_counters_follow_the_measured_background() {
         let m = report("model", &[("vmstat.pgfault", 1000), ("mthp.64kB.split", 0)], &[]);
-        let ok = report("host", &[("vmstat.pgfault", 1020), ("mthp.64kB.split", 4)], &[]);
-        let c = compare(&m, &ok);
-        assert!(c.ok());
-        assert_eq!(c.tolerant(), ["mthp.64kB.split", "vmstat.pgfault"]);
-        let bad = report("host", &[("vmstat.pgfault", 1021), ("mthp.64kB.split", 0)], &[]);
-        assert!(!compare(&m, &bad).ok());
-        assert!(table(&compare(&m, &ok)).contains("applied to 2 global counters: mthp.64kB.split vmstat.pgfault"));
+        let mut h = report("host", &[("vmstat.pgfault", 1020), ("mthp.64kB.split", 0)], &[]);
+        assert_eq!(rule("vmstat.pgfault", &h), Rule::Unmeasured);
+        assert!(compare(&m, &h).ok(), "saved results are not judged on global counters");
+        h.background = Some(crate::report::Background {
+            op_ms: 3.0,
+            window_ms: 200.0,
+            counters: [("vmstat.pgfault".to_string(), 57)].into(),
+        });
+        assert_eq!(rule("proc.main.minflt", &h), Rule::Exact);
+        assert_eq!(rule("mthp.64kB.split", &h), Rule::Exact);
+        let c = compare(&m, &h);
+        assert!(c.ok(), "{c:?}");
+        assert_eq!(
+            c.rows.iter().find(|r| r.counter == "vmstat.pgfault").unwrap().rule,
+            Rule::Informational {
+                moved: 57,
+                window_ms: 200.0
+            }
+        );
+        assert!(table(&c).contains("informational: other processes moved it +57 in 200 ms idle"));
+        h.counters.insert("mthp.64kB.split".into(), 1);
+        let c = compare(&m, &h);
+        assert!(!c.ok());
+        assert!(table(&c).contains("!  mthp.64kB.split"), "{}", table(&c));
+    }
+
+    #[test]
+    fn a_host_diagnostic_is_an_error_not_a_pass() {
+        let m = report("model", &[("proc.main.minflt", 16)], &[]);
+        let mut h = report("host", &[("proc.main.minflt", 16)], &[]);
+        h.diagnostics
+            .push("w.wl:3:1: runner fault outside the workload's regions at 0x5000".into());
+        let c = compare(&m, &h);
+        assert!(!c.ok());
+        assert!(table(&c).starts_with("w.wl: ERROR\n   host measurement defect: w.wl:3:1: runner fault"));
+        assert_eq!(exit_code(&[c]), ExitCode::from(2));
     }
 
     #[test]
@@ -394,31 +545,31 @@ mod tests {
     }
 
     #[test]
-    fn validate_reports_a_failing_side_and_a_bad_workload() {
-        let dir = std::env::temp_dir().join(format!("foliolab-validate-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let good = dir.join("good.wl");
-        std::fs::write(&good, "mmap a 64K\ntouch a\n").unwrap();
-        let bad = dir.join("bad.wl");
-        std::fs::write(&bad, "touch a\n").unwrap();
-        let paths = [good.display().to_string(), bad.display().to_string()];
+    fn validate_reports_a_failing_side() {
+        let w = crate::workload::parse_str("good.wl", "mmap a 64K\ntouch a\n").unwrap();
         let canned = |source: &'static str| {
             move |w: &Workload| Ok(report(source, &[("proc.main.minflt", 16)], &[]).with_workload(&w.path))
         };
-        let res = validate(&paths, &mut canned("model"), &mut canned("host"));
+        let res = validate(std::slice::from_ref(&w), &mut canned("model"), &mut canned("host"));
         assert!(res[0].ok(), "{:?}", res[0]);
-        assert!(res[1]
-            .error
-            .as_ref()
-            .unwrap()
-            .contains("bad.wl:1:7: region 'a' is not mapped"));
+        assert_eq!(exit_code(&res), ExitCode::SUCCESS);
         // The real model agrees on the faults; the canned host has no layout.
-        let res = validate(&paths[..1], &mut *model_runner(), &mut canned("host"));
+        let res = validate(
+            std::slice::from_ref(&w),
+            &mut *model_runner(crate::sim::Variants::default()),
+            &mut canned("host"),
+        );
         assert!(res[0].error.is_none(), "{:?}", res[0].error);
         assert!(res[0].rows.iter().any(|r| r.counter == "proc.main.minflt" && r.ok));
         assert_eq!(res[0].layout_mismatches.len(), 1);
-        assert!(table(&res[0]).ends_with("verdict: FAIL\n"));
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(table(&res[0]).starts_with("good.wl: FAIL"));
+        assert_eq!(exit_code(&res), ExitCode::FAILURE);
+        let res = validate(&[w], &mut canned("model"), &mut |_: &Workload| {
+            Err("not root".to_string())
+        });
+        assert_eq!(res[0].error.as_deref(), Some("host: not root"));
+        assert!(summary(&res).ends_with("1 workloads: 0 PASS, 0 FAIL, 1 ERROR\n"));
+        assert_eq!(exit_code(&res), ExitCode::from(2));
     }
 
     impl Report {

@@ -17,7 +17,7 @@ mod worker;
 pub use knobs::{current_value, KnobError, KnobGuard, KNOB_LOCK};
 pub use stats::VMSTAT_KEYS;
 
-use crate::report::{Counters, Phase, Report};
+use crate::report::{Background, Counters, Phase, Report};
 use crate::workload::{Op, Stmt, Workload};
 use proto::{recv, send, Cmd, Dec};
 use std::collections::BTreeMap;
@@ -115,9 +115,11 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
             counters: keys.iter().map(|k| (k.clone(), 0)).collect(),
         }],
         diagnostics: Vec::new(),
+        op_time: Duration::ZERO,
     };
     o.start_main()?;
     o.stmts(&w.stmts)?;
+    let background = o.background()?;
     let layout = o.finish(&mut unavailable)?;
     Ok(Report {
         source: "host".into(),
@@ -128,6 +130,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         layout,
         unavailable,
         diagnostics: o.diagnostics,
+        background: Some(background),
     })
 }
 
@@ -157,7 +160,13 @@ struct Orchestrator<'a> {
     phases: Vec<Phase>,
     /// Defects of this runner's own measurement, by op.
     diagnostics: Vec<String>,
+    /// Time inside the ops' counter windows, when other processes' work is counted too.
+    op_time: Duration,
 }
+
+/// The shortest idle window for measuring the host's background: long enough to see a
+/// trickle of faults from other processes when the workload's own windows are short.
+const MIN_BACKGROUND_WINDOW: Duration = Duration::from_millis(200);
 
 impl Orchestrator<'_> {
     fn start_main(&mut self) -> Result<(), NativeError> {
@@ -222,9 +231,34 @@ impl Orchestrator<'_> {
         Ok(())
     }
 
+    /// What the global counters do with every worker idle, over at least as long as the
+    /// ops' windows took, with the workload's knobs still set (they decide what other
+    /// processes' faults allocate).
+    fn background(&mut self) -> Result<Background, NativeError> {
+        let window = self.op_time.max(MIN_BACKGROUND_WINDOW);
+        self.sources.snapshot(&mut self.before).map_err(snap_err)?;
+        let start = Instant::now();
+        std::thread::sleep(window);
+        self.sources.snapshot(&mut self.after).map_err(snap_err)?;
+        let elapsed = start.elapsed();
+        let counters = self
+            .sources
+            .keys()
+            .iter()
+            .zip(self.after.iter().zip(&self.before))
+            .filter(|(_, (a, b))| a != b)
+            .map(|(k, (a, b))| (k.clone(), a - b))
+            .collect();
+        Ok(Background {
+            op_ms: self.op_time.as_secs_f64() * 1e3,
+            window_ms: elapsed.as_secs_f64() * 1e3,
+            counters,
+        })
+    }
+
     /// Runs one op inside a window of global-counter snapshots.
     fn op(&mut self, s: &Stmt) -> Result<(), NativeError> {
-        let snap_err = |e: std::io::Error| NativeError::Host(format!("reading counters: {e}"));
+        let start = Instant::now();
         self.sources.snapshot(&mut self.before).map_err(snap_err)?;
         let minflt = match &s.op {
             Op::Set { knob, value } => {
@@ -249,6 +283,7 @@ impl Orchestrator<'_> {
             }
         };
         self.sources.snapshot(&mut self.after).map_err(snap_err)?;
+        self.op_time += start.elapsed();
         let proc_key = format!("proc.{}.minflt", s.proc_name);
         let deltas = self
             .sources
@@ -339,6 +374,10 @@ impl Orchestrator<'_> {
         self.ours.clear();
         Ok(layout)
     }
+}
+
+fn snap_err(e: std::io::Error) -> NativeError {
+    NativeError::Host(format!("reading counters: {e}"))
 }
 
 /// Whether `pid` still exists (SIGCHLD is ignored, so exited workers leave no zombie).

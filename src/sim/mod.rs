@@ -99,6 +99,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         layout,
         unavailable: BTreeMap::new(),
         diagnostics: Vec::new(),
+        background: None,
     })
 }
 
