@@ -106,7 +106,7 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	}
 }
 
-static void on_exit(qemu_plugin_id_t id, void *udata)
+static void on_atexit(qemu_plugin_id_t id, void *udata)
 {
 	char line[64];
 
@@ -125,6 +125,6 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
 	if (argc)
 		return -1;
 	qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
-	qemu_plugin_register_atexit_cb(id, on_exit, NULL);
+	qemu_plugin_register_atexit_cb(id, on_atexit, NULL);
 	return 0;
 }
