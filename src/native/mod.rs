@@ -19,7 +19,7 @@ pub use stats::VMSTAT_KEYS;
 
 use crate::report::{Background, Counters, Phase, Report};
 use crate::workload::{Op, Stmt, Workload};
-use proto::{recv, send, Cmd, Dec};
+use proto::{recv, send, Cmd, Dec, OpReply};
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -97,6 +97,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         sockets: theirs,
     };
     let mut keys: Vec<String> = names.iter().map(|n| format!("proc.{n}.minflt")).collect();
+    keys.push(RUNNER_KEY.into());
     keys.extend(sources.keys().iter().cloned());
     let n = sources.keys().len();
     let mut o = Orchestrator {
@@ -163,6 +164,10 @@ struct Orchestrator<'a> {
     /// Time inside the ops' counter windows, when other processes' work is counted too.
     op_time: Duration,
 }
+
+/// The faults the runner's own processes took inside op windows (the copy-on-write
+/// that follows its fork of a worker), which the host's global pgfault includes.
+pub const RUNNER_KEY: &str = "runner.minflt";
 
 /// The shortest idle window for measuring the host's background: long enough to see a
 /// trickle of faults from other processes when the workload's own windows are short.
@@ -260,30 +265,37 @@ impl Orchestrator<'_> {
     fn op(&mut self, s: &Stmt) -> Result<(), NativeError> {
         let start = Instant::now();
         self.sources.snapshot(&mut self.before).map_err(snap_err)?;
-        let minflt = match &s.op {
+        let (minflt, runner) = match &s.op {
             Op::Set { knob, value } => {
                 self.guard.set(knob, value)?;
-                0
+                (0, 0)
             }
             Op::Shrink => {
                 std::fs::write(self.drop_caches, "2")
                     .map_err(|e| self.err(s, format!("shrink: writing {}: {e}", self.drop_caches.display())))?;
-                0
+                (0, 0)
             }
             op => {
-                let (minflt, pid) = self.ask(s, Cmd::Op(self.leaf_id(s)))?;
+                let r = self.ask(s, Cmd::Op(self.leaf_id(s)))?;
+                let mut runner = r.runner;
                 match op {
                     Op::Fork { child } => {
-                        self.pids.insert(child.clone(), pid as libc::pid_t);
+                        self.pids.insert(child.clone(), r.pid as libc::pid_t);
+                        runner += self.reply(s, child)?.runner;
                     }
                     Op::Exit => self.wait_gone(s)?,
                     _ => {}
                 }
-                minflt
+                (r.minflt, runner)
             }
         };
         self.sources.snapshot(&mut self.after).map_err(snap_err)?;
         self.op_time += start.elapsed();
+        if let Op::Fork { child } = &s.op {
+            for p in [&s.proc_name, child] {
+                self.request(p, Cmd::Warm).map_err(|e| self.err(s, e))?;
+            }
+        }
         let proc_key = format!("proc.{}.minflt", s.proc_name);
         let deltas = self
             .sources
@@ -292,31 +304,47 @@ impl Orchestrator<'_> {
             .zip(self.after.iter().zip(&self.before))
             .map(|(k, (a, b))| (k, a - b));
         let phase = &mut self.phases.last_mut().expect("a phase").counters;
-        for (k, d) in deltas.chain([(&proc_key, minflt)]) {
+        for (k, d) in deltas.chain([(&proc_key, minflt), (&RUNNER_KEY.to_string(), runner)]) {
             *self.totals.get_mut(k).expect("known key") += d;
             *phase.get_mut(k).expect("known key") += d;
         }
         Ok(())
     }
 
-    /// Sends a command to the worker of `s`'s process and reads the `(minflt, pid)` reply;
-    /// the worker's diagnostics go to the report, under the op's position.
-    fn ask(&mut self, s: &Stmt, cmd: Cmd) -> Result<(i64, i64), NativeError> {
-        let msg = self.request(&s.proc_name, cmd).map_err(|e| self.err(s, e))?;
-        let mut d = Dec::new(&msg).map_err(|e| self.err(s, e))?;
-        let (minflt, pid, diags) = d.op().map_err(|e| self.err(s, e))?;
-        for why in diags {
+    /// Sends a command to the worker of `s`'s process and reads its op reply.
+    fn ask(&mut self, s: &Stmt, cmd: Cmd) -> Result<OpReply, NativeError> {
+        self.send(&s.proc_name, cmd).map_err(|e| self.err(s, e))?;
+        let proc = s.proc_name.clone();
+        self.reply(s, &proc)
+    }
+
+    /// Reads an op reply from `proc`'s worker; its diagnostics go to the report, under
+    /// the op's position.
+    fn reply(&mut self, s: &Stmt, proc: &str) -> Result<OpReply, NativeError> {
+        let msg = self.await_reply(proc).map_err(|e| self.err(s, e))?;
+        let r = Dec::new(&msg).and_then(|mut d| d.op()).map_err(|e| self.err(s, e))?;
+        for why in &r.diagnostics {
             let at = format!("{}:{}:{}", self.w.path, s.pos.line, s.pos.col);
             self.diagnostics.push(format!("{at}: {why}"));
         }
-        Ok((minflt, pid))
+        Ok(r)
     }
 
-    /// One request/reply with a worker, watching that it stays alive.
+    /// One request/reply with a worker.
     fn request(&mut self, proc: &str, cmd: Cmd) -> Result<Vec<u8>, String> {
+        self.send(proc, cmd)?;
+        self.await_reply(proc)
+    }
+
+    fn send(&mut self, proc: &str, cmd: Cmd) -> Result<(), String> {
+        let mut sock = &self.ours[proc];
+        send(&mut sock, &cmd.encode()).map_err(|e| format!("worker of process '{proc}': {e}"))
+    }
+
+    /// The next message from `proc`'s worker, watching that it stays alive.
+    fn await_reply(&mut self, proc: &str) -> Result<Vec<u8>, String> {
         let pid = self.pids[proc];
         let mut sock = &self.ours[proc];
-        send(&mut sock, &cmd.encode()).map_err(|e| format!("worker of process '{proc}': {e}"))?;
         loop {
             let mut pfd = libc::pollfd {
                 fd: sock.as_raw_fd(),

@@ -10,6 +10,8 @@ pub enum Cmd {
     Op(u32),
     /// Report the layout of every live region.
     Layout,
+    /// Fault in the worker's own memory (outside any op's counter window).
+    Warm,
 }
 
 impl Cmd {
@@ -17,12 +19,14 @@ impl Cmd {
         match self {
             Cmd::Op(id) => [&[0u8][..], &id.to_le_bytes()].concat(),
             Cmd::Layout => vec![1],
+            Cmd::Warm => vec![2],
         }
     }
     pub fn decode(b: &[u8]) -> Option<Cmd> {
         match b {
             [0, id @ ..] => Some(Cmd::Op(u32::from_le_bytes(id.try_into().ok()?))),
             [1] => Some(Cmd::Layout),
+            [2] => Some(Cmd::Warm),
             _ => None,
         }
     }
@@ -35,12 +39,14 @@ impl Enc {
     pub fn ok() -> Enc {
         Enc(vec![0])
     }
-    /// An op done: its fault count, for fork the child's pid, and what the runner
+    /// An op done: its fault count, for fork the child's pid, the faults the runner
+    /// itself took in the op's window (fork's copy-on-write), and what the runner
     /// noticed about its own measurement (strays, lost samples), one line each.
-    pub fn ok_op(minflt: i64, pid: i32, diagnostics: &[String]) -> Vec<u8> {
+    pub fn ok_op(minflt: i64, pid: i32, runner: i64, diagnostics: &[String]) -> Vec<u8> {
         let mut e = Enc::ok();
         e.u64(minflt as u64);
         e.u64(pid as u64);
+        e.u64(runner as u64);
         e.u64(diagnostics.len() as u64);
         for d in diagnostics {
             e.text(d);
@@ -76,6 +82,15 @@ impl Enc {
 const KIND_ZERO: u64 = u64::MAX;
 const KIND_SWAP: u64 = u64::MAX - 1;
 
+/// What `Enc::ok_op` said.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OpReply {
+    pub minflt: i64,
+    pub pid: i64,
+    pub runner: i64,
+    pub diagnostics: Vec<String>,
+}
+
 /// Reads a reply: `Err(message)` for an error reply.
 pub struct Dec<'b>(&'b [u8]);
 
@@ -102,12 +117,17 @@ impl<'b> Dec<'b> {
         self.0 = &self.0[len..];
         Ok(s)
     }
-    /// An `ok_op` reply: `(minflt, pid, diagnostics)`.
-    pub fn op(&mut self) -> Result<(i64, i64, Vec<String>), String> {
-        let (minflt, pid) = (self.u64()? as i64, self.u64()? as i64);
+    /// An `ok_op` reply.
+    pub fn op(&mut self) -> Result<OpReply, String> {
+        let (minflt, pid, runner) = (self.u64()? as i64, self.u64()? as i64, self.u64()? as i64);
         let n = self.u64()?;
-        let diags = (0..n).map(|_| self.text()).collect::<Result<_, _>>()?;
-        Ok((minflt, pid, diags))
+        let diagnostics = (0..n).map(|_| self.text()).collect::<Result<_, _>>()?;
+        Ok(OpReply {
+            minflt,
+            pid,
+            runner,
+            diagnostics,
+        })
     }
     pub fn region(&mut self) -> Result<(String, Vec<Run>), String> {
         let name = self.text()?;
@@ -147,12 +167,18 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        for c in [Cmd::Op(7), Cmd::Layout] {
+        for c in [Cmd::Op(7), Cmd::Layout, Cmd::Warm] {
             assert_eq!(Cmd::decode(&c.encode()), Some(c));
         }
-        let op = Enc::ok_op(-3, 42, &["fault at 0x1000".to_string()]);
+        let op = Enc::ok_op(-3, 42, 5, &["fault at 0x1000".to_string()]);
         let mut d = Dec::new(&op).unwrap();
-        assert_eq!(d.op().unwrap(), (-3, 42, vec!["fault at 0x1000".to_string()]));
+        let want = OpReply {
+            minflt: -3,
+            pid: 42,
+            runner: 5,
+            diagnostics: vec!["fault at 0x1000".to_string()],
+        };
+        assert_eq!(d.op().unwrap(), want);
         assert!(d.is_empty());
         assert_eq!(Dec::new(&Enc::err("boom")).err().unwrap(), "boom");
         let runs = vec![

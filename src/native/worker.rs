@@ -40,6 +40,12 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                 match (&stmt.op, &sampler) {
                     (_, Err(e)) => Enc::err(e),
                     (Op::Fork { child }, Ok(_)) => {
+                        // fork takes no faults in the caller: its minflt is 0 by
+                        // definition. What follows it in both processes is this runner's
+                        // own copy-on-write, which the global pgfault counts: each side
+                        // reports it (the child in its ready message, before the op's
+                        // window closes), and warms up only when told, after the window.
+                        let before = minflt();
                         // SAFETY: the worker is single-threaded, so the child may go on
                         // running Rust code.
                         let pid = unsafe { libc::fork() };
@@ -49,19 +55,23 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                                 s.forget_in_child();
                             }
                             sampler = Sampler::open().map_err(|e| e.to_string());
-                            warm_up(&regions);
+                            // A new task's min_flt starts at 0: all of it is the runner's.
+                            let ready = match &sampler {
+                                Ok(_) => Enc::ok_op(0, 0, minflt(), &[]),
+                                Err(e) => Enc::err(e),
+                            };
+                            if send(&mut &ctx.sockets[name], &ready).is_err() {
+                                return;
+                            }
                             continue;
                         }
-                        warm_up(&regions);
-                        // fork takes no faults in the caller: its minflt is 0 by
-                        // definition, and what follows it is this runner's own copy-on-write.
                         match pid {
                             -1 => Enc::err(&format!("fork: {}", std::io::Error::last_os_error())),
-                            _ => Enc::ok_op(0, pid, &[]),
+                            _ => Enc::ok_op(0, pid, minflt() - before, &[]),
                         }
                     }
                     (Op::Exit, Ok(_)) => {
-                        let _ = send(&mut sock, &Enc::ok_op(0, 0, &[]));
+                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, &[]));
                         return;
                     }
                     (op, Ok(sampler)) => {
@@ -78,7 +88,7 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                             Ok(()) => {
                                 track(op, &mut regions);
                                 let (count, diags) = attribute(after - before, &tally);
-                                Enc::ok_op(count, 0, &diags)
+                                Enc::ok_op(count, 0, 0, &diags)
                             }
                             Err(e) => Enc::err(&format!("{} failed: {e}", op.keyword())),
                         }
@@ -86,6 +96,10 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                 }
             }
             Some(Cmd::Layout) => layout(&regions),
+            Some(Cmd::Warm) => {
+                warm_up(&regions);
+                Enc::ok().0
+            }
             None => Enc::err("bad command"),
         };
         if send(&mut sock, &reply).is_err() {
