@@ -1,15 +1,16 @@
 //! `foliolab run WORKLOAD [--set variant=value ...] [--json]`.
 
 use crate::report::Report;
-use crate::sim::{self, Variants};
+use crate::sim::{self, variants, Variants};
 use crate::workload;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
+#[command(after_help = variants::keys_help(variants::KEYS))]
 pub struct Args {
     /// The workload file.
     pub workload: String,
-    /// A variant or machine setting, e.g. zap=per-pte, contpte=off, granule=16K.
+    /// A variant or machine setting, e.g. zap=per-pte, contpte=off, granule=16K (the keys are listed below).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
     /// Print the report as JSON.

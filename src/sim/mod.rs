@@ -3,7 +3,8 @@
 
 pub mod variants;
 
-use crate::hw::{Event, VirtAddr};
+use crate::hw::{Event, MachineConfig, PhysMem, VirtAddr};
+use crate::mm::folio::Page;
 use crate::mm::madvise::Madv;
 use crate::mm::memory::FaultError;
 use crate::mm::mm_types::{MmId, VmFlags};
@@ -52,6 +53,9 @@ struct Sim<'w> {
 pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     let cfg = v.machine();
     let page = cfg.granule.page_size();
+    let needed = host_bytes_needed(w, &cfg);
+    crate::hostmem::check_fits(&format!("running {}", w.path), needed, crate::hostmem::mem_available())
+        .map_err(SimError::Setup)?;
     let mut k = Kernel::boot(cfg);
     k.zap = v.zap();
     k.tlb_batch = v.tlb_batch();
@@ -99,6 +103,37 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         layout,
         unavailable: BTreeMap::new(),
     })
+}
+
+/// The most host memory a run of `w` can take. Only frames the run allocates are
+/// backed on the host: each costs its struct page in the memmap, and a mapped one its
+/// share of a pte table. A process maps at most every region of the workload, and
+/// every process that may live at once (main and each fork child) at most that much.
+fn host_bytes_needed(w: &Workload, cfg: &MachineConfig) -> u64 {
+    fn walk<'w>(stmts: &'w [Stmt], bytes: &mut u64, mmaps: &mut u64, children: &mut Vec<&'w str>) {
+        for s in stmts {
+            match &s.op {
+                Op::Mmap { size, .. } => {
+                    *bytes = bytes.saturating_add(*size);
+                    *mmaps += 1;
+                }
+                Op::Fork { child } if !children.contains(&child.as_str()) => children.push(child),
+                Op::Repeat { body, .. } => walk(body, bytes, mmaps, children),
+                _ => {}
+            }
+        }
+    }
+    let (mut bytes, mut mmaps, mut children) = (0, 0, Vec::new());
+    walk(&w.stmts, &mut bytes, &mut mmaps, &mut children);
+    let procs = children.len() as u64 + 1;
+    let g = cfg.granule;
+    let frames = (bytes >> g.page_shift())
+        .saturating_mul(procs)
+        .min(cfg.ram_bytes >> g.page_shift());
+    // A pte table per PTRS_PER_PTE frames, and one per level for each region's ends.
+    let tables = frames.div_ceil(g.ptrs_per_table() as u64) + (mmaps * procs + 1) * 2 * 4;
+    let memmap = frames.saturating_mul(std::mem::size_of::<Page>() as u64);
+    memmap.saturating_add(PhysMem::host_bytes_needed(g, cfg.ram_bytes, tables, true))
 }
 
 /// Offsets and sizes are 4K multiples; a larger granule needs them aligned to it.
