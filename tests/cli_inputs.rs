@@ -108,3 +108,84 @@ fn help_lists_the_set_keys_with_defaults() {
         "{help}"
     );
 }
+
+#[test]
+fn repeat_nested_beyond_the_limit_is_refused_at_its_line() {
+    let src = "repeat 1\n".repeat(8000) + "shrink\n" + &"end\n".repeat(8000);
+    let path = workload("deep.wl", src.as_bytes());
+    let msg = format!("{path}:65:1: repeat nested more than 64 deep");
+    assert_eq!(error_line(&["run", &path]), format!("foliolab: {msg}"));
+    // validate reports each workload's failure in its listing and exits 1.
+    let out = foliolab(&["validate", &path]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains(&format!("ERROR: {msg}\n")), "{stdout}");
+    let ok = "repeat 1\n".repeat(64) + "mmap a 4K\ntouch a\nmunmap a\n" + &"end\n".repeat(64);
+    let path = workload("deep-ok.wl", ok.as_bytes());
+    assert!(foliolab(&["run", &path]).status.success());
+}
+
+#[test]
+fn an_invalid_utf8_byte_is_reported_where_it_is() {
+    let path = workload("latin1.wl", b"mmap a 4K\n# caf\xe9 au lait\ntouch a\n");
+    assert_eq!(
+        error_line(&["run", &path]),
+        format!("foliolab: {path}:2:6: invalid UTF-8 (byte 0xe9)")
+    );
+}
+
+#[test]
+fn a_leading_byte_order_mark_is_skipped() {
+    let path = workload("bom.wl", b"\xef\xbb\xbfmmap a 4K\ntouch a\n");
+    let out = foliolab(&["run", &path]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_megabyte_token_is_echoed_cut() {
+    let path = workload(
+        "long.wl",
+        format!("mmap a 4K\ntouch a 0 4K {}\n", "y".repeat(1 << 20)).as_bytes(),
+    );
+    assert_eq!(
+        error_line(&["run", &path]),
+        format!(
+            "foliolab: {path}:2:14: unexpected '{}… (1048576 bytes)' (expected read, write or stride=S)",
+            "y".repeat(40)
+        )
+    );
+}
+
+#[test]
+fn a_hole_left_by_munmap_is_called_not_mapped() {
+    let path = workload("hole.wl", b"mmap a 64K\nmunmap a 16K 4K\ntouch a\n");
+    assert_eq!(
+        error_line(&["run", &path]),
+        format!("foliolab: {path}:3:7: touch reaches 16K of region 'a', which is not mapped")
+    );
+}
+
+#[test]
+fn an_endless_input_stops_at_the_size_limit() {
+    assert_eq!(
+        error_line(&["run", "/dev/zero"]),
+        "foliolab: /dev/zero:0:0: larger than the 16 MiB a workload may be"
+    );
+}
+
+#[test]
+fn a_workload_can_come_from_a_fifo() {
+    let fifo = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fifo-{}.wl", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: c is a valid NUL-terminated path for the duration of the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, "mmap a 4K\ntouch a\n").unwrap())
+    };
+    let out = foliolab(&["run", fifo.to_str().unwrap(), "--json"]);
+    writer.join().unwrap();
+    std::fs::remove_file(&fifo).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
