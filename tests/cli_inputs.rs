@@ -189,3 +189,42 @@ fn a_workload_can_come_from_a_fifo() {
     std::fs::remove_file(&fifo).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn each_runs_every_value_side_by_side() {
+    let out = foliolab(&[
+        "run",
+        "workloads/seed000-munmap-64k.wl",
+        "--each",
+        "zap=per-pte,batched",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success());
+    assert!(text.starts_with("zap: seed 000: zap_pte_range clears"), "{text}");
+    assert!(text.contains("  arch.tlbi.vale1is "), "{text}");
+    assert!(text.contains("0 (-100.00%)\n"), "{text}");
+    let out = foliolab(&[
+        "run",
+        "workloads/seed000-munmap-64k.wl",
+        "--each",
+        "zap=per-pte,batched",
+        "--json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["runs"][1]["variants"]["zap"], "batched");
+    assert_eq!(
+        error_line(&[
+            "run",
+            "workloads/seed000-munmap-64k.wl",
+            "--each",
+            "zap=per-pte,batched",
+            "--set",
+            "zap=batched"
+        ]),
+        "foliolab: --each zap: also given with --set"
+    );
+    assert_eq!(
+        error_line(&["run", "workloads/seed000-munmap-64k.wl", "--each", "zap=per-pte"]),
+        "foliolab: --each zap=per-pte: expected at least two values"
+    );
+}
