@@ -228,3 +228,11 @@ fn each_runs_every_value_side_by_side() {
         "foliolab: --each zap=per-pte: expected at least two values"
     );
 }
+
+#[test]
+fn no_progress_is_drawn_on_a_stderr_that_is_no_terminal() {
+    let path = workload("steps.wl", b"mmap a 64K\nrepeat 200000\n  touch a 0 4K\nend\n");
+    let out = foliolab(&["run", &path]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}

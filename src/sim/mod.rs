@@ -1,6 +1,7 @@
 //! The model's workload executor: runs a parsed workload on a booted `Kernel` and
 //! produces the report of ../shared/spec/workload.md.
 
+mod progress;
 pub mod variants;
 
 use crate::hw::{Event, MachineConfig, PhysMem, VirtAddr};
@@ -47,6 +48,7 @@ struct Sim<'w> {
     phases: Vec<Phase>,
     phase_label: String,
     phase_start: Counters,
+    progress: progress::Progress,
 }
 
 /// Run `w` on a fresh model machine configured by `v`.
@@ -84,6 +86,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         phases: Vec::new(),
         phase_label: "start".into(),
         phase_start: Counters::new(),
+        progress: progress::Progress::new(progress::total_ops(&w.stmts)),
     };
     let initial = sim.counters();
     sim.phase_start = initial.clone();
@@ -190,6 +193,9 @@ impl Sim<'_> {
     }
 
     fn exec(&mut self, s: &Stmt) -> Result<(), SimError> {
+        if !matches!(s.op, Op::Repeat { .. }) {
+            self.progress.op();
+        }
         match &s.op {
             Op::Set { knob, value } => self.k.knobs.set(knob, value).map_err(|e| self.fail(s.pos, e)),
             Op::Mark { label } => {
