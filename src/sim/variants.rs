@@ -180,7 +180,7 @@ fn on_off(v: &str) -> Option<bool> {
 }
 
 /// Split `--set KEY=VALUE`, refusing a key set twice (the last would silently win).
-pub fn split_sets<'s>(sets: &'s [String]) -> Result<Vec<(&'s str, &'s str)>, String> {
+pub fn split_sets(sets: &[String]) -> Result<Vec<(&str, &str)>, String> {
     let mut seen = Vec::with_capacity(sets.len());
     for s in sets {
         let (k, v) = s
