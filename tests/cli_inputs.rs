@@ -26,6 +26,14 @@ fn workload(name: &str, bytes: &[u8]) -> String {
     path.to_str().unwrap().to_string()
 }
 
+/// The workload file written from `bytes`, and the error line `foliolab run` gives for it.
+#[track_caller]
+fn run_error(name: &str, bytes: &[u8]) -> (String, String) {
+    let path = workload(name, bytes);
+    let line = error_line(&["run", &path]);
+    (path, line)
+}
+
 #[test]
 fn ram_beyond_the_linear_map_is_refused_by_boot_and_run_alike() {
     for ram in ["256T", "257T", "0xfffffffffffff000"] {
@@ -127,11 +135,8 @@ fn repeat_nested_beyond_the_limit_is_refused_at_its_line() {
 
 #[test]
 fn an_invalid_utf8_byte_is_reported_where_it_is() {
-    let path = workload("latin1.wl", b"mmap a 4K\n# caf\xe9 au lait\ntouch a\n");
-    assert_eq!(
-        error_line(&["run", &path]),
-        format!("foliolab: {path}:2:6: invalid UTF-8 (byte 0xe9)")
-    );
+    let (path, line) = run_error("latin1.wl", b"mmap a 4K\n# caf\xe9 au lait\ntouch a\n");
+    assert_eq!(line, format!("foliolab: {path}:2:6: invalid UTF-8 (byte 0xe9)"));
 }
 
 #[test]
@@ -143,12 +148,10 @@ fn a_leading_byte_order_mark_is_skipped() {
 
 #[test]
 fn a_megabyte_token_is_echoed_cut() {
-    let path = workload(
-        "long.wl",
-        format!("mmap a 4K\ntouch a 0 4K {}\n", "y".repeat(1 << 20)).as_bytes(),
-    );
+    let src = format!("mmap a 4K\ntouch a 0 4K {}\n", "y".repeat(1 << 20));
+    let (path, line) = run_error("long.wl", src.as_bytes());
     assert_eq!(
-        error_line(&["run", &path]),
+        line,
         format!(
             "foliolab: {path}:2:14: unexpected '{}… (1048576 bytes)' (expected read, write or stride=S)",
             "y".repeat(40)
@@ -158,9 +161,9 @@ fn a_megabyte_token_is_echoed_cut() {
 
 #[test]
 fn a_hole_left_by_munmap_is_called_not_mapped() {
-    let path = workload("hole.wl", b"mmap a 64K\nmunmap a 16K 4K\ntouch a\n");
+    let (path, line) = run_error("hole.wl", b"mmap a 64K\nmunmap a 16K 4K\ntouch a\n");
     assert_eq!(
-        error_line(&["run", &path]),
+        line,
         format!("foliolab: {path}:3:7: touch reaches 16K of region 'a', which is not mapped")
     );
 }
