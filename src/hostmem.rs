@@ -98,9 +98,54 @@ impl<T: Copy> Drop for HugeBuf<T> {
     }
 }
 
+/// MemAvailable from /proc/meminfo, in bytes; None where the host does not say.
+pub fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let kb: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    kb.checked_mul(1024)
+}
+
+/// Refuse to start `what` when it needs more host memory than is `available`, instead
+/// of growing until the host's allocator or OOM killer ends it.
+pub fn check_fits(what: &str, needed: u64, available: Option<u64>) -> Result<(), String> {
+    match available {
+        Some(avail) if needed > avail => Err(format!(
+            "{what} needs up to {} of host memory, but only {} is available (MemAvailable in /proc/meminfo)",
+            fmt_bytes(needed),
+            fmt_bytes(avail)
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Bytes in the largest binary unit that leaves a number of at least 1: 3.5 GiB.
+pub fn fmt_bytes(n: u64) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let i = ((63 - n.max(1).leading_zeros()) / 10) as usize;
+    if i == 0 {
+        return format!("{n} bytes");
+    }
+    format!("{:.1} {}", n as f64 / (1u64 << (10 * i)) as f64, units[i])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_that_do_not_fit_are_refused_naming_both() {
+        assert_eq!(
+            check_fits("boot --ram 100T", 200 << 30, Some(6 << 30)).unwrap_err(),
+            "boot --ram 100T needs up to 200.0 GiB of host memory, but only 6.0 GiB is available \
+             (MemAvailable in /proc/meminfo)"
+        );
+        assert!(check_fits("x", 1 << 30, Some(2 << 30)).is_ok());
+        assert!(check_fits("x", 1 << 60, None).is_ok());
+        assert_eq!(fmt_bytes(512), "512 bytes");
+        assert_eq!(fmt_bytes(3 << 19), "1.5 MiB");
+        assert!(mem_available().is_some_and(|b| b > 0));
+    }
 
     #[test]
     fn buffers_are_huge_page_aligned_and_zeroed() {

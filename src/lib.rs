@@ -5,6 +5,7 @@
 
 pub mod arch;
 pub mod cmd;
+pub mod compare;
 pub mod hostmem;
 pub mod hw;
 pub mod mm;

@@ -7,25 +7,68 @@
 
 use super::CmdResult;
 use crate::arch::arm64::mmu::{paging_init, InitMm, LinearMapConfig, PgtableFixmap, Rodata, PAGE_OFFSET};
-use crate::hw::{Event, Events, Features, Granule, Machine, MachineConfig, PhysAddr};
+use crate::hw::addr::PTE_LEVEL;
+use crate::hw::{Event, Events, Features, Granule, Machine, MachineConfig, PhysAddr, PhysMem};
 use crate::mm::memblock::Memblock;
 use crate::report::Report;
+use crate::sim::variants::{keys_help, parse_ram, parse_size, split_sets, Key};
+use crate::workload::parse::fmt_size;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 /// Where RAM starts: QEMU virt's base.
 pub const RAM_BASE: u64 = 0x4000_0000;
 
+/// Every `boot --set` key.
+pub const KEYS: &[Key] = &[
+    Key {
+        name: "pgtable-fixmap",
+        default: "once",
+        values: "per-cont-block|per-table|alloc-and-populate|once (seed 003)",
+        about: "seed 003: how map_mem reaches each new page table through the fixmap",
+    },
+    Key {
+        name: "rodata",
+        default: "full",
+        values: "full|on|off",
+        about: "rodata=full makes the linear map pte-granular (without BBML2_NOABORT)",
+    },
+    Key {
+        name: "bbml2",
+        default: "off",
+        values: "on|off (BBML2_NOABORT, a 6.18 kernel)",
+        about: "BBML2_NOABORT: rodata=full and kfence no longer force a pte-granular linear map",
+    },
+    Key {
+        name: "tlbi-range",
+        default: "off",
+        values: "on|off (FEAT_TLBIRANGE)",
+        about: "FEAT_TLBIRANGE: range flushes use range TLBIs",
+    },
+    Key {
+        name: "debug-pagealloc",
+        default: "off",
+        values: "on|off",
+        about: "debug_pagealloc forces a pte-granular linear map",
+    },
+    Key {
+        name: "kfence",
+        default: "off",
+        values: "on|off",
+        about: "kfence forces a pte-granular linear map (without BBML2_NOABORT)",
+    },
+];
+
 #[derive(clap::Args)]
+#[command(after_help = keys_help(KEYS))]
 pub struct Args {
-    /// Physical memory span from the RAM base (e.g. 16M, 512G, 1T).
-    #[arg(long, value_parser = parse_size)]
+    /// Physical memory span from the RAM base (64M to 128T, e.g. 16M, 512G, 1T).
+    #[arg(long, value_parser = parse_ram)]
     ram: u64,
     /// Translation granule: 4K, 16K or 64K.
     #[arg(long, default_value = "4K", value_parser = |s: &str| Granule::parse(s).ok_or("expected 4K, 16K or 64K"))]
     granule: Granule,
-    /// A variant: pgtable-fixmap=per-cont-block|per-table|alloc-and-populate|once,
-    /// rodata=full|on|off, bbml2=on|off, tlbi-range=on|off, debug-pagealloc=on|off, kfence=on|off.
+    /// A variant, e.g. pgtable-fixmap=per-table or rodata=off (the keys are listed below).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// Holes in the memory map, as OFFSET+SIZE from the RAM base (comma-separated, e.g. 1G+2M).
@@ -57,11 +100,13 @@ impl Spec {
         }
     }
 
+    /// Apply `--set KEY=VALUE` settings, refusing a key given twice.
+    pub fn set_all(&mut self, sets: &[String]) -> Result<(), String> {
+        split_sets(sets)?.into_iter().try_for_each(|(k, v)| self.set(k, v))
+    }
+
     /// Apply one `--set KEY=VALUE`.
-    pub fn set(&mut self, kv: &str) -> Result<(), String> {
-        let (key, value) = kv
-            .split_once('=')
-            .ok_or_else(|| format!("--set {kv}: expected KEY=VALUE"))?;
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         let bad = |expected: &str| format!("--set {key}={value}: expected {expected}");
         let on_off = || match value {
             "on" => Ok(true),
@@ -79,9 +124,8 @@ impl Spec {
             "debug-pagealloc" => self.linmap.debug_pagealloc = on_off()?,
             "kfence" => self.linmap.kfence = on_off()?,
             _ => {
-                return Err(format!(
-                    "--set {key}: unknown setting (pgtable-fixmap, rodata, bbml2, tlbi-range, debug-pagealloc, kfence)"
-                ))
+                let known: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+                return Err(format!("--set {key}: unknown setting ({})", known.join(", ")));
             }
         }
         Ok(())
@@ -113,6 +157,42 @@ impl Spec {
             return Err("the holes cover all of RAM".into());
         }
         Ok(mb)
+    }
+
+    /// The page-table frames map_mem allocates at most: below the static root, one
+    /// table per entry of the level above that the linear map reaches, down to the
+    /// leaves' level (ptes when forced, else the largest block), and for each memory
+    /// range's two unaligned ends one table at every level.
+    fn table_frames_bound(&self) -> u64 {
+        let g = self.granule;
+        let leaf = if self.linmap.force_pte_mapping(&self.features) {
+            PTE_LEVEL
+        } else {
+            (g.start_level()..PTE_LEVEL)
+                .find(|&l| g.block_allowed_at(l))
+                .unwrap_or(PTE_LEVEL)
+        };
+        let below_root = (g.start_level() + 1..=PTE_LEVEL).len() as u64;
+        let tables: u64 = (g.start_level() + 1..=leaf)
+            .map(|l| self.ram.div_ceil(1 << g.level_shift(l - 1)) + 1)
+            .sum();
+        tables + (self.holes.len() as u64 + 1) * 2 * below_root
+    }
+
+    /// Refuse a machine whose linear map the model cannot store, or whose tables would
+    /// not fit in the host's available memory.
+    pub fn check_host_memory(&self, available: Option<u64>) -> Result<(), String> {
+        let tables = self.table_frames_bound();
+        let what = format!("boot --ram {}", fmt_size(self.ram));
+        if tables > PhysMem::max_tables(self.granule) {
+            return Err(format!(
+                "{what}: the linear map needs up to {tables} page tables of {}, more than the model's \
+                 table storage holds (2^32 descriptors); use rodata=off or a larger granule",
+                self.granule.name()
+            ));
+        }
+        let bytes = PhysMem::host_bytes_needed(self.granule, RAM_BASE + self.ram, tables, false);
+        crate::hostmem::check_fits(&what, bytes, available)
     }
 
     /// The variants in force, as reported.
@@ -153,6 +233,7 @@ pub struct Booted {
 /// so the machine has one CPU.
 pub fn boot(spec: &Spec) -> Result<Booted, String> {
     let mut mb = spec.memblock()?;
+    spec.check_host_memory(crate::hostmem::mem_available())?;
     let cfg = MachineConfig {
         granule: spec.granule,
         ram_bytes: mb.end_of_dram().0,
@@ -175,9 +256,7 @@ pub fn boot(spec: &Spec) -> Result<Booted, String> {
 pub fn main(a: Args) -> CmdResult {
     let mut spec = Spec::new(a.granule, a.ram);
     spec.holes = a.holes;
-    for kv in &a.set {
-        spec.set(kv)?;
-    }
+    spec.set_all(&a.set)?;
     let t0 = std::time::Instant::now();
     let b = boot(&spec)?;
     let elapsed = t0.elapsed();
@@ -257,30 +336,6 @@ fn summary(spec: &Spec, b: &Booted, report: &Report, elapsed: std::time::Duratio
     s
 }
 
-/// Parse a size: a number with an optional K/M/G/T suffix (powers of 1024), or hex.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let bad = || format!("{s}: expected a size such as 4096, 0x1000, 16M, 512G or 1T");
-    if let Some(hex) = s.strip_prefix("0x") {
-        return u64::from_str_radix(hex, 16).map_err(|_| bad());
-    }
-    let t = s.trim_end_matches("iB").trim_end_matches('B');
-    let (num, shift) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_uppercase() {
-                'K' => 10,
-                'M' => 20,
-                'G' => 30,
-                'T' => 40,
-                _ => return Err(bad()),
-            };
-            (&t[..i], shift)
-        }
-        _ => (t, 0),
-    };
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    n.checked_mul(1 << shift).ok_or_else(bad)
-}
-
 fn parse_hole(s: &str) -> Result<(u64, u64), String> {
     let (off, size) = s
         .split_once('+')
@@ -288,46 +343,48 @@ fn parse_hole(s: &str) -> Result<(u64, u64), String> {
     Ok((parse_size(off)?, parse_size(size)?))
 }
 
-/// The largest unit that divides `n` exactly: 512G, 3M, 4096.
-pub fn fmt_size(n: u64) -> String {
-    for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if n != 0 && n.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", n >> shift);
-        }
-    }
-    n.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse_and_print() {
-        assert_eq!(parse_size("512G"), Ok(512 << 30));
-        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
-        assert_eq!(parse_size("0x1000"), Ok(4096));
-        assert_eq!(parse_size("3g"), Ok(3 << 30));
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("G").is_err());
-        assert_eq!(fmt_size(512 << 30), "512G");
-        assert_eq!(fmt_size((1 << 30) + (3 << 20)), "1027M");
-        assert_eq!(fmt_size(4097), "4097");
+    fn holes_parse() {
         assert_eq!(parse_hole("1G+2M"), Ok((1 << 30, 2 << 20)));
+        assert!(parse_hole("1G").is_err());
+    }
+
+    #[test]
+    fn a_linear_map_the_model_cannot_store_or_the_host_cannot_hold_is_refused() {
+        let e = Spec::new(Granule::K4, 100 << 40).check_host_memory(None).unwrap_err();
+        assert!(
+            e.starts_with("boot --ram 100T: the linear map needs up to 52531409 page tables"),
+            "{e}"
+        );
+        let mut s = Spec::new(Granule::K4, 128 << 40);
+        s.set("rodata", "off").unwrap();
+        assert_eq!(s.check_host_memory(None), Ok(()));
+        let e = Spec::new(Granule::K4, 8 << 40)
+            .check_host_memory(Some(1 << 30))
+            .unwrap_err();
+        assert!(e.starts_with("boot --ram 8T needs up to 16."), "{e}");
     }
 
     #[test]
     fn bad_settings_are_rejected_with_the_choices() {
         let mut s = Spec::new(Granule::K4, 1 << 30);
         assert!(s
-            .set("pgtable-fixmap=twice")
+            .set("pgtable-fixmap", "twice")
             .unwrap_err()
             .contains("alloc-and-populate"));
-        assert!(s.set("bbml2=yes").unwrap_err().contains("on or off"));
-        assert!(s.set("frobnicate=on").unwrap_err().contains("unknown setting"));
-        assert!(s.set("rodata").unwrap_err().contains("KEY=VALUE"));
-        s.set("pgtable-fixmap=alloc-and-populate").unwrap();
-        s.set("bbml2=on").unwrap();
+        assert!(s.set("bbml2", "yes").unwrap_err().contains("on or off"));
+        assert!(s.set("frobnicate", "on").unwrap_err().contains("unknown setting"));
+        assert!(s.set_all(&["rodata".into()]).unwrap_err().contains("KEY=VALUE"));
+        assert_eq!(
+            s.set_all(&["rodata=off".into(), "rodata=on".into()]),
+            Err("--set rodata: given more than once".into())
+        );
+        s.set_all(&["pgtable-fixmap=alloc-and-populate".into(), "bbml2=on".into()])
+            .unwrap();
         assert_eq!(s.linmap.pgtable_fixmap, PgtableFixmap::AllocAndPopulate);
         assert!(s.features.bbml2);
         s.holes = vec![(1 << 30, 3 << 30)];
@@ -351,7 +408,7 @@ mod tests {
     fn tlbi_range_does_not_change_one_page_fixmap_flushes() {
         let plain = boot(&Spec::new(Granule::K4, 64 << 20)).unwrap().map_mem;
         let mut s = Spec::new(Granule::K4, 64 << 20);
-        s.set("tlbi-range=on").unwrap();
+        s.set("tlbi-range", "on").unwrap();
         assert_eq!(boot(&s).unwrap().map_mem, plain);
         assert_eq!(plain.get(Event::TlbiVaale1is), 1 + 1 + 32);
     }

@@ -1,17 +1,25 @@
 //! `foliolab run WORKLOAD [--set variant=value ...] [--json]`.
 
+use crate::compare;
 use crate::report::Report;
-use crate::sim::{self, Variants};
+use crate::sim::{self, variants, Variants};
 use crate::workload;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
+#[command(after_help = variants::keys_help(variants::KEYS))]
 pub struct Args {
     /// The workload file.
     pub workload: String,
-    /// A variant or machine setting, e.g. zap=per-pte, contpte=off, granule=16K.
+    /// A variant or machine setting, e.g. zap=per-pte, contpte=off, granule=16K (the keys are listed below).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
+    /// Run once per value of KEY and print the runs side by side (JSON: {"runs": [...]}).
+    #[arg(long, value_name = "KEY=V1,V2[,...]")]
+    pub each: Option<String>,
+    /// With --each, also show the counters every run agrees on.
+    #[arg(long, requires = "each")]
+    pub all: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -19,14 +27,57 @@ pub struct Args {
 
 pub fn main(a: Args) -> super::CmdResult {
     let v = Variants::from_sets(&a.sets)?;
+    let each = a.each.as_deref().map(|e| parse_each(e, &a.sets)).transpose()?;
     let w = workload::parse_file(&a.workload)?;
-    let r = sim::run(&w, &v)?;
+    let Some((key, values)) = each else {
+        let r = sim::run(&w, &v)?;
+        if a.json {
+            super::emit(&(serde_json::to_string_pretty(&r)? + "\n"))?;
+        } else {
+            super::emit(&summary(&r))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut runs = Vec::with_capacity(values.len());
+    for value in values {
+        let mut v = v.clone();
+        v.set(key.name, value)?;
+        runs.push((value.to_string(), sim::run(&w, &v)?));
+    }
     if a.json {
-        super::emit(&(serde_json::to_string_pretty(&r)? + "\n"))?;
+        let runs: Vec<&Report> = runs.iter().map(|(_, r)| r).collect();
+        super::emit(&(serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))? + "\n"))?;
     } else {
-        super::emit(&summary(&r))?;
+        let title = format!("{}: {}", key.name, key.about);
+        super::emit(&compare::compare(&title, &runs, a.all))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--each KEY=V1,V2[,...]`: a known key not also given with `--set`, and its values.
+fn parse_each<'e>(each: &'e str, sets: &[String]) -> Result<(&'static variants::Key, Vec<&'e str>), String> {
+    let (name, list) = each
+        .split_once('=')
+        .ok_or_else(|| format!("--each {each}: expected KEY=V1,V2[,...]"))?;
+    let key = variants::key(name).ok_or_else(|| {
+        let known: Vec<_> = variants::KEYS.iter().map(|k| k.name).collect();
+        format!("--each {name}: unknown variant (known: {})", known.join(", "))
+    })?;
+    if variants::split_sets(sets)?.iter().any(|&(k, _)| k == name) {
+        return Err(format!("--each {name}: also given with --set"));
+    }
+    let values: Vec<&str> = list.split(',').collect();
+    if values.len() < 2 {
+        return Err(format!("--each {each}: expected at least two values"));
+    }
+    let mut probe = Variants::default();
+    for (i, value) in values.iter().enumerate() {
+        probe.set(name, value)?;
+        if values[..i].contains(value) {
+            return Err(format!("--each {name}: value '{value}' given twice"));
+        }
+    }
+    Ok((key, values))
 }
 
 /// A readable rendering of a report: non-zero counters, phases and layouts.
@@ -51,15 +102,11 @@ pub fn summary(r: &Report) -> String {
             }
         }
     }
-    let _ = writeln!(s, "\nlayout ([first page, pages, order|zero|swap]):");
+    if !r.layout.is_empty() {
+        let _ = writeln!(s, "\nlayout ([first page, pages, order|zero|swap]):");
+    }
     for (region, runs) in &r.layout {
-        let shown: Vec<String> = runs.iter().take(8).map(|x| serde_json::to_string(x).unwrap()).collect();
-        let more = if runs.len() > 8 {
-            format!(" ... ({} runs)", runs.len())
-        } else {
-            String::new()
-        };
-        let _ = writeln!(s, "  {region}: {}{more}", shown.join(" "));
+        let _ = writeln!(s, "  {region}: {}", compare::layout_line(runs));
     }
     for (k, why) in &r.unavailable {
         let _ = writeln!(s, "unavailable: {k}: {why}");

@@ -193,6 +193,27 @@ impl PhysMem {
         let w = self.word(id, 0);
         &mut self.words[w..w + (1 << self.table_bits)]
     }
+    /// The most table frames storage holds: a TableId is a u32 word offset.
+    pub fn max_tables(granule: Granule) -> u64 {
+        (u32::MAX as u64 - 1) >> granule.bits_per_level()
+    }
+
+    /// Host bytes table storage needs for `tables` table frames on a `ram_bytes`
+    /// machine: a page of descriptors each, the index of their sections (each table in
+    /// a section of its own when `spread`, else packed together as memblock allocates
+    /// them) and the section list.
+    pub fn host_bytes_needed(granule: Granule, ram_bytes: u64, tables: u64, spread: bool) -> u64 {
+        let nsec = (ram_bytes >> granule.page_shift()).div_ceil(SECTION_PFNS as u64);
+        let sections = if spread {
+            tables.min(nsec)
+        } else {
+            tables.div_ceil(SECTION_PFNS as u64) + 1
+        };
+        (tables << granule.page_shift())
+            .saturating_add(sections * SECTION_PFNS as u64 * 4)
+            .saturating_add(nsec * 16)
+    }
+
     /// Host bytes held by table storage (for memory reports).
     pub fn host_bytes(&self) -> usize {
         self.words.len() * 8 + self.sections.iter().flatten().count() * SECTION_PFNS * 4
@@ -212,6 +233,13 @@ mod tests {
         m.write(id, 511, Desc(0xabc3));
         assert_eq!(m.read(id, 511), Desc(0xabc3));
         assert!(m.host_bytes() < 1 << 20);
+    }
+
+    #[test]
+    fn table_storage_needs() {
+        assert_eq!(PhysMem::max_tables(Granule::K4), (1 << 23) - 1);
+        let one = PhysMem::host_bytes_needed(Granule::K4, 1 << 30, 1, false);
+        assert_eq!(one, 4096 + 2 * (SECTION_PFNS as u64 * 4) + 8 * 16);
     }
 
     #[test]

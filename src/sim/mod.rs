@@ -1,9 +1,11 @@
 //! The model's workload executor: runs a parsed workload on a booted `Kernel` and
 //! produces the report of ../shared/spec/workload.md.
 
+mod progress;
 pub mod variants;
 
-use crate::hw::{Event, VirtAddr};
+use crate::hw::{Event, MachineConfig, PhysMem, VirtAddr};
+use crate::mm::folio::Page;
 use crate::mm::madvise::Madv;
 use crate::mm::memory::FaultError;
 use crate::mm::mm_types::{MmId, VmFlags};
@@ -46,12 +48,16 @@ struct Sim<'w> {
     phases: Vec<Phase>,
     phase_label: String,
     phase_start: Counters,
+    progress: progress::Progress,
 }
 
 /// Run `w` on a fresh model machine configured by `v`.
 pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     let cfg = v.machine();
     let page = cfg.granule.page_size();
+    let needed = host_bytes_needed(w, &cfg);
+    crate::hostmem::check_fits(&format!("running {}", w.path), needed, crate::hostmem::mem_available())
+        .map_err(SimError::Setup)?;
     let mut k = Kernel::boot(cfg);
     k.zap = v.zap();
     k.tlb_batch = v.tlb_batch();
@@ -80,6 +86,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         phases: Vec::new(),
         phase_label: "start".into(),
         phase_start: Counters::new(),
+        progress: progress::Progress::new(progress::total_ops(&w.stmts)),
     };
     let initial = sim.counters();
     sim.phase_start = initial.clone();
@@ -101,6 +108,37 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         diagnostics: Vec::new(),
         background: None,
     })
+}
+
+/// The most host memory a run of `w` can take. Only frames the run allocates are
+/// backed on the host: each costs its struct page in the memmap, and a mapped one its
+/// share of a pte table. A process maps at most every region of the workload, and
+/// every process that may live at once (main and each fork child) at most that much.
+fn host_bytes_needed(w: &Workload, cfg: &MachineConfig) -> u64 {
+    fn walk<'w>(stmts: &'w [Stmt], bytes: &mut u64, mmaps: &mut u64, children: &mut Vec<&'w str>) {
+        for s in stmts {
+            match &s.op {
+                Op::Mmap { size, .. } => {
+                    *bytes = bytes.saturating_add(*size);
+                    *mmaps += 1;
+                }
+                Op::Fork { child } if !children.contains(&child.as_str()) => children.push(child),
+                Op::Repeat { body, .. } => walk(body, bytes, mmaps, children),
+                _ => {}
+            }
+        }
+    }
+    let (mut bytes, mut mmaps, mut children) = (0, 0, Vec::new());
+    walk(&w.stmts, &mut bytes, &mut mmaps, &mut children);
+    let procs = children.len() as u64 + 1;
+    let g = cfg.granule;
+    let frames = (bytes >> g.page_shift())
+        .saturating_mul(procs)
+        .min(cfg.ram_bytes >> g.page_shift());
+    // A pte table per PTRS_PER_PTE frames, and one per level for each region's ends.
+    let tables = frames.div_ceil(g.ptrs_per_table() as u64) + (mmaps * procs + 1) * 2 * 4;
+    let memmap = frames.saturating_mul(std::mem::size_of::<Page>() as u64);
+    memmap.saturating_add(PhysMem::host_bytes_needed(g, cfg.ram_bytes, tables, true))
 }
 
 /// Offsets and sizes are 4K multiples; a larger granule needs them aligned to it.
@@ -157,6 +195,9 @@ impl Sim<'_> {
     }
 
     fn exec(&mut self, s: &Stmt) -> Result<(), SimError> {
+        if !matches!(s.op, Op::Repeat { .. }) {
+            self.progress.op();
+        }
         match &s.op {
             Op::Set { knob, value } => self.k.knobs.set(knob, value).map_err(|e| self.fail(s.pos, e)),
             Op::Mark { label } => {

@@ -5,23 +5,109 @@ use crate::arch::arm64::pgtable::PtepGetVariant;
 use crate::hw::{Granule, MachineConfig};
 use crate::mm::rmap::TlbBatchVariant;
 use crate::mm::ZapVariant;
+use crate::workload::parse::fmt_size;
 use std::collections::BTreeMap;
 
-/// Every key with its default and allowed values.
-pub const KEYS: &[(&str, &str, &str)] = &[
-    ("zap", "batched", "per-pte|batched (seed 000)"),
-    ("tlb-batch", "deferred", "sync|deferred (seed 001)"),
-    ("contpte", "on", "on|off"),
-    ("ptep_get", "early-exit", "full-scan|early-exit|mod1|mod2 (seed 004)"),
-    ("granule", "4K", "4K|16K|64K"),
-    ("ram", "16G", "a size from 64M to 256T (48-bit PA), e.g. 16G or 1T"),
-    ("cpus", "8", "1..=256"),
-    ("tlbi-range", "off", "on|off (FEAT_TLBIRANGE)"),
-    ("bbml2", "off", "on|off (BBML2_NOABORT)"),
-    ("kpti", "off", "on|off"),
-    ("hafdbs", "on", "on|off (hardware AF/dirty)"),
-    ("checks", "off", "on|off (architectural checkers)"),
+/// One `--set` key: its default, the values it takes, and what it changes (the first
+/// line of a `run --each` comparison).
+pub struct Key {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub values: &'static str,
+    pub about: &'static str,
+}
+
+/// Every key, in the order `run --help` lists them.
+pub const KEYS: &[Key] = &[
+    Key {
+        name: "zap",
+        default: "batched",
+        values: "per-pte|batched",
+        about: "seed 000: zap_pte_range clears a present-pte batch of one folio with one call (batched) or pte by pte (per-pte)",
+    },
+    Key {
+        name: "tlb-batch",
+        default: "deferred",
+        values: "sync|deferred",
+        about: "seed 001: try_to_unmap_one flushes each cleared pte with its own TLBI and DSB (sync) or queues the TLBIs and waits once in try_to_unmap_flush (deferred)",
+    },
+    Key {
+        name: "contpte",
+        default: "on",
+        values: "on|off",
+        about: "arm64 folds the ptes of an aligned 64K block of one folio into a contiguous-bit range (on) or never sets PTE_CONT (off)",
+    },
+    Key {
+        name: "ptep_get",
+        default: "early-exit",
+        values: "full-scan|early-exit|mod1|mod2",
+        about: "seed 004: contpte_ptep_get reads all CONT_PTES entries (full-scan), stops once young and dirty are known (early-exit), or uses the thread's modification 1 or 2",
+    },
+    Key {
+        name: "granule",
+        default: "4K",
+        values: "4K|16K|64K",
+        about: "the translation granule (base page size) of the machine",
+    },
+    Key {
+        name: "ram",
+        default: "16G",
+        values: "a size from 64M to 128T, e.g. 16G or 1T",
+        about: "the machine's RAM",
+    },
+    Key {
+        name: "cpus",
+        default: "8",
+        values: "1..=256",
+        about: "the number of CPUs, each with its own TLB",
+    },
+    Key {
+        name: "tlbi-range",
+        default: "off",
+        values: "on|off",
+        about: "FEAT_TLBIRANGE: a range flush uses range TLBIs (on) or one TLBI per page, a large one a whole-ASID TLBI (off)",
+    },
+    Key {
+        name: "bbml2",
+        default: "off",
+        values: "on|off",
+        about: "BBML2_NOABORT: folding a contpte block skips the TLBI of break-before-make (on)",
+    },
+    Key {
+        name: "kpti",
+        default: "off",
+        values: "on|off",
+        about: "kernel page-table isolation: kernel mappings are non-global and each user TLBI is issued for both ASIDs of the pair",
+    },
+    Key {
+        name: "hafdbs",
+        default: "on",
+        values: "on|off",
+        about: "FEAT_HAFDBS: the hardware sets the access flag and dirty state (on) or software faults do (off)",
+    },
+    Key {
+        name: "checks",
+        default: "off",
+        values: "on|off",
+        about: "the architectural checkers (TLB conflicts, break-before-make) run after each step",
+    },
 ];
+
+/// The key named `name`.
+pub fn key(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// The `--set` keys of a command's `--help`: one line per key with its default and values.
+pub fn keys_help(keys: &[Key]) -> String {
+    let w = keys.iter().map(|k| k.name.len()).max().unwrap_or(0);
+    let dw = keys.iter().map(|k| k.default.len()).max().unwrap_or(0);
+    let lines: String = keys
+        .iter()
+        .map(|k| format!("  {:<w$}  default {:<dw$}  {}\n", k.name, k.default, k.values))
+        .collect();
+    format!("--set keys (KEY=VALUE):\n{lines}")
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Variants {
@@ -31,21 +117,58 @@ pub struct Variants {
 impl Default for Variants {
     fn default() -> Self {
         Variants {
-            values: KEYS.iter().map(|(k, d, _)| (k.to_string(), d.to_string())).collect(),
+            values: KEYS
+                .iter()
+                .map(|k| (k.name.to_string(), k.default.to_string()))
+                .collect(),
         }
     }
 }
 
-/// Parse a size like 16G, 512M, 1T or 4096.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let (num, mul) = match s.chars().last()? {
-        'K' | 'k' => (&s[..s.len() - 1], 1u64 << 10),
-        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
-        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
-        'T' | 't' => (&s[..s.len() - 1], 1 << 40),
-        _ => (s, 1),
+/// Parse a command-line size: a number with an optional K/M/G/T suffix (powers of
+/// 1024, either case, `B` or `iB` after it allowed), or hex.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let bad = || format!("{s}: expected a size such as 4096, 0x1000, 16M, 512G or 1T");
+    if let Some(hex) = s.strip_prefix("0x") {
+        return u64::from_str_radix(hex, 16).map_err(|_| bad());
+    }
+    let t = s.trim_end_matches("iB").trim_end_matches('B');
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(bad()),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
     };
-    num.parse::<u64>().ok()?.checked_mul(mul)
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    n.checked_mul(1 << shift).ok_or_else(bad)
+}
+
+/// The least RAM a machine may have: the model reserves frames at the bottom and
+/// `run` needs room for its first tables.
+pub const MIN_RAM: u64 = 64 << 20;
+/// The most: with VA_BITS = 48 the linear map is the lower half of the kernel's VA
+/// space, 128T from PAGE_OFFSET to PAGE_END, and arm64_memblock_init drops memory
+/// beyond it. A larger span would run the linear map into the fixmap at the top.
+pub const MAX_RAM: u64 = 128 << 40;
+
+/// Parse a machine's RAM size, for `run --set ram=` and `boot --ram` alike.
+pub fn parse_ram(s: &str) -> Result<u64, String> {
+    let ram = parse_size(s)?;
+    if !(MIN_RAM..=MAX_RAM).contains(&ram) {
+        return Err(format!(
+            "ram {s}: expected a size from {} to {} (the linear map of a 48-bit VA)",
+            fmt_size(MIN_RAM),
+            fmt_size(MAX_RAM)
+        ));
+    }
+    Ok(ram)
 }
 
 fn on_off(v: &str) -> Option<bool> {
@@ -56,22 +179,34 @@ fn on_off(v: &str) -> Option<bool> {
     }
 }
 
+/// Split `--set KEY=VALUE`, refusing a key set twice (the last would silently win).
+pub fn split_sets(sets: &[String]) -> Result<Vec<(&str, &str)>, String> {
+    let mut seen = Vec::with_capacity(sets.len());
+    for s in sets {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| format!("--set {s}: expected KEY=VALUE"))?;
+        if seen.iter().any(|&(key, _)| key == k) {
+            return Err(format!("--set {k}: given more than once"));
+        }
+        seen.push((k, v));
+    }
+    Ok(seen)
+}
+
 impl Variants {
-    /// Apply `key=value` settings, refusing unknown keys and values.
+    /// Apply `key=value` settings, refusing unknown keys and values and repeated keys.
     pub fn from_sets(sets: &[String]) -> Result<Variants, String> {
         let mut v = Variants::default();
-        for s in sets {
-            let (k, val) = s
-                .split_once('=')
-                .ok_or_else(|| format!("--set {s}: expected key=value"))?;
+        for (k, val) in split_sets(sets)? {
             v.set(k, val)?;
         }
         Ok(v)
     }
 
     pub fn set(&mut self, k: &str, val: &str) -> Result<(), String> {
-        let Some((_, _, allowed)) = KEYS.iter().find(|(key, _, _)| *key == k) else {
-            let known: Vec<_> = KEYS.iter().map(|(k, _, _)| *k).collect();
+        let Some(key) = key(k) else {
+            let known: Vec<_> = KEYS.iter().map(|k| k.name).collect();
             return Err(format!("unknown variant '{k}' (known: {})", known.join(", ")));
         };
         let ok = match k {
@@ -79,12 +214,12 @@ impl Variants {
             "tlb-batch" => matches!(val, "sync" | "deferred"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "granule" => Granule::parse(val).is_some(),
-            "ram" => parse_size(val).is_some_and(|r| (64 << 20..=1 << 48).contains(&r)),
+            "ram" => parse_ram(val).is_ok(),
             "cpus" => val.parse::<usize>().is_ok_and(|n| (1..=256).contains(&n)),
             _ => on_off(val).is_some(),
         };
         if !ok {
-            return Err(format!("invalid value '{val}' for variant '{k}' ({allowed})"));
+            return Err(format!("invalid value '{val}' for variant '{k}' ({})", key.values));
         }
         self.values.insert(k.to_string(), val.to_string());
         Ok(())
@@ -103,7 +238,7 @@ impl Variants {
     pub fn machine(&self) -> MachineConfig {
         let mut cfg = MachineConfig {
             granule: Granule::parse(self.get("granule")).unwrap(),
-            ram_bytes: parse_size(self.get("ram")).unwrap(),
+            ram_bytes: parse_ram(self.get("ram")).unwrap(),
             ncpus: self.get("cpus").parse().unwrap(),
             ..MachineConfig::default()
         };
@@ -161,6 +296,17 @@ mod tests {
     }
 
     #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("512G"), Ok(512 << 30));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("0x1000"), Ok(4096));
+        assert_eq!(parse_size("3g"), Ok(3 << 30));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("99999999T").is_err());
+    }
+
+    #[test]
     fn bad_settings_are_refused_with_the_allowed_values() {
         let e = Variants::from_sets(&["zap=sometimes".into()]).unwrap_err();
         assert!(e.contains("per-pte|batched"), "{e}");
@@ -168,10 +314,12 @@ mod tests {
             .unwrap_err()
             .contains("unknown variant"));
         assert!(Variants::from_sets(&["zap".into()]).is_err());
-        for ram in ["32M", "257T"] {
+        for ram in ["32M", "129T", "256T", "0xfffffffffffff000"] {
             let e = Variants::from_sets(&[format!("ram={ram}")]).unwrap_err();
-            assert!(e.contains("64M to 256T"), "{e}");
+            assert!(e.contains("64M to 128T"), "{e}");
         }
-        assert!(Variants::from_sets(&["ram=256T".into()]).is_ok());
+        assert!(Variants::from_sets(&["ram=128T".into()]).is_ok());
+        let e = Variants::from_sets(&["zap=per-pte".into(), "zap=batched".into()]).unwrap_err();
+        assert_eq!(e, "--set zap: given more than once");
     }
 }

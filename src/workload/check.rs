@@ -5,7 +5,7 @@
 //! covers every iteration an executor will run: the abstract step is deterministic.
 
 use super::ast::*;
-use super::parse::{fmt_size, MAIN};
+use super::parse::{fmt_size, Echo, MAIN};
 use std::collections::BTreeMap;
 
 /// A statement with the source positions of its operands, for messages.
@@ -73,22 +73,26 @@ impl Region {
         }
     }
 
-    /// The first byte of `r` that is unmapped, or mapped without an allowed protection.
-    fn first_bad(&self, r: Range, allowed: impl Fn(Prot) -> bool) -> Option<u64> {
+    /// The first byte of `r` that is unmapped (None) or mapped without an allowed
+    /// protection (Some of it).
+    fn first_bad(&self, r: Range, allowed: impl Fn(Prot) -> bool) -> Option<(u64, Option<Prot>)> {
         let mut at = r.off;
         for &(a, b, p) in &self.maps {
             if b <= at {
                 continue;
             }
-            if a > at || !allowed(p) {
-                return Some(at);
+            if a > at {
+                return Some((at, None));
+            }
+            if !allowed(p) {
+                return Some((at, Some(p)));
             }
             at = b;
             if at >= r.off + r.len {
                 return None;
             }
         }
-        Some(at)
+        Some((at, None))
     }
 }
 
@@ -151,9 +155,17 @@ impl Checker<'_> {
         let proc_pos = at.proc.unwrap_or(stmt.pos);
         let name = &stmt.proc_name;
         let proc = match st.procs.get_mut(name) {
-            None => return Err(self.err(proc_pos, format!("unknown process '{name}' (no 'fork {name}' before)"))),
+            None => {
+                return Err(self.err(
+                    proc_pos,
+                    format!("unknown process '{name}' (no 'fork {name}' before)", name = Echo(name)),
+                ))
+            }
             Some(Proc { exited: Some(line), .. }) => {
-                return Err(self.err(proc_pos, format!("process '{name}' exited at line {line}")))
+                return Err(self.err(
+                    proc_pos,
+                    format!("process '{name}' exited at line {line}", name = Echo(name)),
+                ))
             }
             Some(p) => p,
         };
@@ -165,7 +177,9 @@ impl Checker<'_> {
                         at.name,
                         format!(
                             "region '{region}' is already mapped in process '{name}' (line {})",
-                            r.line
+                            r.line,
+                            region = Echo(region),
+                            name = Echo(name),
                         ),
                     ));
                 }
@@ -185,13 +199,18 @@ impl Checker<'_> {
             } => {
                 let (reg, r) = self.region(proc, name, region, *range, at)?;
                 let allowed = |p| if *write { p == Prot::Rw } else { p != Prot::None };
-                if let Some(bad) = reg.first_bad(r, allowed) {
-                    let what = if *write { "writable" } else { "readable" };
+                if let Some((bad, prot)) = reg.first_bad(r, allowed) {
+                    let what = match prot {
+                        None => "not mapped",
+                        Some(Prot::R) => "mapped read-only",
+                        Some(_) => "mapped PROT_NONE",
+                    };
                     return Err(self.err(
                         at.range.unwrap_or(at.name),
                         format!(
-                            "touch reaches {} of region '{region}', which is not mapped {what}",
-                            fmt_size(bad)
+                            "touch reaches {} of region '{}', which is {what}",
+                            fmt_size(bad),
+                            Echo(region)
                         ),
                     ));
                 }
@@ -207,10 +226,10 @@ impl Checker<'_> {
                 range: Some(range),
             } => {
                 let (reg, r) = self.region(proc, name, region, Some(*range), at)?;
-                if let Some(bad) = reg.first_bad(r, |_| true) {
+                if let Some((bad, _)) = reg.first_bad(r, |_| true) {
                     return Err(self.err(
                         at.range.unwrap_or(at.name),
-                        format!("{} of region '{region}' is not mapped", fmt_size(bad)),
+                        format!("{} of region '{}' is not mapped", fmt_size(bad), Echo(region)),
                     ));
                 }
                 if let Op::Mprotect { prot, .. } = stmt.op {
@@ -235,7 +254,10 @@ impl Checker<'_> {
                 };
                 match st.procs.get(child) {
                     Some(Proc { exited: None, .. }) => {
-                        return Err(self.err(at.name, format!("process '{child}' already exists")))
+                        return Err(self.err(
+                            at.name,
+                            format!("process '{child}' already exists", child = Echo(child)),
+                        ))
                     }
                     _ => st.procs.insert(child.clone(), copy),
                 };
@@ -263,8 +285,12 @@ impl Checker<'_> {
     ) -> Result<(&'s mut Region, Range), WorkloadError> {
         let Some(reg) = proc.regions.get_mut(region) else {
             let msg = match proc.unmapped.get(region) {
-                Some(line) => format!("region '{region}' was unmapped at line {line}"),
-                None => format!("region '{region}' is not mapped in process '{name}'"),
+                Some(line) => format!("region '{region}' was unmapped at line {line}", region = Echo(region)),
+                None => format!(
+                    "region '{region}' is not mapped in process '{name}'",
+                    region = Echo(region),
+                    name = Echo(name)
+                ),
             };
             return Err(self.err(at.name, msg));
         };
@@ -276,7 +302,8 @@ impl Checker<'_> {
                     "range {}+{} is outside region '{region}' (size {})",
                     fmt_size(r.off),
                     fmt_size(r.len),
-                    fmt_size(reg.size)
+                    fmt_size(reg.size),
+                    region = Echo(region),
                 ),
             ));
         }
@@ -338,7 +365,7 @@ mod tests {
             "mmap a 64K\nmunmap a 16K 4K\ntouch a",
             3,
             7,
-            "touch reaches 16K of region 'a'",
+            "touch reaches 16K of region 'a', which is not mapped",
         );
         fails(
             "mmap a 64K\nmunmap a 16K 4K\nmprotect a 12K 8K r",
@@ -361,14 +388,14 @@ mod tests {
             "mmap a 8K ro\ntouch a",
             2,
             7,
-            "touch reaches 0 of region 'a', which is not mapped writable",
+            "touch reaches 0 of region 'a', which is mapped read-only",
         );
         ok("mmap a 8K ro\ntouch a read");
         fails(
             "mmap a 8K\nmprotect a 4K 4K none\ntouch a 0 8K read",
             3,
             9,
-            "reaches 4K",
+            "touch reaches 4K of region 'a', which is mapped PROT_NONE",
         );
         ok("mmap a 8K\nmprotect a 4K 4K r\nmprotect a 4K 4K rw\ntouch a");
         ok("mmap a 8K ro\nmprotect a 0 8K rw\ntouch a");
@@ -393,7 +420,7 @@ mod tests {
             "mmap a 8K\nmprotect a 0 4K r\nfork c\n@c touch a",
             4,
             10,
-            "not mapped writable",
+            "mapped read-only",
         );
         // A name can be reused once its process exited.
         ok("fork c\n@c exit\nfork c\n@c exit");
@@ -421,7 +448,7 @@ mod tests {
             "mmap a 8K\nrepeat 5\n  touch a\n  mprotect a 0 4K r\nend",
             3,
             9,
-            "not mapped writable (in iteration 2",
+            "mapped read-only (in iteration 2",
         );
         // A state reached only in iteration 4: a chain of copies through forks.
         let chain = "mmap a 8K\nfork p\nfork q\nfork r\nmunmap a\nrepeat N\n  @r touch a\n  @r exit\n  @q fork r\n  \
@@ -457,8 +484,11 @@ mod tests {
         r.set(Range { off: 8, len: 48 }, None);
         assert_eq!(r.maps, [(0, 8, Prot::Rw), (56, 64, Prot::Rw)]);
         assert_eq!(r.first_bad(Range { off: 0, len: 8 }, |_| true), None);
-        assert_eq!(r.first_bad(Range { off: 0, len: 16 }, |_| true), Some(8));
-        assert_eq!(r.first_bad(Range { off: 56, len: 8 }, |p| p == Prot::R), Some(56));
+        assert_eq!(r.first_bad(Range { off: 0, len: 16 }, |_| true), Some((8, None)));
+        assert_eq!(
+            r.first_bad(Range { off: 56, len: 8 }, |p| p == Prot::R),
+            Some((56, Some(Prot::Rw)))
+        );
         r.set(Range { off: 0, len: 64 }, None);
         assert!(r.maps.is_empty());
     }

@@ -7,8 +7,10 @@ use super::check::{self, Node, Spans};
 use crate::hw::Granule;
 use crate::mm::thp_sysfs::ThpKnobs;
 
-/// Parses and validates a workload; `path` is only used in messages.
+/// Parses and validates a workload; `path` is only used in messages. A leading UTF-8
+/// byte order mark is skipped.
 pub fn parse_str(path: &str, src: &str) -> Result<Workload, WorkloadError> {
+    let src = src.strip_prefix('\u{feff}').unwrap_or(src);
     let nodes = Parser { path, next_index: 0 }.parse(src)?;
     check::check(path, &nodes)?;
     Ok(Workload {
@@ -17,15 +19,45 @@ pub fn parse_str(path: &str, src: &str) -> Result<Workload, WorkloadError> {
     })
 }
 
-/// Reads, parses and validates a workload file.
+/// The largest workload file read: far beyond any real workload, and it bounds what
+/// `foliolab run /dev/zero` holds.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// Reads, parses and validates a workload file (a pipe or device works too).
 pub fn parse_file(path: &str) -> Result<Workload, WorkloadError> {
-    let src = std::fs::read_to_string(path).map_err(|e| WorkloadError {
+    use std::io::Read;
+    let err = |pos, msg| WorkloadError {
         path: path.to_string(),
-        pos: Pos { line: 0, col: 0 },
-        msg: format!("cannot read: {e}"),
+        pos,
+        msg,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| err(Pos::default(), format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(err(
+            Pos::default(),
+            format!("larger than the {} MiB a workload may be", MAX_FILE_BYTES >> 20),
+        ));
+    }
+    let src = std::str::from_utf8(&bytes).map_err(|e| {
+        let valid = &bytes[..e.valid_up_to()];
+        let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        // Columns count characters, as tokenize does; the prefix is valid UTF-8.
+        let col = String::from_utf8_lossy(&valid[line_start..]).chars().count() as u32 + 1;
+        let line = valid.iter().filter(|&&b| b == b'\n').count() as u32 + 1;
+        err(
+            Pos { line, col },
+            format!("invalid UTF-8 (byte {:#04x})", bytes[e.valid_up_to()]),
+        )
     })?;
-    parse_str(path, &src)
+    parse_str(path, src)
 }
+
+/// The deepest nesting of `repeat` blocks: enough for any workload, and it keeps every
+/// recursive walk of the statement tree (checks, executors) far from the stack's end.
+pub const MAX_REPEAT_DEPTH: usize = 64;
 
 /// The process ops run in when they have no `@proc`.
 pub const MAIN: &str = "main";
@@ -67,6 +99,20 @@ fn tokenize(line: &str, line_no: u32) -> Vec<Tok<'_>> {
         });
     }
     toks
+}
+
+/// A token as an error message shows it: at most its first 40 characters, then `…`
+/// and its length, so a megabyte-long token does not come back whole.
+pub struct Echo<'a>(pub &'a str);
+
+impl std::fmt::Display for Echo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        const SHOWN: usize = 40;
+        match self.0.char_indices().nth(SHOWN) {
+            None => f.write_str(self.0),
+            Some((end, _)) => write!(f, "{}… ({} bytes)", &self.0[..end], self.0.len()),
+        }
+    }
 }
 
 /// `[A-Za-z_][A-Za-z0-9_-]*`, the spec's region and process names.
@@ -157,7 +203,12 @@ impl Parser<'_> {
             let body = stack.last_mut().map_or(&mut top, |(_, _, b)| b);
             match self.line(&toks)? {
                 Line::Op(node) => body.push(node),
-                Line::Repeat { n, pos } => stack.push((n, pos, Vec::new())),
+                Line::Repeat { n, pos } => {
+                    if stack.len() == MAX_REPEAT_DEPTH {
+                        return Err(self.err(pos, format!("repeat nested more than {MAX_REPEAT_DEPTH} deep")));
+                    }
+                    stack.push((n, pos, Vec::new()))
+                }
                 Line::End => {
                     let (n, pos, body) = stack
                         .pop()
@@ -186,7 +237,7 @@ impl Parser<'_> {
         let (proc_tok, rest) = match toks[0].text.strip_prefix('@') {
             Some(name) => {
                 if !valid_name(name) {
-                    return Err(self.err(toks[0].pos, format!("invalid process name '{name}'")));
+                    return Err(self.err(toks[0].pos, format!("invalid process name '{}'", Echo(name))));
                 }
                 (Some((name, toks[0].pos)), &toks[1..])
             }
@@ -212,7 +263,7 @@ impl Parser<'_> {
                 let n = t
                     .text
                     .parse::<u64>()
-                    .map_err(|_| self.err(t.pos, format!("invalid repeat count '{}'", t.text)))?;
+                    .map_err(|_| self.err(t.pos, format!("invalid repeat count '{}'", Echo(t.text))))?;
                 if n == 0 {
                     return Err(self.err(t.pos, "repeat count must be at least 1"));
                 }
@@ -228,6 +279,9 @@ impl Parser<'_> {
                 let value = self.arg(&mut a, "a value")?;
                 let mut scratch = ThpKnobs::new(Granule::K4);
                 if let Err(e) = scratch.set(knob.text, value.text) {
+                    let e = [knob.text, value.text]
+                        .iter()
+                        .fold(e, |e, t| e.replace(t, &Echo(t).to_string()));
                     let pos = if e.starts_with("unknown knob") {
                         knob.pos
                     } else {
@@ -258,7 +312,7 @@ impl Parser<'_> {
                         _ => {
                             return Err(self.err(
                                 t.pos,
-                                format!("unexpected '{}' (expected read, write or stride=S)", t.text),
+                                format!("unexpected '{}' (expected read, write or stride=S)", Echo(t.text)),
                             ))
                         }
                     }
@@ -282,7 +336,7 @@ impl Parser<'_> {
                     "hugepage" => Advice::HugePage,
                     "nohugepage" => Advice::NoHugePage,
                     "collapse" => Advice::Collapse,
-                    _ => return Err(self.err(t.pos, format!("unknown advice '{}' (expected dontneed, free, pageout, cold, hugepage, nohugepage or collapse)", t.text))),
+                    _ => return Err(self.err(t.pos, format!("unknown advice '{}' (expected dontneed, free, pageout, cold, hugepage, nohugepage or collapse)", Echo(t.text)))),
                 };
                 let mut step = None;
                 if let Some(t) = a.peek() {
@@ -320,7 +374,7 @@ impl Parser<'_> {
                     _ => {
                         return Err(self.err(
                             t.pos,
-                            format!("unknown protection '{}' (expected none, r or rw)", t.text),
+                            format!("unknown protection '{}' (expected none, r or rw)", Echo(t.text)),
                         ))
                     }
                 };
@@ -340,7 +394,7 @@ impl Parser<'_> {
             "fork" => {
                 let t = self.arg(&mut a, "a child process name")?;
                 if !valid_name(t.text) {
-                    return Err(self.err(t.pos, format!("invalid process name '{}'", t.text)));
+                    return Err(self.err(t.pos, format!("invalid process name '{}'", Echo(t.text))));
                 }
                 at.name = t.pos;
                 self.finish(&a)?;
@@ -363,7 +417,7 @@ impl Parser<'_> {
                     label: t.text.to_string(),
                 }
             }
-            other => return Err(self.err(op.pos, format!("unknown op '{other}'"))),
+            other => return Err(self.err(op.pos, format!("unknown op '{}'", Echo(other)))),
         };
         let proc_name = proc_tok.map_or(MAIN, |(n, _)| n).to_string();
         Ok(Line::Op(Node {
@@ -384,11 +438,11 @@ impl Parser<'_> {
         if size == 0 || size % UNIT != 0 {
             return Err(self.err(
                 t.pos,
-                format!("region size {} is not a non-zero multiple of 4K", t.text),
+                format!("region size {} is not a non-zero multiple of 4K", Echo(t.text)),
             ));
         }
         if size > MAX_REGION {
-            return Err(self.err(t.pos, format!("region size {} is above the 32G limit", t.text)));
+            return Err(self.err(t.pos, format!("region size {} is above the 32G limit", Echo(t.text))));
         }
         let (mut skew, mut flags) = (None, [None::<Pos>; 4]);
         const FLAGS: [&str; 4] = ["hugepage", "nohugepage", "populate", "ro"];
@@ -399,12 +453,12 @@ impl Parser<'_> {
                     return Err(self.err(t.pos, "skew given twice"));
                 }
                 if s % UNIT != 0 {
-                    return Err(self.err(t.pos, format!("skew {v} is not a multiple of 4K")));
+                    return Err(self.err(t.pos, format!("skew {} is not a multiple of 4K", Echo(v))));
                 }
                 if s + size > PLACEMENT_STRIDE {
                     return Err(self.err(
                         t.pos,
-                        format!("skew {v} pushes the region out of its 64G placement slot"),
+                        format!("skew {} pushes the region out of its 64G placement slot", Echo(v)),
                     ));
                 }
                 skew = Some(s);
@@ -415,12 +469,12 @@ impl Parser<'_> {
                     t.pos,
                     format!(
                         "unexpected '{}' (expected skew=S, hugepage, nohugepage, populate or ro)",
-                        t.text
+                        Echo(t.text)
                     ),
                 ));
             };
             if flags[f].is_some() {
-                return Err(self.err(t.pos, format!("'{}' given twice", t.text)));
+                return Err(self.err(t.pos, format!("'{}' given twice", Echo(t.text))));
             }
             flags[f] = Some(t.pos);
         }
@@ -466,7 +520,7 @@ impl Parser<'_> {
 
     fn finish(&self, a: &Args) -> Result<(), WorkloadError> {
         match a.peek() {
-            Some(t) => Err(self.err(t.pos, format!("unexpected '{}' after '{}'", t.text, a.op.text))),
+            Some(t) => Err(self.err(t.pos, format!("unexpected '{}' after '{}'", Echo(t.text), a.op.text))),
             None => Ok(()),
         }
     }
@@ -475,7 +529,7 @@ impl Parser<'_> {
         parse_size(text).ok_or_else(|| {
             self.err(
                 t.pos,
-                format!("invalid {what} '{text}' (expected e.g. 64K, 2M or 0x10000)"),
+                format!("invalid {what} '{}' (expected e.g. 64K, 2M or 0x10000)", Echo(text)),
             )
         })
     }
@@ -483,7 +537,7 @@ impl Parser<'_> {
     fn region(&self, a: &mut Args, at: &mut Spans) -> Result<String, WorkloadError> {
         let t = self.arg(a, "a region name")?;
         if !valid_name(t.text) {
-            return Err(self.err(t.pos, format!("invalid region name '{}'", t.text)));
+            return Err(self.err(t.pos, format!("invalid region name '{}'", Echo(t.text))));
         }
         at.name = t.pos;
         Ok(t.text.to_string())
@@ -743,6 +797,34 @@ mod tests {
         fails("repeat\nend", 1, 7, "expects a repeat count");
         fails("fork c\n@c repeat 2\nend", 2, 1, "cannot take a process");
         fails("repeat 2\nend 2", 2, 5, "unexpected '2'");
+        let nest = |depth| "repeat 1\n".repeat(depth) + "shrink\n" + &"end\n".repeat(depth);
+        parse(&nest(MAX_REPEAT_DEPTH));
+        fails(&nest(8000), 65, 1, "repeat nested more than 64 deep");
+    }
+
+    #[test]
+    fn a_leading_byte_order_mark_is_skipped() {
+        assert_eq!(parse("\u{feff}mmap a 4K\n").stmts.len(), 1);
+        fails("mmap a 4K\n\u{feff}touch a", 2, 1, "unknown op");
+    }
+
+    #[test]
+    fn long_tokens_are_echoed_cut() {
+        let long = "x".repeat(1 << 20);
+        let e = parse_str("t.wl", &format!("mmap a {long}")).unwrap_err();
+        assert_eq!(
+            e.msg,
+            format!(
+                "invalid size '{}… (1048576 bytes)' (expected e.g. 64K, 2M or 0x10000)",
+                &long[..40]
+            )
+        );
+        let e = parse_str("t.wl", &format!("set enabled {long}")).unwrap_err();
+        assert!(e.msg.len() < 200, "{}", e.msg);
+        assert_eq!(
+            Echo("é".repeat(41).as_str()).to_string(),
+            "é".repeat(40) + "… (82 bytes)"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@
 use super::fixmap::{FixSlot, Fixmap};
 use crate::hw::addr::PTE_LEVEL;
 use crate::hw::descriptor::SH_INNER;
-use crate::hw::{Attr, Desc, DescKind, Event, Granule, Machine, PhysAddr, TableAttr, TableId, VirtAddr};
+use crate::hw::{Attr, Desc, DescKind, Event, Features, Granule, Machine, PhysAddr, TableAttr, TableId, VirtAddr};
 use crate::mm::memblock::Memblock;
 use bitflags::bitflags;
 
@@ -147,14 +147,14 @@ impl LinearMapConfig {
     /// (rodata=full, kfence, debug_pagealloc). 6.18's force_pte_mapping() drops the
     /// rodata and kfence reasons on BBML2_NOABORT CPUs, which split blocks on demand;
     /// debug_pagealloc still forces ptes. `bbml2` on therefore means a 6.18 kernel.
-    pub fn force_pte_mapping(&self, m: &Machine) -> bool {
-        (!m.cfg.features.bbml2 && (self.rodata == Rodata::Full || self.kfence)) || self.debug_pagealloc
+    pub fn force_pte_mapping(&self, features: &Features) -> bool {
+        (!features.bbml2 && (self.rodata == Rodata::Full || self.kfence)) || self.debug_pagealloc
     }
 
     /// map_mem's flags: never executable, pte-granular when forced.
     pub fn map_mem_flags(&self, m: &Machine) -> MapFlags {
         let mut flags = MapFlags::NO_EXEC_MAPPINGS;
-        if self.force_pte_mapping(m) {
+        if self.force_pte_mapping(&m.cfg.features) {
             flags |= MapFlags::NO_BLOCK_MAPPINGS | MapFlags::NO_CONT_MAPPINGS;
         }
         flags

@@ -1,0 +1,241 @@
+//! Bad command lines and workloads end with one clear error line and exit status 2,
+//! never a panic, a hang or a host-memory blow-up.
+
+use std::process::{Command, Output};
+
+fn foliolab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_foliolab"))
+        .args(args)
+        .output()
+        .expect("run foliolab")
+}
+
+/// The first line on stderr of a run that must fail with exit status 2.
+#[track_caller]
+fn error_line(args: &[&str]) -> String {
+    let out = foliolab(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    stderr.lines().next().unwrap_or("").to_string()
+}
+
+/// A workload file in cargo's scratch directory for integration tests.
+fn workload(name: &str, bytes: &[u8]) -> String {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// The workload file written from `bytes`, and the error line `foliolab run` gives for it.
+#[track_caller]
+fn run_error(name: &str, bytes: &[u8]) -> (String, String) {
+    let path = workload(name, bytes);
+    let line = error_line(&["run", &path]);
+    (path, line)
+}
+
+#[test]
+fn ram_beyond_the_linear_map_is_refused_by_boot_and_run_alike() {
+    for ram in ["256T", "257T", "0xfffffffffffff000"] {
+        assert_eq!(
+            error_line(&["boot", "--ram", ram]),
+            format!(
+                "error: invalid value '{ram}' for '--ram <RAM>': ram {ram}: expected a size from 64M to 128T (the linear map of a 48-bit VA)"
+            )
+        );
+        assert_eq!(
+            error_line(&["run", "workloads/seed000-munmap-64k.wl", "--set", &format!("ram={ram}")]),
+            format!("foliolab: invalid value '{ram}' for variant 'ram' (a size from 64M to 128T, e.g. 16G or 1T)")
+        );
+    }
+}
+
+#[test]
+fn a_linear_map_too_large_to_store_is_refused_before_it_is_built() {
+    assert_eq!(
+        error_line(&["boot", "--ram", "100T"]),
+        "foliolab: boot --ram 100T: the linear map needs up to 52531409 page tables of 4K, more than the \
+         model's table storage holds (2^32 descriptors); use rodata=off or a larger granule"
+    );
+}
+
+#[test]
+fn a_run_that_cannot_fit_in_host_memory_is_refused_naming_both_sizes() {
+    // 1000 regions of 32G in four processes: 125T, so 128T of RAM could all be mapped.
+    let mut src = String::from("fork a\nfork b\nfork c\n");
+    for i in 0..1000 {
+        src += &format!("mmap r{i} 32G\n");
+    }
+    let path = workload("huge.wl", src.as_bytes());
+    let line = error_line(&["run", &path, "--set", "ram=128T"]);
+    assert!(
+        line.starts_with(&format!("foliolab: running {path} needs up to ")),
+        "{line}"
+    );
+    assert!(
+        line.contains(" of host memory, but only ") && line.ends_with("(MemAvailable in /proc/meminfo)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_repeated_set_key_is_refused() {
+    assert_eq!(
+        error_line(&[
+            "run",
+            "workloads/seed000-munmap-64k.wl",
+            "--set",
+            "zap=per-pte",
+            "--set",
+            "zap=batched"
+        ]),
+        "foliolab: --set zap: given more than once"
+    );
+    assert_eq!(
+        error_line(&["boot", "--ram", "1G", "--set", "rodata=off", "--set", "rodata=on"]),
+        "foliolab: --set rodata: given more than once"
+    );
+}
+
+#[test]
+fn help_lists_the_set_keys_with_defaults() {
+    let out = foliolab(&["run", "--help"]);
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        help.contains("  zap         default batched     per-pte|batched\n"),
+        "{help}"
+    );
+    assert!(
+        help.contains("  ram         default 16G         a size from 64M to 128T"),
+        "{help}"
+    );
+    let out = foliolab(&["boot", "--help"]);
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        help.contains("  rodata           default full  full|on|off\n"),
+        "{help}"
+    );
+}
+
+#[test]
+fn repeat_nested_beyond_the_limit_is_refused_at_its_line() {
+    let src = "repeat 1\n".repeat(8000) + "shrink\n" + &"end\n".repeat(8000);
+    let path = workload("deep.wl", src.as_bytes());
+    let msg = format!("{path}:65:1: repeat nested more than 64 deep");
+    assert_eq!(error_line(&["run", &path]), format!("foliolab: {msg}"));
+    // validate reports each workload's failure in its listing and exits 1.
+    let out = foliolab(&["validate", &path]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains(&format!("ERROR: {msg}\n")), "{stdout}");
+    let ok = "repeat 1\n".repeat(64) + "mmap a 4K\ntouch a\nmunmap a\n" + &"end\n".repeat(64);
+    let path = workload("deep-ok.wl", ok.as_bytes());
+    assert!(foliolab(&["run", &path]).status.success());
+}
+
+#[test]
+fn an_invalid_utf8_byte_is_reported_where_it_is() {
+    let (path, line) = run_error("latin1.wl", b"mmap a 4K\n# caf\xe9 au lait\ntouch a\n");
+    assert_eq!(line, format!("foliolab: {path}:2:6: invalid UTF-8 (byte 0xe9)"));
+}
+
+#[test]
+fn a_leading_byte_order_mark_is_skipped() {
+    let path = workload("bom.wl", b"\xef\xbb\xbfmmap a 4K\ntouch a\n");
+    let out = foliolab(&["run", &path]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_megabyte_token_is_echoed_cut() {
+    let src = format!("mmap a 4K\ntouch a 0 4K {}\n", "y".repeat(1 << 20));
+    let (path, line) = run_error("long.wl", src.as_bytes());
+    assert_eq!(
+        line,
+        format!(
+            "foliolab: {path}:2:14: unexpected '{}… (1048576 bytes)' (expected read, write or stride=S)",
+            "y".repeat(40)
+        )
+    );
+}
+
+#[test]
+fn a_hole_left_by_munmap_is_called_not_mapped() {
+    let (path, line) = run_error("hole.wl", b"mmap a 64K\nmunmap a 16K 4K\ntouch a\n");
+    assert_eq!(
+        line,
+        format!("foliolab: {path}:3:7: touch reaches 16K of region 'a', which is not mapped")
+    );
+}
+
+#[test]
+fn an_endless_input_stops_at_the_size_limit() {
+    assert_eq!(
+        error_line(&["run", "/dev/zero"]),
+        "foliolab: /dev/zero:0:0: larger than the 16 MiB a workload may be"
+    );
+}
+
+#[test]
+fn a_workload_can_come_from_a_fifo() {
+    let fifo = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fifo-{}.wl", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: c is a valid NUL-terminated path for the duration of the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, "mmap a 4K\ntouch a\n").unwrap())
+    };
+    let out = foliolab(&["run", fifo.to_str().unwrap(), "--json"]);
+    writer.join().unwrap();
+    std::fs::remove_file(&fifo).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn each_runs_every_value_side_by_side() {
+    let out = foliolab(&[
+        "run",
+        "workloads/seed000-munmap-64k.wl",
+        "--each",
+        "zap=per-pte,batched",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success());
+    assert!(text.starts_with("zap: seed 000: zap_pte_range clears"), "{text}");
+    assert!(text.contains("  arch.tlbi.vale1is "), "{text}");
+    assert!(text.contains("0 (-100.00%)\n"), "{text}");
+    let out = foliolab(&[
+        "run",
+        "workloads/seed000-munmap-64k.wl",
+        "--each",
+        "zap=per-pte,batched",
+        "--json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["runs"][1]["variants"]["zap"], "batched");
+    assert_eq!(
+        error_line(&[
+            "run",
+            "workloads/seed000-munmap-64k.wl",
+            "--each",
+            "zap=per-pte,batched",
+            "--set",
+            "zap=batched"
+        ]),
+        "foliolab: --each zap: also given with --set"
+    );
+    assert_eq!(
+        error_line(&["run", "workloads/seed000-munmap-64k.wl", "--each", "zap=per-pte"]),
+        "foliolab: --each zap=per-pte: expected at least two values"
+    );
+}
+
+#[test]
+fn no_progress_is_drawn_on_a_stderr_that_is_no_terminal() {
+    let path = workload("steps.wl", b"mmap a 64K\nrepeat 200000\n  touch a 0 4K\nend\n");
+    let out = foliolab(&["run", &path]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
