@@ -294,3 +294,38 @@ fn concurrent_runs_take_turns_with_the_knobs() {
     assert_eq!(knob_snapshot(), before);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A model broken by one fault (`inject=extra-fault`) fails `validate` on every
+/// workload that faults, on the exact per-process rule, with exit status 1.
+#[test]
+fn validate_fails_a_model_broken_by_one_fault() {
+    if let Some(why) = skip_reason() {
+        println!("SKIP validate_fails_a_model_broken_by_one_fault: {why}");
+        return;
+    }
+    let _lock = knob_lock();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(suite(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wl"))
+        .collect();
+    paths.sort();
+    let out = Command::new(bin())
+        .args(["validate", "--json", "--set", "inject=extra-fault"])
+        .args(&paths)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let results: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(results.len(), paths.len());
+    for c in &results {
+        let broken: Vec<&serde_json::Value> = c["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["rule"] == "exact" && r["counter"].as_str().unwrap().starts_with("proc.") && r["ok"] == false)
+            .collect();
+        assert_eq!(broken.len(), 1, "{}: {:?}", c["workload"], c["rows"]);
+        assert_eq!(broken[0]["diff"], -1, "{}", c["workload"]);
+    }
+}

@@ -67,6 +67,11 @@ impl Kernel {
             VmFault::Oom => Err(FaultError::Oom(addr)),
             _ => {
                 self.mm_mut(mm).min_flt += 1;
+                if self.inject_extra_fault {
+                    self.inject_extra_fault = false;
+                    self.mm_mut(mm).min_flt += 1;
+                    self.stat.count_vm_event(VmEvent::PgFault);
+                }
                 Ok(())
             }
         }

@@ -66,6 +66,8 @@ pub struct Kernel {
     pub tlb_batch: rmap::TlbBatchVariant,
     /// The reclaimer's pending deferred flush (current->tlb_ubc).
     pub tlb_ubc: rmap::TlbUbc,
+    /// Testing only (`inject=extra-fault`): account the next fault twice.
+    pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
     pgtable_hint: crate::hw::WalkHint,
     /// Storage for the next mmu_gather's page list (see `tlb_gather_mmu`).
@@ -103,6 +105,7 @@ impl Kernel {
             },
             zap: ZapVariant::Batched,
             tlb_batch: rmap::TlbBatchVariant::Deferred,
+            inject_extra_fault: false,
             tlb_ubc: rmap::TlbUbc::default(),
             pgtable_hint: Default::default(),
             gather_pages: Default::default(),

@@ -64,6 +64,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.arch.contpte = v.contpte();
     k.arch.ptep_get = v.ptep_get();
     k.arch.hw.checks = v.checks();
+    k.inject_extra_fault = v.inject_extra_fault();
     check_granule(w, &w.stmts, page)?;
     let mm = k
         .mm_alloc()

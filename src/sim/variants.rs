@@ -91,6 +91,12 @@ pub const KEYS: &[Key] = &[
         values: "on|off",
         about: "the architectural checkers (TLB conflicts, break-before-make) run after each step",
     },
+    Key {
+        name: "inject",
+        default: "none",
+        values: "none|extra-fault",
+        about: "testing only: extra-fault breaks the model by one fault (its first fault is accounted twice), so `validate` must fail",
+    },
 ];
 
 /// The key named `name`.
@@ -213,6 +219,7 @@ impl Variants {
             "zap" => matches!(val, "per-pte" | "batched"),
             "tlb-batch" => matches!(val, "sync" | "deferred"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
+            "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
             "cpus" => val.parse::<usize>().is_ok_and(|n| (1..=256).contains(&n)),
@@ -267,6 +274,10 @@ impl Variants {
     }
     pub fn checks(&self) -> bool {
         self.flag("checks")
+    }
+    /// The testing-only breakage `inject=extra-fault`.
+    pub fn inject_extra_fault(&self) -> bool {
+        self.get("inject") == "extra-fault"
     }
     pub fn ptep_get(&self) -> PtepGetVariant {
         match self.get("ptep_get") {
