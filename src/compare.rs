@@ -26,21 +26,29 @@ pub fn layout_line(runs: &[Run]) -> String {
 /// `value` with its change against `base`: `1234 (  -3.20%)`. A change from zero has no
 /// percentage.
 fn cell(value: i64, base: i64) -> String {
-    let change = if base == 0 {
-        if value == 0 {
-            format!("{:7.2}%", 0.0)
-        } else {
-            format!("{:>8}", "new")
-        }
-    } else {
-        format!("{:7.2}%", (value - base) as f64 * 100.0 / base.unsigned_abs() as f64)
+    let change = match pct(value, base) {
+        Some(p) => format!("{p:7.2}%"),
+        None if value == 0 => format!("{:7.2}%", 0.0),
+        None => format!("{:>8}", "new"),
     };
     format!("{value} ({change})")
 }
 
+/// `value`'s change against `base` in percent; None from a zero base.
+pub fn pct(value: i64, base: i64) -> Option<f64> {
+    (base != 0).then(|| (value - base) as f64 * 100.0 / base.unsigned_abs() as f64)
+}
+
+/// One block of rows: the whole run's counters, or one phase's.
+pub struct Section {
+    pub label: String,
+    /// `(counter, value per column)`.
+    pub rows: Vec<(String, Vec<i64>)>,
+}
+
 /// Rows of counters, one per name in any run; a name all runs agree on is left out
 /// unless `all`. A counter a run lacks counts as 0.
-fn counter_rows(sets: &[&Counters], all: bool) -> Vec<(String, Vec<String>)> {
+fn counter_rows(sets: &[&Counters], all: bool) -> Vec<(String, Vec<i64>)> {
     let mut names: Vec<&String> = sets.iter().flat_map(|c| c.keys()).collect();
     names.sort();
     names.dedup();
@@ -48,33 +56,22 @@ fn counter_rows(sets: &[&Counters], all: bool) -> Vec<(String, Vec<String>)> {
         .into_iter()
         .filter_map(|name| {
             let values: Vec<i64> = sets.iter().map(|c| c.get(name).copied().unwrap_or(0)).collect();
-            if !all && values.iter().all(|&v| v == values[0]) {
-                return None;
-            }
-            let cells = values
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| if i == 0 { v.to_string() } else { cell(v, values[0]) })
-                .collect();
-            Some((name.clone(), cells))
+            let same = values.iter().all(|&v| v == values[0]);
+            (all || !same).then(|| (name.clone(), values))
         })
         .collect()
 }
 
-/// The comparison of `columns` (a name and a report each, the first the baseline) under
-/// `title`: counters, then each phase's, that differ between the runs (every one with
-/// `all`), then the layouts of the regions where they differ.
-pub fn compare(title: &str, columns: &[(String, Report)], all: bool) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "{title}");
+/// The counters, then each phase's (phases matched by position and label), that differ
+/// between `columns` (all of them with `all`).
+pub fn sections(columns: &[(String, Report)], all: bool) -> Vec<Section> {
     let Some((_, first)) = columns.first() else {
-        return s;
+        return Vec::new();
     };
-    let _ = writeln!(s, "{} ({})", first.workload, first.source);
-    let mut sections = vec![(
-        "counters".to_string(),
-        counter_rows(&columns.iter().map(|(_, r)| &r.counters).collect::<Vec<_>>(), all),
-    )];
+    let mut sections = vec![Section {
+        label: "counters".to_string(),
+        rows: counter_rows(&columns.iter().map(|(_, r)| &r.counters).collect::<Vec<_>>(), all),
+    }];
     if first.phases.len() > 1 {
         for (i, phase) in first.phases.iter().enumerate() {
             let empty = Counters::new();
@@ -87,9 +84,43 @@ pub fn compare(title: &str, columns: &[(String, Report)], all: bool) -> String {
                         .map_or(&empty, |p| &p.counters)
                 })
                 .collect();
-            sections.push((format!("phase {}", phase.label), counter_rows(&sets, all)));
+            sections.push(Section {
+                label: format!("phase {}", phase.label),
+                rows: counter_rows(&sets, all),
+            });
         }
     }
+    sections
+}
+
+/// The comparison of `columns` (a name and a report each, the first the baseline) under
+/// `title`: counters, then each phase's, that differ between the runs (every one with
+/// `all`), then the layouts of the regions where they differ.
+pub fn compare(title: &str, columns: &[(String, Report)], all: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{title}");
+    let Some((_, first)) = columns.first() else {
+        return s;
+    };
+    let _ = writeln!(s, "{} ({})", first.workload, first.source);
+    let sections: Vec<(String, Vec<(String, Vec<String>)>)> = sections(columns, all)
+        .into_iter()
+        .map(|sec| {
+            let rows = sec
+                .rows
+                .into_iter()
+                .map(|(name, values)| {
+                    let cells = values
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &v)| if i == 0 { v.to_string() } else { cell(v, values[0]) })
+                        .collect();
+                    (name, cells)
+                })
+                .collect();
+            (sec.label, rows)
+        })
+        .collect();
     let name_w = sections
         .iter()
         .flat_map(|(_, rows)| rows.iter().map(|(n, _)| n.len() + 2))

@@ -12,4 +12,5 @@ pub mod mm;
 pub mod native;
 pub mod report;
 pub mod sim;
+pub mod store;
 pub mod workload;

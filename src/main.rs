@@ -13,6 +13,8 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    store: cmd::StoreArgs,
 }
 
 #[derive(Subcommand)]
@@ -25,15 +27,21 @@ enum Command {
     Validate(cmd::validate::Args),
     /// Build the kernel linear map of a machine.
     Boot(cmd::boot::Args),
+    /// List the results recorded in the results database.
+    Runs(cmd::runs::Args),
+    /// Stored runs or saved reports side by side, change against the first.
+    Compare(cmd::compare::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
-        Command::Run(a) => cmd::run::main(a),
-        Command::Native(a) => cmd::native::main(a),
-        Command::Validate(a) => cmd::validate::main(a),
+        Command::Run(a) => cmd::run::main(a, &cli.store),
+        Command::Native(a) => cmd::native::main(a, &cli.store),
+        Command::Validate(a) => cmd::validate::main(a, &cli.store),
         Command::Boot(a) => cmd::boot::main(a),
+        Command::Runs(a) => cmd::runs::main(a, &cli.store),
+        Command::Compare(a) => cmd::compare::main(a, &cli.store),
     };
     match r {
         Ok(code) => code,

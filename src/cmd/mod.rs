@@ -2,8 +2,10 @@
 //! `main` prints and turns into exit status 2.
 
 pub mod boot;
+pub mod compare;
 pub mod native;
 pub mod run;
+pub mod runs;
 pub mod validate;
 
 /// A command's failure, printed as `foliolab: <message>`.
@@ -18,4 +20,58 @@ pub fn emit(text: &str) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r,
     }
+}
+
+/// Where results are recorded: `--db PATH`, `$FOLIOLAB_DB`, or the user's data directory.
+#[derive(clap::Args, Clone, Debug)]
+pub struct StoreArgs {
+    /// The results database (default: $FOLIOLAB_DB, else ~/.local/share/foliolab/results.db).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub db: Option<std::path::PathBuf>,
+    /// Do not record this run in the results database.
+    #[arg(long, global = true)]
+    pub no_store: bool,
+}
+
+impl StoreArgs {
+    pub fn open(&self) -> Result<crate::store::Store, crate::store::StoreError> {
+        let path = crate::store::default_path(self.db.as_deref()).ok_or_else(|| crate::store::StoreError::Other {
+            path: "(none)".into(),
+            msg: "no --db, FOLIOLAB_DB or HOME to find the results database".into(),
+        })?;
+        crate::store::Store::open(&path)
+    }
+}
+
+/// Records a finished command's result unless `--no-store`; a store that fails is
+/// reported on stderr and leaves the command's own output and status alone.
+pub fn record(db: &StoreArgs, run: &crate::store::NewRun) {
+    if db.no_store {
+        return;
+    }
+    if let Err(e) = db.open().and_then(|mut s| s.record(run)) {
+        eprintln!("foliolab: not recorded: {e}");
+    }
+}
+
+/// Records one report of `w` (see `record`); host runs carry the host's kernel release.
+pub fn record_report(
+    db: &StoreArgs,
+    kind: &str,
+    w: &crate::workload::Workload,
+    r: &crate::report::Report,
+    wall: std::time::Duration,
+) {
+    let host_kernel = (r.source == "host").then(crate::store::host_kernel).flatten();
+    record(
+        db,
+        &crate::store::NewRun {
+            kind,
+            workload: Some((&w.path, &w.text)),
+            machine: None,
+            host_kernel,
+            wall_ms: wall.as_secs_f64() * 1e3,
+            result: serde_json::to_value(r).expect("a report serializes"),
+        },
+    );
 }

@@ -12,9 +12,11 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn main(a: Args) -> super::CmdResult {
+pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let w = crate::workload::parse_file(&a.workload)?;
+    let start = std::time::Instant::now();
     let report = crate::native::run(&w)?;
+    super::record_report(db, "native", &w, &report, start.elapsed());
     if a.json {
         super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?;
     } else {

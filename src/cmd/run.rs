@@ -25,12 +25,14 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn main(a: Args) -> super::CmdResult {
+pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let v = Variants::from_sets(&a.sets)?;
     let each = a.each.as_deref().map(|e| parse_each(e, &a.sets)).transpose()?;
     let w = workload::parse_file(&a.workload)?;
     let Some((key, values)) = each else {
+        let start = std::time::Instant::now();
         let r = sim::run(&w, &v)?;
+        super::record_report(db, "run", &w, &r, start.elapsed());
         if a.json {
             super::emit(&(serde_json::to_string_pretty(&r)? + "\n"))?;
         } else {
@@ -42,7 +44,10 @@ pub fn main(a: Args) -> super::CmdResult {
     for value in values {
         let mut v = v.clone();
         v.set(key.name, value)?;
-        runs.push((value.to_string(), sim::run(&w, &v)?));
+        let start = std::time::Instant::now();
+        let r = sim::run(&w, &v)?;
+        super::record_report(db, "run", &w, &r, start.elapsed());
+        runs.push((value.to_string(), r));
     }
     if a.json {
         let runs: Vec<&Report> = runs.iter().map(|(_, r)| r).collect();

@@ -46,6 +46,16 @@ fn host_runner() -> Box<Runner<'static>> {
     Box::new(|w: &Workload| crate::native::run(w).map_err(|e| e.to_string()))
 }
 
+/// `runner`, with every report it makes recorded in the results store as `kind`.
+fn recorded<'a>(mut runner: Box<Runner<'a>>, kind: &'a str, db: &'a super::StoreArgs) -> Box<Runner<'a>> {
+    Box::new(move |w: &Workload| {
+        let start = std::time::Instant::now();
+        let r = runner(w)?;
+        super::record_report(db, kind, w, &r, start.elapsed());
+        Ok(r)
+    })
+}
+
 /// How a counter is judged.
 #[derive(Debug, Serialize, PartialEq, Clone)]
 #[serde(tag = "rule", rename_all = "snake_case")]
@@ -385,7 +395,7 @@ pub fn exit_code(results: &[Comparison]) -> ExitCode {
     }
 }
 
-pub fn main(a: Args) -> super::CmdResult {
+pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let v = crate::sim::Variants::from_sets(&a.sets)?;
     // Every workload is checked before anything runs: bad input is exit 2, up front.
     let workloads = a
@@ -393,7 +403,23 @@ pub fn main(a: Args) -> super::CmdResult {
         .iter()
         .map(|p| crate::workload::parse_file(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let results = validate(&workloads, &mut *model_runner(v), &mut *host_runner());
+    let start = std::time::Instant::now();
+    let results = validate(
+        &workloads,
+        &mut *recorded(model_runner(v), "run", db),
+        &mut *recorded(host_runner(), "native", db),
+    );
+    super::record(
+        db,
+        &crate::store::NewRun {
+            kind: "validate",
+            workload: None,
+            machine: None,
+            host_kernel: crate::store::host_kernel(),
+            wall_ms: start.elapsed().as_secs_f64() * 1e3,
+            result: serde_json::to_value(&results)?,
+        },
+    );
     if a.json {
         super::emit(&(serde_json::to_string_pretty(&results)? + "\n"))?;
     } else {

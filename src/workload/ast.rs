@@ -23,6 +23,8 @@ pub const UNIT: u64 = 4096;
 pub struct Workload {
     /// The file name as given (used in error messages).
     pub path: String,
+    /// The source text, as recorded with a result.
+    pub text: String,
     pub stmts: Vec<Stmt>,
 }
 

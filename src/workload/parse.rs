@@ -15,6 +15,7 @@ pub fn parse_str(path: &str, src: &str) -> Result<Workload, WorkloadError> {
     check::check(path, &nodes)?;
     Ok(Workload {
         path: path.to_string(),
+        text: src.to_string(),
         stmts: nodes.into_iter().map(Node::into_stmt).collect(),
     })
 }
