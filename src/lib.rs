@@ -11,4 +11,5 @@ pub mod mm;
 pub mod native;
 pub mod report;
 pub mod sim;
+pub mod time;
 pub mod workload;
