@@ -15,13 +15,20 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Add modeled time on a machine profile (`foliolab machines`, or a .toml path);
+    /// its features become variant defaults that `--set` overrides.
+    #[arg(long, value_name = "NAME|PATH.toml")]
+    pub machine: Option<String>,
 }
 
 pub fn main(a: Args) -> super::CmdResult {
-    let v = Variants::from_sets(&a.sets)?;
+    let machine = crate::time::Machine::load(a.machine.as_deref(), &a.sets)?;
+    let v = Variants::from_sets(machine.as_ref().map_or(&a.sets, |m| &m.sets))?;
     let w = workload::parse_file(&a.workload)?;
     let r = sim::run(&w, &v)?;
-    if a.json {
+    if let Some(m) = &machine {
+        super::emit(&m.render(&r, a.json, summary))?;
+    } else if a.json {
         super::emit(&(serde_json::to_string_pretty(&r)? + "\n"))?;
     } else {
         super::emit(&summary(&r))?;
