@@ -25,6 +25,8 @@ enum Command {
     Validate(cmd::validate::Args),
     /// Build the kernel linear map of a machine.
     Boot(cmd::boot::Args),
+    /// List the machine profiles: CPUs, features, and each cost with its source.
+    Machines(cmd::machines::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Native(a) => cmd::native::main(a),
         Command::Validate(a) => cmd::validate::main(a),
         Command::Boot(a) => cmd::boot::main(a),
+        Command::Machines(a) => cmd::machines::main(a),
     };
     match r {
         Ok(code) => code,

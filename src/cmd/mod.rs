@@ -2,6 +2,7 @@
 //! `main` prints and turns into exit status 2.
 
 pub mod boot;
+pub mod machines;
 pub mod native;
 pub mod run;
 pub mod validate;
