@@ -66,7 +66,8 @@ pub fn render(p: &Profile, notes: bool) -> String {
         .map(|e| e.len())
         .max()
         .unwrap_or(0);
-    for c in &p.cost {
+    let (costed, none): (Vec<_>, Vec<_>) = p.cost.iter().partition(|c| c.ns.is_some());
+    for c in costed {
         let value = c.ns.map_or("-".to_string(), |ns| format!("{ns}"));
         let rows: Vec<_> = c.rows.iter().map(|r| r.to_string()).collect();
         let rows = if rows.is_empty() {
@@ -95,8 +96,38 @@ pub fn render(p: &Profile, notes: bool) -> String {
             }
         }
     }
+    let _ = writeln!(s, "  uncosted (no public number; listed as uncosted when counted):");
+    for c in none {
+        let _ = writeln!(s, "    {} [{}]", c.events.join(" "), short(&c.source, 60));
+        if notes {
+            if let Some(n) = &c.note {
+                let _ = writeln!(s, "      note: {n}");
+            }
+        }
+    }
+    let _ = writeln!(s, "  not costed by design (sums, composites, statistics):");
     for n in &p.not_costed {
-        let _ = writeln!(s, "    not costed: {} ({})", n.events.join(" "), n.reason);
+        let _ = writeln!(s, "    {} ({})", n.events.join(" "), n.reason);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cost_is_shown_with_its_quality() {
+        for p in Profile::all().unwrap() {
+            let text = render(&p, true);
+            for c in &p.cost {
+                for e in &c.events {
+                    assert!(text.contains(e.as_str()), "{}: {e}", p.name);
+                }
+                if let Some(n) = &c.note {
+                    assert!(text.contains(n.as_str()), "{}: note", p.name);
+                }
+            }
+        }
+    }
 }

@@ -147,3 +147,18 @@ fn a_real_run_is_deterministic_and_phases_sum() {
     assert!(j["phases"][1]["time_ns"].is_number());
     assert_eq!(j["time"]["machine"], "altra-vm");
 }
+
+#[test]
+fn a_profile_file_loads_by_path() {
+    let path = std::env::temp_dir().join(format!("foliolab-profile-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        profile::BUILTIN[1].1.replace("name = \"altra-vm\"", "name = \"mine\""),
+    )
+    .unwrap();
+    let p = Profile::load(path.to_str().unwrap()).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(p.name, "mine");
+    assert!(matches!(p.lookup("arch.isb"), Lookup::Costed(8060, _)));
+    assert!(Profile::load("/nonexistent/x.toml").is_err());
+}
