@@ -13,4 +13,5 @@ pub mod native;
 pub mod report;
 pub mod sim;
 pub mod store;
+pub mod time;
 pub mod workload;

@@ -31,6 +31,8 @@ enum Command {
     Runs(cmd::runs::Args),
     /// Stored runs or saved reports side by side, change against the first.
     Compare(cmd::compare::Args),
+    /// List the machine profiles: CPUs, features, and each cost with its source.
+    Machines(cmd::machines::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Command::Boot(a) => cmd::boot::main(a),
         Command::Runs(a) => cmd::runs::main(a, &cli.store),
         Command::Compare(a) => cmd::compare::main(a, &cli.store),
+        Command::Machines(a) => cmd::machines::main(a),
     };
     match r {
         Ok(code) => code,

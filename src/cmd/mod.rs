@@ -3,6 +3,7 @@
 
 pub mod boot;
 pub mod compare;
+pub mod machines;
 pub mod native;
 pub mod run;
 pub mod runs;

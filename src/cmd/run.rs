@@ -23,17 +23,25 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Add modeled time on a machine profile (`foliolab machines`, or a .toml path);
+    /// its features become variant defaults that `--set` overrides.
+    #[arg(long, value_name = "NAME|PATH.toml")]
+    pub machine: Option<String>,
 }
 
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
-    let v = Variants::from_sets(&a.sets)?;
-    let each = a.each.as_deref().map(|e| parse_each(e, &a.sets)).transpose()?;
+    let machine = crate::time::Machine::load(a.machine.as_deref(), &a.sets)?;
+    let sets = machine.as_ref().map_or(&a.sets, |m| &m.sets);
+    let v = Variants::from_sets(sets)?;
+    let each = a.each.as_deref().map(|e| parse_each(e, sets)).transpose()?;
     let w = workload::parse_file(&a.workload)?;
     let Some((key, values)) = each else {
         let start = std::time::Instant::now();
         let r = sim::run(&w, &v)?;
         super::record_report(db, "run", &w, &r, start.elapsed());
-        if a.json {
+        if let Some(m) = &machine {
+            super::emit(&m.render(&r, a.json, summary))?;
+        } else if a.json {
             super::emit(&(serde_json::to_string_pretty(&r)? + "\n"))?;
         } else {
             super::emit(&summary(&r))?;

@@ -1,0 +1,256 @@
+//! Machine profiles: `machines/*.toml`, one file per machine, each merged over
+//! `machines/common.toml`. Every cost names its source and a quality tag.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The profiles built into the binary, by name.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("m2-vm", include_str!("../../machines/m2-vm.toml")),
+    ("altra-vm", include_str!("../../machines/altra-vm.toml")),
+    ("altra-metal", include_str!("../../machines/altra-metal.toml")),
+    ("snapdragon-888", include_str!("../../machines/snapdragon-888.toml")),
+    ("kunpeng-920", include_str!("../../machines/kunpeng-920.toml")),
+    ("generic", include_str!("../../machines/generic.toml")),
+];
+const COMMON: &str = include_str!("../../machines/common.toml");
+
+/// How good a cost is (../shared/reference/costs.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Quality {
+    /// Measured and published by the source.
+    M,
+    /// Derived by arithmetic from a published measurement (the note gives the formula).
+    D,
+    /// Vendor spec or documentation.
+    V,
+    /// A relative result only.
+    R,
+    /// No public number: the event stays uncosted.
+    #[serde(rename = "NONE")]
+    None,
+    /// An explicit estimate, explained in the note.
+    #[serde(rename = "EST")]
+    Est,
+}
+
+impl Quality {
+    pub fn tag(self) -> &'static str {
+        match self {
+            Quality::M => "M",
+            Quality::D => "D",
+            Quality::V => "V",
+            Quality::R => "R",
+            Quality::None => "NONE",
+            Quality::Est => "EST",
+        }
+    }
+}
+
+/// The cost of one or more events.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cost {
+    pub events: Vec<String>,
+    /// Nanoseconds per count; absent exactly when the quality is NONE.
+    pub ns: Option<f64>,
+    pub quality: Quality,
+    /// Lore Message-ID, commit or page the number comes from.
+    pub source: String,
+    /// Row numbers in costs.md.
+    #[serde(default)]
+    pub rows: Vec<u32>,
+    pub note: Option<String>,
+    /// The seed whose own series the number is derived from: not usable to reproduce
+    /// that seed's result.
+    pub derived_from_seed: Option<String>,
+    /// How the source relates to that seed (e.g. a sibling patch of its series).
+    pub seed_relation: Option<String>,
+}
+
+impl Cost {
+    /// The cost in picoseconds, the unit of all arithmetic.
+    pub fn ps(&self) -> Option<i128> {
+        self.ns.map(|ns| (ns * 1000.0).round() as i128)
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotCosted {
+    /// Event names; one ending in '*' is a prefix.
+    pub events: Vec<String>,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tlb {
+    /// "none" when no public number exists.
+    pub geometry: String,
+    pub source: String,
+    pub quality: Quality,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Features {
+    pub tlbi_range: bool,
+    pub bbml2: bool,
+    pub kpti: bool,
+    /// ARM64_WORKAROUND_REPEAT_TLBI: "yes", "no" or "unknown" (not modeled).
+    pub repeat_tlbi: String,
+    pub note: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Common {
+    #[serde(default)]
+    not_costed: Vec<NotCosted>,
+    #[serde(default)]
+    cost: Vec<Cost>,
+}
+
+/// One machine.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    pub cpus: u32,
+    pub cpus_note: String,
+    pub tlb: Tlb,
+    pub features: Features,
+    /// The machine's own costs, then (after loading) common.toml's for the events
+    /// the machine does not cost itself.
+    #[serde(default)]
+    pub cost: Vec<Cost>,
+    #[serde(default)]
+    pub not_costed: Vec<NotCosted>,
+}
+
+/// How a profile treats one counter.
+pub enum Lookup<'a> {
+    /// Costs this many picoseconds per count.
+    Costed(i128, &'a Cost),
+    /// Has an entry saying no public number exists.
+    NoNumber(&'a Cost),
+    /// A sum, composite or statistic: no time of its own.
+    NotCosted(&'a NotCosted),
+    /// Not mentioned by the profile.
+    Unknown,
+}
+
+impl Profile {
+    /// A built-in profile by name, or a profile file when `name` ends in `.toml`.
+    pub fn load(name: &str) -> Result<Profile, String> {
+        if name.ends_with(".toml") {
+            let text = std::fs::read_to_string(name).map_err(|e| format!("--machine {name}: {e}"))?;
+            return Profile::parse(&text).map_err(|e| format!("--machine {name}: {e}"));
+        }
+        match BUILTIN.iter().find(|(n, _)| *n == name) {
+            Some((_, text)) => Profile::parse(text).map_err(|e| format!("machines/{name}.toml: {e}")),
+            None => {
+                let known: Vec<_> = BUILTIN.iter().map(|(n, _)| *n).collect();
+                Err(format!(
+                    "unknown machine '{name}' (known: {}; or a path ending in .toml)",
+                    known.join(", ")
+                ))
+            }
+        }
+    }
+
+    /// Every built-in profile, in the order of `BUILTIN`.
+    pub fn all() -> Result<Vec<Profile>, String> {
+        BUILTIN.iter().map(|(n, _)| Profile::load(n)).collect()
+    }
+
+    /// Parse one profile, merge common.toml under it and check it.
+    pub fn parse(text: &str) -> Result<Profile, String> {
+        let mut p: Profile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let common: Common = toml::from_str(COMMON).map_err(|e| format!("common.toml: {e}"))?;
+        let own: Vec<String> = p.cost.iter().flat_map(|c| c.events.clone()).collect();
+        for mut c in common.cost {
+            c.events.retain(|e| !own.contains(e));
+            if !c.events.is_empty() {
+                p.cost.push(c);
+            }
+        }
+        p.not_costed.extend(common.not_costed);
+        p.check()?;
+        Ok(p)
+    }
+
+    /// Every cost has a source and a quality tag, a number exactly when it is not
+    /// NONE, and a note when it is NONE, EST or D; no event is costed twice.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen = BTreeMap::new();
+        for c in &self.cost {
+            let what = c.events.join(", ");
+            if c.events.is_empty() {
+                return Err("a cost entry with no events".into());
+            }
+            if c.source.trim().is_empty() {
+                return Err(format!("{what}: no source"));
+            }
+            match (c.quality, c.ns) {
+                (Quality::None, Some(_)) => return Err(format!("{what}: quality NONE with a cost")),
+                (Quality::None, None) => {}
+                (_, None) => return Err(format!("{what}: quality {} without ns", c.quality.tag())),
+                (_, Some(ns)) if !(ns.is_finite() && ns >= 0.0) => return Err(format!("{what}: bad cost {ns}")),
+                _ => {}
+            }
+            let needs_note = matches!(c.quality, Quality::None | Quality::Est | Quality::D);
+            if needs_note && c.note.as_deref().is_none_or(|n| n.trim().is_empty()) {
+                return Err(format!("{what}: quality {} needs a note", c.quality.tag()));
+            }
+            if c.seed_relation.is_some() && c.derived_from_seed.is_none() {
+                return Err(format!("{what}: seed_relation without derived_from_seed"));
+            }
+            for e in &c.events {
+                if seen.insert(e.clone(), ()).is_some() {
+                    return Err(format!("{e}: costed twice"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How this profile treats `event`.
+    pub fn lookup(&self, event: &str) -> Lookup<'_> {
+        if let Some(c) = self.cost.iter().find(|c| c.events.iter().any(|e| e == event)) {
+            return match c.ps() {
+                Some(ps) => Lookup::Costed(ps, c),
+                None => Lookup::NoNumber(c),
+            };
+        }
+        let matches = |pat: &String| match pat.strip_suffix('*') {
+            Some(prefix) => event.starts_with(prefix),
+            None => pat == event,
+        };
+        match self.not_costed.iter().find(|n| n.events.iter().any(matches)) {
+            Some(n) => Lookup::NotCosted(n),
+            None => Lookup::Unknown,
+        }
+    }
+
+    /// The model variants this machine sets, as `key=value`.
+    pub fn variant_sets(&self) -> Vec<(String, String)> {
+        let f = |b: bool| if b { "on" } else { "off" }.to_string();
+        vec![
+            ("cpus".into(), self.cpus.to_string()),
+            ("tlbi-range".into(), f(self.features.tlbi_range)),
+            ("bbml2".into(), f(self.features.bbml2)),
+            ("kpti".into(), f(self.features.kpti)),
+        ]
+    }
+
+    /// Costed events derived from `seed`'s own series (not usable to reproduce it).
+    pub fn derived_from(&self, seed: &str) -> Vec<&Cost> {
+        self.cost
+            .iter()
+            .filter(|c| c.derived_from_seed.as_deref() == Some(seed))
+            .collect()
+    }
+}
