@@ -241,10 +241,12 @@ mod tests {
                 Phase {
                     label: "start".into(),
                     counters: Counters::from([("arch.tlbi".to_string(), 1)]),
+                    time_ns: None,
                 },
                 Phase {
                     label: "unmap".into(),
                     counters: Counters::from([("arch.tlbi".to_string(), tlbi)]),
+                    time_ns: None,
                 },
             ];
         }

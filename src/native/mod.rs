@@ -114,6 +114,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         phases: vec![Phase {
             label: "start".into(),
             counters: keys.iter().map(|k| (k.clone(), 0)).collect(),
+            time_ns: Some(0),
         }],
         diagnostics: Vec::new(),
         op_time: Duration::ZERO,
@@ -228,6 +229,7 @@ impl Orchestrator<'_> {
                     self.phases.push(Phase {
                         label: label.clone(),
                         counters,
+                        time_ns: Some(0),
                     });
                 }
                 _ => self.op(s)?,
@@ -265,15 +267,16 @@ impl Orchestrator<'_> {
     fn op(&mut self, s: &Stmt) -> Result<(), NativeError> {
         let start = Instant::now();
         self.sources.snapshot(&mut self.before).map_err(snap_err)?;
-        let (minflt, runner) = match &s.op {
+        let (minflt, runner, ns) = match &s.op {
             Op::Set { knob, value } => {
                 self.guard.set(knob, value)?;
-                (0, 0)
+                (0, 0, 0)
             }
             Op::Shrink => {
+                let t = Instant::now();
                 std::fs::write(self.drop_caches, "2")
                     .map_err(|e| self.err(s, format!("shrink: writing {}: {e}", self.drop_caches.display())))?;
-                (0, 0)
+                (0, 0, t.elapsed().as_nanos() as u64)
             }
             op => {
                 let r = self.ask(s, Cmd::Op(self.leaf_id(s)))?;
@@ -286,7 +289,7 @@ impl Orchestrator<'_> {
                     Op::Exit => self.wait_gone(s)?,
                     _ => {}
                 }
-                (r.minflt, runner)
+                (r.minflt, runner, r.ns)
             }
         };
         self.sources.snapshot(&mut self.after).map_err(snap_err)?;
@@ -303,7 +306,9 @@ impl Orchestrator<'_> {
             .iter()
             .zip(self.after.iter().zip(&self.before))
             .map(|(k, (a, b))| (k, a - b));
-        let phase = &mut self.phases.last_mut().expect("a phase").counters;
+        let phase = self.phases.last_mut().expect("a phase");
+        *phase.time_ns.get_or_insert(0) += ns;
+        let phase = &mut phase.counters;
         for (k, d) in deltas.chain([(&proc_key, minflt), (&RUNNER_KEY.to_string(), runner)]) {
             *self.totals.get_mut(k).expect("known key") += d;
             *phase.get_mut(k).expect("known key") += d;

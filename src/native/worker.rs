@@ -57,7 +57,7 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                             sampler = Sampler::open().map_err(|e| e.to_string());
                             // A new task's min_flt starts at 0: all of it is the runner's.
                             let ready = match &sampler {
-                                Ok(_) => Enc::ok_op(0, 0, minflt(), &[]),
+                                Ok(_) => Enc::ok_op(0, 0, minflt(), 0, &[]),
                                 Err(e) => Enc::err(e),
                             };
                             if send(&mut &ctx.sockets[name], &ready).is_err() {
@@ -67,11 +67,11 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                         }
                         match pid {
                             -1 => Enc::err(&format!("fork: {}", std::io::Error::last_os_error())),
-                            _ => Enc::ok_op(0, pid, minflt() - before, &[]),
+                            _ => Enc::ok_op(0, pid, minflt() - before, 0, &[]),
                         }
                     }
                     (Op::Exit, Ok(_)) => {
-                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, &[]));
+                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, 0, &[]));
                         return;
                     }
                     (op, Ok(sampler)) => {
@@ -81,14 +81,16 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                         tally.clear();
                         sampler.discard();
                         let before = minflt();
+                        let start = std::time::Instant::now();
                         let res = exec(op, addr, || sampler.drain(&mut tally, &inside));
+                        let ns = start.elapsed().as_nanos() as u64;
                         let after = minflt();
                         sampler.drain(&mut tally, &inside);
                         match res {
                             Ok(()) => {
                                 track(op, &mut regions);
                                 let (count, diags) = attribute(after - before, &tally);
-                                Enc::ok_op(count, 0, 0, &diags)
+                                Enc::ok_op(count, 0, 0, ns, &diags)
                             }
                             Err(e) => Enc::err(&format!("{} failed: {e}", op.keyword())),
                         }

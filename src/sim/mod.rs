@@ -418,6 +418,7 @@ impl Sim<'_> {
         self.phases.push(Phase {
             label: self.phase_label.clone(),
             counters: d,
+            time_ns: None,
         });
     }
 

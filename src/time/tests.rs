@@ -67,6 +67,7 @@ fn report(counters: &[(&str, i64)], phases: &[&[(&str, i64)]]) -> Report {
             .map(|(i, p)| Phase {
                 label: format!("p{i}"),
                 counters: c(p),
+                time_ns: None,
             })
             .collect(),
         ..Report::default()
