@@ -280,16 +280,21 @@ impl Orchestrator<'_> {
             }
             op => {
                 let r = self.ask(s, Cmd::Op(self.leaf_id(s)))?;
-                let mut runner = r.runner;
+                let (mut runner, mut ns) = (r.runner, r.ns);
                 match op {
                     Op::Fork { child } => {
                         self.pids.insert(child.clone(), r.pid as libc::pid_t);
                         runner += self.reply(s, child)?.runner;
                     }
-                    Op::Exit => self.wait_gone(s)?,
+                    // The teardown happens after the worker's reply: time it here.
+                    Op::Exit => {
+                        let t = Instant::now();
+                        self.wait_gone(s)?;
+                        ns += t.elapsed().as_nanos() as u64;
+                    }
                     _ => {}
                 }
-                (r.minflt, runner, r.ns)
+                (r.minflt, runner, ns)
             }
         };
         self.sources.snapshot(&mut self.after).map_err(snap_err)?;

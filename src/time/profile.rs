@@ -253,4 +253,88 @@ impl Profile {
             .filter(|c| c.derived_from_seed.as_deref() == Some(seed))
             .collect()
     }
+
+    /// This profile as usable to reproduce `seed`: every cost derived from that seed's
+    /// own series is replaced by `fallback`'s cost for the event when that one is not
+    /// derived from the seed too, else left without a number. Returns the notes saying
+    /// what was replaced or refused.
+    pub fn for_seed(&self, seed: &str, fallback: &Profile) -> (Profile, Vec<String>) {
+        let mut p = self.clone();
+        let mut notes = Vec::new();
+        let mut kept = Vec::new();
+        for c in std::mem::take(&mut p.cost) {
+            if c.derived_from_seed.as_deref() != Some(seed) {
+                kept.push(c);
+                continue;
+            }
+            for e in &c.events {
+                let replacement = fallback
+                    .cost
+                    .iter()
+                    .find(|f| f.events.contains(e) && f.ns.is_some() && f.derived_from_seed.as_deref() != Some(seed));
+                let mut r = match replacement {
+                    Some(f) => {
+                        notes.push(format!(
+                            "{}: {e}: its cost is derived from seed {seed}'s own series; {}'s {} ns [{}] used instead",
+                            self.name,
+                            fallback.name,
+                            f.ns.unwrap_or_default(),
+                            f.quality.tag()
+                        ));
+                        f.clone()
+                    }
+                    None => {
+                        notes.push(format!(
+                            "{}: {e}: its cost is derived from seed {seed}'s own series and {} has none other: uncosted",
+                            self.name, fallback.name
+                        ));
+                        Cost {
+                            ns: None,
+                            quality: Quality::None,
+                            note: Some(format!("refused: derived from seed {seed}'s own series")),
+                            ..c.clone()
+                        }
+                    }
+                };
+                r.events = vec![e.clone()];
+                kept.push(r);
+            }
+        }
+        p.cost = kept;
+        (p, notes)
+    }
+
+    /// This profile with `software`'s measured costs for every event it has no number
+    /// for, scaled by `ratio` (this machine's time per unit of the software profile's):
+    /// the generic mm code is the same code on both, and only the core differs.
+    pub fn with_software(&self, software: &Profile, ratio: f64, why: &str) -> Profile {
+        let mut p = self.clone();
+        for c in &software.cost {
+            let Some(ns) = c.ns else { continue };
+            let missing: Vec<String> = c
+                .events
+                .iter()
+                .filter(|e| !matches!(p.lookup(e), Lookup::Costed(..) | Lookup::NotCosted(_)))
+                .cloned()
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            p.cost.retain_mut(|own| {
+                own.events.retain(|e| !missing.contains(e));
+                !own.events.is_empty()
+            });
+            p.cost.push(Cost {
+                events: missing,
+                ns: Some(ns * ratio),
+                quality: Quality::Est,
+                source: format!("{} ({}), scaled by {ratio:.3}", software.name, c.source),
+                rows: Vec::new(),
+                note: Some(why.to_string()),
+                derived_from_seed: None,
+                seed_relation: None,
+            });
+        }
+        p
+    }
 }
