@@ -64,11 +64,17 @@ pub fn default_path(flag: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FOLIOLAB_DB").filter(|p| !p.is_empty()) {
         return Some(p.into());
     }
+    Some(data_dir()?.join("results.db"))
+}
+
+/// foliolab's directory in the user's data directory: `$XDG_DATA_HOME/foliolab`, else
+/// `~/.local/share/foliolab`.
+pub fn data_dir() -> Option<PathBuf> {
     let data = std::env::var_os("XDG_DATA_HOME")
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))?;
-    Some(data.join("foliolab/results.db"))
+    Some(data.join("foliolab"))
 }
 
 const SCHEMA: &str = "

@@ -2,6 +2,7 @@
 //! `main` prints and turns into exit status 2.
 
 pub mod boot;
+pub mod calibrate;
 pub mod compare;
 pub mod machines;
 pub mod native;

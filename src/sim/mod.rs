@@ -1,7 +1,7 @@
 //! The model's workload executor: runs a parsed workload on a booted `Kernel` and
 //! produces the report of ../shared/spec/workload.md.
 
-mod progress;
+pub mod progress;
 pub mod variants;
 
 use crate::hw::{Event, MachineConfig, PhysMem, VirtAddr};

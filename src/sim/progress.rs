@@ -31,6 +31,8 @@ pub struct Progress {
     next: u64,
     step: u64,
     total: u64,
+    /// What is counted, for the bar's text.
+    unit: &'static str,
     start: Instant,
     last: Instant,
     bar: Option<ProgressBar>,
@@ -39,19 +41,25 @@ pub struct Progress {
 impl Progress {
     /// Progress over `total` ops, shown only if stderr is a terminal.
     pub fn new(total: u64) -> Progress {
+        Progress::counting(total, "ops")
+    }
+
+    /// Progress over `total` things called `unit` (e.g. workloads of a suite).
+    pub fn counting(total: u64, unit: &'static str) -> Progress {
         let now = Instant::now();
         Progress {
             done: 0,
             next: if std::io::stderr().is_terminal() { 1 } else { u64::MAX },
             step: 1,
             total,
+            unit,
             start: now,
             last: now,
             bar: None,
         }
     }
 
-    /// One more op executed.
+    /// One more op (or `unit`) done.
     #[inline]
     pub fn op(&mut self) {
         self.done += 1;
@@ -79,8 +87,11 @@ impl Progress {
         let bar = self.bar.get_or_insert_with(|| {
             let bar = ProgressBar::with_draw_target(Some(self.total), ProgressDrawTarget::stderr());
             bar.set_style(
-                ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} ops, eta {eta}")
-                    .expect("a valid template"),
+                ProgressStyle::with_template(&format!(
+                    "{{elapsed_precise}} [{{wide_bar}}] {{human_pos}}/{{human_len}} {}, eta {{eta}}",
+                    self.unit
+                ))
+                .expect("a valid template"),
             );
             bar
         });

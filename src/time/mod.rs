@@ -3,6 +3,7 @@
 //! All arithmetic is in integer picoseconds, so the result is exact and the same on
 //! every host; nanoseconds are only produced for output.
 
+pub mod calibrate;
 pub mod profile;
 
 pub use profile::{Lookup, Profile, Quality};

@@ -1,7 +1,7 @@
 //! Machine profiles: `machines/*.toml`, one file per machine, each merged over
 //! `machines/common.toml`. Every cost names its source and a quality tag.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The profiles built into the binary, by name.
@@ -15,8 +15,17 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 const COMMON: &str = include_str!("../../machines/common.toml");
 
+/// The profile `foliolab calibrate` measures on this host.
+pub const HOST: &str = "host";
+
+/// Where the host profile lives: in the user's data directory, since it describes the
+/// machine it was measured on, not the project.
+pub fn host_path() -> Option<std::path::PathBuf> {
+    Some(crate::store::data_dir()?.join("machines/host.toml"))
+}
+
 /// How good a cost is (../shared/reference/costs.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub enum Quality {
     /// Measured and published by the source.
     M,
@@ -32,6 +41,9 @@ pub enum Quality {
     /// An explicit estimate, explained in the note.
     #[serde(rename = "EST")]
     Est,
+    /// Measured on this host by `foliolab calibrate` (a fit to timed workloads).
+    #[serde(rename = "HOST")]
+    Host,
 }
 
 impl Quality {
@@ -43,12 +55,13 @@ impl Quality {
             Quality::R => "R",
             Quality::None => "NONE",
             Quality::Est => "EST",
+            Quality::Host => "HOST",
         }
     }
 }
 
 /// The cost of one or more events.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cost {
     pub events: Vec<String>,
@@ -75,7 +88,7 @@ impl Cost {
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NotCosted {
     /// Event names; one ending in '*' is a prefix.
@@ -83,7 +96,7 @@ pub struct NotCosted {
     pub reason: String,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tlb {
     /// "none" when no public number exists.
@@ -92,7 +105,7 @@ pub struct Tlb {
     pub quality: Quality,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Features {
     pub tlbi_range: bool,
@@ -103,7 +116,7 @@ pub struct Features {
     pub note: String,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct Common {
     #[serde(default)]
@@ -113,13 +126,16 @@ struct Common {
 }
 
 /// One machine.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     pub name: String,
     pub description: String,
     pub cpus: u32,
     pub cpus_note: String,
+    /// The core clock, for scaling software costs measured on another machine.
+    pub clock_ghz: f64,
+    pub clock_source: String,
     pub tlb: Tlb,
     pub features: Features,
     /// The machine's own costs, then (after loading) common.toml's for the events
@@ -143,8 +159,19 @@ pub enum Lookup<'a> {
 }
 
 impl Profile {
-    /// A built-in profile by name, or a profile file when `name` ends in `.toml`.
+    /// A built-in profile by name, `host` (written by `foliolab calibrate`), or a
+    /// profile file when `name` ends in `.toml`.
     pub fn load(name: &str) -> Result<Profile, String> {
+        if name == HOST {
+            let path = host_path().ok_or("no HOME or XDG_DATA_HOME to find the host profile")?;
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                format!(
+                    "--machine host: {}: {e} (run `foliolab calibrate` first)",
+                    path.display()
+                )
+            })?;
+            return Profile::parse(&text).map_err(|e| format!("{}: {e}", path.display()));
+        }
         if name.ends_with(".toml") {
             let text = std::fs::read_to_string(name).map_err(|e| format!("--machine {name}: {e}"))?;
             return Profile::parse(&text).map_err(|e| format!("--machine {name}: {e}"));

@@ -1,0 +1,247 @@
+//! `foliolab calibrate [--suite DIR] [--out PATH] [--json]`: measure this host's costs of
+//! the generic mm software, write them as the `host` machine profile, and state the
+//! model's time error on workloads the fit never saw.
+//!
+//! The fit uses the calibration workloads (calibrate/*.wl, built in) and every other
+//! workload of the validation suite; the rest of the suite is held out, and each held-out
+//! workload's modeled time on the `host` profile is set against its measured time.
+//! There is no PMD THP calibration workload: a PMD fault's time on the host is mostly
+//! its direct compaction, which depends on the host's fragmentation, not the workload.
+
+use crate::report::Report;
+use crate::sim::Variants;
+use crate::time::calibrate::{fit, host_profile, median_and_worst, predict, samples, Sample, FEATURES};
+use crate::workload::{parse_str, Workload};
+use serde::Serialize;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The validation suite, split into fitted and held-out halves.
+    #[arg(long, default_value = "tests/validation", value_name = "DIR")]
+    pub suite: String,
+    /// Where to write the profile (default: the `host` profile in the data directory).
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<std::path::PathBuf>,
+    /// Print the fit and the held-out errors as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The calibration workloads, built into the binary.
+const WORKLOADS: &[(&str, &str)] = &[
+    (
+        "calibrate/fault-order0.wl",
+        include_str!("../../calibrate/fault-order0.wl"),
+    ),
+    ("calibrate/fault-16k.wl", include_str!("../../calibrate/fault-16k.wl")),
+    ("calibrate/fault-64k.wl", include_str!("../../calibrate/fault-64k.wl")),
+    ("calibrate/read-zero.wl", include_str!("../../calibrate/read-zero.wl")),
+    (
+        "calibrate/dontneed-step.wl",
+        include_str!("../../calibrate/dontneed-step.wl"),
+    ),
+    ("calibrate/cow.wl", include_str!("../../calibrate/cow.wl")),
+    ("calibrate/mprotect.wl", include_str!("../../calibrate/mprotect.wl")),
+];
+
+#[derive(Serialize)]
+struct Fitted {
+    workload: String,
+    phase: String,
+    measured_ns: f64,
+    predicted_ns: f64,
+    error: f64,
+}
+
+#[derive(Serialize)]
+struct HeldOut {
+    workload: String,
+    measured_ns: f64,
+    predicted_ns: f64,
+    error: f64,
+}
+
+#[derive(Serialize)]
+struct Outcome {
+    profile: String,
+    costs_ns: std::collections::BTreeMap<String, f64>,
+    fit: Vec<Fitted>,
+    held_out: Vec<HeldOut>,
+    median_error: f64,
+    worst_error: f64,
+}
+
+/// Model (contpte off: the host has no contiguous bit) and host reports of `w`.
+fn both(w: &Workload) -> Result<(Report, Report), String> {
+    let mut v = Variants::default();
+    v.set("contpte", "off")?;
+    let model = crate::sim::run(w, &v).map_err(|e| e.to_string())?;
+    let host = crate::native::run(w).map_err(|e| format!("host: {e}"))?;
+    Ok((model, host))
+}
+
+pub fn main(a: Args) -> super::CmdResult {
+    let mut suite: Vec<String> = std::fs::read_dir(&a.suite)
+        .map_err(|e| format!("--suite {}: {e}", a.suite))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "wl"))
+        .map(|p| p.display().to_string())
+        .collect();
+    suite.sort();
+    let mut train = Vec::new();
+    for (name, text) in WORKLOADS {
+        train.push(parse_str(name, text)?);
+    }
+    let mut held = Vec::new();
+    for (i, p) in suite.iter().enumerate() {
+        let w = crate::workload::parse_file(p)?;
+        if i % 2 == 0 {
+            train.push(w);
+        } else {
+            held.push(w);
+        }
+    }
+    let mut progress = crate::sim::progress::Progress::counting((train.len() + held.len()) as u64, "workloads");
+    let mut fitted: Vec<Sample> = Vec::new();
+    for w in &train {
+        let (m, h) = both(w)?;
+        fitted.extend(samples(&m, &h));
+        progress.op();
+    }
+    let costs = fit(&fitted);
+    let mut held_out = Vec::new();
+    for w in &held {
+        let (m, h) = both(w)?;
+        let s = samples(&m, &h);
+        let measured: f64 = h.phases.iter().filter_map(|p| p.time_ns).sum::<u64>() as f64;
+        let predicted: f64 = s.iter().map(|s| predict(&costs, &s.counts)).sum();
+        if measured > 0.0 {
+            held_out.push(HeldOut {
+                workload: w.path.clone(),
+                measured_ns: measured,
+                predicted_ns: predicted,
+                error: (predicted - measured) / measured,
+            });
+        }
+        progress.op();
+    }
+    drop(progress);
+    let fit_rows: Vec<Fitted> = fitted
+        .iter()
+        .map(|s| {
+            let p = predict(&costs, &s.counts);
+            Fitted {
+                workload: s.workload.clone(),
+                phase: s.phase.clone(),
+                measured_ns: s.ns,
+                predicted_ns: p,
+                error: (p - s.ns) / s.ns,
+            }
+        })
+        .collect();
+    let (fit_median, fit_worst) = median_and_worst(&fit_rows.iter().map(|f| f.error).collect::<Vec<_>>());
+    let (median, worst) = median_and_worst(&held_out.iter().map(|h| h.error).collect::<Vec<_>>());
+    let what = host_description();
+    let note = format!(
+        "weighted NNLS over {} timed phases of {} workloads (fit error median {:.1}%, worst {:.1}%); held out {} workloads: median {:.1}%, worst {:.1}%",
+        fit_rows.len(),
+        train.len(),
+        fit_median * 100.0,
+        fit_worst * 100.0,
+        held_out.len(),
+        median * 100.0,
+        worst * 100.0
+    );
+    let profile = host_profile(&costs, &what, host_clock_ghz(), &note);
+    let path = match a.out {
+        Some(p) => p,
+        None => crate::time::profile::host_path().ok_or("no HOME or XDG_DATA_HOME for the host profile")?,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(&path, toml::to_string(&profile)?).map_err(|e| format!("{}: {e}", path.display()))?;
+    let outcome = Outcome {
+        profile: path.display().to_string(),
+        costs_ns: FEATURES
+            .iter()
+            .zip(&costs)
+            .map(|((f, _), &c)| (f.to_string(), c))
+            .collect(),
+        fit: fit_rows,
+        held_out,
+        median_error: median,
+        worst_error: worst,
+    };
+    if a.json {
+        super::emit(&(serde_json::to_string_pretty(&outcome)? + "\n"))?;
+    } else {
+        super::emit(&text(&outcome, &what))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn text(o: &Outcome, what: &str) -> String {
+    let mut s = format!(
+        "host profile for {what}\nwritten to {}\n\ncosts (ns per count):\n",
+        o.profile
+    );
+    for ((f, means), c) in FEATURES.iter().zip(o.costs_ns.values()) {
+        s += &format!("  {f:<38} {c:>10.2}  {means}\n");
+    }
+    s += "\nfit (measured against predicted, per phase):\n";
+    for f in &o.fit {
+        s += &format!(
+            "  {:<48} {:>13.3} ms {:>13.3} ms {:>+7.1}%\n",
+            format!("{} {}", f.workload, f.phase),
+            f.measured_ns / 1e6,
+            f.predicted_ns / 1e6,
+            f.error * 100.0
+        );
+    }
+    s += "\nheld out (never fitted), whole workload:\n";
+    for h in &o.held_out {
+        s += &format!(
+            "  {:<48} {:>13.3} ms {:>13.3} ms {:>+7.1}%\n",
+            h.workload,
+            h.measured_ns / 1e6,
+            h.predicted_ns / 1e6,
+            h.error * 100.0
+        );
+    }
+    s + &format!(
+        "\nheld-out time error over {} workloads: median {:.1}%, worst {:.1}%\n",
+        o.held_out.len(),
+        o.median_error * 100.0,
+        o.worst_error * 100.0
+    )
+}
+
+/// The CPU model and kernel release, as the profile names its source.
+fn host_description() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "an unknown CPU".into());
+    let kernel = crate::store::host_kernel().unwrap_or_default();
+    format!("{cpu}, Linux {kernel}")
+}
+
+/// The first CPU's clock in GHz, from /proc/cpuinfo.
+fn host_clock_ghz() -> f64 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split_once(':'))
+                .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |mhz| mhz / 1000.0)
+}
