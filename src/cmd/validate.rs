@@ -32,6 +32,9 @@ pub struct Args {
     /// Print the comparisons as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The kernel to compare with: this host's, or Linux 6.12 arm64 under QEMU.
+    #[arg(long, value_enum, default_value = "host")]
+    pub target: crate::native::qemu::Target,
 }
 
 /// Runs a workload on one side; the error is reported as that side's failure.
@@ -42,8 +45,11 @@ pub fn model_runner(v: crate::sim::Variants) -> Box<Runner<'static>> {
     Box::new(move |w: &Workload| crate::sim::run(w, &v).map_err(|e| e.to_string()))
 }
 
-fn host_runner() -> Box<Runner<'static>> {
-    Box::new(|w: &Workload| crate::native::run(w).map_err(|e| e.to_string()))
+fn host_runner(target: crate::native::qemu::Target) -> Box<Runner<'static>> {
+    Box::new(move |w: &Workload| {
+        let mut r = super::native::run_on(target, std::slice::from_ref(w)).map_err(|e| e.to_string())?;
+        r.pop().expect("one result per workload")
+    })
 }
 
 /// How a counter is judged.
@@ -386,14 +392,20 @@ pub fn exit_code(results: &[Comparison]) -> ExitCode {
 }
 
 pub fn main(a: Args) -> super::CmdResult {
-    let v = crate::sim::Variants::from_sets(&a.sets)?;
+    let sets: Vec<String> = a
+        .target
+        .model_sets()
+        .into_iter()
+        .chain(a.sets.iter().cloned())
+        .collect();
+    let v = crate::sim::Variants::from_sets(&sets)?;
     // Every workload is checked before anything runs: bad input is exit 2, up front.
     let workloads = a
         .workloads
         .iter()
         .map(|p| crate::workload::parse_file(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let results = validate(&workloads, &mut *model_runner(v), &mut *host_runner());
+    let results = validate(&workloads, &mut *model_runner(v), &mut *host_runner(a.target));
     if a.json {
         super::emit(&(serde_json::to_string_pretty(&results)? + "\n"))?;
     } else {

@@ -897,6 +897,8 @@ static void run_workload(void)
 		nregions = 0;
 		worker(0);
 	}
+	/* The worker warms up before its first op's window, not during it. */
+	ask(0, "warm");
 	warm_up();
 	emit("{");
 	emit_keys();
