@@ -199,6 +199,8 @@ static size_t page_size(void)
 	return (size_t)sysconf(_SC_PAGESIZE);
 }
 
+static void sampler_discard(struct sampler *s);
+
 static int sampler_open(struct sampler *s)
 {
 	struct perf_event_attr attr;
@@ -221,6 +223,8 @@ static int sampler_open(struct sampler *s)
 		return -1;
 	for (size_t off = 0; off < s->len; off += page)
 		(void)s->ring[off];
+	/* data_tail is written on every drain: take its write fault now. */
+	sampler_discard(s);
 	return 0;
 }
 
