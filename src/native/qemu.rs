@@ -353,6 +353,9 @@ fn window_counters(w: &Window) -> Counters {
     c
 }
 
+/// `[step, minflt, runner, [deltas], [diagnostics]]`: one op's result from the guest.
+type OpResult = (usize, i64, i64, Vec<i64>, Vec<String>);
+
 /// One workload's result line from the guest runner.
 #[derive(serde::Deserialize)]
 struct GuestResult {
@@ -360,9 +363,8 @@ struct GuestResult {
     keys: Vec<String>,
     #[serde(default)]
     missing: Vec<String>,
-    /// `[step, minflt, runner, [deltas], [diagnostics]]` per op.
     #[serde(default)]
-    ops: Vec<(usize, i64, i64, Vec<i64>, Vec<String>)>,
+    ops: Vec<OpResult>,
     #[serde(default)]
     layout: BTreeMap<String, Vec<Run>>,
     layout_error: Option<String>,
