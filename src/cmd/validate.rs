@@ -32,6 +32,9 @@ pub struct Args {
     /// Print the comparisons as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The kernel to compare with: this host's, or Linux 6.12 arm64 under QEMU.
+    #[arg(long, value_enum, default_value = "host")]
+    pub target: crate::native::qemu::Target,
 }
 
 /// Runs a workload on one side; the error is reported as that side's failure.
@@ -42,8 +45,11 @@ pub fn model_runner(v: crate::sim::Variants) -> Box<Runner<'static>> {
     Box::new(move |w: &Workload| crate::sim::run(w, &v).map_err(|e| e.to_string()))
 }
 
-fn host_runner() -> Box<Runner<'static>> {
-    Box::new(|w: &Workload| crate::native::run(w).map_err(|e| e.to_string()))
+fn host_runner(target: crate::native::qemu::Target) -> Box<Runner<'static>> {
+    Box::new(move |w: &Workload| {
+        let mut r = super::native::run_on(target, std::slice::from_ref(w)).map_err(|e| e.to_string())?;
+        r.pop().expect("one result per workload")
+    })
 }
 
 /// `runner`, with every report it makes recorded in the results store as `kind`.
@@ -396,7 +402,13 @@ pub fn exit_code(results: &[Comparison]) -> ExitCode {
 }
 
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
-    let v = crate::sim::Variants::from_sets(&a.sets)?;
+    let sets: Vec<String> = a
+        .target
+        .model_sets()
+        .into_iter()
+        .chain(a.sets.iter().cloned())
+        .collect();
+    let v = crate::sim::Variants::from_sets(&sets)?;
     // Every workload is checked before anything runs: bad input is exit 2, up front.
     let workloads = a
         .workloads
@@ -407,7 +419,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let results = validate(
         &workloads,
         &mut *recorded(model_runner(v), "run", db),
-        &mut *recorded(host_runner(), "native", db),
+        &mut *recorded(host_runner(a.target), "native", db),
     );
     super::record(
         db,

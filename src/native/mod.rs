@@ -11,6 +11,7 @@ mod knobs;
 mod layout;
 mod perf;
 mod proto;
+pub mod qemu;
 mod stats;
 mod worker;
 

@@ -1,0 +1,620 @@
+//! `foliolab native --target qemu-arm64|qemu-arm64-16k`: runs workloads on a real
+//! arm64 Linux 6.12 kernel under QEMU (TCG, one vCPU), with the host runner's
+//! measurement done in the guest (tools/qemu/runner.c) and a TCG plugin
+//! (tools/qemu/plugin.c) counting TLBI, DSB, ISB and kernel-function entries inside
+//! each op's window. One boot runs a whole batch of workloads.
+//!
+//! A workload goes to the guest flattened, one line each: `proc NAME` per process,
+//! `vmstat KEY` per /proc/vmstat counter, `default KNOB VALUE` per spec default (set
+//! before the run, outside any window), then `step ...` per op in execution order,
+//! repeats expanded, with absolute addresses:
+//! ```text
+//! step set KNOB VALUE | step mark LABEL | step shrink
+//! step mmap PROC REGION ADDR SIZE HUGEPAGE NOHUGEPAGE POPULATE RO
+//! step touch PROC ADDR LEN WRITE STRIDE | step madvise PROC ADDR LEN ADVICE STEP
+//! step munmap PROC REGION ADDR LEN WHOLE | step mprotect PROC ADDR LEN none|r|rw
+//! step mlock|munlock PROC ADDR LEN | step fork PROC CHILD | step exit PROC
+//! ```
+//! (numbers in hex). Every step but `mark` is one window of the plugin's, in order.
+
+use crate::hw::Granule;
+use crate::mm::thp_sysfs::ThpKnobs;
+use crate::report::{Counters, Phase, Report, Run};
+use crate::workload::{Advice, Op, Prot, Stmt, Workload};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A QEMU guest to run workloads on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// This host's kernel (the default).
+    Host,
+    /// Linux 6.12 arm64, 4K pages (CONFIG_ARM64_CONTPTE=y).
+    QemuArm64,
+    /// Linux 6.12 arm64, 16K pages.
+    QemuArm64_16k,
+}
+
+impl Target {
+    /// The report's `source`, the cache's kernel directory and the base page size.
+    fn guest(self) -> Option<(&'static str, &'static str, Granule)> {
+        match self {
+            Target::Host => None,
+            Target::QemuArm64 => Some(("qemu-arm64", "arm64", Granule::K4)),
+            Target::QemuArm64_16k => Some(("qemu-arm64-16k", "arm64-16k", Granule::K16)),
+        }
+    }
+
+    /// The model variant that matches this target's kernel (`--set granule=...`).
+    pub fn model_sets(self) -> Vec<String> {
+        match self {
+            Target::QemuArm64_16k => vec!["granule=16K".into()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Kernel functions whose entries are counted, reported as `kernel.<name>`.
+pub const KERNEL_FUNCTIONS: &[&str] = &[
+    "contpte_convert",
+    "__contpte_try_fold",
+    "__contpte_try_unfold",
+    "contpte_ptep_get",
+    "contpte_set_ptes",
+    "contpte_clear_full_ptes",
+    "contpte_try_unfold_partial",
+    "folio_remove_rmap_ptes",
+    "do_anonymous_page",
+    "handle_mm_fault",
+];
+
+/// The model's architectural counters this target measures: always reported, so a
+/// zero compares too.
+const ARCH_KEYS: &[&str] = &[
+    "arch.tlbi.vae1is",
+    "arch.tlbi.vale1is",
+    "arch.tlbi.vaae1is",
+    "arch.tlbi.vaale1is",
+    "arch.tlbi.aside1is",
+    "arch.tlbi.vmalle1is",
+    "arch.tlbi.rvae1is",
+    "arch.tlbi.rvale1is",
+    "arch.tlbi.rvaae1is",
+    "arch.tlbi.rvaale1is",
+    "arch.tlbi.total",
+    "arch.dsb.ish",
+    "arch.dsb.ishst",
+    "arch.isb",
+];
+
+/// Barriers and TLBIs in functions whose names carry one of these are the mm's (mm/,
+/// arch/arm64/mm, the TLB flush helpers inlined into their callers); the rest
+/// (interrupts, the scheduler, the console) go under `unattributed.`, not compared.
+const MM_NAME_PARTS: &[&str] = &[
+    "pte",
+    "pmd",
+    "pud",
+    "p4d",
+    "pgd",
+    "tlb",
+    "mmu",
+    "folio",
+    "page",
+    "vma",
+    "vmi",
+    "zap",
+    "unmap",
+    "fault",
+    "madvise",
+    "mprotect",
+    "mlock",
+    "huge",
+    "thp",
+    "collapse",
+    "rmap",
+    "anon",
+    "contpte",
+    "mm_",
+    "_mm",
+    "mmap",
+    "shrink",
+    "swap",
+    "lru",
+    "split",
+    "dup_mm",
+    "copy_p",
+    "wp_",
+    "reclaim",
+    "free_pgtables",
+];
+
+fn is_mm(function: &str) -> bool {
+    MM_NAME_PARTS.iter().any(|p| function.contains(p))
+}
+
+/// The boot's measurements: total wall time, and per workload its report or error.
+pub struct Batch {
+    pub wall: Duration,
+    /// Guest time per workload, from the runner's clock.
+    pub guest: Vec<Duration>,
+    pub reports: Vec<Result<Report, String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QemuError {
+    #[error("{0} (run scripts/setup-qemu)")]
+    NotSetUp(String),
+    #[error("{0}")]
+    Run(String),
+}
+
+/// Where scripts/setup-qemu put the kernels, the plugin and the runner.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("FOLIOLAB_QEMU_CACHE").map_or_else(|| "/var/cache/foliolab/qemu".into(), PathBuf::from)
+}
+
+/// Why `target` cannot run here, if it cannot.
+pub fn missing(target: Target) -> Option<String> {
+    let (_, flavour, _) = target.guest()?;
+    let cache = cache_dir();
+    for tool in ["qemu-system-aarch64", "cpio"] {
+        let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
+        if !found {
+            return Some(format!("{tool} is not installed"));
+        }
+    }
+    [
+        "plugin.so",
+        "runner",
+        &format!("{flavour}/Image"),
+        &format!("{flavour}/kallsyms"),
+    ]
+    .iter()
+    .map(|f| cache.join(f))
+    .find(|p| !p.is_file())
+    .map(|p| format!("{} is missing", p.display()))
+}
+
+/// A workload's ops in execution order, repeats expanded.
+fn steps<'w>(stmts: &'w [Stmt], out: &mut Vec<&'w Stmt>) {
+    for s in stmts {
+        match &s.op {
+            Op::Repeat { n, body } => (0..*n).for_each(|_| steps(body, out)),
+            _ => out.push(s),
+        }
+    }
+}
+
+/// The flattened workload for the guest runner (format in the module comment).
+fn flatten(w: &Workload, granule: Granule, steps: &[&Stmt]) -> String {
+    let mut s = String::new();
+    let mut names = process_names(w);
+    names.retain(|n| n != crate::workload::parse::MAIN);
+    for n in std::iter::once(crate::workload::parse::MAIN).chain(names.iter().map(String::as_str)) {
+        let _ = writeln!(s, "proc {n}");
+    }
+    for k in super::VMSTAT_KEYS {
+        let _ = writeln!(s, "vmstat {k}");
+    }
+    for (k, v) in ThpKnobs::defaults(granule) {
+        let _ = writeln!(s, "default {k} {v}");
+    }
+    // Process -> region -> (address, size), as the workers will have them.
+    let mut regions: BTreeMap<&str, BTreeMap<&str, (u64, u64)>> = BTreeMap::new();
+    for st in steps {
+        let p = st.proc_name.as_str();
+        let span =
+            |regions: &BTreeMap<&str, BTreeMap<&str, (u64, u64)>>, r: &str, range: Option<crate::workload::Range>| {
+                let (a, size) = regions.get(p).and_then(|m| m.get(r)).copied().unwrap_or((0, 0));
+                range.map_or((a, size), |r| (a + r.off, r.len))
+            };
+        let line = match &st.op {
+            Op::Set { knob, value } => format!("set {knob} {value}"),
+            Op::Mark { label } => format!("mark {label}"),
+            Op::Shrink => "shrink".into(),
+            Op::Mmap {
+                region,
+                size,
+                hugepage,
+                nohugepage,
+                populate,
+                ro,
+                addr,
+                ..
+            } => {
+                regions.entry(p).or_default().insert(region, (*addr, *size));
+                let f = |b: &bool| u8::from(*b);
+                format!(
+                    "mmap {p} {region} {addr:x} {size:x} {} {} {} {}",
+                    f(hugepage),
+                    f(nohugepage),
+                    f(populate),
+                    f(ro)
+                )
+            }
+            Op::Touch {
+                region,
+                range,
+                write,
+                stride,
+            } => {
+                let (a, len) = span(&regions, region, *range);
+                format!("touch {p} {a:x} {len:x} {} {stride:x}", u8::from(*write))
+            }
+            Op::Madvise {
+                region,
+                range,
+                advice,
+                step,
+            } => {
+                let (a, len) = span(&regions, region, Some(*range));
+                let adv = match advice {
+                    Advice::DontNeed => "dontneed",
+                    Advice::Free => "free",
+                    Advice::PageOut => "pageout",
+                    Advice::Cold => "cold",
+                    Advice::HugePage => "hugepage",
+                    Advice::NoHugePage => "nohugepage",
+                    Advice::Collapse => "collapse",
+                };
+                format!("madvise {p} {a:x} {len:x} {adv} {:x}", step.unwrap_or(len))
+            }
+            Op::Munmap { region, range } => {
+                let (a, len) = span(&regions, region, *range);
+                if range.is_none() {
+                    regions.entry(p).or_default().remove(region.as_str());
+                }
+                format!("munmap {p} {region} {a:x} {len:x} {}", u8::from(range.is_none()))
+            }
+            Op::Mprotect { region, range, prot } => {
+                let (a, len) = span(&regions, region, Some(*range));
+                let prot = match prot {
+                    Prot::None => "none",
+                    Prot::R => "r",
+                    Prot::Rw => "rw",
+                };
+                format!("mprotect {p} {a:x} {len:x} {prot}")
+            }
+            Op::Mlock { region, range } | Op::Munlock { region, range } => {
+                let (a, len) = span(&regions, region, *range);
+                format!("{} {p} {a:x} {len:x}", st.op.keyword())
+            }
+            Op::Fork { child } => {
+                let copy = regions.get(p).cloned().unwrap_or_default();
+                regions.insert(child, copy);
+                format!("fork {p} {child}")
+            }
+            Op::Exit => format!("exit {p}"),
+            Op::Repeat { .. } => unreachable!("repeats are expanded"),
+        };
+        let _ = writeln!(s, "step {line}");
+    }
+    s
+}
+
+fn process_names(w: &Workload) -> Vec<String> {
+    let mut all = Vec::new();
+    steps(&w.stmts, &mut all);
+    let mut names: Vec<String> = std::iter::once(crate::workload::parse::MAIN.to_string())
+        .chain(all.iter().filter_map(|s| match &s.op {
+            Op::Fork { child } => Some(child.clone()),
+            _ => None,
+        }))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The plugin's counts for one op window: `(event, function) -> count`.
+type Window = BTreeMap<(String, String), u64>;
+
+fn parse_windows(text: &str) -> Result<Vec<Window>, String> {
+    let mut windows = Vec::new();
+    let mut cur = Window::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f[..] {
+            [_, "end"] => windows.push(std::mem::take(&mut cur)),
+            ["windows", _, "errors", "0"] => {}
+            ["windows", _, "errors", e] => return Err(format!("plugin saw {e} unpaired window markers")),
+            [_, event, function, n] => {
+                let n: u64 = n.parse().map_err(|_| format!("plugin output: bad line {line:?}"))?;
+                *cur.entry((event.to_string(), function.to_string())).or_default() += n;
+            }
+            _ => return Err(format!("plugin output: bad line {line:?}")),
+        }
+    }
+    Ok(windows)
+}
+
+/// A window's counters: `arch.*` for the mm's TLBIs and barriers (with the model's
+/// names), `unattributed.arch.*` for the rest, `kernel.<function>` for entries.
+fn window_counters(w: &Window) -> Counters {
+    let mut c: Counters = ARCH_KEYS.iter().map(|k| (k.to_string(), 0)).collect();
+    c.extend(KERNEL_FUNCTIONS.iter().map(|f| (format!("kernel.{f}"), 0)));
+    for ((event, function), &n) in w {
+        let n = n as i64;
+        let key = if event == "call" {
+            format!("kernel.{function}")
+        } else if is_mm(function) {
+            if event.starts_with("tlbi.") {
+                *c.entry("arch.tlbi.total".into()).or_default() += n;
+            }
+            format!("arch.{event}")
+        } else {
+            format!("unattributed.arch.{event}")
+        };
+        *c.entry(key).or_default() += n;
+    }
+    c
+}
+
+/// `[step, minflt, runner, [deltas], [diagnostics]]`: one op's result from the guest.
+type OpResult = (usize, i64, i64, Vec<i64>, Vec<String>);
+
+/// One workload's result line from the guest runner.
+#[derive(serde::Deserialize)]
+struct GuestResult {
+    #[serde(default)]
+    keys: Vec<String>,
+    #[serde(default)]
+    missing: Vec<String>,
+    #[serde(default)]
+    ops: Vec<OpResult>,
+    #[serde(default)]
+    layout: BTreeMap<String, Vec<Run>>,
+    layout_error: Option<String>,
+    error: Option<String>,
+    #[serde(default)]
+    ns: u64,
+}
+
+/// Builds a report as src/native does: totals and per-phase deltas of every op.
+fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: &[Window]) -> Result<Report, String> {
+    let at = |s: &Stmt| format!("{}:{}:{}", w.path, s.pos.line, s.pos.col);
+    if let Some(e) = &g.error {
+        let step: Option<usize> = e.strip_prefix("step ").and_then(|r| r.split(' ').next()?.parse().ok());
+        return Err(match step.and_then(|i| steps.get(i)) {
+            Some(s) => format!("{}: {e}", at(s)),
+            None => format!("{}: {e}", w.path),
+        });
+    }
+    let mut keys: Vec<String> = process_names(w).iter().map(|n| format!("proc.{n}.minflt")).collect();
+    keys.push(super::RUNNER_KEY.into());
+    keys.extend(g.keys.iter().cloned());
+    let zero = |extra: &Counters| -> Counters {
+        let mut c: Counters = keys.iter().map(|k| (k.clone(), 0)).collect();
+        c.extend(extra.keys().map(|k| (k.clone(), 0)));
+        c
+    };
+    let per_window: Vec<Counters> = windows.iter().map(window_counters).collect();
+    let mut all_keys = Counters::new();
+    for c in &per_window {
+        all_keys.extend(c.keys().map(|k| (k.clone(), 0)));
+    }
+    let mut totals = zero(&all_keys);
+    // No time_ns: a TCG guest's wall time says nothing about a real machine's.
+    let mut phases = vec![Phase {
+        label: "start".into(),
+        counters: zero(&all_keys),
+        time_ns: None,
+    }];
+    let mut diagnostics = Vec::new();
+    let mut ops = g.ops.iter().zip(&per_window).peekable();
+    for (i, s) in steps.iter().enumerate() {
+        if let Op::Mark { label } = &s.op {
+            phases.push(Phase {
+                label: label.clone(),
+                counters: zero(&all_keys),
+                time_ns: None,
+            });
+            continue;
+        }
+        let Some(((step, minflt, runner, deltas, diags), win)) = ops.next_if(|((step, ..), _)| *step == i) else {
+            return Err(format!("{}: the guest reported no result for this op", at(s)));
+        };
+        debug_assert_eq!(*step, i);
+        diagnostics.extend(diags.iter().map(|d| format!("{}: {d}", at(s))));
+        let proc_key = format!("proc.{}.minflt", s.proc_name);
+        let moved = g
+            .keys
+            .iter()
+            .zip(deltas)
+            .map(|(k, d)| (k.clone(), *d))
+            .chain([(proc_key, *minflt), (super::RUNNER_KEY.to_string(), *runner)])
+            .chain(win.iter().map(|(k, v)| (k.clone(), *v)));
+        let phase = &mut phases.last_mut().expect("a phase").counters;
+        for (k, d) in moved {
+            *totals.entry(k.clone()).or_default() += d;
+            *phase.entry(k).or_default() += d;
+        }
+    }
+    let mut unavailable: BTreeMap<String, String> = g
+        .missing
+        .iter()
+        .map(|k| (k.clone(), "not in the guest's /proc/vmstat".into()))
+        .collect();
+    if let Some(e) = g.layout_error {
+        unavailable.insert("layout".into(), e);
+    }
+    Ok(Report {
+        source: source.into(),
+        workload: w.path.clone(),
+        variants: BTreeMap::new(),
+        counters: totals,
+        phases,
+        layout: g.layout,
+        unavailable,
+        diagnostics,
+        background: None,
+    })
+}
+
+/// Runs `workloads` in one boot of `target`'s kernel.
+pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuError> {
+    let (source, flavour, granule) = target
+        .guest()
+        .ok_or_else(|| QemuError::Run("the host is not a QEMU target".into()))?;
+    if let Some(why) = missing(target) {
+        return Err(QemuError::NotSetUp(why));
+    }
+    let cache = cache_dir();
+    let run_err = |what: &str, e: std::io::Error| QemuError::Run(format!("{what}: {e}"));
+    let dir = std::env::temp_dir().join(format!("foliolab-qemu-{}-{}", std::process::id(), flavour));
+    std::fs::create_dir_all(dir.join("root/w")).map_err(|e| run_err("temporary directory", e))?;
+    let all_steps: Vec<Vec<&Stmt>> = workloads
+        .iter()
+        .map(|w| {
+            let mut v = Vec::new();
+            steps(&w.stmts, &mut v);
+            v
+        })
+        .collect();
+    let mut jobs = String::new();
+    let mut files = vec!["init".to_string(), "jobs".to_string(), "w".to_string()];
+    for (i, (w, st)) in workloads.iter().zip(&all_steps).enumerate() {
+        let name = format!("w/{i}");
+        std::fs::write(dir.join("root").join(&name), flatten(w, granule, st)).map_err(|e| run_err("workload", e))?;
+        let _ = writeln!(jobs, "workload /{name}");
+        files.push(name);
+    }
+    std::fs::write(dir.join("root/jobs"), jobs).map_err(|e| run_err("jobs", e))?;
+    std::fs::copy(cache.join("runner"), dir.join("root/init")).map_err(|e| run_err("runner", e))?;
+    let initrd = dir.join("initrd.cpio");
+    cpio(&dir.join("root"), &files, &initrd)?;
+    let syms = dir.join("syms");
+    write_syms(&cache.join(flavour).join("kallsyms"), &syms)?;
+    let counts = dir.join("counts");
+    let start = Instant::now();
+    let out = Command::new("qemu-system-aarch64")
+        .args([
+            "-M",
+            "virt",
+            "-cpu",
+            "max",
+            "-smp",
+            "1",
+            "-m",
+            "2G",
+            "-nographic",
+            "-no-reboot",
+        ])
+        .arg("-kernel")
+        .arg(cache.join(flavour).join("Image"))
+        .arg("-initrd")
+        .arg(&initrd)
+        .args(["-append", "console=ttyAMA0 rdinit=/init quiet nokaslr"])
+        .arg("-plugin")
+        .arg(format!(
+            "file={},syms={},out={}",
+            cache.join("plugin.so").display(),
+            syms.display(),
+            counts.display()
+        ))
+        .output()
+        .map_err(|e| run_err("qemu-system-aarch64", e))?;
+    let wall = start.elapsed();
+    let console = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let plugin = std::fs::read_to_string(&counts).unwrap_or_default();
+    let keep = std::env::var_os("FOLIOLAB_QEMU_KEEP").is_some();
+    if !keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    if !console.contains("@@FOLIOLAB-END") {
+        let tail: String = console
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        return Err(QemuError::Run(format!(
+            "the guest did not finish (qemu {}); its console ended with:\n{tail}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let windows = parse_windows(&plugin).map_err(QemuError::Run)?;
+    let results: Vec<&str> = console
+        .lines()
+        .filter_map(|l| l.strip_prefix("@@FOLIOLAB-RESULT "))
+        .collect();
+    if results.len() != workloads.len() {
+        return Err(QemuError::Run(format!(
+            "the guest reported {} results for {} workloads",
+            results.len(),
+            workloads.len()
+        )));
+    }
+    let mut used = 0;
+    let mut guest = Vec::new();
+    let mut reports = Vec::new();
+    for ((w, st), line) in workloads.iter().zip(&all_steps).zip(results) {
+        let g: GuestResult = match serde_json::from_str(line) {
+            Ok(g) => g,
+            Err(e) => {
+                reports.push(Err(format!("{}: the guest's result: {e}", w.path)));
+                guest.push(Duration::ZERO);
+                continue;
+            }
+        };
+        // The op that failed had its window too.
+        let n = g.ops.len() + usize::from(g.error.is_some() && g.ops.len() < st.len());
+        let mine = windows.get(used..used + n).unwrap_or(&[]);
+        used += n;
+        guest.push(Duration::from_nanos(g.ns));
+        reports.push(report(w, source, st, g, mine));
+    }
+    if used != windows.len() {
+        return Err(QemuError::Run(format!(
+            "the plugin saw {} op windows, the runner ran {used} ops",
+            windows.len()
+        )));
+    }
+    Ok(Batch { wall, guest, reports })
+}
+
+/// The plugin's symbol file: every text symbol, `*` before the counted functions.
+fn write_syms(kallsyms: &Path, out: &Path) -> Result<(), QemuError> {
+    let text =
+        std::fs::read_to_string(kallsyms).map_err(|e| QemuError::NotSetUp(format!("{}: {e}", kallsyms.display())))?;
+    let mut s = String::with_capacity(text.len());
+    for line in text.lines() {
+        let Some((addr, name)) = line.split_once(' ') else {
+            continue;
+        };
+        let star = if KERNEL_FUNCTIONS.contains(&name) { "*" } else { "" };
+        let _ = writeln!(s, "{addr} {star}{name}");
+    }
+    std::fs::write(out, s).map_err(|e| QemuError::Run(format!("{}: {e}", out.display())))
+}
+
+/// A newc cpio archive of `files` (relative to `root`), as the kernel unpacks it.
+fn cpio(root: &Path, files: &[String], out: &Path) -> Result<(), QemuError> {
+    use std::io::Write;
+    let archive = std::fs::File::create(out).map_err(|e| QemuError::Run(format!("{}: {e}", out.display())))?;
+    let mut child = Command::new("cpio")
+        .args(["-o", "-H", "newc", "--quiet"])
+        .current_dir(root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(archive)
+        .spawn()
+        .map_err(|e| QemuError::Run(format!("cpio: {e}")))?;
+    let list = files.join("\n") + "\n";
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(list.as_bytes())
+        .map_err(|e| QemuError::Run(format!("cpio: {e}")))?;
+    match child.wait() {
+        Ok(s) if s.success() => Ok(()),
+        r => Err(QemuError::Run(format!("cpio failed: {r:?}"))),
+    }
+}

@@ -1,0 +1,287 @@
+/*
+ * QEMU TCG plugin (API version 1, as QEMU 7.2 ships it) for foliolab's
+ * qemu-arm64 target. Between a start marker (HINT #120) and a stop marker
+ * (HINT #121) that the guest runner executes around each op, it counts, in
+ * kernel mode only (PC in the upper half):
+ *   - TLBI (SYS, op0=1, CRn=8) by kind, DSB by option, ISB, each under the
+ *     kernel function that contains its PC;
+ *   - entries of the kernel functions listed in the symbol file with a '*'.
+ * At each stop marker it appends to the output file one line per counter
+ * that moved, "<window> <event> <function> <count>", then "<window> end".
+ * Windows are numbered from 0 in boot order; the host pairs them with the
+ * runner's ops. Single vCPU only (-smp 1), which the runner is given.
+ *
+ * Arguments: syms=PATH (lines "ADDR NAME", text symbols, sorted or not;
+ * "ADDR *NAME" marks a function whose entries are counted), out=PATH.
+ *
+ * QEMU's plugin header is not packaged in Debian, so the few declarations
+ * used are written here from the documented API.
+ */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef uint64_t qemu_plugin_id_t;
+typedef struct qemu_info_t qemu_info_t;
+struct qemu_plugin_tb;
+struct qemu_plugin_insn;
+
+enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS };
+
+typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
+typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
+typedef void (*qemu_plugin_udata_cb_t)(qemu_plugin_id_t id, void *userdata);
+
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb);
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
+const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *insn);
+size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
+uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
+void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn,
+					    qemu_plugin_vcpu_udata_cb_t cb,
+					    enum qemu_plugin_cb_flags flags, void *userdata);
+void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t cb, void *userdata);
+
+__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+
+/* HINT #imm is 0xd503201f with imm in bits [11:5]. */
+#define HINT(imm) (0xd503201fu | ((uint32_t)(imm) << 5))
+#define START 120
+#define STOP 121
+#define KERNEL_VA 0xffff000000000000ull
+
+struct sym {
+	uint64_t addr;
+	char *name;
+	int counted;	/* entries are counted */
+};
+
+static struct sym *syms;
+static size_t nsyms;
+
+/* One counter: an event at one translated instruction. Instructions are
+ * retranslated now and then, so one (event, function) may have several; the
+ * host sums them. */
+struct counter {
+	char event[24];
+	const char *fn;
+	uint64_t n;
+	struct counter *next_dirty;
+	int dirty;
+};
+
+static struct counter *dirty;
+static int in_window;
+static unsigned long window;
+static unsigned long errors;
+static FILE *out;
+
+static int by_addr(const void *a, const void *b)
+{
+	const struct sym *x = a, *y = b;
+
+	return (x->addr > y->addr) - (x->addr < y->addr);
+}
+
+static int load_syms(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	size_t cap = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char name[400];
+		uint64_t addr;
+
+		if (sscanf(line, "%" SCNx64 " %399s", &addr, name) != 2)
+			continue;
+		if (nsyms == cap) {
+			cap = cap ? 2 * cap : 1 << 16;
+			syms = realloc(syms, cap * sizeof(*syms));
+			if (!syms)
+				return -1;
+		}
+		syms[nsyms].addr = addr;
+		syms[nsyms].counted = name[0] == '*';
+		syms[nsyms].name = strdup(name + syms[nsyms].counted);
+		nsyms++;
+	}
+	fclose(f);
+	qsort(syms, nsyms, sizeof(*syms), by_addr);
+	return 0;
+}
+
+/* The symbol containing pc: the last one at or below it. */
+static const struct sym *lookup(uint64_t pc)
+{
+	size_t lo = 0, hi = nsyms;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (syms[mid].addr <= pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo ? &syms[lo - 1] : NULL;
+}
+
+static const char *tlbi_kind(uint32_t op1, uint32_t crm, uint32_t op2, char *buf, size_t len)
+{
+	static const char *const va[8] = { "vmalle1", "vae1", "aside1", "vaae1", NULL, "vale1", NULL, "vaale1" };
+	static const char *const range[8] = { NULL, "rvae1", NULL, "rvaae1", NULL, "rvale1", NULL, "rvaale1" };
+	/* CRm: 1 outer shareable, 2 range inner, 3 inner, 5 range outer, 6 range, 7 local. */
+	static const char *const shareability[8] = { NULL, "os", "is", "is", NULL, "os", "", "" };
+	const char *base = NULL;
+
+	if (op1 == 0 && crm < 8 && shareability[crm])
+		base = (crm == 2 || crm == 5 || crm == 6) ? range[op2] : va[op2];
+	if (base)
+		snprintf(buf, len, "tlbi.%s%s", base, shareability[crm]);
+	else
+		snprintf(buf, len, "tlbi.op1_%u_crm_%u_op2_%u", op1, crm, op2);
+	return buf;
+}
+
+/* The event an instruction is, or NULL. */
+static const char *classify(uint32_t op, char *buf, size_t len)
+{
+	static const char *const dsb[16] = { NULL, "dsb.oshld", "dsb.oshst", "dsb.osh", NULL,
+					     "dsb.nshld", "dsb.nshst", "dsb.nsh", NULL, "dsb.ishld",
+					     "dsb.ishst", "dsb.ish", NULL, "dsb.ld", "dsb.st", "dsb.sy" };
+
+	if ((op & 0xfff8f000u) == 0xd5088000u)
+		return tlbi_kind((op >> 16) & 7, (op >> 8) & 15, (op >> 5) & 7, buf, len);
+	if ((op & 0xfffff0ffu) == 0xd503309fu)
+		return dsb[(op >> 8) & 15];
+	if ((op & 0xfffff0ffu) == 0xd50330dfu)
+		return "isb";
+	return NULL;
+}
+
+static void on_event(unsigned int vcpu, void *udata)
+{
+	struct counter *c = udata;
+
+	(void)vcpu;
+	if (!in_window)
+		return;
+	c->n++;
+	if (!c->dirty) {
+		c->dirty = 1;
+		c->next_dirty = dirty;
+		dirty = c;
+	}
+}
+
+static void on_start(unsigned int vcpu, void *udata)
+{
+	(void)vcpu;
+	(void)udata;
+	if (in_window)
+		errors++;	/* a window opened inside another */
+	in_window = 1;
+}
+
+static void on_stop(unsigned int vcpu, void *udata)
+{
+	(void)vcpu;
+	(void)udata;
+	if (!in_window) {
+		errors++;
+		return;
+	}
+	in_window = 0;
+	while (dirty) {
+		struct counter *c = dirty;
+
+		fprintf(out, "%lu %s %s %" PRIu64 "\n", window, c->event, c->fn, c->n);
+		c->n = 0;
+		c->dirty = 0;
+		dirty = c->next_dirty;
+	}
+	fprintf(out, "%lu end\n", window);
+	fflush(out);
+	window++;
+}
+
+static struct counter *counter(const char *event, const char *fn)
+{
+	struct counter *c = calloc(1, sizeof(*c));
+
+	if (c) {
+		snprintf(c->event, sizeof(c->event), "%s", event);
+		c->fn = fn;
+	}
+	return c;
+}
+
+static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+	size_t n = qemu_plugin_tb_n_insns(tb);
+
+	(void)id;
+	for (size_t i = 0; i < n; i++) {
+		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+		uint64_t pc = qemu_plugin_insn_vaddr(insn);
+		uint32_t op = 0;
+		char buf[24];
+		const char *event;
+		const struct sym *s;
+		struct counter *c;
+
+		if (qemu_plugin_insn_size(insn) == sizeof(op))
+			memcpy(&op, qemu_plugin_insn_data(insn), sizeof(op));
+		if (op == HINT(START))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_start, QEMU_PLUGIN_CB_NO_REGS, NULL);
+		if (op == HINT(STOP))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_stop, QEMU_PLUGIN_CB_NO_REGS, NULL);
+		if (pc < KERNEL_VA)
+			continue;
+		s = lookup(pc);
+		if (s && s->counted && s->addr == pc && (c = counter("call", s->name)))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_event, QEMU_PLUGIN_CB_NO_REGS, c);
+		event = classify(op, buf, sizeof(buf));
+		if (event && (c = counter(event, s ? s->name : "?")))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_event, QEMU_PLUGIN_CB_NO_REGS, c);
+	}
+}
+
+static void on_atexit(qemu_plugin_id_t id, void *udata)
+{
+	(void)id;
+	(void)udata;
+	fprintf(out, "windows %lu errors %lu\n", window, errors + (unsigned long)in_window);
+	fclose(out);
+}
+
+__attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id,
+							       const qemu_info_t *info, int argc,
+							       char **argv)
+{
+	const char *sym_path = NULL, *out_path = NULL;
+
+	(void)info;
+	for (int i = 0; i < argc; i++) {
+		if (!strncmp(argv[i], "syms=", 5))
+			sym_path = argv[i] + 5;
+		else if (!strncmp(argv[i], "out=", 4))
+			out_path = argv[i] + 4;
+		else
+			return -1;
+	}
+	if (!sym_path || !out_path || load_syms(sym_path))
+		return -1;
+	out = fopen(out_path, "w");
+	if (!out)
+		return -1;
+	qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
+	qemu_plugin_register_atexit_cb(id, on_atexit, NULL);
+	return 0;
+}

@@ -1,0 +1,1099 @@
+/*
+ * foliolab's guest runner: /init of the qemu-arm64 initramfs. It does in the
+ * guest what src/native does on the host (read src/native/worker.rs and
+ * perf.rs; this is the same measurement):
+ *   - a worker process per workload process, each op sent to its worker over a
+ *     socket, in file order;
+ *   - an op's faults = sampled minor faults inside the live regions + the
+ *     getrusage delta the samples do not cover (GUP faults); faults elsewhere
+ *     are diagnostics, never counted;
+ *   - workers keep their own memory faulted in outside op windows;
+ *   - /proc/vmstat and the mTHP stats snapshotted around each op;
+ *   - the final layout from pagemap and kpageflags.
+ * Around each op it executes HINT #120 / HINT #121, which the TCG plugin
+ * (plugin.c) takes as the op's window for TLBI, DSB, ISB and call counts.
+ *
+ * /jobs lists what to do, a line each: "kallsyms" prints the kernel's text
+ * symbols, "workload PATH" runs one flattened workload (written by
+ * src/native/qemu.rs; its format is described there). Results go to the
+ * console between "@@FOLIOLAB-BEGIN" and "@@FOLIOLAB-END" lines, as one JSON
+ * line per workload. Then the guest powers off.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <linux/reboot.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define START_MARK() __asm__ volatile("hint #120" ::: "memory")
+#define STOP_MARK() __asm__ volatile("hint #121" ::: "memory")
+
+/* glibc 2.36's headers predate it; the value is the kernel's uapi one. */
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+#define MAX_STEPS 65536
+#define MAX_PROCS 64
+#define MAX_REGIONS 64
+#define MAX_KEYS 512
+#define NAME 64
+#define CHUNK 4096
+#define DATA_PAGES 128
+#define MAX_STRAYS 16
+
+struct step {
+	char kind[16];
+	char proc[NAME];
+	char a[NAME];	/* region, child, knob or label */
+	char b[NAME];	/* knob value, advice, prot */
+	uint64_t addr, len, stride, step;
+	int write, hugepage, nohugepage, populate, ro, whole;
+};
+
+struct region {
+	char name[NAME];
+	uint64_t addr, size;
+};
+
+static struct step steps[MAX_STEPS];
+static int nsteps;
+static char procs[MAX_PROCS][NAME];
+static int nprocs;
+static int socks[MAX_PROCS][2];	/* [0] the orchestrator's end, [1] the worker's */
+static pid_t pids[MAX_PROCS];
+static char vmstat_keys[MAX_KEYS][NAME];
+static int nvmstat;
+static char missing[MAX_KEYS][NAME];	/* vmstat keys this kernel lacks */
+static int nmissing;
+static char mthp_keys[MAX_KEYS][NAME];
+static char mthp_paths[MAX_KEYS][160];
+static int mthp_fds[MAX_KEYS];
+static int nmthp;
+static int vmstat_fd = -1;
+static char buf[1 << 16];
+static char out[8 << 20];	/* a workload's JSON line */
+static size_t outlen;
+static char msg[4 << 20];	/* one message between orchestrator and worker */
+static int console = 1;
+
+static void emit(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	outlen += vsnprintf(out + outlen, sizeof(out) - outlen, fmt, ap);
+	va_end(ap);
+	if (outlen >= sizeof(out))
+		outlen = sizeof(out) - 1;
+}
+
+static void put(int fd, const char *s, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, s, n);
+
+		if (w <= 0)
+			return;
+		s += w;
+		n -= w;
+	}
+}
+
+/* Appends s to the output as a JSON string. */
+static void emit_str(const char *s)
+{
+	emit("\"");
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			emit("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			emit("\\u%04x", *s);
+		else
+			emit("%c", *s);
+	}
+	emit("\"");
+}
+
+static int send_msg(int fd, const char *m, uint32_t n)
+{
+	if (write(fd, &n, 4) != 4)
+		return -1;
+	for (uint32_t done = 0; done < n;) {
+		ssize_t w = write(fd, m + done, n - done);
+
+		if (w <= 0)
+			return -1;
+		done += w;
+	}
+	return 0;
+}
+
+/* The next message, NUL-terminated in msg; -1 at end of stream. */
+static int recv_msg(int fd)
+{
+	uint32_t n, done = 0;
+
+	if (read(fd, &n, 4) != 4 || n >= sizeof(msg))
+		return -1;
+	while (done < n) {
+		ssize_t r = read(fd, msg + done, n - done);
+
+		if (r <= 0)
+			return -1;
+		done += r;
+	}
+	msg[n] = 0;
+	return 0;
+}
+
+static int64_t minflt(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_minflt;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + t.tv_nsec;
+}
+
+/* ---- the fault sampler (src/native/perf.rs) ---- */
+
+struct sampler {
+	int fd;
+	volatile char *ring;
+	size_t len;
+	uint64_t data_size;
+};
+
+struct tally {
+	uint64_t inside, total, lost;
+	uint64_t strays[MAX_STRAYS][2];
+	int nstrays;
+};
+
+static size_t page_size(void)
+{
+	return (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static void sampler_discard(struct sampler *s);
+
+static int sampler_open(struct sampler *s)
+{
+	struct perf_event_attr attr;
+	size_t page = page_size();
+
+	memset(&attr, 0, sizeof(attr));
+	attr.type = PERF_TYPE_SOFTWARE;
+	attr.size = sizeof(attr);
+	attr.config = PERF_COUNT_SW_PAGE_FAULTS_MIN;
+	attr.sample_period = 1;
+	attr.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_ADDR;
+	attr.exclude_hv = 1;
+	s->fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
+	if (s->fd < 0)
+		return -1;
+	s->len = (1 + DATA_PAGES) * page;
+	s->data_size = DATA_PAGES * page;
+	s->ring = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	if (s->ring == MAP_FAILED)
+		return -1;
+	for (size_t off = 0; off < s->len; off += page)
+		(void)s->ring[off];
+	/* data_tail is written on every drain: take its write fault now. */
+	sampler_discard(s);
+	return 0;
+}
+
+static volatile uint64_t *ring_word(struct sampler *s, size_t off)
+{
+	return (volatile uint64_t *)(s->ring + off);
+}
+
+static void sampler_discard(struct sampler *s)
+{
+	uint64_t head = *ring_word(s, offsetof(struct perf_event_mmap_page, data_head));
+
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	*ring_word(s, offsetof(struct perf_event_mmap_page, data_tail)) = head;
+}
+
+static uint64_t ring_u64(struct sampler *s, uint64_t pos)
+{
+	return *ring_word(s, page_size() + pos % s->data_size);
+}
+
+static struct region regions[MAX_REGIONS];
+static int nregions;
+static uint64_t extra_span[2];	/* the region an mmap is creating */
+
+static int inside(uint64_t a)
+{
+	for (int i = 0; i < nregions; i++)
+		if (a >= regions[i].addr && a < regions[i].addr + regions[i].size)
+			return 1;
+	return a >= extra_span[0] && a < extra_span[1];
+}
+
+static void sampler_drain(struct sampler *s, struct tally *t)
+{
+	uint64_t head = *ring_word(s, offsetof(struct perf_event_mmap_page, data_head));
+	uint64_t tail;
+
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	tail = *ring_word(s, offsetof(struct perf_event_mmap_page, data_tail));
+	while (tail < head) {
+		uint64_t hdr = ring_u64(s, tail), size = hdr >> 48;
+
+		if ((uint32_t)hdr == PERF_RECORD_SAMPLE) {
+			uint64_t ip = ring_u64(s, tail + 8), addr = ring_u64(s, tail + 16);
+
+			t->total++;
+			if (inside(addr)) {
+				t->inside++;
+			} else if (t->nstrays < MAX_STRAYS) {
+				t->strays[t->nstrays][0] = addr;
+				t->strays[t->nstrays][1] = ip;
+				t->nstrays++;
+			}
+		} else if ((uint32_t)hdr == PERF_RECORD_LOST) {
+			t->lost += ring_u64(s, tail + 16);
+		}
+		tail += size < 8 ? 8 : size;
+	}
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	*ring_word(s, offsetof(struct perf_event_mmap_page, data_tail)) = tail;
+}
+
+/* ---- a worker (src/native/worker.rs) ---- */
+
+/* Touches enough stack that no op grows it. */
+static __attribute__((noinline)) void grow_stack(void)
+{
+	volatile char big[256 << 10];
+
+	memset((char *)big, 0, sizeof(big));
+}
+
+/* Faults in everything but the live regions, by their real addresses. */
+static void warm_up(void)
+{
+	FILE *f;
+	char line[512];
+	static char maps[1 << 16];
+	size_t n;
+
+	grow_stack();
+	f = fopen("/proc/self/maps", "r");
+	if (!f)
+		return;
+	n = fread(maps, 1, sizeof(maps) - 1, f);
+	maps[n] = 0;
+	fclose(f);
+	for (char *p = maps, *nl; *p; p = nl + 1) {
+		unsigned long start, end;
+		char perms[5] = "", path[256] = "";
+		int in_region = 0;
+
+		nl = strchr(p, '\n');
+		if (!nl)
+			break;
+		snprintf(line, sizeof(line), "%.*s", (int)(nl - p), p);
+		if (sscanf(line, "%lx-%lx %4s %*s %*s %*s %255s", &start, &end, perms, path) < 3)
+			continue;
+		for (int i = 0; i < nregions; i++)
+			in_region |= start < regions[i].addr + regions[i].size && regions[i].addr < end;
+		if (in_region || !strncmp(path, "[v", 2) || perms[0] != 'r')
+			continue;
+		madvise((void *)start, end - start,
+			perms[1] == 'w' && perms[3] == 'p' ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+	}
+}
+
+static int advice(const char *a)
+{
+	static const struct { const char *name; int adv; } table[] = {
+		{ "dontneed", MADV_DONTNEED }, { "free", MADV_FREE }, { "pageout", MADV_PAGEOUT },
+		{ "cold", MADV_COLD }, { "hugepage", MADV_HUGEPAGE },
+		{ "nohugepage", MADV_NOHUGEPAGE }, { "collapse", MADV_COLLAPSE },
+	};
+
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (!strcmp(a, table[i].name))
+			return table[i].adv;
+	return -1;
+}
+
+static int exec_op(const struct step *st, struct sampler *s, struct tally *t)
+{
+	if (!strcmp(st->kind, "mmap")) {
+		int prot = st->ro ? PROT_READ : PROT_READ | PROT_WRITE;
+		int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE |
+			    (st->populate ? MAP_POPULATE : 0);
+		void *p = mmap((void *)st->addr, st->len, prot, flags, -1, 0);
+
+		if (p == MAP_FAILED)
+			return -1;
+		if ((uint64_t)p != st->addr) {
+			munmap(p, st->len);
+			errno = EEXIST;
+			return -1;
+		}
+		if (st->hugepage)
+			return madvise(p, st->len, MADV_HUGEPAGE);
+		if (st->nohugepage)
+			return madvise(p, st->len, MADV_NOHUGEPAGE);
+		return 0;
+	}
+	if (!strcmp(st->kind, "touch")) {
+		uint64_t n = 0;
+
+		for (uint64_t p = st->addr; p < st->addr + st->len; p += st->stride) {
+			if (st->write)
+				*(volatile char *)p = 1;
+			else
+				(void)*(volatile char *)p;
+			if (++n % CHUNK == 0)
+				sampler_drain(s, t);
+		}
+		return 0;
+	}
+	if (!strcmp(st->kind, "madvise")) {
+		int adv = advice(st->b), r = 0;
+
+		for (uint64_t at = st->addr; at < st->addr + st->len; at += st->step)
+			r |= madvise((void *)at, st->step, adv);
+		/* A collapse that cannot be done is an outcome, not a failure. */
+		return adv == MADV_COLLAPSE ? 0 : r;
+	}
+	if (!strcmp(st->kind, "munmap"))
+		return munmap((void *)st->addr, st->len);
+	if (!strcmp(st->kind, "mprotect")) {
+		int prot = !strcmp(st->b, "none") ? PROT_NONE
+			 : !strcmp(st->b, "r")    ? PROT_READ
+						  : PROT_READ | PROT_WRITE;
+		return mprotect((void *)st->addr, st->len, prot);
+	}
+	if (!strcmp(st->kind, "mlock"))
+		return mlock((void *)st->addr, st->len);
+	if (!strcmp(st->kind, "munlock"))
+		return munlock((void *)st->addr, st->len);
+	errno = EINVAL;
+	return -1;
+}
+
+static void track(const struct step *st)
+{
+	if (!strcmp(st->kind, "mmap") && nregions < MAX_REGIONS) {
+		snprintf(regions[nregions].name, NAME, "%s", st->a);
+		regions[nregions].addr = st->addr;
+		regions[nregions].size = st->len;
+		nregions++;
+	} else if (!strcmp(st->kind, "munmap") && st->whole) {
+		for (int i = 0; i < nregions; i++)
+			if (!strcmp(regions[i].name, st->a))
+				regions[i] = regions[--nregions];
+	}
+}
+
+/* "ok MINFLT RUNNER PID" then a diagnostic per line, as worker.rs's attribute(). */
+static int reply_op(int fd, int64_t rusage, const struct tally *t, int64_t runner, pid_t pid)
+{
+	int n = snprintf(msg, sizeof(msg), "ok %lld %lld %d\n",
+			 (long long)(t->inside + (rusage > (int64_t)t->total ? rusage - (int64_t)t->total : 0)),
+			 (long long)runner, (int)pid);
+
+	for (int i = 0; i < t->nstrays; i++)
+		n += snprintf(msg + n, sizeof(msg) - n,
+			      "runner fault outside the workload's regions at %#llx, code at %#llx\n",
+			      (unsigned long long)t->strays[i][0], (unsigned long long)t->strays[i][1]);
+	if (t->total - t->inside > (uint64_t)t->nstrays)
+		n += snprintf(msg + n, sizeof(msg) - n, "%llu more runner faults outside the regions\n",
+			      (unsigned long long)(t->total - t->inside - t->nstrays));
+	if (t->lost)
+		n += snprintf(msg + n, sizeof(msg) - n, "the perf ring dropped %llu fault samples\n",
+			      (unsigned long long)t->lost);
+	if (rusage < (int64_t)t->total)
+		n += snprintf(msg + n, sizeof(msg) - n, "perf sampled %llu faults but getrusage counted %lld\n",
+			      (unsigned long long)t->total, (long long)rusage);
+	return send_msg(fd, msg, n);
+}
+
+static int reply_err(int fd, const char *what)
+{
+	int n = snprintf(msg, sizeof(msg), "err %s", what);
+
+	return send_msg(fd, msg, n);
+}
+
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAP (1ull << 62)
+#define PM_PFN ((1ull << 55) - 1)
+#define KPF_COMPOUND_HEAD (1ull << 15)
+#define KPF_COMPOUND_TAIL (1ull << 16)
+#define KPF_ZERO_PAGE (1ull << 24)
+#define MAX_FOLIO_PAGES (1ull << 18)
+#define KIND_ZERO (-1)
+#define KIND_SWAP (-2)
+#define KIND_NONE (-3)
+
+static uint64_t kpf(int fd, uint64_t pfn)
+{
+	uint64_t f = 0;
+
+	if (pread(fd, &f, 8, pfn * 8) != 8)
+		return 0;
+	return f;
+}
+
+/* The folio order of pfn, as layout.rs's Classifier; -1 on a tail without head. */
+static int folio_order(int fd, uint64_t pfn, uint64_t *head_out, uint64_t *n_out)
+{
+	uint64_t head = pfn, n = 1;
+
+	while (!(kpf(fd, head) & KPF_COMPOUND_HEAD)) {
+		if (head == 0 || pfn - head >= MAX_FOLIO_PAGES)
+			return -1;
+		head--;
+	}
+	while (n < MAX_FOLIO_PAGES && (kpf(fd, head + n) & KPF_COMPOUND_TAIL))
+		n++;
+	*head_out = head;
+	*n_out = n;
+	return 63 - __builtin_clzll(n);
+}
+
+/* Appends "NAME":[[first,n,kind],...] for one region to msg at *len. */
+static int region_layout(const struct region *r, size_t *len)
+{
+	static uint64_t entries[4096];
+	size_t page = page_size();
+	uint64_t pages = r->size / page, last_head = 0, last_n = 0;
+	int pm = open("/proc/self/pagemap", O_RDONLY), kf = open("/proc/kpageflags", O_RDONLY);
+	int last_order = 0, run_kind = KIND_NONE, first_run = 1;
+	uint64_t run_first = 0, run_n = 0;
+
+	if (pm < 0 || kf < 0)
+		return -1;
+	*len += snprintf(msg + *len, sizeof(msg) - *len, "\"%s\":[", r->name);
+	for (uint64_t base = 0; base < pages; base += 4096) {
+		uint64_t n = pages - base < 4096 ? pages - base : 4096;
+
+		if (pread(pm, entries, n * 8, (r->addr / page + base) * 8) != (ssize_t)(n * 8))
+			return -1;
+		for (uint64_t i = 0; i <= n; i++) {
+			int kind = KIND_NONE;
+			uint64_t e = i < n ? entries[i] : 0, pfn = e & PM_PFN;
+
+			if (i < n && (e & PM_SWAP)) {
+				kind = KIND_SWAP;
+			} else if (i < n && (e & PM_PRESENT)) {
+				uint64_t f;
+
+				if (!pfn)
+					return -2;
+				if (last_n && pfn >= last_head && pfn < last_head + last_n) {
+					kind = last_order;
+				} else if ((f = kpf(kf, pfn)) & KPF_ZERO_PAGE) {
+					kind = KIND_ZERO;
+				} else if (!(f & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL))) {
+					kind = 0;
+				} else {
+					kind = last_order = folio_order(kf, pfn, &last_head, &last_n);
+					if (kind < 0)
+						return -1;
+				}
+			}
+			if (i == n && base + n < pages)
+				break;	/* the run goes on in the next batch */
+			if (kind == run_kind && kind != KIND_NONE && run_first + run_n == base + i) {
+				run_n++;
+				continue;
+			}
+			if (run_kind != KIND_NONE) {
+				*len += snprintf(msg + *len, sizeof(msg) - *len, "%s[%llu,%llu,", first_run ? "" : ",",
+						 (unsigned long long)run_first, (unsigned long long)run_n);
+				*len += snprintf(msg + *len, sizeof(msg) - *len,
+						 run_kind == KIND_ZERO ? "\"zero\"]" : run_kind == KIND_SWAP ? "\"swap\"]" : "%d]",
+						 run_kind);
+				first_run = 0;
+			}
+			run_kind = kind;
+			run_first = base + i;
+			run_n = 1;
+		}
+	}
+	*len += snprintf(msg + *len, sizeof(msg) - *len, "]");
+	close(pm);
+	close(kf);
+	return 0;
+}
+
+/* The layout of every region that still has a mapping. */
+static void layout(int fd)
+{
+	size_t len = snprintf(msg, sizeof(msg), "ok ");
+
+	for (int i = 0; i < nregions; i++) {
+		unsigned char v;
+		int live = 0;
+
+		/* mincore fails with ENOMEM on a range with no mapping at all. */
+		for (uint64_t a = regions[i].addr; a < regions[i].addr + regions[i].size && !live;
+		     a += page_size())
+			live = mincore((void *)a, page_size(), &v) == 0;
+		if (!live)
+			continue;
+		if (len > 3)
+			len += snprintf(msg + len, sizeof(msg) - len, ",");
+		switch (region_layout(&regions[i], &len)) {
+		case -1:
+			reply_err(fd, "reading pagemap or kpageflags");
+			return;
+		case -2:
+			reply_err(fd, "pagemap shows no page frame numbers");
+			return;
+		}
+	}
+	send_msg(fd, msg, len);
+}
+
+static void worker(int me)
+{
+	struct sampler s;
+	static struct tally t;
+	int ok = sampler_open(&s) == 0;
+
+	warm_up();
+	for (;;) {
+		int fd = socks[me][1], id;
+		const struct step *st;
+
+		if (recv_msg(fd))
+			_exit(0);
+		if (!strcmp(msg, "layout")) {
+			layout(fd);
+			continue;
+		}
+		if (!strcmp(msg, "warm")) {
+			warm_up();
+			send_msg(fd, "ok", 2);
+			continue;
+		}
+		id = atoi(msg);
+		st = &steps[id];
+		if (!ok) {
+			reply_err(fd, "perf_event_open(minor page faults) failed");
+			continue;
+		}
+		memset(&t, 0, sizeof(t));
+		if (!strcmp(st->kind, "fork")) {
+			int64_t before = minflt();
+			pid_t pid = fork();
+
+			if (pid == 0) {
+				for (me = 0; strcmp(procs[me], st->a); me++)
+					;
+				close(s.fd);
+				ok = sampler_open(&s) == 0;
+				/* A new task's min_flt starts at 0: all of it is the runner's. */
+				reply_op(socks[me][1], 0, &t, minflt(), 0);
+				continue;
+			}
+			reply_op(fd, 0, &t, minflt() - before, pid);
+			continue;
+		}
+		if (!strcmp(st->kind, "exit")) {
+			reply_op(fd, 0, &t, 0, 0);
+			_exit(0);
+		}
+		extra_span[0] = extra_span[1] = 0;
+		if (!strcmp(st->kind, "mmap")) {
+			extra_span[0] = st->addr;
+			extra_span[1] = st->addr + st->len;
+		}
+		sampler_discard(&s);
+		int64_t before = minflt();
+		int r = exec_op(st, &s, &t);
+		int64_t after = minflt();
+
+		sampler_drain(&s, &t);
+		if (r) {
+			snprintf(buf, sizeof(buf), "%s failed: %s", st->kind, strerror(errno));
+			reply_err(fd, buf);
+			continue;
+		}
+		track(st);
+		reply_op(fd, after - before, &t, 0, 0);
+	}
+}
+
+/* ---- the orchestrator (src/native/mod.rs) ---- */
+
+static int proc_index(const char *name)
+{
+	for (int i = 0; i < nprocs; i++)
+		if (!strcmp(procs[i], name))
+			return i;
+	return -1;
+}
+
+static void open_counters(void)
+{
+	ssize_t n;
+	int kept = 0;
+
+	nmthp = nmissing = 0;
+	vmstat_fd = open("/proc/vmstat", O_RDONLY);
+	n = vmstat_fd < 0 ? -1 : pread(vmstat_fd, buf, sizeof(buf) - 1, 0);
+	buf[n > 0 ? n : 0] = 0;
+	/* The keys this kernel has; the others are unavailable, never guessed. */
+	for (int i = 0; i < nvmstat; i++) {
+		char key[NAME + 2];
+
+		snprintf(key, sizeof(key), "\n%.62s ", vmstat_keys[i]);
+		if (strstr(buf, key) || !strncmp(buf, key + 1, strlen(key + 1)))
+			memmove(vmstat_keys[kept++], vmstat_keys[i], NAME);
+		else
+			memmove(missing[nmissing++], vmstat_keys[i], NAME);
+	}
+	nvmstat = kept;
+	/* hugepages-<kb>kB, by size as stats.rs orders them. */
+	for (long kb = 1; kb <= (1L << 30); kb *= 2) {
+		char dir[160];
+		struct dirent **files;
+		int m;
+
+		snprintf(dir, sizeof(dir), "/sys/kernel/mm/transparent_hugepage/hugepages-%ldkB/stats", kb);
+		m = scandir(dir, &files, NULL, alphasort);
+		for (int i = 0; i < m; i++) {
+			if (files[i]->d_name[0] != '.' && nmthp < MAX_KEYS) {
+				snprintf(mthp_keys[nmthp], NAME, "mthp.%ldkB.%.40s", kb, files[i]->d_name);
+				snprintf(mthp_paths[nmthp], sizeof(mthp_paths[0]), "%.110s/%.40s", dir, files[i]->d_name);
+				mthp_fds[nmthp] = open(mthp_paths[nmthp], O_RDONLY);
+				if (mthp_fds[nmthp] >= 0)
+					nmthp++;
+			}
+			free(files[i]);
+		}
+		if (m > 0)
+			free(files);
+	}
+}
+
+static void close_counters(void)
+{
+	for (int i = 0; i < nmthp; i++)
+		close(mthp_fds[i]);
+	if (vmstat_fd >= 0)
+		close(vmstat_fd);
+}
+
+static long long value_of(const char *text, const char *key)
+{
+	size_t k = strlen(key);
+
+	for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p)
+		if (!strncmp(p, key, k) && p[k] == ' ')
+			return atoll(p + k + 1);
+	return 0;
+}
+
+static void snapshot(long long *v)
+{
+	ssize_t n = pread(vmstat_fd, buf, sizeof(buf) - 1, 0);
+
+	buf[n > 0 ? n : 0] = 0;
+	for (int i = 0; i < nvmstat; i++)
+		v[i] = value_of(buf, vmstat_keys[i]);
+	for (int i = 0; i < nmthp; i++) {
+		char b[32];
+		ssize_t m = pread(mthp_fds[i], b, sizeof(b) - 1, 0);
+
+		b[m > 0 ? m : 0] = 0;
+		v[nvmstat + i] = atoll(b);
+	}
+}
+
+static int write_file(const char *path, const char *value)
+{
+	int fd = open(path, O_WRONLY | O_TRUNC), r;
+
+	if (fd < 0)
+		return -1;
+	r = write(fd, value, strlen(value)) == (ssize_t)strlen(value) ? 0 : -1;
+	close(fd);
+	return r;
+}
+
+static int set_knob(const char *knob, const char *value)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/kernel/mm/transparent_hugepage/%s", knob);
+	return write_file(path, value);
+}
+
+static int alive(pid_t pid)
+{
+	return kill(pid, 0) == 0;
+}
+
+/* Sends a command to a worker and waits for its reply in msg; -1 if it died. */
+static int ask(int p, const char *cmd)
+{
+	if (send_msg(socks[p][0], cmd, strlen(cmd)))
+		return -1;
+	return recv_msg(socks[p][0]);
+}
+
+static int parse_step(char *line, struct step *st)
+{
+	unsigned long long a = 0, l = 0, x = 0;
+	int n;
+
+	memset(st, 0, sizeof(*st));
+	if (sscanf(line, "%15s%n", st->kind, &n) != 1)
+		return -1;
+	line += n;
+	if (!strcmp(st->kind, "set"))
+		return sscanf(line, "%63s %63s", st->a, st->b) == 2 ? 0 : -1;
+	if (!strcmp(st->kind, "mark"))
+		return sscanf(line, "%63s", st->a) == 1 ? 0 : -1;
+	if (!strcmp(st->kind, "shrink"))
+		return 0;
+	if (!strcmp(st->kind, "mmap")) {
+		n = sscanf(line, "%63s %63s %llx %llx %d %d %d %d", st->proc, st->a, &a, &l, &st->hugepage,
+			   &st->nohugepage, &st->populate, &st->ro);
+		st->addr = a;
+		st->len = l;
+		return n == 8 ? 0 : -1;
+	}
+	if (!strcmp(st->kind, "touch")) {
+		n = sscanf(line, "%63s %llx %llx %d %llx", st->proc, &a, &l, &st->write, &x);
+		st->addr = a;
+		st->len = l;
+		st->stride = x;
+		return n == 5 && x ? 0 : -1;
+	}
+	if (!strcmp(st->kind, "madvise")) {
+		n = sscanf(line, "%63s %llx %llx %63s %llx", st->proc, &a, &l, st->b, &x);
+		st->addr = a;
+		st->len = l;
+		st->step = x;
+		return n == 5 && x && advice(st->b) >= 0 ? 0 : -1;
+	}
+	if (!strcmp(st->kind, "munmap")) {
+		n = sscanf(line, "%63s %63s %llx %llx %d", st->proc, st->a, &a, &l, &st->whole);
+		st->addr = a;
+		st->len = l;
+		return n == 5 ? 0 : -1;
+	}
+	if (!strcmp(st->kind, "mprotect")) {
+		n = sscanf(line, "%63s %llx %llx %63s", st->proc, &a, &l, st->b);
+		st->addr = a;
+		st->len = l;
+		return n == 4 ? 0 : -1;
+	}
+	if (!strcmp(st->kind, "mlock") || !strcmp(st->kind, "munlock")) {
+		n = sscanf(line, "%63s %llx %llx", st->proc, &a, &l);
+		st->addr = a;
+		st->len = l;
+		return n == 3 ? 0 : -1;
+	}
+	if (!strcmp(st->kind, "fork"))
+		return sscanf(line, "%63s %63s", st->proc, st->a) == 2 ? 0 : -1;
+	if (!strcmp(st->kind, "exit"))
+		return sscanf(line, "%63s", st->proc) == 1 ? 0 : -1;
+	return -1;
+}
+
+/* Reads a flattened workload; an error message or NULL. */
+static const char *load(const char *path)
+{
+	static char line[512], why[600];
+	FILE *f = fopen(path, "r");
+
+	nsteps = nprocs = nvmstat = 0;
+	if (!f)
+		return "cannot open the workload";
+	while (fgets(line, sizeof(line), f)) {
+		char word[NAME], value[NAME];
+
+		line[strcspn(line, "\n")] = 0;
+		if (sscanf(line, "proc %63s", word) == 1 && nprocs < MAX_PROCS) {
+			snprintf(procs[nprocs++], NAME, "%s", word);
+		} else if (sscanf(line, "vmstat %63s", word) == 1 && nvmstat < MAX_KEYS) {
+			snprintf(vmstat_keys[nvmstat++], NAME, "%s", word);
+		} else if (sscanf(line, "default %63s %63s", word, value) == 2) {
+			/* The spec defaults, outside any window; a missing knob shows as unavailable. */
+			set_knob(word, value);
+		} else if (!strncmp(line, "step ", 5)) {
+			if (nsteps == MAX_STEPS || parse_step(line + 5, &steps[nsteps])) {
+				snprintf(why, sizeof(why), "bad step: %s", line);
+				fclose(f);
+				return why;
+			}
+			nsteps++;
+		}
+	}
+	fclose(f);
+	return NULL;
+}
+
+static void emit_keys(void)
+{
+	emit("\"keys\":[");
+	for (int i = 0; i < nvmstat; i++)
+		emit("%s\"vmstat.%s\"", i ? "," : "", vmstat_keys[i]);
+	for (int i = 0; i < nmthp; i++)
+		emit("%s\"%s\"", i + nvmstat ? "," : "", mthp_keys[i]);
+	emit("],\"missing\":[");
+	for (int i = 0; i < nmissing; i++)
+		emit("%s\"vmstat.%s\"", i ? "," : "", missing[i]);
+	emit("]");
+}
+
+/*
+ * Runs the loaded workload and emits {"keys", "missing", "ops": [[step, minflt,
+ * runner, [deltas], [diagnostics]], ...], "layout", "ns"}, or "error" for the
+ * first op that failed.
+ */
+static void run_workload(void)
+{
+	static long long before[2 * MAX_KEYS], after[2 * MAX_KEYS];
+	int nkeys, first = 1;
+	uint64_t t0 = now_ns();
+
+	open_counters();
+	nkeys = nvmstat + nmthp;
+	for (int p = 0; p < nprocs; p++) {
+		socketpair(AF_UNIX, SOCK_STREAM, 0, socks[p]);
+		pids[p] = 0;
+	}
+	pids[0] = fork();
+	if (pids[0] == 0) {
+		for (int p = 0; p < nprocs; p++)
+			close(socks[p][0]);
+		nregions = 0;
+		worker(0);
+	}
+	/* The worker warms up before its first op's window, not during it. */
+	ask(0, "warm");
+	warm_up();
+	emit("{");
+	emit_keys();
+	emit(",\"ops\":[");
+	for (int i = 0; i < nsteps; i++) {
+		struct step *st = &steps[i];
+		int p = proc_index(st->proc), c = -1, r = 0;
+		long long flt = 0, runner = 0, child_pid = 0;
+		char cmd[16];
+
+		if (!strcmp(st->kind, "mark"))
+			continue;
+		snprintf(cmd, sizeof(cmd), "%d", i);
+		snapshot(before);
+		START_MARK();
+		if (!strcmp(st->kind, "set")) {
+			r = set_knob(st->a, st->b) ? -2 : 0;
+		} else if (!strcmp(st->kind, "shrink")) {
+			r = write_file("/proc/sys/vm/drop_caches", "2") ? -2 : 0;
+		} else if (p < 0 || !pids[p]) {
+			r = -3;
+		} else {
+			r = ask(p, cmd);
+			if (!r && sscanf(msg, "ok %lld %lld %lld", &flt, &runner, &child_pid) != 3)
+				r = -4;
+			if (!r && !strcmp(st->kind, "fork")) {
+				long long f2, r2, p2;
+
+				c = proc_index(st->a);
+				pids[c] = child_pid;
+				if (recv_msg(socks[c][0]) || sscanf(msg, "ok %lld %lld %lld", &f2, &r2, &p2) != 3)
+					r = -4;
+				runner += r2;
+			}
+			if (!r && !strcmp(st->kind, "exit")) {
+				while (alive(pids[p]))
+					usleep(200);
+				pids[p] = 0;
+			}
+		}
+		STOP_MARK();
+		snapshot(after);
+		if (r) {
+			emit("],\"error\":");
+			snprintf(buf, sizeof(buf), "step %d (%s): %.1000s", i, st->kind,
+				 r == -1 ? "worker died" : r == -2 ? strerror(errno) : r == -3 ? "no such process" : msg);
+			emit_str(buf);
+			goto out;
+		}
+		emit("%s[%d,%lld,%lld,[", first ? "" : ",", i, flt, runner);
+		first = 0;
+		for (int k = 0; k < nkeys; k++)
+			emit("%s%lld", k ? "," : "", after[k] - before[k]);
+		emit("],[");
+		/* Diagnostics: the lines after the first of the worker's reply. */
+		{
+			char *d = strchr(msg, '\n');
+			int nd = 0;
+
+			while (d && d[1]) {
+				char *e = strchr(d + 1, '\n');
+
+				if (e)
+					*e = 0;
+				emit(nd++ ? "," : "");
+				emit_str(d + 1);
+				d = e;
+			}
+		}
+		emit("]]");
+		if (c >= 0) {
+			ask(p, "warm");
+			ask(c, "warm");
+		}
+	}
+	emit("],\"layout\":{");
+	first = 1;
+	for (int p = 0; p < nprocs; p++) {
+		if (!pids[p])
+			continue;
+		if (ask(p, "layout") || strncmp(msg, "ok ", 3)) {
+			emit("},\"layout_error\":");
+			emit_str(msg);
+			emit(",\"x\":{");
+			break;
+		}
+		/* Region keys become "<proc>/<region>". */
+		for (char *q = msg + 3; *q;) {
+			char *name_end;
+
+			if (*q == ',')
+				q++;
+			name_end = strchr(q + 1, '"');
+			if (!name_end)
+				break;
+			emit("%s\"%s/%.*s", first ? "" : ",", procs[p], (int)(name_end - q - 1), q + 1);
+			first = 0;
+			q = name_end;
+			{
+				int depth = 0;
+				char *e = q + 1;
+
+				/* Copy through the matching close bracket of the runs. */
+				do {
+					e++;
+					depth += *e == '[';
+					depth -= *e == ']';
+				} while (*e && depth);
+				emit("%.*s", (int)(e - q + 1), q);
+				q = e + 1;
+			}
+		}
+	}
+	emit("}");
+out:
+	emit(",\"ns\":%llu}", (unsigned long long)(now_ns() - t0));
+	for (int p = 0; p < nprocs; p++) {
+		close(socks[p][0]);
+		if (pids[p])
+			while (alive(pids[p]))
+				usleep(200);
+	}
+	close_counters();
+}
+
+static void kallsyms(void)
+{
+	FILE *f = fopen("/proc/kallsyms", "r");
+	char line[512];
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char addr[32], type[4], name[400];
+
+		if (sscanf(line, "%31s %3s %399s", addr, type, name) != 3 || strchr(line, '['))
+			continue;
+		if (type[0] == 't' || type[0] == 'T' || type[0] == 'W' || type[0] == 'w') {
+			size_t n = snprintf(buf, sizeof(buf), "%s %s\n", addr, name);
+
+			put(console, buf, n);
+		}
+	}
+	fclose(f);
+}
+
+int main(void)
+{
+	FILE *jobs;
+	char line[512];
+
+	mkdir("/proc", 0755);
+	mkdir("/sys", 0755);
+	mkdir("/dev", 0755);
+	mount("proc", "/proc", "proc", 0, NULL);
+	mount("sysfs", "/sys", "sysfs", 0, NULL);
+	mount("devtmpfs", "/dev", "devtmpfs", 0, NULL);
+	mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, NULL);
+	console = open("/dev/console", O_WRONLY);
+	if (console < 0)
+		console = 1;
+	/* Exited workers vanish at once, so an exit op can wait for the teardown. */
+	signal(SIGCHLD, SIG_IGN);
+	put(console, "@@FOLIOLAB-BEGIN\n", 17);
+	jobs = fopen("/jobs", "r");
+	while (jobs && fgets(line, sizeof(line), jobs)) {
+		char path[400];
+		const char *why;
+
+		line[strcspn(line, "\n")] = 0;
+		if (!strcmp(line, "kallsyms")) {
+			kallsyms();
+			continue;
+		}
+		if (sscanf(line, "workload %399s", path) != 1)
+			continue;
+		outlen = 0;
+		why = load(path);
+		if (why) {
+			emit("{\"error\":");
+			emit_str(why);
+			emit("}");
+		} else {
+			run_workload();
+		}
+		emit("\n");
+		put(console, "@@FOLIOLAB-RESULT ", 18);
+		put(console, out, outlen);
+	}
+	put(console, "@@FOLIOLAB-END\n", 15);
+	sync();
+	reboot(LINUX_REBOOT_CMD_POWER_OFF);
+	return 0;
+}
