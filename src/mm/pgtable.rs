@@ -6,7 +6,7 @@ use super::mm_types::MmId;
 use super::Kernel;
 use crate::arch::arm64::pgtable::PtePtr;
 use crate::hw::walk::path_key;
-use crate::hw::{Desc, Event, Granule, Pfn, TableId, VirtAddr};
+use crate::hw::{Desc, Event, Granule, Pfn, TableId};
 
 /// A pointer to a pmd (or any upper-level) entry.
 pub type PmdPtr = PtePtr;
@@ -49,8 +49,7 @@ impl Kernel {
     /// Write an upper-level entry (set_pmd / pmd_populate / pmd_clear ...).
     #[inline]
     pub fn pxd_set(&mut self, level: u8, addr: u64, p: PmdPtr, d: Desc) {
-        self.arch.hw.ev.inc(write_event(level));
-        self.arch.hw.write_desc(p.table, p.index, level, VirtAddr(addr), d);
+        self.arch.set_pxd(level, addr, p, d, write_event(level));
     }
 
     /// Allocate a zeroed page-table page for `level` (pte_alloc_one / pmd_alloc_one).

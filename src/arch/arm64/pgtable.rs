@@ -309,6 +309,22 @@ impl Arch {
         }
     }
 
+    /// set_pmd / set_pud / set_p4d / set_pgd: store, then, when the entry is a valid
+    /// table descriptor (pmd_populate and friends), DSB ISHST + ISB so the walker sees
+    /// the new table before the fault returns. A user leaf (set_pmd_at goes through
+    /// set_pte_at) and an invalid entry (pmd_clear, pmdp_invalidate) get no barrier:
+    /// the TLB maintenance that follows them has its own.
+    #[inline]
+    pub fn set_pxd(&mut self, level: u8, addr: u64, p: PtePtr, d: crate::hw::Desc, write: Event) {
+        self.hw.ev.inc(write);
+        self.hw
+            .write_desc(p.table, p.index, level, crate::hw::VirtAddr(addr), d);
+        if d.is_table(level) {
+            self.hw.dsb_ishst();
+            self.hw.isb();
+        }
+    }
+
     /// __ptep_get_and_clear.
     #[inline]
     pub fn __ptep_get_and_clear(&mut self, addr: u64, ptep: PtePtr) -> Pte {
