@@ -11,6 +11,7 @@ pub mod hw;
 pub mod mm;
 pub mod native;
 pub mod report;
+pub mod reproduce;
 pub mod sim;
 pub mod store;
 pub mod time;
