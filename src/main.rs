@@ -27,6 +27,8 @@ enum Command {
     Validate(cmd::validate::Args),
     /// Build the kernel linear map of a machine.
     Boot(cmd::boot::Args),
+    /// Every seed table: the seed's figures beside the model's.
+    Reproduce(cmd::reproduce::Args),
     /// Measure this host's mm software costs into the `host` machine profile.
     Calibrate(cmd::calibrate::Args),
     /// List the results recorded in the results database.
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Validate(a) => cmd::validate::main(a, &cli.store),
         Command::Boot(a) => cmd::boot::main(a),
         Command::Calibrate(a) => cmd::calibrate::main(a),
+        Command::Reproduce(a) => cmd::reproduce::main(a),
         Command::Runs(a) => cmd::runs::main(a, &cli.store),
         Command::Compare(a) => cmd::compare::main(a, &cli.store),
         Command::Machines(a) => cmd::machines::main(a),

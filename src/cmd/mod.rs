@@ -6,6 +6,7 @@ pub mod calibrate;
 pub mod compare;
 pub mod machines;
 pub mod native;
+pub mod reproduce;
 pub mod run;
 pub mod runs;
 pub mod validate;

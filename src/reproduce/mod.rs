@@ -57,3 +57,72 @@ pub struct Reproduction {
     pub notes: BTreeMap<String, Vec<String>>,
     pub elapsed_s: f64,
 }
+
+mod seed003;
+
+use crate::report::{Counters, Report};
+use crate::time::{model, Profile};
+
+/// A seed table's baseline and changed variant, as the seed names them.
+pub struct VariantPair {
+    pub baseline: &'static str,
+    pub changed: &'static str,
+}
+
+/// The costs a seed's figures are modeled with on one machine: the machine's profile
+/// less what was derived from that seed's own series, with the generic mm software's
+/// costs (which arm64 machines run as x86_64 hosts do) filled in from `software`,
+/// scaled by the clock ratio.
+pub struct Costs {
+    pub profile: Profile,
+    pub notes: Vec<String>,
+}
+
+impl Costs {
+    pub fn for_seed(machine: &str, seed: &str, software: &Profile) -> Result<Costs, String> {
+        let generic = Profile::load("generic")?;
+        let (p, mut notes) = Profile::load(machine)?.for_seed(seed, &generic);
+        let ratio = software.clock_ghz / p.clock_ghz;
+        let why = format!(
+            "generic mm software measured on {} ({:.2} GHz), scaled by the clock ratio to {} ({:.2} GHz): equal work per cycle assumed",
+            software.description, software.clock_ghz, p.name, p.clock_ghz
+        );
+        let profile = p.with_software(software, ratio, &why);
+        notes.push(format!("{machine}: {why}"));
+        Ok(Costs { profile, notes })
+    }
+
+    /// Modeled nanoseconds of `counters`, with the time by event.
+    pub fn time_ns(&self, counters: &Counters) -> (f64, BTreeMap<String, f64>) {
+        let r = Report {
+            counters: counters.clone(),
+            ..Report::default()
+        };
+        let m = model(&self.profile, &r);
+        let by = m.by_event.iter().map(|(k, ps)| (k.clone(), *ps as f64 / 1e3)).collect();
+        (m.total_ps as f64 / 1e3, by)
+    }
+}
+
+/// Percent change of `v` against `base`.
+pub fn pct(v: f64, base: f64) -> f64 {
+    (v - base) / base * 100.0
+}
+
+/// Whether two changes have the same sign (a zero change agrees with nothing but zero).
+pub fn same_sign(a: f64, b: f64) -> bool {
+    a.signum() == b.signum() || (a == 0.0 && b == 0.0)
+}
+
+/// Runs every seed asked for (all when `seeds` is empty) with `software`'s costs for the
+/// generic mm code.
+pub fn reproduce(seeds: &[String], software: &Profile) -> Result<Reproduction, String> {
+    let start = std::time::Instant::now();
+    let want = |s: &str| seeds.is_empty() || seeds.iter().any(|x| x == s);
+    let mut r = Reproduction::default();
+    if want("003") {
+        seed003::run(&mut r, software)?;
+    }
+    r.elapsed_s = start.elapsed().as_secs_f64();
+    Ok(r)
+}

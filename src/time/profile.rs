@@ -18,6 +18,10 @@ const COMMON: &str = include_str!("../../machines/common.toml");
 /// The profile `foliolab calibrate` measures on this host.
 pub const HOST: &str = "host";
 
+/// The calibration committed with foliolab (`foliolab calibrate` on the project's
+/// test machine), so that `reproduce` gives the same figures on every host.
+pub const CALIBRATED: &str = "calibrated";
+
 /// Where the host profile lives: in the user's data directory, since it describes the
 /// machine it was measured on, not the project.
 pub fn host_path() -> Option<std::path::PathBuf> {

@@ -1,0 +1,93 @@
+//! Seed 003: map_mem() time, before (each linear-map table fixmapped twice: once to
+//! zero it, once to populate it) and after (once), on the seed's four machine/RAM
+//! columns, and the model's time against RAM size.
+
+use super::{pct, same_sign, Breakdown, Costs, Reproduction, Row, Series};
+use crate::cmd::boot::{boot, Spec};
+use crate::hw::Granule;
+use crate::report::Counters;
+use crate::time::Profile;
+
+const SEED: &str = "003";
+const EXPERIMENT: &str = "map_mem";
+/// (machine profile, RAM in GiB, before ms, after ms), from the seed's table.
+const COLUMNS: &[(&str, u64, f64, f64)] = &[
+    ("m2-vm", 16, 11.0, 10.0),
+    ("altra-vm", 64, 161.0, 104.0),
+    ("altra-vm", 256, 656.0, 438.0),
+    ("altra-metal", 512, 1654.0, 1223.0),
+];
+/// The seed's before and after, as `boot --set pgtable-fixmap=` names them.
+const VARIANTS: [(&str, &str); 2] = [("before", "alloc-and-populate"), ("after", "once")];
+/// RAM sizes of the time-against-RAM curve, beyond the table's columns.
+const CURVE_GIB: &[u64] = &[1, 4, 16, 64, 256, 512];
+
+/// map_mem's counts for `gib` of RAM under `fixmap` (Debian's default rodata=full, 4K).
+fn counts(gib: u64, fixmap: &str) -> Result<Counters, String> {
+    let mut spec = Spec::new(Granule::K4, gib << 30);
+    spec.set("pgtable-fixmap", fixmap)?;
+    let b = boot(&spec)?;
+    let c = b.map_mem.iter_nonzero().map(|(k, v)| (k.to_string(), v as i64)).collect();
+    // The process goes on to other seeds: free the tables (one boot at a time).
+    drop(b);
+    Ok(c)
+}
+
+pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
+    let mut sizes: Vec<u64> = COLUMNS.iter().map(|c| c.1).chain(CURVE_GIB.iter().copied()).collect();
+    sizes.sort();
+    sizes.dedup();
+    let mut measured = std::collections::BTreeMap::new();
+    for &gib in &sizes {
+        for (name, fixmap) in VARIANTS {
+            measured.insert((gib, name), counts(gib, fixmap)?);
+        }
+    }
+    let mut notes = Vec::new();
+    for &(machine, gib, before, after) in COLUMNS {
+        let costs = Costs::for_seed(machine, SEED, software)?;
+        notes.extend(costs.notes.iter().cloned());
+        let column = format!("{machine} {gib}G");
+        let mut base = None;
+        for ((name, _), seed_ms) in VARIANTS.iter().zip([before, after]) {
+            let (ns, by) = costs.time_ns(&measured[&(gib, *name)]);
+            let ms = ns / 1e6;
+            let base_ms = *base.get_or_insert(ms);
+            r.rows.push(Row {
+                seed: SEED.into(),
+                experiment: EXPERIMENT.into(),
+                machine: column.clone(),
+                variant: name.to_string(),
+                unit: "ms".into(),
+                seed_value: seed_ms,
+                model_value: Some(ms),
+                seed_stdev: None,
+                sign_agrees: same_sign(pct(ms, base_ms), pct(seed_ms, before)),
+            });
+            r.breakdowns.push(Breakdown {
+                seed: SEED.into(),
+                experiment: EXPERIMENT.into(),
+                machine: column.clone(),
+                variant: name.to_string(),
+                by_event_ns: by,
+            });
+        }
+    }
+    let costs = Costs::for_seed("altra-metal", SEED, software)?;
+    for (name, _) in VARIANTS {
+        r.series.push(Series {
+            seed: SEED.into(),
+            name: format!("model {name}, altra-metal costs"),
+            x_label: "RAM (GiB)".into(),
+            y_label: "map_mem (ms)".into(),
+            points: CURVE_GIB
+                .iter()
+                .map(|&g| (g as f64, costs.time_ns(&measured[&(g, name)]).0 / 1e6))
+                .collect(),
+        });
+    }
+    notes.sort();
+    notes.dedup();
+    r.notes.insert(SEED.into(), notes);
+    Ok(())
+}
