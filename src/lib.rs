@@ -7,6 +7,7 @@ pub mod arch;
 pub mod cmd;
 pub mod hostmem;
 pub mod hw;
+pub mod kcount;
 pub mod mm;
 pub mod native;
 pub mod report;

@@ -568,3 +568,55 @@ mod granule_alignment {
         }
     }
 }
+
+/// The kernel's own work (`kernel.*`) where the seeds' changes differ.
+mod kernel_counters {
+    use crate::report::Report;
+    use crate::sim::{run, Variants};
+    use crate::workload::parse_str;
+
+    fn report(src: &str, sets: &[&str]) -> Report {
+        let w = parse_str("test.wl", src).unwrap();
+        let v = Variants::from_sets(&sets.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        run(&w, &v).unwrap()
+    }
+
+    /// The `kernel.<key>` counts of phase `label`, in the order of `keys` (0 if absent).
+    fn phase(r: &Report, label: &str, keys: &[&str]) -> Vec<i64> {
+        let p = r.phases.iter().find(|p| p.label == label).expect("phase");
+        keys.iter()
+            .map(|k| p.counters.get(&format!("kernel.{k}")).copied().unwrap_or(0))
+            .collect()
+    }
+
+    const ZAP_KEYS: &[&str] = &[
+        "zap_pte_range.ptes",
+        "zap_present_ptes",
+        "zap_present_ptes.ptes",
+        "folio_remove_rmap_ptes",
+        "folio_remove_rmap_ptes.pages",
+        "tlb_remove_folio_pages",
+    ];
+
+    fn munmap_64m(knob: &str, zap: &str) -> Vec<i64> {
+        let src = format!("set hugepages-64kB/enabled {knob}\nmmap buf 64M populate\nmark munmap\nmunmap buf\n");
+        phase(&report(&src, &[&format!("zap={zap}")]), "munmap", ZAP_KEYS)
+    }
+
+    /// Seed 000, munmap of 64 MiB (16,384 ptes). Order-0: the old loop (per-pte) had
+    /// no zap_present_ptes; the batched one calls it once per pte (a batch of one),
+    /// and both remove one rmap and gather one slot per page. 64 KiB folios (1,024):
+    /// per-pte still works page by page; batched clears each folio's 16 ptes in one
+    /// zap_present_ptes, one folio_remove_rmap_ptes of 16 pages and one
+    /// __tlb_remove_folio_pages taking two slots (page and count).
+    #[test]
+    fn seed000_munmap_of_64m_counts_the_zap_work_per_variant() {
+        assert_eq!(munmap_64m("never", "per-pte"), [16384, 0, 0, 16384, 16384, 16384]);
+        assert_eq!(
+            munmap_64m("never", "batched"),
+            [16384, 16384, 16384, 16384, 16384, 16384]
+        );
+        assert_eq!(munmap_64m("always", "per-pte"), [16384, 0, 0, 16384, 16384, 16384]);
+        assert_eq!(munmap_64m("always", "batched"), [16384, 1024, 16384, 1024, 16384, 2048]);
+    }
+}
