@@ -44,10 +44,6 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_start_with_kernel() {
-        let mut names: Vec<_> = KernelEvent::ALL.iter().map(|e| e.name()).collect();
-        assert!(names.iter().all(|n| n.starts_with("kernel.")));
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), KernelEvent::COUNT);
+        crate::hw::events::assert_names_unique(KernelEvent::ALL.iter().map(|e| e.name()), "kernel.");
     }
 }
