@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod compare;
 pub mod hostmem;
 pub mod hw;
+pub mod kcount;
 pub mod mm;
 pub mod native;
 pub mod report;

@@ -3,25 +3,79 @@
 //! Counting is an array increment on the hot path; names are only produced when a
 //! snapshot is reported. Add an event by adding one line to `events!`.
 
-macro_rules! events {
-    ($($var:ident => $name:literal,)*) => {
-        /// One architectural event.
+/// `counters!(Enum, Set { Var => "name", ... })`: an enum of counters with stable
+/// dotted names and a set of their counts (a `u64` array). Used for the architectural
+/// events here and for the kernel's work counters (`crate::kcount`).
+macro_rules! counters {
+    ($(#[$m:meta])* $en:ident, $set:ident { $($var:ident => $name:literal,)* }) => {
+        $(#[$m])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[repr(u16)]
-        pub enum Event { $($var,)* }
+        pub enum $en { $($var,)* }
 
-        impl Event {
-            pub const ALL: &'static [Event] = &[$(Event::$var,)*];
-            pub const COUNT: usize = Event::ALL.len();
+        impl $en {
+            pub const ALL: &'static [$en] = &[$($en::$var,)*];
+            pub const COUNT: usize = $en::ALL.len();
             /// The stable dotted name used in reports.
             pub const fn name(self) -> &'static str {
-                match self { $(Event::$var => $name,)* }
+                match self { $($en::$var => $name,)* }
+            }
+        }
+
+        /// A set of counts. Cheap to copy for snapshots.
+        #[derive(Clone, PartialEq, Eq)]
+        pub struct $set {
+            counts: [u64; $en::COUNT],
+        }
+
+        impl Default for $set {
+            fn default() -> Self {
+                $set { counts: [0; $en::COUNT] }
+            }
+        }
+
+        impl std::fmt::Debug for $set {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_map().entries(self.iter_nonzero()).finish()
+            }
+        }
+
+        impl $set {
+            #[inline(always)]
+            pub fn inc(&mut self, e: $en) {
+                self.counts[e as usize] += 1;
+            }
+            #[inline(always)]
+            pub fn add(&mut self, e: $en, n: u64) {
+                self.counts[e as usize] += n;
+            }
+            #[inline]
+            pub fn get(&self, e: $en) -> u64 {
+                self.counts[e as usize]
+            }
+            /// Counts accumulated since `earlier` (a snapshot taken with `clone`).
+            pub fn since(&self, earlier: &$set) -> $set {
+                let mut d = $set::default();
+                for i in 0..$en::COUNT {
+                    d.counts[i] = self.counts[i] - earlier.counts[i];
+                }
+                d
+            }
+            /// Non-zero counts with their names, in declaration order.
+            pub fn iter_nonzero(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+                $en::ALL
+                    .iter()
+                    .filter(|e| self.get(**e) != 0)
+                    .map(|e| (e.name(), self.get(*e)))
             }
         }
     };
 }
+pub(crate) use counters;
 
-events! {
+counters! {
+    /// One architectural event.
+    Event, Events {
     TlbiVae1is => "arch.tlbi.vae1is",
     TlbiVale1is => "arch.tlbi.vale1is",
     TlbiVaae1is => "arch.tlbi.vaae1is",
@@ -69,56 +123,18 @@ events! {
     TableFree => "arch.pgtable.free",
     PageZero => "arch.page.zero",
     PageCopy => "arch.page.copy",
-}
-
-/// A set of event counts. Cheap to copy for snapshots.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Events {
-    counts: [u64; Event::COUNT],
-}
-
-impl Default for Events {
-    fn default() -> Self {
-        Events {
-            counts: [0; Event::COUNT],
-        }
     }
 }
 
-impl std::fmt::Debug for Events {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.iter_nonzero()).finish()
-    }
-}
-
-impl Events {
-    #[inline(always)]
-    pub fn inc(&mut self, e: Event) {
-        self.counts[e as usize] += 1;
-    }
-    #[inline(always)]
-    pub fn add(&mut self, e: Event, n: u64) {
-        self.counts[e as usize] += n;
-    }
-    #[inline]
-    pub fn get(&self, e: Event) -> u64 {
-        self.counts[e as usize]
-    }
-    /// Counts accumulated since `earlier` (a snapshot taken with `clone`).
-    pub fn since(&self, earlier: &Events) -> Events {
-        let mut d = Events::default();
-        for i in 0..Event::COUNT {
-            d.counts[i] = self.counts[i] - earlier.counts[i];
-        }
-        d
-    }
-    /// Non-zero events with their names, in declaration order.
-    pub fn iter_nonzero(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        Event::ALL
-            .iter()
-            .filter(|e| self.get(**e) != 0)
-            .map(|e| (e.name(), self.get(*e)))
-    }
+/// Test helper: every name starts with `prefix` and none repeats.
+#[cfg(test)]
+pub(crate) fn assert_names_unique(names: impl Iterator<Item = &'static str>, prefix: &str) {
+    let mut names: Vec<_> = names.collect();
+    let n = names.len();
+    assert!(names.iter().all(|x| x.starts_with(prefix)));
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), n);
 }
 
 #[cfg(test)]
@@ -127,11 +143,7 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_dotted() {
-        let mut names: Vec<_> = Event::ALL.iter().map(|e| e.name()).collect();
-        assert!(names.iter().all(|n| n.starts_with("arch.")));
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), Event::COUNT);
+        assert_names_unique(Event::ALL.iter().map(|e| e.name()), "arch.");
     }
 
     #[test]

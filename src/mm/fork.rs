@@ -110,7 +110,7 @@ impl Kernel {
         } else {
             (1, pte)
         };
-        self.memmap.folio_ref_add(folio, nr as i32);
+        self.folio_ref_add(folio, nr as i32);
         self.folio_try_dup_anon_rmap_ptes(folio, pfn, nr as u64, dst);
         self.mm_mut(dst).rss_anon += nr as i64;
         let size = self.memmap.folio_nr_pages(folio);

@@ -220,7 +220,7 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
     flush_pmd_tlb_range(k, mm, haddr);
     let folio = old.pfn(g);
     let exclusive = k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
-    k.memmap.folio_ref_add(folio, nr as i32 - 1);
+    k.folio_ref_add(folio, nr as i32 - 1);
     k.folio_add_anon_rmap_ptes(folio, folio, nr as u64, mm, exclusive);
     let table = withdraw_pgtable(k, mm, haddr);
     let tid = k.arch.hw.mem.table_id(table).unwrap();
@@ -366,7 +366,7 @@ pub fn copy_huge_pmd(k: &mut Kernel, dst: MmId, dst_pmd: PmdPtr, src_pmd: PmdPtr
     let pmd = k.pxd_get(2, src_pmd);
     if !is_huge_zero_pmd(k, pmd) {
         let folio = pmd.pfn(g);
-        k.memmap.folio_ref_add(folio, 1);
+        k.folio_ref_add(folio, 1);
         k.folio_try_dup_anon_rmap_pmd(folio, dst);
         k.mm_mut(dst).rss_anon += 1 << g.pmd_order();
     }
@@ -549,7 +549,7 @@ pub fn split_folio_to_list(k: &mut Kernel, folio: Pfn, list: &mut Vec<Pfn>) -> b
     for i in 1..nr {
         let page = Pfn(folio.0 + i);
         if k.memmap.folio_ref_count(page) > 0 {
-            k.memmap.folio_ref_add(page, 1);
+            k.folio_ref_add(page, 1);
             list.push(page);
         }
     }
@@ -589,7 +589,7 @@ pub fn deferred_split_scan(k: &mut Kernel) -> u64 {
     }
     let mut split = 0;
     for folio in batch {
-        k.memmap.folio_ref_add(folio, 1);
+        k.folio_ref_add(folio, 1);
         if k.memmap.folio_test(folio, PageFlags::PARTIALLY_MAPPED) {
             if split_folio(k, folio, 1) {
                 split += 1;
@@ -616,7 +616,7 @@ pub fn madvise_free_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd:
         return true;
     }
     if next - addr != g.pmd_size() {
-        k.memmap.folio_ref_add(folio, 1);
+        k.folio_ref_add(folio, 1);
         split_folio(k, folio, 1);
         k.folio_put(folio);
         if pmd_trans_huge(k.pxd_get(2, pmd)) {

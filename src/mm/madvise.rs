@@ -116,7 +116,7 @@ impl Kernel {
                 (nr, ptent) = self.folio_pte_batch_flags(mm, folio, ptep, ptent, max_nr, Fpb::MERGE_YOUNG_DIRTY);
                 if (nr as u64) < self.memmap.folio_nr_pages(folio) {
                     if !self.folio_maybe_mapped_shared(folio) {
-                        self.memmap.folio_ref_add(folio, 1);
+                        self.folio_ref_add(folio, 1);
                         let split = split_folio(self, folio, 1);
                         self.folio_put(folio);
                         if split {
@@ -215,7 +215,7 @@ impl Kernel {
             return true;
         }
         if next - addr != pmd_size {
-            self.memmap.folio_ref_add(folio, 1);
+            self.folio_ref_add(folio, 1);
             let split = split_folio(self, folio, 1);
             self.folio_put(folio);
             return !split;
@@ -232,7 +232,7 @@ impl Kernel {
 
     /// folio_isolate_lru: reclaim holds a reference while the folio is off the LRU.
     fn folio_isolate_lru(&mut self, folio: Pfn, folios: &mut Vec<Pfn>) {
-        self.memmap.folio_ref_add(folio, 1);
+        self.folio_ref_add(folio, 1);
         folios.push(folio);
     }
 
@@ -270,7 +270,7 @@ impl Kernel {
                     (nr, merged) = self.folio_pte_batch_flags(mm, folio, ptep, ptent, max_nr, Fpb::MERGE_YOUNG_DIRTY);
                     young = merged.pte_young();
                     if (nr as u64) < nr_pages && !self.folio_maybe_mapped_shared(folio) {
-                        self.memmap.folio_ref_add(folio, 1);
+                        self.folio_ref_add(folio, 1);
                         let split = split_folio(self, folio, 1);
                         self.folio_put(folio);
                         if split {

@@ -12,6 +12,7 @@ use super::{Kernel, ZapVariant};
 use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{ArchMm, PgProt, Pte, PtePtr};
 use crate::hw::{DescKind, Pfn};
+use crate::kcount::KernelEvent;
 
 bitflags::bitflags! {
     /// fpb_t: what folio_pte_batch_flags respects or merges (young and dirty are
@@ -54,6 +55,7 @@ impl Kernel {
     /// handle_mm_fault with arm64's do_page_fault access checks in front and
     /// mm_account_fault behind (pgfault and the task's min_flt).
     pub fn handle_mm_fault(&mut self, mm: MmId, addr: u64, write: bool) -> Result<(), FaultError> {
+        self.arch.kc.inc(KernelEvent::HandleMmFault);
         let Some(vma) = self.mm(mm).find_vma(addr) else {
             return Err(FaultError::Segv(addr));
         };
@@ -196,6 +198,7 @@ impl Kernel {
 
     /// do_anonymous_page: zero page for reads, a new (possibly large) folio for writes.
     fn do_anonymous_page(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, write: bool) -> VmFault {
+        self.arch.kc.inc(KernelEvent::DoAnonymousPage);
         let g = self.arch.granule();
         let ps = g.page_size();
         let amm = self.arch_mm(mm);
@@ -234,7 +237,7 @@ impl Kernel {
             self.folio_put(folio);
             return VmFault::Done;
         }
-        self.memmap.folio_ref_add(folio, nr as i32 - 1);
+        self.folio_ref_add(folio, nr as i32 - 1);
         self.mm_mut(mm).rss_anon += nr as i64;
         self.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
         self.folio_add_new_anon_rmap(folio, mm, start, false);
@@ -246,6 +249,7 @@ impl Kernel {
     /// do_wp_page for private anon memory: reuse an exclusive page (or a folio that
     /// turns out to be exclusive to this mm), else copy one page.
     fn do_wp_page(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> VmFault {
+        self.arch.kc.inc(KernelEvent::DoWpPage);
         let g = self.arch.granule();
         let pfn = orig.pte_pfn(g);
         if !self.is_zero_pfn(pfn) {
@@ -340,6 +344,7 @@ impl Kernel {
     fn zap_pte_range(&mut self, tlb: &mut MmuGather, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, end: u64) {
         let ps = self.arch.granule().page_size();
         let amm = self.arch_mm(mm);
+        self.arch.kc.inc(KernelEvent::ZapPteRange);
         let mut addr = addr;
         loop {
             let Some(start_pte) = self.pte_offset_map(pmd, addr) else {
@@ -354,6 +359,8 @@ impl Kernel {
                     ZapVariant::Batched => self.do_zap_pte_range(tlb, mm, amm, vma, pte, addr, end, &mut rss),
                     ZapVariant::PerPte => self.zap_one_pte(tlb, mm, amm, pte, addr, &mut rss),
                 };
+                self.arch.kc.inc(KernelEvent::ZapPteRangeLoops);
+                self.arch.kc.add(KernelEvent::ZapPteRangePtes, nr as u64);
                 pte = pte.add(nr);
                 addr += nr as u64 * ps;
                 if full {
@@ -396,7 +403,7 @@ impl Kernel {
         let folio = self.memmap.folio_of(pfn);
         *rss -= 1;
         self.folio_remove_rmap_ptes(folio, pfn, 1, mm);
-        (1, tlb.remove_folio_pages(folio, 1))
+        (1, self.__tlb_remove_folio_pages(tlb, folio, 1))
     }
 
     /// do_zap_pte_range: skip a run of none ptes, then zap one present batch.
@@ -460,7 +467,9 @@ impl Kernel {
     ) -> (usize, bool) {
         let g = self.arch.granule();
         let pfn = ptent.pte_pfn(g);
+        self.arch.kc.inc(KernelEvent::ZapPresentPtes);
         if self.is_zero_pfn(pfn) {
+            self.arch.kc.inc(KernelEvent::ZapPresentPtesPtes);
             self.arch.ptep_get_and_clear(amm, addr, pte);
             tlb.remove_tlb_entries(addr, 1, g.page_size());
             return (1, false);
@@ -471,12 +480,13 @@ impl Kernel {
         } else {
             1
         };
+        self.arch.kc.add(KernelEvent::ZapPresentPtesPtes, nr as u64);
         // Anon folios: clear without gathering A/D (clear_full_ptes).
         self.arch.clear_full_ptes(amm, addr, pte, nr, tlb.fullmm);
         *rss -= nr as i64;
         tlb.remove_tlb_entries(addr, nr as u64, g.page_size());
         self.folio_remove_rmap_ptes(folio, pfn, nr as u64, mm);
-        (nr, tlb.remove_folio_pages(folio, nr as u32))
+        (nr, self.__tlb_remove_folio_pages(tlb, folio, nr as u32))
     }
 
     /// folio_pte_batch: how many ptes from `pte` map consecutive pages of `folio` with

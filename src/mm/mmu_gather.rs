@@ -12,6 +12,7 @@ use super::mm_types::MmId;
 use super::Kernel;
 use crate::arch::arm64::tlb::tlb_flush;
 use crate::hw::{Asid, Pfn};
+use crate::kcount::KernelEvent;
 
 pub const MMU_GATHER_BUNDLE: usize = 8;
 
@@ -133,13 +134,23 @@ impl MmuGather {
     /// plain inline still left a call (callgrind).
     #[inline(always)]
     pub fn remove_folio_pages(&mut self, folio: Pfn, nr: u32) -> bool {
-        let slots = if nr == 1 { 1 } else { 2 };
-        self.batch_nr[self.active] += slots;
+        self.batch_nr[self.active] += Self::slots(nr);
         self.pages.push(Gathered { folio, nr });
         if self.batch_nr[self.active] >= self.batch_max[self.active] - 1 && !self.next_batch() {
             return true;
         }
         false
+    }
+
+    /// The batch slots `nr` pages of one folio take: the page, and the count in a
+    /// second slot when more than one (ENCODED_PAGE_BIT_NR_PAGES_NEXT).
+    #[inline(always)]
+    pub fn slots(nr: u32) -> usize {
+        if nr == 1 {
+            1
+        } else {
+            2
+        }
     }
 
     /// tlb_remove_table: a page table to free after the flush.
@@ -149,6 +160,15 @@ impl MmuGather {
 }
 
 impl Kernel {
+    /// __tlb_remove_folio_pages, counting the batch slots it uses.
+    #[inline(always)]
+    pub fn __tlb_remove_folio_pages(&mut self, tlb: &mut MmuGather, folio: Pfn, nr: u32) -> bool {
+        self.arch
+            .kc
+            .add(KernelEvent::TlbRemoveFolioPages, MmuGather::slots(nr) as u64);
+        tlb.remove_folio_pages(folio, nr)
+    }
+
     /// tlb_gather_mmu / tlb_gather_mmu_fullmm for `mm`. The page list reuses the last
     /// gather's storage: a full gather holds ~9,700 entries, which the host would
     /// otherwise allocate and fault in afresh for every unmap.

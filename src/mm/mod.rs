@@ -24,6 +24,7 @@ pub mod vmstat;
 
 use crate::arch::arm64::pgtable::{Arch, ArchMm};
 use crate::hw::{Asid, Machine, MachineConfig, Pfn};
+use crate::kcount::KernelEvent;
 use folio::{MemMap, PageFlags, NIL};
 use mm_types::{MmId, MmStruct, Vma};
 use page_alloc::Buddy;
@@ -186,6 +187,8 @@ impl Kernel {
             None => return None,
         };
         self.memmap.prep_new_folio(pfn, order);
+        self.arch.kc.inc(KernelEvent::FolioAlloc);
+        self.arch.kc.add(KernelEvent::FolioAllocPages, 1 << order);
         Some(pfn)
     }
 
@@ -193,10 +196,19 @@ impl Kernel {
     /// the folio must be freed (reserved pages never are).
     #[inline]
     fn folio_ref_sub_and_test(&mut self, folio: Pfn, refs: i32) -> bool {
+        self.arch.kc.inc(KernelEvent::FolioRefAtomic);
         let p = self.memmap.page_mut(folio);
         p.refcount -= refs;
         debug_assert!(p.refcount >= 0, "folio {folio:?} refcount underflow");
         p.refcount == 0 && !p.flags.contains(PageFlags::RESERVED)
+    }
+
+    /// folio_ref_add: one atomic_add of `n` references (even of 0, as the kernel's
+    /// do_anonymous_page adds nr_pages - 1).
+    #[inline]
+    pub fn folio_ref_add(&mut self, folio: Pfn, n: i32) {
+        self.arch.kc.inc(KernelEvent::FolioRefAtomic);
+        self.memmap.folio_ref_add(folio, n);
     }
 
     /// folio_put_refs: drop references; the last one frees the folio.

@@ -12,6 +12,7 @@ use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::arch::arm64::tlbflush::{arch_flush_tlb_batched_pending, arch_tlbbatch_add_pending, arch_tlbbatch_flush};
 use crate::hw::Pfn;
+use crate::kcount::KernelEvent;
 
 /// The mm id a folio slot records (MM_ID_DUMMY is 0).
 fn mm_id(mm: MmId) -> u32 {
@@ -22,6 +23,7 @@ impl Kernel {
     /// folio_add_return_large_mapcount: `diff` more mappings by `mm`; a second mm (or
     /// an mm finding both slots taken) makes the folio "maybe mapped shared".
     fn folio_add_large_mapcount(&mut self, folio: Pfn, diff: i32, mm: MmId) {
+        self.arch.kc.inc(KernelEvent::FolioMapcountAtomic);
         let id = mm_id(mm);
         let h = self.memmap.large_mut(folio);
         h.large_mapcount += diff;
@@ -50,6 +52,7 @@ impl Kernel {
     /// folio_sub_return_large_mapcount: when one slot again owns every mapping, the
     /// folio is exclusive once more.
     fn folio_sub_large_mapcount(&mut self, folio: Pfn, diff: i32, mm: MmId) {
+        self.arch.kc.inc(KernelEvent::FolioMapcountAtomic);
         let id = mm_id(mm);
         let h = self.memmap.large_mut(folio);
         h.large_mapcount -= diff;
@@ -119,7 +122,13 @@ impl Kernel {
                 p.flags.insert(PageFlags::ANON_EXCLUSIVE);
             }
         }
+        // One atomic per page's _mapcount, one for _nr_pages_mapped (if any page
+        // became mapped), one for the large mapcount.
+        self.arch.kc.add(KernelEvent::FolioMapcountAtomic, nr);
         if self.memmap.folio_order(folio) > 0 {
+            if first > 0 {
+                self.arch.kc.inc(KernelEvent::FolioMapcountAtomic);
+            }
             self.memmap.large_mut(folio).nr_pages_mapped += first;
             self.folio_add_large_mapcount(folio, nr as i32, mm);
         }
@@ -133,6 +142,7 @@ impl Kernel {
             p.flags.remove(PageFlags::ANON_EXCLUSIVE);
             p.mapcount += 1;
         }
+        self.arch.kc.add(KernelEvent::FolioMapcountAtomic, nr);
         if self.memmap.folio_order(folio) > 0 {
             self.folio_add_large_mapcount(folio, nr as i32, dst);
         }
@@ -147,6 +157,7 @@ impl Kernel {
                 .flags
                 .remove(PageFlags::ANON_EXCLUSIVE);
         }
+        self.arch.kc.inc(KernelEvent::FolioMapcountAtomic);
         self.memmap.large_mut(folio).entire_mapcount += 1;
         self.folio_add_large_mapcount(folio, 1, dst);
     }
@@ -154,6 +165,11 @@ impl Kernel {
     /// folio_remove_rmap_ptes: drop `nr` pte mappings from `page` in `mm`. A large anon
     /// folio left with some pages mapped and some not is queued for deferred split.
     pub fn folio_remove_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, mm: MmId) {
+        self.arch.kc.inc(KernelEvent::FolioRemoveRmapPtes);
+        self.arch.kc.add(KernelEvent::FolioRemoveRmapPtesPages, nr);
+        // One atomic per page's _mapcount; for a large folio also the large mapcount
+        // and, if some page became unmapped, _nr_pages_mapped.
+        self.arch.kc.add(KernelEvent::FolioMapcountAtomic, nr);
         if self.memmap.folio_order(folio) == 0 {
             self.memmap.page_mut(folio).mapcount -= 1;
             return;
@@ -168,6 +184,9 @@ impl Kernel {
             }
         }
         self.folio_sub_large_mapcount(folio, nr as i32, mm);
+        if last > 0 {
+            self.arch.kc.inc(KernelEvent::FolioMapcountAtomic);
+        }
         let h = self.memmap.large_mut(folio);
         h.nr_pages_mapped -= last;
         // Pages that became unmapped count only while the folio is not also pmd-mapped.
@@ -181,6 +200,7 @@ impl Kernel {
 
     /// folio_remove_rmap_pmd: drop the pmd mapping of a PMD-sized folio in `mm`.
     pub fn folio_remove_rmap_pmd(&mut self, folio: Pfn, mm: MmId) {
+        self.arch.kc.inc(KernelEvent::FolioMapcountAtomic);
         self.memmap.large_mut(folio).entire_mapcount -= 1;
         self.folio_sub_large_mapcount(folio, 1, mm);
         let h = *self.memmap.large(folio);
@@ -240,6 +260,7 @@ impl Kernel {
             return;
         }
         let asid = self.mm(mm).asid;
+        self.arch.kc.inc(KernelEvent::ArchTlbbatchAddPending);
         arch_tlbbatch_add_pending(&mut self.arch.hw, asid, start, end);
         self.tlb_ubc.flush_required = true;
         self.mm_mut(mm).tlb_flush_pending += 1;
@@ -253,6 +274,7 @@ impl Kernel {
         if !self.tlb_ubc.flush_required {
             return;
         }
+        self.arch.kc.inc(KernelEvent::ArchTlbbatchFlush);
         arch_tlbbatch_flush(&mut self.arch.hw);
         self.tlb_ubc = TlbUbc::default();
     }
@@ -260,8 +282,10 @@ impl Kernel {
     /// flush_tlb_batched_pending (under the PTL, before changing ptes of `mm`): if
     /// reclaim left TLBIs for this mm that may not have completed, wait for them.
     pub fn flush_tlb_batched_pending(&mut self, mm: MmId) {
+        self.arch.kc.inc(KernelEvent::FlushTlbBatchedPending);
         let m = self.mm(mm);
         if m.tlb_flush_pending != m.tlb_flush_done {
+            self.arch.kc.inc(KernelEvent::ArchFlushTlbBatchedPending);
             arch_flush_tlb_batched_pending(&mut self.arch.hw);
             let m = self.mm_mut(mm);
             m.tlb_flush_done = m.tlb_flush_pending;

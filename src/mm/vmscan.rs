@@ -130,7 +130,7 @@ impl Kernel {
                 let folio = self.memmap.folio_of(pfn);
                 let f = self.memmap.page(folio).flags;
                 if f.contains(PageFlags::ANON) && !f.contains(PageFlags::SWAPBACKED) && seen.insert(folio) {
-                    self.memmap.folio_ref_add(folio, 1);
+                    self.folio_ref_add(folio, 1);
                     out.push(folio);
                 }
             }
@@ -257,7 +257,7 @@ mod tests {
         // MADV_FREE flushed the TLB; a read caches the (still clean) translation again.
         user_access(&mut k, mm, 0, BASE, false).unwrap();
         let folio = k.page_table_pfn(mm, BASE).unwrap();
-        k.memmap.folio_ref_add(folio, 1);
+        k.folio_ref_add(folio, 1);
         k.try_to_unmap(folio, TtuFlags::BATCH_FLUSH);
         k.folio_put(folio);
         assert!(matches!(

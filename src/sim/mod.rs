@@ -5,6 +5,7 @@ pub mod progress;
 pub mod variants;
 
 use crate::hw::{Event, MachineConfig, PhysMem, VirtAddr};
+use crate::kcount::KernelEvent;
 use crate::mm::folio::Page;
 use crate::mm::madvise::Madv;
 use crate::mm::memory::FaultError;
@@ -407,13 +408,16 @@ impl Sim<'_> {
         for e in Event::ALL {
             c.insert(e.name().to_string(), self.k.arch.hw.ev.get(*e) as i64);
         }
+        for e in KernelEvent::ALL {
+            c.insert(e.name().to_string(), self.k.arch.kc.get(*e) as i64);
+        }
         c
     }
 
     fn close_phase(&mut self, now: &Counters) {
         let d: Counters = diff(now, &self.phase_start)
             .into_iter()
-            .filter(|(k, v)| *v != 0 || !k.starts_with("arch."))
+            .filter(|(k, v)| *v != 0 || !(k.starts_with("arch.") || k.starts_with("kernel.")))
             .collect();
         self.phases.push(Phase {
             label: self.phase_label.clone(),

@@ -568,3 +568,147 @@ mod granule_alignment {
         }
     }
 }
+
+/// The kernel's own work (`kernel.*`) where the seeds' changes differ.
+mod kernel_counters {
+    use crate::report::Report;
+    use crate::sim::{run, Variants};
+    use crate::workload::parse_str;
+
+    fn report(src: &str, sets: &[&str]) -> Report {
+        let w = parse_str("test.wl", src).unwrap();
+        let v = Variants::from_sets(&sets.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        run(&w, &v).unwrap()
+    }
+
+    /// The `kernel.<key>` counts of phase `label`, in the order of `keys` (0 if absent).
+    fn phase(r: &Report, label: &str, keys: &[&str]) -> Vec<i64> {
+        let p = r.phases.iter().find(|p| p.label == label).expect("phase");
+        keys.iter()
+            .map(|k| p.counters.get(&format!("kernel.{k}")).copied().unwrap_or(0))
+            .collect()
+    }
+
+    const ZAP_KEYS: &[&str] = &[
+        "zap_pte_range.ptes",
+        "zap_present_ptes",
+        "zap_present_ptes.ptes",
+        "folio_remove_rmap_ptes",
+        "folio_remove_rmap_ptes.pages",
+        "tlb_remove_folio_pages",
+    ];
+
+    fn munmap_64m(knob: &str, zap: &str) -> Vec<i64> {
+        let src = format!("set hugepages-64kB/enabled {knob}\nmmap buf 64M populate\nmark munmap\nmunmap buf\n");
+        phase(&report(&src, &[&format!("zap={zap}")]), "munmap", ZAP_KEYS)
+    }
+
+    /// Seed 000, munmap of 64 MiB (16,384 ptes). Order-0: the old loop (per-pte) had
+    /// no zap_present_ptes; the batched one calls it once per pte (a batch of one),
+    /// and both remove one rmap and gather one slot per page. 64 KiB folios (1,024):
+    /// per-pte still works page by page; batched clears each folio's 16 ptes in one
+    /// zap_present_ptes, one folio_remove_rmap_ptes of 16 pages and one
+    /// __tlb_remove_folio_pages taking two slots (page and count).
+    #[test]
+    fn seed000_munmap_of_64m_counts_the_zap_work_per_variant() {
+        assert_eq!(munmap_64m("never", "per-pte"), [16384, 0, 0, 16384, 16384, 16384]);
+        assert_eq!(
+            munmap_64m("never", "batched"),
+            [16384, 16384, 16384, 16384, 16384, 16384]
+        );
+        assert_eq!(munmap_64m("always", "per-pte"), [16384, 0, 0, 16384, 16384, 16384]);
+        assert_eq!(munmap_64m("always", "batched"), [16384, 1024, 16384, 1024, 16384, 2048]);
+    }
+
+    /// Seed 001: reclaim of 64 MiB of lazyfree order-0 pages. Before (sync) each page's
+    /// pte goes through ptep_clear_flush; after (deferred) none does: each pte's TLBI
+    /// is queued by arch_tlbbatch_add_pending, and arch_tlbbatch_flush waits once per
+    /// reclaim batch (32 here, as arch.dsb.ish shows).
+    #[test]
+    fn seed001_pageout_clears_ptes_with_ptep_clear_flush_only_when_sync() {
+        let w = crate::workload::parse_file("workloads/seed001-pageout-order0.wl").unwrap();
+        let keys = &["ptep_clear_flush", "arch_tlbbatch_add_pending", "arch_tlbbatch_flush"];
+        let mut got = Vec::new();
+        for t in ["sync", "deferred"] {
+            let v = Variants::from_sets(&[format!("tlb-batch={t}")]).unwrap();
+            got.push(phase(&run(&w, &v).unwrap(), "pageout", keys));
+        }
+        assert_eq!(got, [[16384, 0, 0], [0, 16384, 32]]);
+    }
+
+    /// Seed 004's loop, scaled down (4 MiB of 64 KiB folios, two mlock/munlock
+    /// rounds; the per-call count does not depend on the size): `prep` sets the
+    /// blocks' young and dirty bits as the scenario does.
+    fn seed004(prep: &str, ptep_get: &str) -> (i64, i64, i64) {
+        let src = format!(
+            "set hugepages-64kB/enabled always\nmmap buf 4M\ntouch buf\n{prep}mark loop\nrepeat 2\nmlock buf\nmunlock buf\nend\n"
+        );
+        let r = report(&src, &[&format!("ptep_get={ptep_get}")]);
+        let p = r.phases.iter().find(|p| p.label == "loop").unwrap();
+        let c = |k: &str| p.counters.get(k).copied().unwrap_or(0);
+        (
+            c("arch.contpte.ptep_get"),
+            c("kernel.contpte_ptep_get.insns"),
+            c("kernel.contpte_ptep_get.insns_unmeasured"),
+        )
+    }
+
+    const CLEAR: &str = "madvise buf 0 4M free\nmadvise buf 0 4M cold\n";
+
+    /// Seed 004: instructions per call equal the measured table's scenario rows
+    /// (data/seed004-ptep-get-insns.json), every call measured. Scenario 2 as the
+    /// seed's test code sets it (YOUNG_BIT 8: pte 8 of each block young, at 32K).
+    #[test]
+    fn seed004_scenarios_count_the_measured_instructions_per_call() {
+        let prep2 = format!("{CLEAR}touch buf 32K 0x3F8000 read stride=64K\n");
+        let rows: [(&str, &str, [i64; 4]); 3] = [
+            ("1", "", [214, 13, 19, 19]),
+            ("2", &prep2, [214, 139, 138, 138]),
+            ("3", CLEAR, [214, 134, 149, 149]),
+        ];
+        for (sc, prep, row) in rows {
+            for (v, per_call) in ["full-scan", "mod1", "mod2", "early-exit"].iter().zip(row) {
+                let (calls, insns, unmeasured) = seed004(prep, v);
+                assert!(calls > 0);
+                assert_eq!((insns, unmeasured), (per_call * calls, 0), "scenario {sc} {v}");
+            }
+        }
+    }
+
+    /// workloads/seed004-scenario2.wl touches 28K, pte 7 of each block (the prose's
+    /// "8th"), not the seed code's pte 8: mod2 and early-exit then cost the sweep's
+    /// [7][none] cell, 136, two fewer than the scenario row; full-scan and mod1 agree.
+    #[test]
+    fn seed004_young_pte_7_costs_the_sweep_cell_not_the_scenario_row() {
+        let prep = format!("{CLEAR}touch buf 28K 0x3F9000 read stride=64K\n");
+        for (v, per_call) in [("full-scan", 214), ("mod1", 139), ("mod2", 136), ("early-exit", 136)] {
+            let (calls, insns, unmeasured) = seed004(&prep, v);
+            assert_eq!((insns, unmeasured), (per_call * calls, 0), "{v}");
+        }
+    }
+
+    /// Other granules have no measured table: nothing is counted.
+    #[test]
+    fn seed004_counts_no_instructions_without_16_entry_blocks() {
+        // 16K granule: 128-entry blocks, 2 MiB.
+        let src = "set hugepages-2048kB/enabled always\nmmap buf 64M\ntouch buf\nmlock buf\nmunlock buf\n";
+        let r = report(src, &["granule=16K"]);
+        assert!(r.counters["arch.contpte.ptep_get"] > 0);
+        assert_eq!(r.counters["kernel.contpte_ptep_get.insns"], 0);
+        assert_eq!(r.counters["kernel.contpte_ptep_get.insns_unmeasured"], 0);
+    }
+
+    #[test]
+    fn kernel_counters_are_deterministic() {
+        let src = "set hugepages-64kB/enabled always\nmmap buf 8M populate\nmadvise buf 0 8M free\nmadvise buf 0 8M pageout\nmunmap buf\n";
+        for sets in [
+            &["zap=per-pte", "ptep_get=mod1"][..],
+            &["zap=batched", "tlb-batch=sync"][..],
+        ] {
+            let a = serde_json::to_string(&report(src, sets)).unwrap();
+            let b = serde_json::to_string(&report(src, sets)).unwrap();
+            assert_eq!(a, b);
+            assert!(a.contains("\"kernel.zap_pte_range\""));
+        }
+    }
+}

@@ -10,9 +10,11 @@
 //! Changing CONT on live entries needs break-before-make (contpte_convert), except
 //! on BBML2_NOABORT systems, where the TLBI is elided.
 
+use super::contpte_insns::{mod1_scan, InsnTable, Scan, MEASURED_CONT_PTES};
 use super::pgtable::{Arch, ArchMm, PgProt, Pte, PtePtr, PtepGetVariant};
 use super::tlbflush;
 use crate::hw::{Event, Pfn};
+use crate::kcount::KernelEvent;
 
 /// contpte_align_down: the first pte of the block holding `ptep`.
 #[inline]
@@ -141,15 +143,20 @@ fn __contpte_try_fold(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pte:
 }
 
 /// contpte_ptep_get: gather young and dirty over the block, in the variant chosen.
+/// With 16-entry blocks (4K granule) the instructions the call executes are counted
+/// from seed 004's measured table (`contpte_insns`).
 pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
     let n = arch.granule().cont_ptes();
     let start = align_down(arch, ptep);
     arch.hw.ev.inc(Event::ContptePtepGet);
     let before = arch.hw.ev.get(Event::PteRead);
+    let mut scan = Scan::default();
+    let mut trace = None;
     match arch.ptep_get {
         PtepGetVariant::FullScan => {
             for i in 0..n {
                 let p = arch.__ptep_get(start.add(i));
+                scan.read(i, p);
                 if p.pte_dirty() {
                     orig = orig.pte_mkdirty();
                 }
@@ -163,11 +170,14 @@ pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
             let mut i = 0;
             while i < n {
                 let p = arch.__ptep_get(start.add(i));
+                scan.read(i, p);
                 if p.pte_dirty() {
                     orig = orig.pte_mkdirty();
                     // Re-reads entry i: it may be young too.
                     while i < n {
-                        if arch.__ptep_get(start.add(i)).pte_young() {
+                        let q = arch.__ptep_get(start.add(i));
+                        scan.read(i, q);
+                        if q.pte_young() {
                             orig = orig.pte_mkyoung();
                             break;
                         }
@@ -179,7 +189,9 @@ pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
                     orig = orig.pte_mkyoung();
                     i += 1;
                     while i < n {
-                        if arch.__ptep_get(start.add(i)).pte_dirty() {
+                        let q = arch.__ptep_get(start.add(i));
+                        scan.read(i, q);
+                        if q.pte_dirty() {
                             orig = orig.pte_mkdirty();
                             break;
                         }
@@ -191,25 +203,24 @@ pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
             }
         }
         PtepGetVariant::Mod1 => {
-            for i in 0..n {
-                let p = arch.__ptep_get(start.add(i));
-                if p.pte_dirty() {
-                    orig = orig.pte_mkdirty();
-                    if orig.pte_young() {
-                        break;
-                    }
-                }
-                if p.pte_young() {
-                    orig = orig.pte_mkyoung();
-                    if orig.pte_dirty() {
-                        break;
-                    }
-                }
-            }
+            let (o, t) = mod1_scan(n, orig, |i| arch.__ptep_get(start.add(i)));
+            orig = o;
+            trace = Some(t);
         }
     }
     let reads = arch.hw.ev.get(Event::PteRead) - before;
     arch.hw.ev.add(Event::ContptePtepGetReads, reads);
+    if n == MEASURED_CONT_PTES {
+        let table = InsnTable::get();
+        let insns = match &trace {
+            Some(t) => table.mod1(t),
+            None => table.first(arch.ptep_get, &scan),
+        };
+        match insns {
+            Some(c) => arch.kc.add(KernelEvent::ContptePtepGetInsns, c as u64),
+            None => arch.kc.inc(KernelEvent::ContptePtepGetInsnsUnmeasured),
+        }
+    }
     orig
 }
 

@@ -1,4 +1,5 @@
 pub mod contpte;
+pub mod contpte_insns;
 pub mod fixmap;
 pub mod mmu;
 pub mod pgtable;

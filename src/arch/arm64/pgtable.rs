@@ -7,6 +7,7 @@ use super::contpte;
 use super::tlbflush;
 use crate::hw::descriptor::{Attr, SH_INNER};
 use crate::hw::{Asid, Desc, Event, Granule, Machine, Pfn, PhysAddr, TableId};
+use crate::kcount::{KernelEvent, KernelEvents};
 
 /// A pte value (`pte_t`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -265,6 +266,8 @@ pub struct Arch {
     /// Transparent contiguous-bit mappings for user memory (arm64's default).
     pub contpte: bool,
     pub ptep_get: PtepGetVariant,
+    /// The kernel's work counters (`crate::kcount`), arch and core mm alike.
+    pub kc: KernelEvents,
 }
 
 impl Arch {
@@ -273,6 +276,7 @@ impl Arch {
             hw,
             contpte: true,
             ptep_get: PtepGetVariant::EarlyExit,
+            kc: KernelEvents::default(),
         }
     }
 
@@ -461,6 +465,7 @@ impl Arch {
 
     /// ptep_clear_flush: clear one pte and flush its TLB entry synchronously.
     pub fn ptep_clear_flush(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr) -> Pte {
+        self.kc.inc(KernelEvent::PtepClearFlush);
         let old = self.ptep_get_and_clear(mm, addr, ptep);
         if old.pte_valid() {
             tlbflush::flush_tlb_page(&mut self.hw, mm.asid, addr);

@@ -1,0 +1,49 @@
+//! The kernel's own work: how often the mm and arch code ran the functions where the
+//! seeds' changes differ, named as the kernel names them (`kernel.<function>`; a
+//! `.pages` / `.ptes` key is the number of pages / ptes those calls covered).
+//! Architectural events (`arch.*`) say what the hardware saw; these say what the
+//! kernel did to get there (seed 000's order-0 munmap issues the same TLBIs and pte
+//! writes in both zap variants, yet runs different code).
+//!
+//! The counters live in `Arch` (`arch.kc`), so that the arch code (contpte) and the
+//! core mm count into one set; they are not hardware. Counting is an array increment.
+
+use crate::hw::events::counters;
+
+counters! {
+    /// One kind of kernel work.
+    KernelEvent, KernelEvents {
+    HandleMmFault => "kernel.handle_mm_fault",
+    DoAnonymousPage => "kernel.do_anonymous_page",
+    DoWpPage => "kernel.do_wp_page",
+    FolioAlloc => "kernel.folio_alloc",
+    FolioAllocPages => "kernel.folio_alloc.pages",
+    ZapPteRange => "kernel.zap_pte_range",
+    ZapPteRangeLoops => "kernel.zap_pte_range.loops",
+    ZapPteRangePtes => "kernel.zap_pte_range.ptes",
+    ZapPresentPtes => "kernel.zap_present_ptes",
+    ZapPresentPtesPtes => "kernel.zap_present_ptes.ptes",
+    FolioRemoveRmapPtes => "kernel.folio_remove_rmap_ptes",
+    FolioRemoveRmapPtesPages => "kernel.folio_remove_rmap_ptes.pages",
+    TlbRemoveFolioPages => "kernel.tlb_remove_folio_pages",
+    FolioRefAtomic => "kernel.folio_ref_atomic",
+    FolioMapcountAtomic => "kernel.folio_mapcount_atomic",
+    PtepClearFlush => "kernel.ptep_clear_flush",
+    ArchTlbbatchAddPending => "kernel.arch_tlbbatch_add_pending",
+    ArchTlbbatchFlush => "kernel.arch_tlbbatch_flush",
+    FlushTlbBatchedPending => "kernel.flush_tlb_batched_pending",
+    ArchFlushTlbBatchedPending => "kernel.arch_flush_tlb_batched_pending",
+    ContptePtepGetInsns => "kernel.contpte_ptep_get.insns",
+    ContptePtepGetInsnsUnmeasured => "kernel.contpte_ptep_get.insns_unmeasured",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_start_with_kernel() {
+        crate::hw::events::assert_names_unique(KernelEvent::ALL.iter().map(|e| e.name()), "kernel.");
+    }
+}
