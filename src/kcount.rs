@@ -35,6 +35,7 @@ counters! {
     ArchFlushTlbBatchedPending => "kernel.arch_flush_tlb_batched_pending",
     ContptePtepGetInsns => "kernel.contpte_ptep_get.insns",
     ContptePtepGetInsnsUnmeasured => "kernel.contpte_ptep_get.insns_unmeasured",
+    Syscall => "kernel.syscall",
     }
 }
 

@@ -49,7 +49,11 @@ pub fn text(r: &Reproduction) -> String {
     }
     let mut noted = Vec::new();
     for (seed, exp) in experiments {
-        let rows: Vec<&Row> = r.rows.iter().filter(|x| x.seed == seed && x.experiment == exp).collect();
+        let rows: Vec<&Row> = r
+            .rows
+            .iter()
+            .filter(|x| x.seed == seed && x.experiment == exp)
+            .collect();
         let mut machines: Vec<&str> = Vec::new();
         let mut variants: Vec<&str> = Vec::new();
         for x in &rows {
@@ -82,7 +86,14 @@ pub fn text(r: &Reproduction) -> String {
         s.push('\n');
         for v in &variants {
             for (who, first) in [("seed", true), ("model", false)] {
-                s += &format!("{:<20}", if first { format!("{v:<13} {who}") } else { format!("{:<13} {who}", "") });
+                s += &format!(
+                    "{:<20}",
+                    if first {
+                        format!("{v:<13} {who}")
+                    } else {
+                        format!("{:<13} {who}", "")
+                    }
+                );
                 for m in &machines {
                     let text = match (cell(m, v), base(m)) {
                         (Some(x), Some(b)) if first => fmt(x.seed_value, b.seed_value, x.seed_stdev),

@@ -65,6 +65,7 @@ fn mm_get_huge_zero_folio(k: &mut Kernel) -> Option<Pfn> {
     let order = k.arch.granule().pmd_order();
     match k.folio_alloc(order) {
         Some(f) => {
+            k.arch.clear_pages(1 << order);
             k.memmap.folio_set(f, PageFlags::RESERVED);
             k.stat.count_vm_event(VmEvent::ThpZeroPageAlloc);
             k.huge_zero_folio = Some(f);
@@ -120,9 +121,13 @@ pub fn do_huge_pmd_anonymous_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdP
 fn vma_alloc_anon_folio_pmd(k: &mut Kernel) -> Option<Pfn> {
     let order = k.arch.granule().pmd_order();
     let folio = k.folio_alloc(order);
-    if folio.is_none() {
-        k.stat.count_vm_event(VmEvent::ThpFaultFallback);
-        k.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
+    match folio {
+        // folio_zero_user
+        Some(_) => k.arch.clear_pages(1 << order),
+        None => {
+            k.stat.count_vm_event(VmEvent::ThpFaultFallback);
+            k.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
+        }
     }
     folio
 }

@@ -103,6 +103,8 @@ impl Kernel {
             let pte = self.arch.ptep_get(amm, ptep.add(i));
             let pfn = pte.pte_pfn(g);
             if pte.pte_none() || self.is_zero_pfn(pfn) {
+                // __collapse_huge_page_copy clears what had no page of its own.
+                self.arch.clear_pages(1);
                 self.mm_mut(mm).rss_anon += 1;
                 if !pte.pte_none() {
                     self.arch.pte_clear(amm, addr, ptep.add(i));
@@ -117,6 +119,7 @@ impl Kernel {
                 1
             };
             // __collapse_huge_page_copy: the THP's pages take these pages' contents.
+            self.arch.copy_pages(nr as u64);
             for j in 0..nr as u64 {
                 let nonzero = self.memmap.page(Pfn(pfn.0 + j)).nonzero;
                 self.memmap.page_mut(Pfn(folio.0 + i as u64 + j)).nonzero = nonzero;

@@ -187,13 +187,17 @@ impl Kernel {
             while orders != 0 {
                 let order = 63 - orders.leading_zeros();
                 if let Some(f) = self.folio_alloc(order) {
+                    // vma_alloc_zeroed_movable_folio / folio_zero_user.
+                    self.arch.clear_pages(1 << order);
                     return Some(f);
                 }
                 self.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
                 orders &= !(1 << order);
             }
         }
-        self.folio_alloc(0)
+        let f = self.folio_alloc(0)?;
+        self.arch.clear_pages(1);
+        Some(f)
     }
 
     /// do_anonymous_page: zero page for reads, a new (possibly large) folio for writes.
@@ -298,8 +302,12 @@ impl Kernel {
         }
         let old_pfn = orig.pte_pfn(g);
         let old = (!self.is_zero_pfn(old_pfn)).then(|| self.memmap.folio_of(old_pfn));
+        // A zero page is replaced by a zeroed page, anything else by a copy.
         if old.is_none() {
             self.mm_mut(mm).rss_anon += 1;
+            self.arch.clear_pages(1);
+        } else {
+            self.arch.copy_pages(1);
         }
         let mut entry = Pte::pfn_pte(new, vm_page_prot(vma), g);
         if vma.flags.contains(VmFlags::WRITE) {

@@ -27,7 +27,11 @@ fn counts(gib: u64, fixmap: &str) -> Result<Counters, String> {
     let mut spec = Spec::new(Granule::K4, gib << 30);
     spec.set("pgtable-fixmap", fixmap)?;
     let b = boot(&spec)?;
-    let c = b.map_mem.iter_nonzero().map(|(k, v)| (k.to_string(), v as i64)).collect();
+    let c = b
+        .map_mem
+        .iter_nonzero()
+        .map(|(k, v)| (k.to_string(), v as i64))
+        .collect();
     // The process goes on to other seeds: free the tables (one boot at a time).
     drop(b);
     Ok(c)

@@ -231,6 +231,7 @@ impl Sim<'_> {
                 if !ro {
                     flags |= VmFlags::WRITE;
                 }
+                self.syscall(1 + (*hugepage || *nohugepage) as u64);
                 self.k
                     .do_mmap(mm, *addr, *size, flags)
                     .map_err(|e| self.fail(s.pos, e))?;
@@ -294,6 +295,7 @@ impl Sim<'_> {
                     Advice::Collapse => Madv::Collapse,
                 };
                 for at in (start..end).step_by(step as usize) {
+                    self.syscall(1);
                     let r = self.k.do_madvise(mm, at, at + step, madv);
                     // A collapse that cannot be done is an outcome, as on the host.
                     if *advice != Advice::Collapse {
@@ -306,6 +308,7 @@ impl Sim<'_> {
                 let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));
                 let (mm, cpu) = self.proc(&s.proc_name);
                 self.k.switch_mm(cpu, mm);
+                self.syscall(1);
                 let r = if matches!(s.op, Op::Mlock { .. }) {
                     self.k.do_mlock(mm, start, end)
                 } else {
@@ -322,6 +325,7 @@ impl Sim<'_> {
                     Prot::R => VmFlags::READ,
                     Prot::Rw => VmFlags::READ | VmFlags::WRITE,
                 };
+                self.syscall(1);
                 self.k
                     .do_mprotect(mm, start, end, flags)
                     .map_err(|e| self.fail(s.pos, e))
@@ -329,6 +333,7 @@ impl Sim<'_> {
             Op::Fork { child } => {
                 let (mm, cpu) = self.proc(&s.proc_name);
                 self.k.switch_mm(cpu, mm);
+                self.syscall(1);
                 let child_mm = self
                     .k
                     .dup_mmap(mm)
@@ -347,6 +352,7 @@ impl Sim<'_> {
                 Ok(())
             }
             Op::Exit => {
+                self.syscall(1);
                 let p = self.procs.remove(&s.proc_name).expect("a live process");
                 *self.exited_minflt.entry(s.proc_name.clone()).or_default() += self.k.mm(p.mm).min_flt;
                 self.k.exit_mmap(p.mm);
@@ -360,6 +366,7 @@ impl Sim<'_> {
                 let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));
                 let (mm, cpu) = self.proc(&s.proc_name);
                 self.k.switch_mm(cpu, mm);
+                self.syscall(1);
                 self.k.do_munmap(mm, start, end);
                 let p = self.procs.get_mut(&s.proc_name).unwrap();
                 let r = &p.regions[region];
@@ -369,6 +376,13 @@ impl Sim<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// `n` system calls made by the op being run (its entry and return, which the
+    /// kernel.* counters of the work inside do not cover).
+    #[inline]
+    fn syscall(&mut self, n: u64) {
+        self.k.arch.kc.add(KernelEvent::Syscall, n);
     }
 
     fn proc(&self, name: &str) -> (MmId, usize) {
