@@ -18,6 +18,7 @@ counters! {
     DoWpPage => "kernel.do_wp_page",
     FolioAlloc => "kernel.folio_alloc",
     FolioAllocPages => "kernel.folio_alloc.pages",
+    FolioFree => "kernel.folio_free",
     ZapPteRange => "kernel.zap_pte_range",
     ZapPteRangeLoops => "kernel.zap_pte_range.loops",
     ZapPteRangePtes => "kernel.zap_pte_range.ptes",

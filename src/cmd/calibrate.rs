@@ -10,7 +10,7 @@
 
 use crate::report::Report;
 use crate::sim::Variants;
-use crate::time::calibrate::{fit, host_profile, median_and_worst, predict, samples, Sample, FEATURES};
+use crate::time::calibrate::{fit, host_profile, median_and_worst, predict, samples, Sample, FEATURES, MIN_FIT_NS};
 use crate::workload::{parse_str, Workload};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -23,6 +23,9 @@ pub struct Args {
     /// Where to write the profile (default: the `host` profile in the data directory).
     #[arg(long, value_name = "PATH")]
     pub out: Option<std::path::PathBuf>,
+    /// The profile's name (`calibrated` is the one committed in machines/).
+    #[arg(long, default_value = crate::time::profile::HOST)]
+    pub name: String,
     /// Print the fit and the held-out errors as JSON.
     #[arg(long)]
     pub json: bool,
@@ -106,7 +109,7 @@ pub fn main(a: Args) -> super::CmdResult {
     let mut fitted: Vec<Sample> = Vec::new();
     for w in &train {
         let (m, h) = both(w)?;
-        fitted.extend(samples(&m, &h));
+        fitted.extend(samples(&m, &h).into_iter().filter(|s| s.ns >= MIN_FIT_NS));
         progress.op();
     }
     let costs = fit(&fitted);
@@ -144,8 +147,9 @@ pub fn main(a: Args) -> super::CmdResult {
     let (median, worst) = median_and_worst(&held_out.iter().map(|h| h.error).collect::<Vec<_>>());
     let what = host_description();
     let note = format!(
-        "weighted NNLS over {} timed phases of {} workloads (fit error median {:.1}%, worst {:.1}%); held out {} workloads: median {:.1}%, worst {:.1}%",
+        "weighted NNLS over {} timed phases (of at least {} us) of {} workloads (fit error median {:.1}%, worst {:.1}%); held out {} workloads: median {:.1}%, worst {:.1}%",
         fit_rows.len(),
+        MIN_FIT_NS / 1e3,
         train.len(),
         fit_median * 100.0,
         fit_worst * 100.0,
@@ -153,7 +157,7 @@ pub fn main(a: Args) -> super::CmdResult {
         median * 100.0,
         worst * 100.0
     );
-    let profile = host_profile(&costs, &what, host_clock_ghz(), &note);
+    let profile = host_profile(&a.name, &costs, &what, host_clock_ghz(), &note);
     let path = match a.out {
         Some(p) => p,
         None => crate::time::profile::host_path().ok_or("no HOME or XDG_DATA_HOME for the host profile")?,

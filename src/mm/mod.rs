@@ -247,6 +247,7 @@ impl Kernel {
             return;
         }
         let (start, nr) = (Pfn(run.start), run.end - run.start);
+        self.arch.kc.add(KernelEvent::FolioFree, nr);
         self.memmap.clear_pages(start, nr);
         self.buddy.free_range(&mut self.memmap, start, nr);
         // One report per page, as one-at-a-time frees give.
@@ -263,6 +264,7 @@ impl Kernel {
     /// __folio_put / free_pages_prepare: unqueue from the deferred split queue, drop
     /// the per-size anon count, give the block back and tell the hardware checker.
     fn free_folio(&mut self, folio: Pfn) {
+        self.arch.kc.inc(KernelEvent::FolioFree);
         let order = self.memmap.folio_order(folio);
         huge_memory::folio_unqueue_deferred_split(self, folio);
         if self.memmap.folio_test(folio, PageFlags::ANON) {

@@ -58,7 +58,11 @@ pub struct Reproduction {
     pub elapsed_s: f64,
 }
 
+mod seed000;
+mod seed001;
+mod seed002;
 mod seed003;
+mod seed004;
 
 use crate::report::{Counters, Report};
 use crate::time::{model, Profile};
@@ -120,8 +124,20 @@ pub fn reproduce(seeds: &[String], software: &Profile) -> Result<Reproduction, S
     let start = std::time::Instant::now();
     let want = |s: &str| seeds.is_empty() || seeds.iter().any(|x| x == s);
     let mut r = Reproduction::default();
+    if want("000") {
+        seed000::run(&mut r, software)?;
+    }
+    if want("001") {
+        seed001::run(&mut r, software)?;
+    }
+    if want("002") {
+        seed002::run(&mut r);
+    }
     if want("003") {
         seed003::run(&mut r, software)?;
+    }
+    if want("004") {
+        seed004::run(&mut r, software)?;
     }
     r.elapsed_s = start.elapsed().as_secs_f64();
     Ok(r)

@@ -235,6 +235,13 @@ impl Sim<'_> {
                 self.k
                     .do_mmap(mm, *addr, *size, flags)
                     .map_err(|e| self.fail(s.pos, e))?;
+                // MAP_POPULATE faults the mapping in inside mmap(), before the
+                // madvise that `hugepage`/`nohugepage` makes right after it.
+                if *populate {
+                    self.k
+                        .mm_populate(mm, *addr, addr + size)
+                        .map_err(|e| self.fail(s.pos, e))?;
+                }
                 if *hugepage {
                     self.k
                         .do_madvise(mm, *addr, addr + size, Madv::HugePage)
@@ -252,11 +259,6 @@ impl Sim<'_> {
                         size: *size,
                     },
                 );
-                if *populate {
-                    self.k
-                        .mm_populate(mm, *addr, addr + size)
-                        .map_err(|e| self.fail(s.pos, e))?;
-                }
                 Ok(())
             }
             Op::Touch {

@@ -12,6 +12,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("snapdragon-888", include_str!("../../machines/snapdragon-888.toml")),
     ("kunpeng-920", include_str!("../../machines/kunpeng-920.toml")),
     ("generic", include_str!("../../machines/generic.toml")),
+    ("calibrated", include_str!("../../machines/calibrated.toml")),
 ];
 const COMMON: &str = include_str!("../../machines/common.toml");
 
