@@ -213,7 +213,7 @@ pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
     if n == MEASURED_CONT_PTES {
         let table = InsnTable::get();
         let insns = match &trace {
-            Some(t) => table.mod1(t),
+            Some(t) => table.mod1(t, &mut arch.mod1_insn_memo),
             None => table.first(arch.ptep_get, &scan),
         };
         match insns {

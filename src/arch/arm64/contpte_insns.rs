@@ -104,8 +104,9 @@ impl Trace {
             }
         }
     }
-    fn key(&self) -> u128 {
-        self.bits as u128 | (self.len as u128) << 64
+    /// At most 49 bits (15 ptes of 3, the last of 4), so the length fits above them.
+    fn key(&self) -> u64 {
+        self.bits | (self.len as u64) << 56
     }
 }
 
@@ -147,7 +148,7 @@ pub struct InsnTable {
     /// full-scan, mod2, early-exit: `[variant][first young][first dirty]`.
     first: [[[u32; 17]; 17]; 3],
     /// mod1: (trace key, instructions), sorted by key.
-    mod1: Vec<(u128, u32)>,
+    mod1: Vec<(u64, u32)>,
 }
 
 /// The sweep's block: pte 0 old and clean as measured (`pte_old_clean`), the young
@@ -217,17 +218,24 @@ impl InsnTable {
         s.ok.then(|| self.first[k][s.young as usize][s.dirty as usize])
     }
 
-    /// Instructions of a mod1 call with trace `t`.
+    /// Instructions of a mod1 call with trace `t`; `memo` holds the last lookup (a
+    /// run's blocks are mostly alike).
     #[inline]
-    pub fn mod1(&self, t: &Trace) -> Option<u32> {
+    pub fn mod1(&self, t: &Trace, memo: &mut (u64, Option<u32>)) -> Option<u32> {
         if !t.ok {
             return None;
         }
         let key = t.key();
-        self.mod1
+        if memo.0 == key {
+            return memo.1;
+        }
+        let r = self
+            .mod1
             .binary_search_by_key(&key, |e| e.0)
             .ok()
-            .map(|i| self.mod1[i].1)
+            .map(|i| self.mod1[i].1);
+        *memo = (key, r);
+        r
     }
 }
 
@@ -276,7 +284,7 @@ mod tests {
             }
             let (_, tr) = mod1_scan(16, block[0], |i| block[i]);
             assert_eq!(
-                t.mod1(&tr),
+                t.mod1(&tr, &mut (u64::MAX, None)),
                 Some(j["scenarios"][sc]["mod1"].as_u64().unwrap() as u32),
                 "{sc} mod1"
             );

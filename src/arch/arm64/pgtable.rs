@@ -268,6 +268,8 @@ pub struct Arch {
     pub ptep_get: PtepGetVariant,
     /// The kernel's work counters (`crate::kcount`), arch and core mm alike.
     pub kc: KernelEvents,
+    /// The last mod1 trace looked up in seed 004's table, and its count.
+    pub mod1_insn_memo: (u64, Option<u32>),
 }
 
 impl Arch {
@@ -277,6 +279,7 @@ impl Arch {
             contpte: true,
             ptep_get: PtepGetVariant::EarlyExit,
             kc: KernelEvents::default(),
+            mod1_insn_memo: (u64::MAX, None),
         }
     }
 
