@@ -675,9 +675,9 @@ mod kernel_counters {
         }
     }
 
-    /// workloads/seed004-scenario2.wl touches 28K, pte 7 of each block (the prose's
-    /// "8th"), not the seed code's pte 8: mod2 and early-exit then cost the sweep's
-    /// [7][none] cell, 136, two fewer than the scenario row; full-scan and mod1 agree.
+    /// A young pte 7 (the seed prose's "8th", not its code's pte 8): mod2 and early-exit
+    /// cost the sweep's [7][none] cell, 136, two fewer than the scenario row; full-scan
+    /// and mod1 agree with it.
     #[test]
     fn seed004_young_pte_7_costs_the_sweep_cell_not_the_scenario_row() {
         let prep = format!("{CLEAR}touch buf 28K 0x3F9000 read stride=64K\n");
