@@ -22,6 +22,7 @@ counters! {
     ZapPteRange => "kernel.zap_pte_range",
     ZapPteRangeLoops => "kernel.zap_pte_range.loops",
     ZapPteRangePtes => "kernel.zap_pte_range.ptes",
+    ChangePteRangePtes => "kernel.change_pte_range.ptes",
     ZapPresentPtes => "kernel.zap_present_ptes",
     ZapPresentPtesPtes => "kernel.zap_present_ptes.ptes",
     FolioRemoveRmapPtes => "kernel.folio_remove_rmap_ptes",

@@ -11,6 +11,7 @@ use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::arch::arm64::tlbflush::pte_needs_flush;
 use crate::hw::Pfn;
+use crate::kcount::KernelEvent;
 
 /// What one committed run of ptes needs: where, the old and new values of its first
 /// pte, and the folio it maps.
@@ -83,6 +84,7 @@ impl Kernel {
         };
         self.flush_tlb_batched_pending(mm);
         let mut addr = addr;
+        self.arch.kc.add(KernelEvent::ChangePteRangePtes, (end - addr) / ps);
         while addr < end {
             let oldpte = self.arch.ptep_get(amm, ptep);
             if !oldpte.pte_present() {

@@ -59,7 +59,11 @@ pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
                     v.set("zap", zap)?;
                     v.set("contpte", contpte)?;
                     let rep = sim::run(&w, &v).map_err(|e| e.to_string())?;
-                    let phase = rep.phases.iter().find(|p| p.label == "measured").expect("a measured phase");
+                    let phase = rep
+                        .phases
+                        .iter()
+                        .find(|p| p.label == "measured")
+                        .expect("a measured phase");
                     counts.insert((bench, folio, zap), phase.counters.clone());
                 }
             }

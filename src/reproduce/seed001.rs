@@ -12,7 +12,12 @@ use crate::workload::parse_str;
 const SEED: &str = "001";
 const WORKLOAD: &str = include_str!("../../workloads/seed001-pageout-order0.wl");
 /// The work ptep_clear_flush does that the deferred batch takes out of the loop.
-const FLUSH_EVENTS: &[&str] = &["arch.tlbi.vae1is", "arch.tlbi.vale1is", "arch.dsb.ish", "kernel.ptep_clear_flush"];
+const FLUSH_EVENTS: &[&str] = &[
+    "arch.tlbi.vae1is",
+    "arch.tlbi.vale1is",
+    "arch.dsb.ish",
+    "kernel.ptep_clear_flush",
+];
 
 pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
     let w = parse_str("workloads/seed001-pageout-order0.wl", WORKLOAD).map_err(|e| e.to_string())?;
@@ -21,7 +26,11 @@ pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
         let mut v = Variants::default();
         v.set("tlb-batch", batch)?;
         let rep = sim::run(&w, &v).map_err(|e| e.to_string())?;
-        let p = rep.phases.iter().find(|p| p.label == "pageout").expect("a pageout phase");
+        let p = rep
+            .phases
+            .iter()
+            .find(|p| p.label == "pageout")
+            .expect("a pageout phase");
         phase.insert(batch, p.counters.clone());
     }
     let mut notes = vec![
@@ -70,7 +79,9 @@ pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
     let costs = Costs::for_seed("snapdragon-888", SEED, software)?;
     let (sync, by_sync) = costs.time_ns(&phase["sync"]);
     let (deferred, by_def) = costs.time_ns(&phase["deferred"]);
-    let tlb_costed = by_sync.keys().any(|k| k.starts_with("arch.tlbi") || k == "arch.dsb.ish");
+    let tlb_costed = by_sync
+        .keys()
+        .any(|k| k.starts_with("arch.tlbi") || k == "arch.dsb.ish");
     let model = tlb_costed.then(|| pct(deferred, sync));
     let seed_change = pct(13.80, 14.69);
     for (variant, seed_value, m) in [("sync", 0.0, model.map(|_| 0.0)), ("deferred", seed_change, model)] {

@@ -19,12 +19,28 @@ const SCENARIOS: &[(&str, &str)] = &[
     ("3", include_str!("../../workloads/seed004-scenario3.wl")),
 ];
 /// The seed's variants as `ptep_get=` names them.
-const VARIANTS: &[(&str, &str)] = &[("Original", "full-scan"), ("Modification 1", "mod1"), ("Modification 2", "mod2")];
+const VARIANTS: &[(&str, &str)] = &[
+    ("Original", "full-scan"),
+    ("Modification 1", "mod1"),
+    ("Modification 2", "mod2"),
+];
 /// Per scenario, per variant: (instructions, test time s, overhead %), from the seed.
 const TABLE: [[(f64, f64, f64); 3]; 3] = [
-    [(37912436160.0, 4.2797, 21.31), (18303833386.0, 2.2687, 4.72), (18731580031.0, 2.2949, 4.80)],
-    [(36701270862.0, 3.2335, 32.26), (38729716276.0, 3.5732, 41.35), (36115790086.0, 3.0874, 33.57)],
-    [(36706279735.0, 3.2008, 31.94), (38305241759.0, 3.5389, 41.30), (36750881878.0, 3.1249, 34.59)],
+    [
+        (37912436160.0, 4.2797, 21.31),
+        (18303833386.0, 2.2687, 4.72),
+        (18731580031.0, 2.2949, 4.80),
+    ],
+    [
+        (36701270862.0, 3.2335, 32.26),
+        (38729716276.0, 3.5732, 41.35),
+        (36115790086.0, 3.0874, 33.57),
+    ],
+    [
+        (36706279735.0, 3.2008, 31.94),
+        (38305241759.0, 3.5389, 41.30),
+        (36750881878.0, 3.1249, 34.59),
+    ],
 ];
 /// The seed names no machine: the generic profile's cost per instruction is used.
 const MACHINE: &str = "generic";
@@ -36,7 +52,9 @@ pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
     notes.push(format!(
         "the seed's machine is not named: {MACHINE}'s cost per instruction; only contpte_ptep_get's instructions are modeled, so each total is the seed's Original total plus the model's change"
     ));
-    notes.push("the merged upstream early-exit version is modification 2's code (ptep_get=early-exit counts the same)".into());
+    notes.push(
+        "the merged upstream early-exit version is modification 2's code (ptep_get=early-exit counts the same)".into(),
+    );
     for (si, (scenario, text)) in SCENARIOS.iter().enumerate() {
         let w = parse_str(&format!("workloads/seed004-scenario{scenario}.wl"), text).map_err(|e| e.to_string())?;
         let mut insns = Vec::new();

@@ -23,11 +23,18 @@ use ndarray::{Array1, Array2};
 /// work the per-pte kernel counters already stand for, and a fit would hand it that
 /// work's time (which map_mem, whose loop is little else than stores, does not have).
 pub const FEATURES: &[(&str, &str)] = &[
-    ("vmstat.pgfault", "a page fault: exception entry and return, handle_mm_fault"),
+    (
+        "vmstat.pgfault",
+        "a page fault: exception entry and return, handle_mm_fault",
+    ),
     ("kernel.folio_alloc", "a folio allocated for a fault"),
     ("arch.page.zero", "a page zeroed (clear_page)"),
     ("arch.page.copy", "a page copied (copy-on-write)"),
     ("kernel.zap_pte_range.ptes", "a pte visited by zap_pte_range"),
+    (
+        "kernel.change_pte_range.ptes",
+        "a pte visited by change_pte_range (mprotect)",
+    ),
     ("kernel.folio_remove_rmap_ptes", "a folio_remove_rmap_ptes call"),
     ("kernel.folio_free", "a folio freed to the buddy allocator"),
     ("kernel.syscall", "a system call made by an op"),
