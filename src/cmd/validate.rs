@@ -284,9 +284,11 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
 
 /// Runs every workload on both sides and compares.
 pub fn validate(workloads: &[Workload], model: &mut Runner, host: &mut Runner) -> Vec<Comparison> {
+    let mut progress = crate::sim::progress::Progress::counting(workloads.len() as u64, "workloads");
     workloads
         .iter()
         .map(|w| {
+            progress.op();
             let fail = |e: String| Comparison {
                 workload: w.path.clone(),
                 error: Some(e),

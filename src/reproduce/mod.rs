@@ -123,6 +123,15 @@ pub fn same_sign(a: f64, b: f64) -> bool {
 pub fn reproduce(seeds: &[String], software: &Profile) -> Result<Reproduction, String> {
     let start = std::time::Instant::now();
     let want = |s: &str| seeds.is_empty() || seeds.iter().any(|x| x == s);
+    let n = ["000", "001", "002", "003", "004"].iter().filter(|s| want(s)).count();
+    let mut progress = crate::sim::progress::Progress::counting(n as u64, "seeds");
+    let mut want = |s: &str| {
+        let w = want(s);
+        if w {
+            progress.op();
+        }
+        w
+    };
     let mut r = Reproduction::default();
     if want("000") {
         seed000::run(&mut r, software)?;
