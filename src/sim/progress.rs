@@ -33,6 +33,9 @@ pub struct Progress {
     total: u64,
     /// What is counted, for the bar's text.
     unit: &'static str,
+    /// Whether `step` adapts to the rate (ops); a few slow units (workloads, seeds)
+    /// are each shown.
+    adaptive: bool,
     start: Instant,
     last: Instant,
     bar: Option<ProgressBar>,
@@ -41,7 +44,9 @@ pub struct Progress {
 impl Progress {
     /// Progress over `total` ops, shown only if stderr is a terminal.
     pub fn new(total: u64) -> Progress {
-        Progress::counting(total, "ops")
+        let mut p = Progress::counting(total, "ops");
+        p.adaptive = true;
+        p
     }
 
     /// Progress over `total` things called `unit` (e.g. workloads of a suite).
@@ -53,6 +58,7 @@ impl Progress {
             step: 1,
             total,
             unit,
+            adaptive: false,
             start: now,
             last: now,
             bar: None,
@@ -73,7 +79,9 @@ impl Progress {
         let now = Instant::now();
         let since = now - self.last;
         self.last = now;
-        self.step = if since < EVERY / 2 {
+        self.step = if !self.adaptive {
+            1
+        } else if since < EVERY / 2 {
             self.step.saturating_mul(2)
         } else if since > EVERY * 2 {
             (self.step / 2).max(1)
@@ -96,6 +104,8 @@ impl Progress {
             bar
         });
         bar.set_position(self.done);
+        // A bar made just now draws only on its next update: draw it at once.
+        bar.tick();
     }
 }
 
