@@ -8,7 +8,9 @@
 //! - `informational`: a global counter that other processes moved during that idle
 //!   window (the host report's `background`): shown with what moved it, not judged;
 //! - `unmeasured`: a global counter of a host report without a background measurement
-//!   (saved results), likewise not judged here.
+//!   (saved results), likewise not judged here;
+//! - `host_state`: a counter of host-wide state that outlives processes (the huge zero
+//!   page's allocation), informational.
 //!
 //! The host's `vmstat.pgfault` is compared less `runner.minflt`, the faults the runner's
 //! own processes take inside op windows (copy-on-write after forking a worker).
@@ -73,7 +75,26 @@ pub enum Rule {
         window_ms: f64,
     },
     Unmeasured,
+    /// It depends on state the host keeps between processes, which the model starts
+    /// without.
+    HostState {
+        why: &'static str,
+    },
 }
+
+/// Global counters that count a host-wide state change rather than the workload's work:
+/// the huge zero page is allocated once and kept until a shrinker frees it, so whether
+/// a run allocates it depends on what ran before.
+const HOST_STATE: &[(&str, &str)] = &[
+    (
+        "vmstat.thp_zero_page_alloc",
+        "the huge zero page outlives the process that allocated it",
+    ),
+    (
+        "vmstat.thp_zero_page_alloc_failed",
+        "the huge zero page outlives the process that allocated it",
+    ),
+];
 
 impl Rule {
     fn judged(&self) -> bool {
@@ -92,6 +113,7 @@ impl std::fmt::Display for Rule {
                 )
             }
             Rule::Unmeasured => write!(f, "informational: no background measured"),
+            Rule::HostState { why } => write!(f, "informational: host state ({why})"),
         }
     }
 }
@@ -100,6 +122,9 @@ impl std::fmt::Display for Rule {
 pub fn rule(key: &str, host: &Report) -> Rule {
     if key.starts_with("proc.") {
         return Rule::Exact;
+    }
+    if let Some((_, why)) = HOST_STATE.iter().find(|(k, _)| *k == key) {
+        return Rule::HostState { why };
     }
     match &host.background {
         None => Rule::Unmeasured,

@@ -195,8 +195,11 @@ impl Orchestrator<'_> {
             _ => {}
         }
         self.pids.insert(crate::workload::parse::MAIN.into(), pid);
-        // The fork made our own pages copy-on-write; fault them back in before measuring.
+        // The fork made our own pages copy-on-write; fault them back in before measuring,
+        // and the worker its own, before the first op's window opens.
         worker::warm_up(&BTreeMap::new());
+        self.request(crate::workload::parse::MAIN, Cmd::Warm)
+            .map_err(NativeError::Host)?;
         Ok(())
     }
 
@@ -266,6 +269,10 @@ impl Orchestrator<'_> {
 
     /// Runs one op inside a window of global-counter snapshots.
     fn op(&mut self, s: &Stmt) -> Result<(), NativeError> {
+        // Every window opens on idle workers: nothing of the runner's own runs in it.
+        if self.pids.contains_key(&s.proc_name) {
+            self.wait_blocked(s, &s.proc_name)?;
+        }
         let start = Instant::now();
         self.sources.snapshot(&mut self.before).map_err(snap_err)?;
         let (minflt, runner, ns) = match &s.op {
@@ -280,12 +287,23 @@ impl Orchestrator<'_> {
                 (0, 0, t.elapsed().as_nanos() as u64)
             }
             op => {
+                let parent_before = match op {
+                    Op::Fork { .. } => self.task_minflt(s, &s.proc_name)?,
+                    _ => 0,
+                };
                 let r = self.ask(s, Cmd::Op(self.leaf_id(s)))?;
-                let (mut runner, mut ns) = (r.runner, r.ns);
+                let (mut runner, mut ns) = (0, r.ns);
                 match op {
+                    // The runner's copy-on-write after fork, in both processes, ends when
+                    // they block on their sockets: count it there, inside the window (a
+                    // new task's min_flt starts at 0).
                     Op::Fork { child } => {
                         self.pids.insert(child.clone(), r.pid as libc::pid_t);
-                        runner += self.reply(s, child)?.runner;
+                        self.reply(s, child)?;
+                        for p in [&s.proc_name, child] {
+                            self.wait_blocked(s, p)?;
+                        }
+                        runner = self.task_minflt(s, &s.proc_name)? - parent_before + self.task_minflt(s, child)?;
                     }
                     // The teardown happens after the worker's reply: time it here.
                     Op::Exit => {
@@ -371,6 +389,35 @@ impl Orchestrator<'_> {
                 return Err(format!("worker of process '{proc}' (pid {pid}) died"));
             }
         }
+    }
+
+    /// Waits until `proc`'s worker sleeps reading its socket (it has nothing left to do
+    /// and takes no more faults until told).
+    fn wait_blocked(&self, s: &Stmt, proc: &str) -> Result<(), NativeError> {
+        let pid = self.pids[proc];
+        let wchan = format!("/proc/{pid}/wchan");
+        let start = Instant::now();
+        loop {
+            match std::fs::read_to_string(&wchan) {
+                Ok(w) if w.starts_with("unix_stream") => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(self.err(s, format!("{wchan}: {e}"))),
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(self.err(s, format!("process '{proc}' (pid {pid}) never waited for its next op")));
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// The min_flt of `proc`'s worker, from /proc (its 10th stat field).
+    fn task_minflt(&self, s: &Stmt, proc: &str) -> Result<i64, NativeError> {
+        let path = format!("/proc/{}/stat", self.pids[proc]);
+        let stat = std::fs::read_to_string(&path).map_err(|e| self.err(s, format!("{path}: {e}")))?;
+        // The command name may hold spaces; the fields after its ')' are plain.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(7)?.parse().ok())
+            .ok_or_else(|| self.err(s, format!("{path}: no minflt field")))
     }
 
     /// Waits until an exiting process is gone (its address space torn down).

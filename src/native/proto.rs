@@ -39,15 +39,13 @@ impl Enc {
     pub fn ok() -> Enc {
         Enc(vec![0])
     }
-    /// An op done: its fault count, for fork the child's pid, the faults the runner
-    /// itself took in the op's window (fork's copy-on-write), the op's wall time in
+    /// An op done: its fault count, for fork the child's pid, the op's wall time in
     /// nanoseconds, and what the runner
     /// noticed about its own measurement (strays, lost samples), one line each.
-    pub fn ok_op(minflt: i64, pid: i32, runner: i64, ns: u64, diagnostics: &[String]) -> Vec<u8> {
+    pub fn ok_op(minflt: i64, pid: i32, ns: u64, diagnostics: &[String]) -> Vec<u8> {
         let mut e = Enc::ok();
         e.u64(minflt as u64);
         e.u64(pid as u64);
-        e.u64(runner as u64);
         e.u64(ns);
         e.u64(diagnostics.len() as u64);
         for d in diagnostics {
@@ -89,7 +87,6 @@ const KIND_SWAP: u64 = u64::MAX - 1;
 pub struct OpReply {
     pub minflt: i64,
     pub pid: i64,
-    pub runner: i64,
     pub ns: u64,
     pub diagnostics: Vec<String>,
 }
@@ -122,14 +119,12 @@ impl<'b> Dec<'b> {
     }
     /// An `ok_op` reply.
     pub fn op(&mut self) -> Result<OpReply, String> {
-        let (minflt, pid, runner) = (self.u64()? as i64, self.u64()? as i64, self.u64()? as i64);
-        let ns = self.u64()?;
+        let (minflt, pid, ns) = (self.u64()? as i64, self.u64()? as i64, self.u64()?);
         let n = self.u64()?;
         let diagnostics = (0..n).map(|_| self.text()).collect::<Result<_, _>>()?;
         Ok(OpReply {
             minflt,
             pid,
-            runner,
             ns,
             diagnostics,
         })
@@ -175,12 +170,11 @@ mod tests {
         for c in [Cmd::Op(7), Cmd::Layout, Cmd::Warm] {
             assert_eq!(Cmd::decode(&c.encode()), Some(c));
         }
-        let op = Enc::ok_op(-3, 42, 5, 1234, &["fault at 0x1000".to_string()]);
+        let op = Enc::ok_op(-3, 42, 1234, &["fault at 0x1000".to_string()]);
         let mut d = Dec::new(&op).unwrap();
         let want = OpReply {
             minflt: -3,
             pid: 42,
-            runner: 5,
             ns: 1234,
             diagnostics: vec!["fault at 0x1000".to_string()],
         };

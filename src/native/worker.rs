@@ -30,7 +30,8 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
     let mut regions: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut sampler = Sampler::open().map_err(|e| e.to_string());
     let mut tally = Tally::default();
-    warm_up(&regions);
+    // No warm-up here: the orchestrator asks for one (Cmd::Warm) and waits for it
+    // before the first op's window opens, so the warm-up's faults stay outside it.
     loop {
         let mut sock = &ctx.sockets[name];
         let Some(msg) = recv(&mut sock) else { return };
@@ -42,10 +43,8 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                     (Op::Fork { child }, Ok(_)) => {
                         // fork takes no faults in the caller: its minflt is 0 by
                         // definition. What follows it in both processes is this runner's
-                        // own copy-on-write, which the global pgfault counts: each side
-                        // reports it (the child in its ready message, before the op's
-                        // window closes), and warms up only when told, after the window.
-                        let before = minflt();
+                        // own copy-on-write, which the global pgfault counts; the
+                        // orchestrator reads it from /proc once both sides are blocked.
                         // SAFETY: the worker is single-threaded, so the child may go on
                         // running Rust code.
                         let pid = unsafe { libc::fork() };
@@ -55,9 +54,8 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                                 s.forget_in_child();
                             }
                             sampler = Sampler::open().map_err(|e| e.to_string());
-                            // A new task's min_flt starts at 0: all of it is the runner's.
                             let ready = match &sampler {
-                                Ok(_) => Enc::ok_op(0, 0, minflt(), 0, &[]),
+                                Ok(_) => Enc::ok_op(0, 0, 0, &[]),
                                 Err(e) => Enc::err(e),
                             };
                             if send(&mut &ctx.sockets[name], &ready).is_err() {
@@ -67,11 +65,11 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                         }
                         match pid {
                             -1 => Enc::err(&format!("fork: {}", std::io::Error::last_os_error())),
-                            _ => Enc::ok_op(0, pid, minflt() - before, 0, &[]),
+                            _ => Enc::ok_op(0, pid, 0, &[]),
                         }
                     }
                     (Op::Exit, Ok(_)) => {
-                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, 0, &[]));
+                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, &[]));
                         return;
                     }
                     (op, Ok(sampler)) => {
@@ -90,7 +88,7 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                             Ok(()) => {
                                 track(op, &mut regions);
                                 let (count, diags) = attribute(after - before, &tally);
-                                Enc::ok_op(count, 0, 0, ns, &diags)
+                                Enc::ok_op(count, 0, ns, &diags)
                             }
                             Err(e) => Enc::err(&format!("{} failed: {e}", op.keyword())),
                         }
@@ -389,10 +387,14 @@ pub fn warm_up(regions: &BTreeMap<String, (u64, u64)>) {
         } else {
             libc::MADV_POPULATE_READ
         };
-        // SAFETY: populating a mapping of this process changes no contents; failures
-        // (e.g. on special mappings) only leave it as it was.
+        let (start, len) = (v.start as *mut libc::c_void, (v.end - v.start) as usize);
+        // SAFETY: populating a mapping of this process changes no contents, nor does
+        // opting it out of THP; failures (e.g. on special mappings) leave it as it was.
+        // Under `enabled always` khugepaged would otherwise collapse the runner's own
+        // heap and stacks during a run, moving the global THP counters.
         unsafe {
-            libc::madvise(v.start as *mut _, (v.end - v.start) as usize, adv);
+            libc::madvise(start, len, libc::MADV_NOHUGEPAGE);
+            libc::madvise(start, len, adv);
         }
     }
 }
