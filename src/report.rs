@@ -139,6 +139,10 @@ pub struct Background {
     pub window_ms: f64,
     /// The global counters that moved over the idle window, with their deltas.
     pub counters: Counters,
+    /// Whether the workload ran `shrink`, which on the host (drop_caches) runs every
+    /// process's deferred split queue, not only the workload's.
+    #[serde(default)]
+    pub shrink: bool,
 }
 
 #[cfg(test)]

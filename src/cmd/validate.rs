@@ -82,6 +82,15 @@ pub enum Rule {
     },
 }
 
+/// The counters the deferred split shrinker moves.
+fn moved_by_shrink(key: &str) -> bool {
+    let stat = key.rsplit('.').next().unwrap_or("");
+    matches!(
+        key,
+        "vmstat.thp_split_page" | "vmstat.thp_split_page_failed" | "vmstat.thp_underused_split_page"
+    ) || (key.starts_with("mthp.") && matches!(stat, "split" | "split_failed" | "nr_anon" | "nr_anon_partially_mapped"))
+}
+
 /// Global counters that count a host-wide state change rather than the workload's work:
 /// the huge zero page is allocated once and kept until a shrinker frees it, so whether
 /// a run allocates it depends on what ran before.
@@ -125,6 +134,11 @@ pub fn rule(key: &str, host: &Report) -> Rule {
     }
     if let Some((_, why)) = HOST_STATE.iter().find(|(k, _)| *k == key) {
         return Rule::HostState { why };
+    }
+    if host.background.as_ref().is_some_and(|b| b.shrink) && moved_by_shrink(key) {
+        return Rule::HostState {
+            why: "shrink drops caches host-wide, splitting other processes' partially mapped folios too",
+        };
     }
     match &host.background {
         None => Rule::Unmeasured,
@@ -561,9 +575,11 @@ mod tests {
             op_ms: 3.0,
             window_ms: 200.0,
             counters: [("vmstat.pgfault".to_string(), 57)].into(),
+            shrink: false,
         });
         assert_eq!(rule("proc.main.minflt", &h), Rule::Exact);
         assert_eq!(rule("mthp.64kB.split", &h), Rule::Exact);
+        assert!(matches!(rule("vmstat.thp_zero_page_alloc", &h), Rule::HostState { .. }));
         let c = compare(&m, &h);
         assert!(c.ok(), "{c:?}");
         assert_eq!(
@@ -578,6 +594,10 @@ mod tests {
         let c = compare(&m, &h);
         assert!(!c.ok());
         assert!(table(&c).contains("!  mthp.64kB.split"), "{}", table(&c));
+        // A workload that ran shrink split other processes' folios as well.
+        h.background.as_mut().unwrap().shrink = true;
+        assert!(matches!(rule("mthp.64kB.split", &h), Rule::HostState { .. }));
+        assert!(compare(&m, &h).ok());
     }
 
     #[test]

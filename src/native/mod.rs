@@ -264,6 +264,7 @@ impl Orchestrator<'_> {
             op_ms: self.op_time.as_secs_f64() * 1e3,
             window_ms: elapsed.as_secs_f64() * 1e3,
             counters,
+            shrink: self.ctx.leaves.iter().any(|s| matches!(s.op, Op::Shrink)),
         })
     }
 
