@@ -33,7 +33,8 @@ const OTHER: RGBColor = RGBColor(0xba, 0xb0, 0xac);
 const TOP_EVENTS: usize = 8;
 /// Counters in `run`'s change chart.
 const TOP_COUNTERS: usize = 12;
-const CHART_W: u32 = 820;
+/// Two charts side by side on a 1280-pixel screen.
+const CHART_W: u32 = 540;
 const FONT: &str = "sans-serif";
 
 type Drawn = Result<String, Box<dyn std::error::Error>>;
@@ -57,7 +58,7 @@ td.agree { color: #2e7d32; text-align: center; } td.disagree { color: #c62828; t
 td.na { color: #999; text-align: center; }
 .sd, .chg { color: #777; font-size: .88em; }
 tr.section th { background: #eef2f7; text-align: left; }
-.charts { display: flex; flex-wrap: wrap; gap: 1em; }
+.charts { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
 figure.chart { margin: 0; background: #fff; border: 1px solid #e2e2e2; border-radius: 6px; padding: .6em .8em; max-width: 100%; }
 figure.chart svg { display: block; max-width: 100%; height: auto; }
 figcaption { font-weight: 600; margin-bottom: .3em; }
@@ -79,7 +80,8 @@ fn css_color(c: RGBColor) -> String {
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
-/// A number for a table: integers grouped by thousands, else three significant digits.
+/// A number for a table: integers grouped by thousands, else up to three significant
+/// digits.
 fn num(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         let digits = format!("{}", v.abs() as u64);
@@ -93,7 +95,13 @@ fn num(v: f64) -> String {
         return if v < 0.0 { format!("−{grouped}") } else { grouped };
     }
     let decimals = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
-    format!("{v:.decimals$}").replace('-', "−")
+    let s = format!("{v:.decimals$}");
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &s
+    };
+    s.replace('-', "−")
 }
 
 /// A change in percent (or percentage points), signed.
@@ -291,6 +299,7 @@ where
             .build_cartesian_2d(x, y)?;
         chart
             .configure_mesh()
+            .x_labels(6)
             .x_desc(first.x_label.as_str())
             .y_desc(first.y_label.as_str())
             .x_label_formatter(&|v| num(*v))
@@ -537,10 +546,11 @@ fn change_chart(page: &mut Page, seed: &str, machine: &str, exps: &[Experiment])
             if s.unwrap_or(0.0) == 0.0 && m.unwrap_or(0.0) == 0.0 {
                 continue;
             }
-            cats.push(if exps.len() > 1 {
-                format!("{}: {v}", e.name)
-            } else {
-                v.to_string()
+            // Name only what tells the bars apart.
+            cats.push(match (exps.len(), e.variants.len()) {
+                (1, _) => v.to_string(),
+                (_, 2) => e.name.to_string(),
+                _ => format!("{}: {v}", e.name),
             });
             seeds.push(s);
             models.push(m);
@@ -627,11 +637,7 @@ pub fn reproduce_page(r: &Reproduction) -> String {
         }
         let curves: Vec<&Series> = r.series.iter().filter(|s| s.seed == seed).collect();
         if !curves.is_empty() {
-            let colors: Vec<RGBColor> = curves
-                .iter()
-                .zip(PALETTE.iter().cycle())
-                .map(|(s, &p)| series_color(&s.name, p))
-                .collect();
+            let colors = series_colors(&curves);
             let items: Vec<(String, RGBColor)> = curves
                 .iter()
                 .map(|s| s.name.clone())
@@ -645,16 +651,27 @@ pub fn reproduce_page(r: &Reproduction) -> String {
     page.finish("foliolab reproduce")
 }
 
-/// A curve named for the seed or the model takes their colour; any other `fallback`.
-fn series_color(name: &str, fallback: RGBColor) -> RGBColor {
-    let lower = name.to_lowercase();
-    if lower.contains("seed") {
-        SEED
-    } else if lower.contains("model") {
-        MODEL
-    } else {
-        fallback
-    }
+/// A curve named for the seed or the model takes their colour, darker for each further
+/// curve of the same; any other a colour of its own.
+fn series_colors(curves: &[&Series]) -> Vec<RGBColor> {
+    let (mut seen_seed, mut seen_model, mut others) = (0, 0, PALETTE.iter().cycle());
+    curves
+        .iter()
+        .map(|s| {
+            let lower = s.name.to_lowercase();
+            let (base, seen) = if lower.contains("seed") {
+                (SEED, &mut seen_seed)
+            } else if lower.contains("model") {
+                (MODEL, &mut seen_model)
+            } else {
+                return *others.next().expect("the palette cycles");
+            };
+            let k = 1.0 - 0.3 * (*seen % 3) as f64;
+            *seen += 1;
+            let shade = |c: u8| (c as f64 * k) as u8;
+            RGBColor(shade(base.0), shade(base.1), shade(base.2))
+        })
+        .collect()
 }
 
 /// The `run --html` page: the runs side by side (every counter of a single run, else
@@ -781,7 +798,8 @@ mod tests {
     fn numbers_read_well() {
         assert_eq!(num(37912436160.0), "37,912,436,160");
         assert_eq!(num(-1654.0), "−1,654");
-        assert_eq!(num(9.6), "9.60");
+        assert_eq!(num(9.6), "9.6");
+        assert_eq!(num(-0.2), "−0.2");
         assert_eq!(num(0.123456), "0.123");
         assert_eq!(signed_pct(-11.04, "%"), "−11.0%");
     }
