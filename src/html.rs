@@ -5,6 +5,7 @@
 use crate::compare;
 use crate::report::Report;
 use crate::reproduce::{Breakdown, Reproduction, Row, Series};
+use plotters::chart::MeshStyle;
 use plotters::coord::ranged1d::{AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -170,11 +171,12 @@ struct Bars {
     values: Vec<Option<f64>>,
 }
 
-/// A y axis of category rows: category i sits at y = n - 1 - i .. n - i, its label
-/// (the axis' only key point) in the middle.
-struct Rows(RangedCoordf64, usize);
+/// An axis labelled at given values only: the category rows of a bar chart (category i
+/// sits at y = n - 1 - i .. n - i, labelled in the middle), or a log axis at the data's
+/// own x values (RAM sizes) rather than at powers of ten.
+struct Ticks<R>(R, Vec<f64>);
 
-impl Ranged for Rows {
+impl<R: Ranged<ValueType = f64>> Ranged for Ticks<R> {
     type FormatOption = DefaultFormatting;
     type ValueType = f64;
 
@@ -183,7 +185,7 @@ impl Ranged for Rows {
     }
 
     fn key_points<H: KeyPointHint>(&self, _: H) -> Vec<f64> {
-        (0..self.1).map(|i| i as f64 + 0.5).collect()
+        self.1.clone()
     }
 
     fn range(&self) -> std::ops::Range<f64> {
@@ -221,7 +223,10 @@ fn bar_chart(categories: &[String], groups: &[Bars], x_label: &str, stacked: boo
     {
         let root = SVGBackend::with_string(&mut svg, (CHART_W, height)).into_drawing_area();
         root.fill(&WHITE)?;
-        let y = Rows((0.0..n as f64).into(), n);
+        let y = Ticks(
+            RangedCoordf64::from(0.0..n as f64),
+            (0..n).map(|i| i as f64 + 0.5).collect(),
+        );
         let mut chart = ChartBuilder::on(&root)
             .margin(10)
             .x_label_area_size(42)
@@ -231,17 +236,12 @@ fn bar_chart(categories: &[String], groups: &[Bars], x_label: &str, stacked: boo
             let i = n as f64 - 1.0 - v.floor();
             categories.get(i as usize).cloned().unwrap_or_default()
         };
-        chart
-            .configure_mesh()
+        house_style(&mut chart.configure_mesh())
             .disable_y_mesh()
             .y_labels(n)
             .y_label_formatter(&label_of)
             .x_desc(x_label)
             .x_label_formatter(&|v| num(*v))
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 16))
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(0xe4, 0xe4, 0xe4))
             .draw()?;
         let slot = 0.8 / per_row as f64;
         let mut stack = vec![0.0; n];
@@ -276,7 +276,11 @@ fn line_chart(series: &[&Series], colors: &[RGBColor]) -> Drawn {
     let (x_lo, x_hi) = xs().fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
     let y = padded(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
     if x_lo > 0.0 && x_hi >= 10.0 * x_lo {
-        draw_lines(series, colors, (x_lo / 1.3..x_hi * 1.3).log_scale(), y)
+        let mut ticks: Vec<f64> = xs().collect();
+        ticks.sort_by(f64::total_cmp);
+        ticks.dedup();
+        let log = (x_lo / 1.3..x_hi * 1.3).log_scale().into();
+        draw_lines(series, colors, Ticks::<LogCoord<f64>>(log, ticks), y)
     } else {
         draw_lines(series, colors, padded(xs()), y)
     }
@@ -297,17 +301,11 @@ where
             .x_label_area_size(46)
             .y_label_area_size(70)
             .build_cartesian_2d(x, y)?;
-        chart
-            .configure_mesh()
-            .x_labels(6)
+        house_style(&mut chart.configure_mesh())
             .x_desc(first.x_label.as_str())
             .y_desc(first.y_label.as_str())
             .x_label_formatter(&|v| num(*v))
             .y_label_formatter(&|v| num(*v))
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 16))
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(0xe4, 0xe4, 0xe4))
             .draw()?;
         for (s, &c) in series.iter().zip(colors) {
             chart.draw_series(std::iter::once(PathElement::new(s.points.clone(), c.stroke_width(2))))?;
@@ -316,6 +314,19 @@ where
         root.present()?;
     }
     Ok(svg)
+}
+
+/// The fonts and grid of every chart's axes.
+fn house_style<'m, 'a, 'b, X, Y, DB>(m: &'m mut MeshStyle<'a, 'b, X, Y, DB>) -> &'m mut MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: Ranged,
+    Y: Ranged,
+    DB: DrawingBackend,
+{
+    m.label_style((FONT, 15))
+        .axis_desc_style((FONT, 16))
+        .light_line_style(TRANSPARENT)
+        .bold_line_style(RGBColor(0xe4, 0xe4, 0xe4))
 }
 
 /// A time unit for nanosecond values up to `max_ns`: its name and size in ns.
@@ -474,7 +485,7 @@ impl<'a> Experiment<'a> {
                 s,
                 "<tr><th>{}{}</th>",
                 esc(v),
-                if vi == 0 {
+                if vi == 0 && !v.contains("baseline") {
                     " <span class=\"sd\">(baseline)</span>"
                 } else {
                     ""
