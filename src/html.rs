@@ -685,9 +685,9 @@ fn series_colors(curves: &[&Series]) -> Vec<RGBColor> {
         .collect()
 }
 
-/// The `run --html` page: the runs side by side (every counter of a single run, else
-/// those that differ, each with its change against the first run), the largest changes
-/// as a chart, and modeled time by event for the runs that have it (`time[i]` is run
+/// The `run --html` page: the largest changes as a chart and modeled time by event for
+/// the runs that have it, then the runs side by side (a single run's non-zero counters,
+/// else those that differ, each with its change against the first run) (`time[i]` is run
 /// i's `time` object from `crate::time::annotate`).
 pub fn run_page(runs: &[(String, Report)], time: &[Option<Value>]) -> String {
     let mut page = Page::new();
@@ -706,7 +706,13 @@ pub fn run_page(runs: &[(String, Report)], time: &[Option<Value>]) -> String {
         if runs.len() == 1 { "" } else { "s" },
         esc(&names.join(", "))
     );
-    let sections = compare::sections(runs, runs.len() == 1);
+    // One run differs from nothing: show what it counted.
+    let mut sections = compare::sections(runs, runs.len() == 1);
+    if runs.len() == 1 {
+        for sec in &mut sections {
+            sec.rows.retain(|(_, v)| v[0] != 0);
+        }
+    }
     let mut t = String::from("<table class=\"runtable\"><thead><tr><th>counter</th>");
     for n in &names {
         let _ = write!(t, "<th>{}</th>", esc(n));
@@ -737,7 +743,7 @@ pub fn run_page(runs: &[(String, Report)], time: &[Option<Value>]) -> String {
     if sections.iter().all(|s| s.rows.is_empty()) {
         t = "<p>No counter differs between the runs.</p>\n".into();
     }
-    let _ = writeln!(page.body, "<h2>counters</h2>{t}<div class=\"charts\">");
+    page.body.push_str("<div class=\"charts\">");
     if runs.len() > 1 {
         // The whole run's counters with the largest change in any run.
         let mut rows: Vec<(&String, Vec<Option<f64>>)> = sections[0]
@@ -789,7 +795,23 @@ pub fn run_page(runs: &[(String, Report)], time: &[Option<Value>]) -> String {
         let bars: Vec<(String, &BTreeMap<String, f64>)> = timed.iter().map(|(n, b)| (n.clone(), b)).collect();
         time_breakdown(&mut page, &format!("modeled time by event on {machine}"), &bars);
     }
-    page.body.push_str("</div>\n");
+    page.body.push_str("</div>");
+    // Counted events the machine has no cost for are not in the time; say which.
+    let uncosted = firsts(
+        time.iter()
+            .flatten()
+            .filter_map(|t| t.get("uncosted")?.as_array())
+            .flatten()
+            .filter_map(Value::as_str),
+    );
+    if !uncosted.is_empty() {
+        let _ = writeln!(
+            page.body,
+            "<p class=\"sub\">Counted but not in the modeled time (no public cost): {}</p>",
+            esc(&uncosted.join(", "))
+        );
+    }
+    let _ = writeln!(page.body, "<h2>counters</h2>{t}");
     page.finish(&title)
 }
 
