@@ -48,7 +48,9 @@ h2 { font-size: 1.3em; margin: 2em 0 .5em; padding-bottom: .2em; border-bottom: 
 h3 { font-size: 1.05em; margin: 1.4em 0 .4em; }
 .sub { color: #666; margin: 0 0 1em; }
 table { border-collapse: collapse; margin: .4em 0 1em; background: #fff; font-variant-numeric: tabular-nums; }
-th, td { padding: .3em .7em; border: 1px solid #e2e2e2; }
+th, td { padding: .25em .55em; border: 1px solid #e2e2e2; }
+/* A seed with many machines scrolls sideways instead of spilling out of the page. */
+table.seedtable { display: block; overflow-x: auto; width: max-content; max-width: 100%; }
 thead th { background: #f0f0f0; font-weight: 600; }
 tbody th { text-align: left; font-weight: 500; white-space: nowrap; }
 td { text-align: right; white-space: nowrap; }
