@@ -32,6 +32,8 @@ const PALETTE: [RGBColor; 8] = [
 const OTHER: RGBColor = RGBColor(0xba, 0xb0, 0xac);
 /// Events in a stacked bar before the rest is summed as "other".
 const TOP_EVENTS: usize = 8;
+/// Notes per seed shown unfolded.
+const MAX_OPEN_NOTES: usize = 8;
 /// Counters in `run`'s change chart.
 const TOP_COUNTERS: usize = 12;
 /// Two charts side by side on a 1280-pixel screen.
@@ -67,6 +69,7 @@ figure.chart svg { display: block; max-width: 100%; height: auto; }
 figcaption { font-weight: 600; margin-bottom: .3em; }
 .legend { display: flex; flex-wrap: wrap; gap: .3em 1.1em; font-size: .9em; margin: .2em 0 .4em; }
 .sw { display: inline-block; width: .9em; height: .9em; border-radius: 2px; margin-right: .35em; vertical-align: -.1em; }
+summary { cursor: pointer; color: #555; margin: .4em 0; }
 ul.notes { background: #fff8e1; border-left: 4px solid #edc948; padding: .5em 1em .5em 2em; }
 .error { color: #c62828; }
 "#;
@@ -223,7 +226,9 @@ fn bar_chart(categories: &[String], groups: &[Bars], x_label: &str, stacked: boo
     };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (CHART_W, height)).into_drawing_area();
+        // Long category names widen the chart rather than squeeze its bars.
+        let width = CHART_W.max(label_room(categories) + 340);
+        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
         root.fill(&WHITE)?;
         let y = Ticks(
             RangedCoordf64::from(0.0..n as f64),
@@ -242,6 +247,7 @@ fn bar_chart(categories: &[String], groups: &[Bars], x_label: &str, stacked: boo
             .disable_y_mesh()
             .y_labels(n)
             .y_label_formatter(&label_of)
+            .x_labels(6)
             .x_desc(x_label)
             .x_label_formatter(&|v| num(*v))
             .draw()?;
@@ -341,47 +347,48 @@ fn time_unit(max_ns: f64) -> (&'static str, f64) {
     }
 }
 
-/// A stacked bar per `(label, event -> ns)`: the top events over all bars, then the
-/// rest as "other"; each bar labelled with its total.
-fn time_breakdown(page: &mut Page, caption: &str, bars: &[(String, &BTreeMap<String, f64>)]) {
+/// Events by their total time over `maps`, largest first: the first TOP_EVENTS get a
+/// colour each, by rank, in every chart drawn from the same ranking.
+fn ranked_events<'a>(maps: impl Iterator<Item = &'a BTreeMap<String, f64>>) -> Vec<&'a str> {
     let mut totals: BTreeMap<&str, f64> = BTreeMap::new();
-    for (_, by_event) in bars {
-        for (e, ns) in by_event.iter() {
+    for by_event in maps {
+        for (e, ns) in by_event {
             *totals.entry(e).or_default() += ns;
         }
     }
     let mut events: Vec<(&str, f64)> = totals.into_iter().collect();
     events.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-    let top: Vec<&str> = events.iter().take(TOP_EVENTS).map(|e| e.0).collect();
+    events.into_iter().map(|e| e.0).collect()
+}
+
+/// A stacked bar per `(label, event -> ns)`: the top events of `ranked` in their
+/// colours, the rest as "other"; each bar labelled with its total.
+fn time_breakdown(page: &mut Page, caption: &str, bars: &[(String, &BTreeMap<String, f64>)], ranked: &[&str]) {
+    let top = &ranked[..ranked.len().min(TOP_EVENTS)];
     let max = bars.iter().map(|(_, b)| b.values().sum::<f64>()).fold(0.0, f64::max);
     let (unit, scale) = time_unit(max);
     let mut groups: Vec<Bars> = top
         .iter()
-        .zip(PALETTE.iter().cycle())
-        .map(|(e, &color)| Bars {
+        .zip(PALETTE)
+        .map(|(e, color)| Bars {
             name: e.to_string(),
             color,
             values: bars.iter().map(|(_, b)| b.get(*e).map(|ns| ns / scale)).collect(),
         })
         .collect();
-    if events.len() > top.len() {
-        let rest = bars
+    groups.push(Bars {
+        name: "other".into(),
+        color: OTHER,
+        values: bars
             .iter()
             .map(|(_, b)| {
-                Some(
-                    b.iter()
-                        .filter(|(e, _)| !top.contains(&e.as_str()))
-                        .map(|(_, ns)| ns / scale)
-                        .sum(),
-                )
+                let rest = b.iter().filter(|(e, _)| !top.contains(&e.as_str()));
+                Some(rest.map(|(_, ns)| ns / scale).sum())
             })
-            .collect();
-        groups.push(Bars {
-            name: "other".into(),
-            color: OTHER,
-            values: rest,
-        });
-    }
+            .collect(),
+    });
+    // An event none of these bars has takes no room in the legend.
+    groups.retain(|g| g.values.iter().flatten().any(|v| *v != 0.0));
     let labels: Vec<String> = bars
         .iter()
         .map(|(l, b)| format!("{l} ({} {unit})", num(b.values().sum::<f64>() / scale)))
@@ -469,13 +476,22 @@ impl<'a> Experiment<'a> {
     fn table(&self) -> String {
         let deltas = self.rows.iter().any(|r| !is_percent(&r.unit));
         let span = if deltas { 5 } else { 3 };
+        // One unit for the whole table goes in its header, not in every cell.
+        let units = firsts(self.rows.iter().map(|r| r.unit.as_str()));
+        let shared = match units[..] {
+            [u] if !is_percent(u) => format!(" ({})", esc(u)),
+            _ => String::new(),
+        };
         let mut s = String::from("<table class=\"seedtable\"><thead><tr><th rowspan=\"2\">variant</th>");
         for m in &self.machines {
             let _ = write!(s, "<th colspan=\"{span}\">{}</th>", esc(m));
         }
         s.push_str("</tr><tr>");
         for _ in &self.machines {
-            s.push_str("<th class=\"seed\">seed</th><th class=\"model\">model</th>");
+            let _ = write!(
+                s,
+                "<th class=\"seed\">seed{shared}</th><th class=\"model\">model{shared}</th>"
+            );
             if deltas {
                 s.push_str("<th class=\"seed\">seed Δ</th><th class=\"model\">model Δ</th>");
             }
@@ -498,12 +514,10 @@ impl<'a> Experiment<'a> {
                     let _ = write!(s, "<td colspan=\"{span}\" class=\"na\">—</td>");
                     continue;
                 };
-                let value = |x: f64| {
-                    if is_percent(&r.unit) {
-                        format!("{}%", num(x))
-                    } else {
-                        format!("{} {}", num(x), esc(&r.unit))
-                    }
+                let value = |x: f64| match () {
+                    _ if is_percent(&r.unit) => format!("{}%", num(x)),
+                    _ if shared.is_empty() => format!("{} {}", num(x), esc(&r.unit)),
+                    _ => num(x),
                 };
                 let sd = r
                     .seed_stdev
@@ -542,20 +556,16 @@ impl<'a> Experiment<'a> {
     }
 }
 
-/// The percent figures of one machine's rows in `exps`, seed beside model: a figure
-/// already in percent as it is (the seed's own change), else the change against the
-/// baseline. Categories where neither has a non-zero figure are left out.
+/// The changes of one machine's rows in `exps` against their baselines, seed beside
+/// model (in points for a figure that is a percent, as the tables give them).
+/// Categories where neither changes are left out.
 fn change_chart(page: &mut Page, seed: &str, machine: &str, exps: &[Experiment]) {
     let mut cats = Vec::new();
     let (mut seeds, mut models) = (Vec::new(), Vec::new());
     for e in exps {
         for v in &e.variants[1..] {
             let Some(r) = e.row(machine, v) else { continue };
-            let (s, m) = if is_percent(&r.unit) {
-                (Some(r.seed_value), r.model_value)
-            } else {
-                e.changes(r)
-            };
+            let (s, m) = e.changes(r);
             if s.unwrap_or(0.0) == 0.0 && m.unwrap_or(0.0) == 0.0 {
                 continue;
             }
@@ -584,7 +594,12 @@ fn change_chart(page: &mut Page, seed: &str, machine: &str, exps: &[Experiment])
             values: models,
         },
     ];
-    let svg = bar_chart(&cats, &groups, "change against the baseline (%)", false);
+    let svg = bar_chart(
+        &cats,
+        &groups,
+        "change against the baseline (%, or pts for a figure in %)",
+        false,
+    );
     page.chart(
         "changes",
         &format!("seed {seed}, {machine}: change against the baseline"),
@@ -622,11 +637,16 @@ pub fn reproduce_page(r: &Reproduction) -> String {
     for seed in seeds {
         let _ = writeln!(page.body, "<section id=\"seed-{0}\"><h2>seed {0}</h2>", esc(seed));
         if let Some(notes) = r.notes.get(seed).filter(|n| !n.is_empty()) {
+            // A long list (one refused cost per line) folds away behind its count.
+            let long = notes.len() > MAX_OPEN_NOTES;
+            if long {
+                let _ = write!(page.body, "<details><summary>{} notes</summary>", notes.len());
+            }
             page.body.push_str("<ul class=\"notes\">");
             for n in notes {
                 let _ = write!(page.body, "<li>{}</li>", esc(n));
             }
-            page.body.push_str("</ul>\n");
+            page.body.push_str(if long { "</ul></details>\n" } else { "</ul>\n" });
         }
         let exps = Experiment::of(seed, &r.rows);
         for e in &exps {
@@ -636,17 +656,25 @@ pub fn reproduce_page(r: &Reproduction) -> String {
         for machine in firsts(exps.iter().flat_map(|e| e.machines.iter().copied())) {
             change_chart(&mut page, seed, machine, &exps);
         }
+        // One chart per experiment, a bar per machine and variant, event colours the
+        // same throughout the seed.
         let mine: Vec<&Breakdown> = r.breakdowns.iter().filter(|b| b.seed == seed).collect();
-        let keys = firsts(mine.iter().map(|b| b.experiment.as_str()));
-        for exp in keys {
-            for machine in firsts(mine.iter().filter(|b| b.experiment == exp).map(|b| b.machine.as_str())) {
-                let bars: Vec<(String, &BTreeMap<String, f64>)> = mine
-                    .iter()
-                    .filter(|b| b.experiment == exp && b.machine == machine)
-                    .map(|b| (b.variant.clone(), &b.by_event_ns))
-                    .collect();
-                time_breakdown(&mut page, &format!("{exp}, {machine}: modeled time by event"), &bars);
-            }
+        let ranked = ranked_events(mine.iter().map(|b| &b.by_event_ns));
+        for exp in firsts(mine.iter().map(|b| b.experiment.as_str())) {
+            let of_exp: Vec<&&Breakdown> = mine.iter().filter(|b| b.experiment == exp).collect();
+            let one_machine = firsts(of_exp.iter().map(|b| b.machine.as_str())).len() == 1;
+            let bars: Vec<(String, &BTreeMap<String, f64>)> = of_exp
+                .iter()
+                .map(|b| {
+                    let label = if one_machine {
+                        b.variant.clone()
+                    } else {
+                        format!("{} · {}", b.machine, b.variant)
+                    };
+                    (label, &b.by_event_ns)
+                })
+                .collect();
+            time_breakdown(&mut page, &format!("{exp}: modeled time by event"), &bars, &ranked);
         }
         let curves: Vec<&Series> = r.series.iter().filter(|s| s.seed == seed).collect();
         if !curves.is_empty() {
@@ -795,7 +823,13 @@ pub fn run_page(runs: &[(String, Report)], time: &[Option<Value>]) -> String {
             .find_map(|t| t.get("machine")?.as_str())
             .unwrap_or("?");
         let bars: Vec<(String, &BTreeMap<String, f64>)> = timed.iter().map(|(n, b)| (n.clone(), b)).collect();
-        time_breakdown(&mut page, &format!("modeled time by event on {machine}"), &bars);
+        let ranked = ranked_events(bars.iter().map(|(_, b)| *b));
+        time_breakdown(
+            &mut page,
+            &format!("modeled time by event on {machine}"),
+            &bars,
+            &ranked,
+        );
     }
     page.body.push_str("</div>");
     // Counted events the machine has no cost for are not in the time; say which.
