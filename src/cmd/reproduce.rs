@@ -17,6 +17,9 @@ pub struct Args {
     /// Print `{"rows": [...], "elapsed_s": t}` (and the breakdowns, series and notes).
     #[arg(long)]
     pub json: bool,
+    /// Also write the report as one self-contained page, DIR/index.html.
+    #[arg(long, value_name = "DIR")]
+    pub html: Option<std::path::PathBuf>,
 }
 
 pub fn main(a: Args) -> super::CmdResult {
@@ -27,6 +30,10 @@ pub fn main(a: Args) -> super::CmdResult {
     }
     let software = Profile::load(&a.software)?;
     let r = reproduce(&a.seeds, &software)?;
+    if let Some(dir) = &a.html {
+        let path = crate::html::write_page(dir, &crate::html::reproduce_page(&r))?;
+        eprintln!("foliolab: wrote {}", path.display());
+    }
     if a.json {
         super::emit(&(serde_json::to_string_pretty(&r)? + "\n"))?;
     } else {

@@ -27,6 +27,9 @@ pub struct Args {
     /// its features become variant defaults that `--set` overrides.
     #[arg(long, value_name = "NAME|PATH.toml")]
     pub machine: Option<String>,
+    /// Also write the runs as an HTML page, DIR/index.html (DIR is created).
+    #[arg(long, value_name = "DIR")]
+    pub html: Option<std::path::PathBuf>,
 }
 
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
@@ -46,6 +49,9 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         } else {
             super::emit(&summary(&r))?;
         }
+        if let Some(dir) = &a.html {
+            write_html(dir, &[("run".to_string(), r)], machine.as_ref())?;
+        }
         return Ok(ExitCode::SUCCESS);
     };
     let mut runs = Vec::with_capacity(values.len());
@@ -64,7 +70,27 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         let title = format!("{}: {}", key.name, key.about);
         super::emit(&compare::compare(&title, &runs, a.all))?;
     }
+    if let Some(dir) = &a.html {
+        write_html(dir, &runs, machine.as_ref())?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--html DIR`: the runs' page, with their modeled time on the machine if one is given.
+fn write_html(
+    dir: &std::path::Path,
+    runs: &[(String, Report)],
+    machine: Option<&crate::time::Machine>,
+) -> Result<(), String> {
+    let time: Vec<_> = runs
+        .iter()
+        .map(|(_, r)| {
+            machine.map(|m| crate::time::annotate(r, &crate::time::model(&m.profile, r), &m.applied)["time"].take())
+        })
+        .collect();
+    let path = crate::html::write_page(dir, &crate::html::run_page(runs, &time))?;
+    eprintln!("foliolab: wrote {}", path.display());
+    Ok(())
 }
 
 /// `--each KEY=V1,V2[,...]`: a known key not also given with `--set`, and its values.
