@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         Command::Validate(a) => cmd::validate::main(a, &cli.store),
         Command::Boot(a) => cmd::boot::main(a),
         Command::Calibrate(a) => cmd::calibrate::main(a),
-        Command::Reproduce(a) => cmd::reproduce::main(a),
+        Command::Reproduce(a) => cmd::reproduce::main(a, &cli.store),
         Command::Runs(a) => cmd::runs::main(a, &cli.store),
         Command::Compare(a) => cmd::compare::main(a, &cli.store),
         Command::Machines(a) => cmd::machines::main(a),

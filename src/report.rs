@@ -97,10 +97,10 @@ impl RunBuilder {
 pub struct Phase {
     pub label: String,
     pub counters: Counters,
-    /// Host only: wall time inside the phase's ops, measured around each op by the
-    /// process that ran it (the model's modeled time is added by `--machine`).
+    /// Host: wall time inside the phase's ops, measured around each op by the process
+    /// that ran it; model with `--machine`: the phase's modeled time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_ns: Option<u64>,
+    pub time_ns: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

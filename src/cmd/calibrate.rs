@@ -89,7 +89,10 @@ fn both(w: &Workload) -> Result<(Report, Report), String> {
     for _ in 1..RUNS {
         let again = crate::native::run(w).map_err(|e| format!("host: {e}"))?;
         for (p, q) in host.phases.iter_mut().zip(&again.phases) {
-            p.time_ns = p.time_ns.min(q.time_ns);
+            p.time_ns = match (p.time_ns, q.time_ns) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
     }
     Ok((model, host))
@@ -128,7 +131,7 @@ pub fn main(a: Args) -> super::CmdResult {
     for w in &held {
         let (m, h) = both(w)?;
         let s = samples(&m, &h);
-        let measured: f64 = h.phases.iter().filter_map(|p| p.time_ns).sum::<u64>() as f64;
+        let measured: f64 = h.phases.iter().filter_map(|p| p.time_ns).sum();
         let predicted: f64 = s.iter().map(|s| predict(&costs, &s.counts)).sum();
         if measured > 0.0 {
             held_out.push(HeldOut {

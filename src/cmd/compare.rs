@@ -61,7 +61,9 @@ fn load(args: &[String], db: &super::StoreArgs) -> Result<Vec<(String, Report)>,
         };
         let n = reports.len();
         for (i, v) in reports.into_iter().enumerate() {
-            let r: Report = serde_json::from_value(v).map_err(|e| format!("{arg}: not a report: {e}"))?;
+            let time = v.get("time").cloned();
+            let mut r: Report = serde_json::from_value(v).map_err(|e| format!("{arg}: not a report: {e}"))?;
+            add_modeled_time(&mut r, time.as_ref());
             if r.source.is_empty() {
                 return Err(format!("{arg}: not a report (no \"source\")"));
             }
@@ -93,6 +95,21 @@ fn load(args: &[String], db: &super::StoreArgs) -> Result<Vec<(String, Report)>,
         }
     }
     Ok(columns)
+}
+
+/// A report's modeled time (`run --machine`), as rows beside its counters:
+/// `time.total_ns` and `time.<event>_ns`, rounded to whole nanoseconds.
+fn add_modeled_time(r: &mut Report, time: Option<&serde_json::Value>) {
+    let Some(t) = time else { return };
+    let ns = |v: &serde_json::Value| v.as_f64().map(|x| x.round() as i64);
+    if let Some(total) = t.get("total_ns").and_then(ns) {
+        r.counters.insert("time.total_ns".into(), total);
+    }
+    for (event, v) in t.get("by_event").and_then(|b| b.as_object()).into_iter().flatten() {
+        if let Some(x) = ns(v) {
+            r.counters.insert(format!("time.{event}_ns"), x);
+        }
+    }
 }
 
 /// `{"columns": [...], "sections": [{"label", "rows": [{"counter", "values", "pct"}]}]}`,

@@ -63,18 +63,24 @@ pub fn record_report(
     kind: &str,
     w: &crate::workload::Workload,
     r: &crate::report::Report,
+    machine: Option<&crate::time::Machine>,
     wall: std::time::Duration,
 ) {
     let host_kernel = (r.source == "host").then(crate::store::host_kernel).flatten();
+    // With a machine, the report is kept with its modeled time, as `--json` prints it.
+    let result = match machine {
+        Some(m) => crate::time::annotate(r, &crate::time::model(&m.profile, r), &m.applied),
+        None => serde_json::to_value(r).expect("a report serializes"),
+    };
     record(
         db,
         &crate::store::NewRun {
             kind,
             workload: Some((&w.path, &w.text)),
-            machine: None,
+            machine: machine.map(|m| m.profile.name.as_str()),
             host_kernel,
             wall_ms: wall.as_secs_f64() * 1e3,
-            result: serde_json::to_value(r).expect("a report serializes"),
+            result,
         },
     );
 }

@@ -49,7 +49,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     // A batch's wall time is shared out evenly: the guest boots once for all of them.
     let wall = start.elapsed() / reports.len().max(1) as u32;
     for (w, r) in workloads.iter().zip(&reports) {
-        super::record_report(db, "native", w, r, wall);
+        super::record_report(db, "native", w, r, None, wall);
     }
     if a.json {
         let json = match &reports[..] {

@@ -22,7 +22,7 @@ pub struct Args {
     pub html: Option<std::path::PathBuf>,
 }
 
-pub fn main(a: Args) -> super::CmdResult {
+pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     for s in &a.seeds {
         if !["000", "001", "002", "003", "004"].contains(&s.as_str()) {
             return Err(format!("unknown seed '{s}' (000, 001, 002, 003, 004)").into());
@@ -30,6 +30,17 @@ pub fn main(a: Args) -> super::CmdResult {
     }
     let software = Profile::load(&a.software)?;
     let r = reproduce(&a.seeds, &software)?;
+    super::record(
+        db,
+        &crate::store::NewRun {
+            kind: "reproduce",
+            workload: None,
+            machine: None,
+            host_kernel: None,
+            wall_ms: r.elapsed_s * 1e3,
+            result: serde_json::to_value(&r)?,
+        },
+    );
     if let Some(dir) = &a.html {
         let path = crate::html::write_page(dir, &crate::html::reproduce_page(&r))?;
         eprintln!("foliolab: wrote {}", path.display());

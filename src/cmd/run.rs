@@ -41,7 +41,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let Some((key, values)) = each else {
         let start = std::time::Instant::now();
         let r = sim::run(&w, &v)?;
-        super::record_report(db, "run", &w, &r, start.elapsed());
+        super::record_report(db, "run", &w, &r, machine.as_ref(), start.elapsed());
         if let Some(m) = &machine {
             super::emit(&m.render(&r, a.json, summary))?;
         } else if a.json {
@@ -60,7 +60,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         v.set(key.name, value)?;
         let start = std::time::Instant::now();
         let r = sim::run(&w, &v)?;
-        super::record_report(db, "run", &w, &r, start.elapsed());
+        super::record_report(db, "run", &w, &r, machine.as_ref(), start.elapsed());
         runs.push((value.to_string(), r));
     }
     if a.json {

@@ -59,7 +59,7 @@ fn recorded<'a>(mut runner: Box<Runner<'a>>, kind: &'a str, db: &'a super::Store
     Box::new(move |w: &Workload| {
         let start = std::time::Instant::now();
         let r = runner(w)?;
-        super::record_report(db, kind, w, &r, start.elapsed());
+        super::record_report(db, kind, w, &r, None, start.elapsed());
         Ok(r)
     })
 }

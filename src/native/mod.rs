@@ -115,7 +115,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         phases: vec![Phase {
             label: "start".into(),
             counters: keys.iter().map(|k| (k.clone(), 0)).collect(),
-            time_ns: Some(0),
+            time_ns: Some(0.0),
         }],
         diagnostics: Vec::new(),
         op_time: Duration::ZERO,
@@ -233,7 +233,7 @@ impl Orchestrator<'_> {
                     self.phases.push(Phase {
                         label: label.clone(),
                         counters,
-                        time_ns: Some(0),
+                        time_ns: Some(0.0),
                     });
                 }
                 _ => self.op(s)?,
@@ -332,7 +332,7 @@ impl Orchestrator<'_> {
             .zip(self.after.iter().zip(&self.before))
             .map(|(k, (a, b))| (k, a - b));
         let phase = self.phases.last_mut().expect("a phase");
-        *phase.time_ns.get_or_insert(0) += ns;
+        *phase.time_ns.get_or_insert(0.0) += ns as f64;
         let phase = &mut phase.counters;
         for (k, d) in deltas.chain([(&proc_key, minflt), (&RUNNER_KEY.to_string(), runner)]) {
             *self.totals.get_mut(k).expect("known key") += d;

@@ -62,7 +62,7 @@ pub fn samples(model: &Report, host: &Report) -> Vec<Sample> {
         .iter()
         .zip(&host.phases)
         .filter_map(|(m, h)| {
-            let ns = h.time_ns? as f64;
+            let ns = h.time_ns?;
             let counts: Vec<f64> = FEATURES
                 .iter()
                 .map(|(f, _)| m.counters.get(*f).copied().unwrap_or(0) as f64)
