@@ -14,6 +14,17 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_foliolab")
 }
 
+/// Every workload of the validation suite, sorted.
+fn suite_workloads() -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(suite(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wl"))
+        .collect();
+    paths.sort();
+    paths
+}
+
 fn suite(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/validation")
@@ -211,12 +222,7 @@ fn the_whole_suite_agrees_with_the_live_host() {
         return;
     }
     let _lock = knob_lock();
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(suite(""))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "wl"))
-        .collect();
-    paths.sort();
+    let paths = suite_workloads();
     let mut failed = Vec::new();
     for p in &paths {
         let w = foliolab::workload::parse_file(p.to_str().unwrap()).unwrap();
@@ -304,12 +310,7 @@ fn validate_fails_a_model_broken_by_one_fault() {
         return;
     }
     let _lock = knob_lock();
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(suite(""))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "wl"))
-        .collect();
-    paths.sort();
+    let paths = suite_workloads();
     let out = Command::new(bin())
         .args(["validate", "--json", "--set", "inject=extra-fault"])
         .args(&paths)

@@ -14,8 +14,7 @@
  * Arguments: syms=PATH (lines "ADDR NAME", text symbols, sorted or not;
  * "ADDR *NAME" marks a function whose entries are counted), out=PATH.
  *
- * QEMU's plugin header is not packaged in Debian, so the few declarations
- * used are written here from the documented API.
+ * The plugin API's declarations are in ../qemu-plugin-api.h.
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -23,29 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef uint64_t qemu_plugin_id_t;
-typedef struct qemu_info_t qemu_info_t;
-struct qemu_plugin_tb;
-struct qemu_plugin_insn;
-
-enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS };
-
-typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
-typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
-typedef void (*qemu_plugin_udata_cb_t)(qemu_plugin_id_t id, void *userdata);
-
-void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb);
-size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
-struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
-const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *insn);
-size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
-uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
-void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn,
-					    qemu_plugin_vcpu_udata_cb_t cb,
-					    enum qemu_plugin_cb_flags flags, void *userdata);
-void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t cb, void *userdata);
-
-__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+#include "../qemu-plugin-api.h"
 
 /* HINT #imm is 0xd503201f with imm in bits [11:5]. */
 #define HINT(imm) (0xd503201fu | ((uint32_t)(imm) << 5))
