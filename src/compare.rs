@@ -39,6 +39,9 @@ pub fn pct(value: i64, base: i64) -> Option<f64> {
     (base != 0).then(|| (value - base) as f64 * 100.0 / base.unsigned_abs() as f64)
 }
 
+/// A section as text: its label and, per counter, its cells.
+type TextSection = (String, Vec<(String, Vec<String>)>);
+
 /// One block of rows: the whole run's counters, or one phase's.
 pub struct Section {
     pub label: String,
@@ -103,7 +106,7 @@ pub fn compare(title: &str, columns: &[(String, Report)], all: bool) -> String {
         return s;
     };
     let _ = writeln!(s, "{} ({})", first.workload, first.source);
-    let sections: Vec<(String, Vec<(String, Vec<String>)>)> = sections(columns, all)
+    let sections: Vec<TextSection> = sections(columns, all)
         .into_iter()
         .map(|sec| {
             let rows = sec

@@ -80,10 +80,10 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                         sampler.discard();
                         let before = minflt();
                         let start = std::time::Instant::now();
-                        let res = exec(op, addr, || sampler.drain(&mut tally, &inside));
+                        let res = exec(op, addr, || sampler.drain(&mut tally, inside));
                         let ns = start.elapsed().as_nanos() as u64;
                         let after = minflt();
-                        sampler.drain(&mut tally, &inside);
+                        sampler.drain(&mut tally, inside);
                         match res {
                             Ok(()) => {
                                 track(op, &mut regions);

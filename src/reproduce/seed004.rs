@@ -46,6 +46,10 @@ const TABLE: [[(f64, f64, f64); 3]; 3] = [
 const MACHINE: &str = "generic";
 const INSNS: &str = "kernel.contpte_ptep_get.insns";
 
+/// A table of the seed's: its name, unit, and which of (instructions, s, overhead %)
+/// it shows.
+type Part = (&'static str, &'static str, fn(&(f64, f64, f64)) -> f64);
+
 pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
     let costs = Costs::for_seed(MACHINE, SEED, software)?;
     let mut notes = costs.notes.clone();
@@ -74,7 +78,7 @@ pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
                 (base_insns + (n - insns[0]) as f64, s, ns_of(n) / 1e9 / s * 100.0)
             })
             .collect();
-        let parts: [(&str, &str, fn(&(f64, f64, f64)) -> f64); 3] = [
+        let parts: [Part; 3] = [
             ("instructions", "instructions", |t| t.0),
             ("test time", "s", |t| t.1),
             ("overhead of contpte_ptep_get()", "%", |t| t.2),
