@@ -108,6 +108,20 @@ impl Costs {
     }
 }
 
+/// The model's counts of phase `label` of `w` under the variants `sets`.
+pub fn phase_counts(w: &crate::workload::Workload, sets: &[(&str, &str)], label: &str) -> Result<Counters, String> {
+    let mut v = crate::sim::Variants::default();
+    for (k, val) in sets {
+        v.set(k, val)?;
+    }
+    let rep = crate::sim::run(w, &v).map_err(|e| e.to_string())?;
+    rep.phases
+        .into_iter()
+        .find(|p| p.label == label)
+        .map(|p| p.counters)
+        .ok_or_else(|| format!("{}: no phase '{label}'", w.path))
+}
+
 /// Percent change of `v` against `base`.
 pub fn pct(v: f64, base: f64) -> f64 {
     (v - base) / base * 100.0

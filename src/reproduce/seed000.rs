@@ -4,8 +4,7 @@
 //! (bare metal). The seed predates contpte: its setting is contpte=off; the same runs
 //! with contpte on are shown beside it.
 
-use super::{pct, same_sign, Breakdown, Costs, Reproduction, Row};
-use crate::sim::{self, Variants};
+use super::{pct, phase_counts, same_sign, Breakdown, Costs, Reproduction, Row};
 use crate::time::Profile;
 use crate::workload::parse_str;
 
@@ -55,16 +54,8 @@ pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
                 let name = format!("seed000-{bench}-{folio}.wl");
                 let w = parse_str(&name, &workload(bench, folio)).map_err(|e| e.to_string())?;
                 for zap in ["per-pte", "batched"] {
-                    let mut v = Variants::default();
-                    v.set("zap", zap)?;
-                    v.set("contpte", contpte)?;
-                    let rep = sim::run(&w, &v).map_err(|e| e.to_string())?;
-                    let phase = rep
-                        .phases
-                        .iter()
-                        .find(|p| p.label == "measured")
-                        .expect("a measured phase");
-                    counts.insert((bench, folio, zap), phase.counters.clone());
+                    let c = phase_counts(&w, &[("zap", zap), ("contpte", contpte)], "measured")?;
+                    counts.insert((bench, folio, zap), c);
                 }
             }
         }

@@ -4,8 +4,7 @@
 //! the cycles of a page-out microbenchmark on an 8-core Snapdragon 888 and a ~100-core
 //! Kunpeng 920, and the benchmark's speed-up on the Snapdragon.
 
-use super::{pct, same_sign, Breakdown, Costs, Reproduction, Row};
-use crate::sim::{self, Variants};
+use super::{pct, phase_counts, same_sign, Breakdown, Costs, Reproduction, Row};
 use crate::time::Profile;
 use crate::workload::parse_str;
 
@@ -23,15 +22,7 @@ pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
     let w = parse_str("workloads/seed001-pageout-order0.wl", WORKLOAD).map_err(|e| e.to_string())?;
     let mut phase = std::collections::BTreeMap::new();
     for batch in ["sync", "deferred"] {
-        let mut v = Variants::default();
-        v.set("tlb-batch", batch)?;
-        let rep = sim::run(&w, &v).map_err(|e| e.to_string())?;
-        let p = rep
-            .phases
-            .iter()
-            .find(|p| p.label == "pageout")
-            .expect("a pageout phase");
-        phase.insert(batch, p.counters.clone());
+        phase.insert(batch, phase_counts(&w, &[("tlb-batch", batch)], "pageout")?);
     }
     let mut notes = vec![
         "a broadcast TLBI's cost against the CPU count has no public curve (costs.md §1b): each machine's TLBI and DSB costs are its own, not scaled by its CPUs".to_string(),
