@@ -48,13 +48,26 @@ impl Target {
         }
     }
 
-    /// The model variant that matches this target's kernel (`--set granule=...`).
+    /// The model variants that match this target's machine and kernel (`--set ...`):
+    /// its base page size, and `tlbi-range=on` because QEMU's `-cpu max` implements
+    /// FEAT_TLBIRANGE, so the guest kernel flushes ranges with range TLBIs.
     pub fn model_sets(self) -> Vec<String> {
         match self {
-            Target::QemuArm64_16k => vec!["granule=16K".into()],
-            _ => Vec::new(),
+            Target::Host => Vec::new(),
+            Target::QemuArm64 => vec!["tlbi-range=on".into()],
+            Target::QemuArm64_16k => vec!["granule=16K".into(), "tlbi-range=on".into()],
         }
     }
+}
+
+/// How a workload's error starts when it wrote a knob the target's kernel lacks: the
+/// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
+pub const NOT_APPLICABLE: &str = "not applicable on ";
+
+/// The reason, if `error` (a per-workload error of `run_batch`) says the workload does
+/// not apply to the target.
+pub fn not_applicable(error: &str) -> Option<&str> {
+    error.strip_prefix(NOT_APPLICABLE).map(|_| error)
 }
 
 /// Kernel functions whose entries are counted, reported as `kernel.<name>`.
@@ -383,9 +396,19 @@ fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: 
     let at = |s: &Stmt| format!("{}:{}:{}", w.path, s.pos.line, s.pos.col);
     if let Some(e) = &g.error {
         let step: Option<usize> = e.strip_prefix("step ").and_then(|r| r.split(' ').next()?.parse().ok());
-        return Err(match step.and_then(|i| steps.get(i)) {
-            Some(s) => format!("{}: {e}", at(s)),
-            None => format!("{}: {e}", w.path),
+        let stmt = step.and_then(|i| steps.get(i));
+        // The runner's `set` failed for want of the sysfs file: no such knob here.
+        let knob = stmt.and_then(|s| match &s.op {
+            Op::Set { knob, .. } if e.ends_with("No such file or directory") => Some(knob),
+            _ => None,
+        });
+        return Err(match (stmt, knob) {
+            (Some(s), Some(knob)) => format!(
+                "{NOT_APPLICABLE}{source}: its kernel has no /sys/kernel/mm/transparent_hugepage/{knob} (set at {})",
+                at(s)
+            ),
+            (Some(s), None) => format!("{}: {e}", at(s)),
+            (None, _) => format!("{}: {e}", w.path),
         });
     }
     let mut keys: Vec<String> = process_names(w).iter().map(|n| format!("proc.{n}.minflt")).collect();
@@ -621,5 +644,46 @@ fn cpio(root: &Path, files: &[String], out: &Path) -> Result<(), QemuError> {
     match child.wait() {
         Ok(s) if s.success() => Ok(()),
         r => Err(QemuError::Run(format!("cpio failed: {r:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `set` the guest's sysfs has no file for makes the workload not applicable to
+    /// the target, the knob named; any other failure stays an error at its op.
+    #[test]
+    fn a_missing_knob_is_not_applicable() {
+        let w = crate::workload::parse_str("k.wl", "set hugepages-16kB/enabled always\nmmap a 64K\ntouch a\n").unwrap();
+        let mut st = Vec::new();
+        steps(&w.stmts, &mut st);
+        let failed = |e: &str| GuestResult {
+            keys: vec![],
+            missing: vec![],
+            ops: vec![],
+            layout: BTreeMap::new(),
+            layout_error: None,
+            error: Some(e.into()),
+            ns: 0,
+        };
+        let e = report(
+            &w,
+            "qemu-arm64-16k",
+            &st,
+            failed("step 0 (set): No such file or directory"),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(
+            not_applicable(&e),
+            Some(
+                "not applicable on qemu-arm64-16k: its kernel has no \
+                 /sys/kernel/mm/transparent_hugepage/hugepages-16kB/enabled (set at k.wl:1:1)"
+            )
+        );
+        let e = report(&w, "qemu-arm64", &st, failed("step 0 (set): Invalid argument"), &[]).unwrap_err();
+        assert_eq!(e, "k.wl:1:1: step 0 (set): Invalid argument");
+        assert_eq!(not_applicable(&e), None);
     }
 }
