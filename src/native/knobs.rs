@@ -136,6 +136,9 @@ fn lock_knobs(path: &Path) -> Result<std::fs::File, KnobError> {
         path: path.display().to_string(),
         reason: e.to_string(),
     };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
