@@ -86,12 +86,7 @@ impl Costs {
     pub fn for_seed(machine: &str, seed: &str, software: &Profile) -> Result<Costs, String> {
         let generic = Profile::load("generic")?;
         let (p, mut notes) = Profile::load(machine)?.for_seed(seed, &generic);
-        let ratio = software.clock_ghz / p.clock_ghz;
-        let why = format!(
-            "generic mm software measured on {} ({:.2} GHz), scaled by the clock ratio to {} ({:.2} GHz): equal work per cycle assumed",
-            software.description, software.clock_ghz, p.name, p.clock_ghz
-        );
-        let profile = p.with_software(software, ratio, &why);
+        let (profile, why) = p.with_software(software);
         notes.push(format!("{machine}: {why}"));
         Ok(Costs { profile, notes })
     }

@@ -215,13 +215,7 @@ impl Machine {
         // The generic mm software: this project's calibration, scaled by clock, for
         // what the machine's own profile has no number for.
         if profile.name != profile::CALIBRATED && profile.name != profile::HOST {
-            let sw = Profile::load(profile::CALIBRATED)?;
-            let ratio = sw.clock_ghz / profile.clock_ghz;
-            let why = format!(
-                "generic mm software measured by foliolab calibrate ({}), scaled by the clock ratio {:.2} -> {:.2} GHz",
-                sw.description, sw.clock_ghz, profile.clock_ghz
-            );
-            profile = profile.with_software(&sw, ratio, &why);
+            profile = profile.with_software(&Profile::load(profile::CALIBRATED)?).0;
         }
         let (sets, applied) = variant_sets(&profile, sets);
         Ok(Some(Machine { profile, sets, applied }))

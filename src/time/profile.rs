@@ -87,6 +87,11 @@ pub struct Cost {
 }
 
 impl Cost {
+    /// Whether the number comes from `seed`'s own patch series.
+    pub fn is_derived_from(&self, seed: &str) -> bool {
+        self.derived_from_seed.as_deref() == Some(seed)
+    }
+
     /// The cost in picoseconds, the unit of all arithmetic.
     pub fn ps(&self) -> Option<i128> {
         self.ns.map(|ns| (ns * 1000.0).round() as i128)
@@ -280,10 +285,7 @@ impl Profile {
 
     /// Costed events derived from `seed`'s own series (not usable to reproduce it).
     pub fn derived_from(&self, seed: &str) -> Vec<&Cost> {
-        self.cost
-            .iter()
-            .filter(|c| c.derived_from_seed.as_deref() == Some(seed))
-            .collect()
+        self.cost.iter().filter(|c| c.is_derived_from(seed)).collect()
     }
 
     /// This profile as usable to reproduce `seed`: every cost derived from that seed's
@@ -295,7 +297,7 @@ impl Profile {
         let mut notes = Vec::new();
         let mut kept = Vec::new();
         for c in std::mem::take(&mut p.cost) {
-            if c.derived_from_seed.as_deref() != Some(seed) {
+            if !c.is_derived_from(seed) {
                 kept.push(c);
                 continue;
             }
@@ -303,7 +305,7 @@ impl Profile {
                 let replacement = fallback
                     .cost
                     .iter()
-                    .find(|f| f.events.contains(e) && f.ns.is_some() && f.derived_from_seed.as_deref() != Some(seed));
+                    .find(|f| f.events.contains(e) && f.ns.is_some() && !f.is_derived_from(seed));
                 let mut r = match replacement {
                     Some(f) => {
                         notes.push(format!(
@@ -337,9 +339,15 @@ impl Profile {
     }
 
     /// This profile with `software`'s measured costs for every event it has no number
-    /// for, scaled by `ratio` (this machine's time per unit of the software profile's):
-    /// the generic mm code is the same code on both, and only the core differs.
-    pub fn with_software(&self, software: &Profile, ratio: f64, why: &str) -> Profile {
+    /// for, scaled by the ratio of the two clocks: the generic mm code is the same code
+    /// on both, and only the core differs. Returns it with the sentence saying so.
+    pub fn with_software(&self, software: &Profile) -> (Profile, String) {
+        let ratio = software.clock_ghz / self.clock_ghz;
+        let why = format!(
+            "generic mm software measured on {} ({:.2} GHz), scaled by the clock ratio to {} ({:.2} GHz): equal work per cycle assumed",
+            software.description, software.clock_ghz, self.name, self.clock_ghz
+        );
+        let why = why.as_str();
         let mut p = self.clone();
         for c in &software.cost {
             let Some(ns) = c.ns else { continue };
@@ -367,6 +375,6 @@ impl Profile {
                 seed_relation: None,
             });
         }
-        p
+        (p, why.to_string())
     }
 }
