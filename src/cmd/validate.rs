@@ -514,9 +514,16 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
             (r, Some(share))
         }
     };
+    let model = match a.target {
+        crate::native::qemu::Target::Host => model_runner(v),
+        _ => Box::new(move |w: &Workload| {
+            let r = crate::sim::run(w, &v).map_err(|e| e.to_string())?;
+            crate::native::qemu::as_guest_measures(r, w, &v)
+        }),
+    };
     let results = validate(
         &workloads,
-        &mut *recorded(model_runner(v), "run", db, None),
+        &mut *recorded(model, "run", db, None),
         &mut *recorded(host, "native", db, wall),
     );
     super::record(

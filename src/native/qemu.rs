@@ -19,7 +19,7 @@
 
 use crate::hw::Granule;
 use crate::mm::thp_sysfs::ThpKnobs;
-use crate::report::{Counters, Phase, Report, Run};
+use crate::report::{Background, Counters, Phase, Report, Run};
 use crate::workload::{Advice, Op, Prot, Stmt, Workload};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -327,8 +327,9 @@ fn process_names(w: &Workload) -> Vec<String> {
     names
 }
 
-/// The plugin's counts for one op window: `(event, function) -> count`.
-type Window = BTreeMap<(String, String), u64>;
+/// The plugin's counts for one op window: `(event, function) -> count` (signed: an
+/// exit's window is its own less its twin's, the runner's own teardown).
+type Window = BTreeMap<(String, String), i64>;
 
 fn parse_windows(text: &str) -> Result<Vec<Window>, String> {
     let mut windows = Vec::new();
@@ -340,7 +341,7 @@ fn parse_windows(text: &str) -> Result<Vec<Window>, String> {
             ["windows", _, "errors", "0"] => {}
             ["windows", _, "errors", e] => return Err(format!("plugin saw {e} unpaired window markers")),
             [_, event, function, n] => {
-                let n: u64 = n.parse().map_err(|_| format!("plugin output: bad line {line:?}"))?;
+                let n: i64 = n.parse().map_err(|_| format!("plugin output: bad line {line:?}"))?;
                 *cur.entry((event.to_string(), function.to_string())).or_default() += n;
             }
             _ => return Err(format!("plugin output: bad line {line:?}")),
@@ -355,7 +356,6 @@ fn window_counters(w: &Window) -> Counters {
     let mut c: Counters = ARCH_KEYS.iter().map(|k| (k.to_string(), 0)).collect();
     c.extend(KERNEL_FUNCTIONS.iter().map(|f| (format!("kernel.{f}"), 0)));
     for ((event, function), &n) in w {
-        let n = n as i64;
         let key = if event == "call" {
             format!("kernel.{function}")
         } else if is_mm(function) {
@@ -371,8 +371,17 @@ fn window_counters(w: &Window) -> Counters {
     c
 }
 
-/// `[step, minflt, runner, [deltas], [diagnostics]]`: one op's result from the guest.
-type OpResult = (usize, i64, i64, Vec<i64>, Vec<String>);
+/// `[step, minflt, runner, windows, [deltas], [diagnostics]]`: one op's result from
+/// the guest; `windows` is how many plugin windows it took (an exit's twin has one).
+type OpResult = (usize, i64, i64, usize, Vec<i64>, Vec<String>);
+
+/// The guest's idle window after the last op (tools/qemu/runner.c's background()).
+#[derive(serde::Deserialize)]
+struct GuestBackground {
+    op_ms: f64,
+    window_ms: f64,
+    deltas: Vec<i64>,
+}
 
 /// One workload's result line from the guest runner.
 #[derive(serde::Deserialize)]
@@ -383,6 +392,7 @@ struct GuestResult {
     missing: Vec<String>,
     #[serde(default)]
     ops: Vec<OpResult>,
+    background: Option<GuestBackground>,
     #[serde(default)]
     layout: BTreeMap<String, Vec<Run>>,
     layout_error: Option<String>,
@@ -419,7 +429,22 @@ fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: 
         c.extend(extra.keys().map(|k| (k.clone(), 0)));
         c
     };
-    let per_window: Vec<Counters> = windows.iter().map(window_counters).collect();
+    // Each op's windows: an exit's second less its first (the twin's: the runner's
+    // own teardown); the background's window follows the last op.
+    let mut next = windows.iter();
+    let mut per_window: Vec<Counters> = Vec::new();
+    for op in &g.ops {
+        let mut mine: Vec<&Window> = next.by_ref().take(op.3).collect();
+        let own = mine.pop().ok_or("the plugin has no window for an op")?;
+        let mut w = own.clone();
+        for twin in mine {
+            for (k, n) in twin {
+                *w.entry(k.clone()).or_default() -= n;
+            }
+        }
+        per_window.push(window_counters(&w));
+    }
+    let idle = g.background.as_ref().and_then(|_| next.next()).map(window_counters);
     let mut all_keys = Counters::new();
     for c in &per_window {
         all_keys.extend(c.keys().map(|k| (k.clone(), 0)));
@@ -442,7 +467,7 @@ fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: 
             });
             continue;
         }
-        let Some(((step, minflt, runner, deltas, diags), win)) = ops.next_if(|((step, ..), _)| *step == i) else {
+        let Some(((step, minflt, runner, _, deltas, diags), win)) = ops.next_if(|((step, ..), _)| *step == i) else {
             return Err(format!("{}: the guest reported no result for this op", at(s)));
         };
         debug_assert_eq!(*step, i);
@@ -469,6 +494,22 @@ fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: 
     if let Some(e) = g.layout_error {
         unavailable.insert("layout".into(), e);
     }
+    // What moved while the workload sat idle: the guest's own background, measured as
+    // the host's is. The runner's memory takes no large folios, so a shrink splits
+    // the workload's folios alone (unlike drop_caches on the host).
+    let background = g.background.map(|b| Background {
+        op_ms: b.op_ms,
+        window_ms: b.window_ms,
+        counters: g
+            .keys
+            .iter()
+            .cloned()
+            .zip(b.deltas)
+            .chain(idle.into_iter().flatten())
+            .filter(|(_, d)| *d != 0)
+            .collect(),
+        shrink: false,
+    });
     Ok(Report {
         source: source.into(),
         workload: w.path.clone(),
@@ -478,7 +519,7 @@ fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: 
         layout: g.layout,
         unavailable,
         diagnostics,
-        background: None,
+        background,
     })
 }
 
@@ -517,8 +558,9 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
     let syms = dir.join("syms");
     write_syms(&cache.join(flavour).join("kallsyms"), &syms)?;
     let counts = dir.join("counts");
+    let file = |name: &str| std::fs::File::create(dir.join(name)).map_err(|e| run_err(name, e));
     let start = Instant::now();
-    let out = Command::new("qemu-system-aarch64")
+    let mut qemu = Command::new("qemu-system-aarch64")
         .args([
             "-M",
             "virt",
@@ -543,10 +585,27 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
             syms.display(),
             counts.display()
         ))
-        .output()
+        .stdin(std::process::Stdio::null())
+        .stdout(file("console")?)
+        .stderr(file("stderr")?)
+        .spawn()
         .map_err(|e| run_err("qemu-system-aarch64", e))?;
+    let limit = boot_limit(&all_steps);
+    let status = loop {
+        match qemu.try_wait().map_err(|e| run_err("qemu-system-aarch64", e))? {
+            Some(status) => break Some(status),
+            None if start.elapsed() > limit => {
+                let _ = qemu.kill();
+                let _ = qemu.wait();
+                break None;
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
     let wall = start.elapsed();
-    let console = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let read = |name: &str| String::from_utf8_lossy(&std::fs::read(dir.join(name)).unwrap_or_default()).replace('\r', "");
+    let console = read("console");
+    let stderr = read("stderr");
     let plugin = std::fs::read_to_string(&counts).unwrap_or_default();
     let keep = std::env::var_os("FOLIOLAB_QEMU_KEEP").is_some();
     if !keep {
@@ -562,10 +621,12 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
             .rev()
             .collect::<Vec<_>>()
             .join("\n");
+        let how = match status {
+            Some(s) => format!("qemu {s}"),
+            None => format!("killed after {} s, the limit for this batch", limit.as_secs()),
+        };
         return Err(QemuError::Run(format!(
-            "the guest did not finish (qemu {}); its console ended with:\n{tail}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
+            "the guest did not finish ({how}); its console ended with:\n{tail}\n{stderr}"
         )));
     }
     let windows = parse_windows(&plugin).map_err(QemuError::Run)?;
@@ -592,8 +653,10 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
                 continue;
             }
         };
-        // The op that failed had its window too.
-        let n = g.ops.len() + usize::from(g.error.is_some() && g.ops.len() < st.len());
+        // The op that failed had its window too, and the idle one follows the last op.
+        let n = g.ops.iter().map(|o| o.3).sum::<usize>()
+            + usize::from(g.error.is_some() && g.ops.len() < st.len())
+            + usize::from(g.background.is_some());
         let mine = windows.get(used..used + n).unwrap_or(&[]);
         used += n;
         guest.push(Duration::from_nanos(g.ns));
@@ -606,6 +669,66 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
         )));
     }
     Ok(Batch { wall, guest, reports })
+}
+
+/// The work a fork or an exit does once per mm, whatever it maps (dup_mmap's
+/// flush_tlb_mm, the fullmm flush at teardown), as the model counts it: its `arch.*`
+/// and `kernel.*` counters for a fork and for an exit of a process with no memory.
+/// The guest's twin windows subtract this from the guest's side along with the
+/// runner's own memory, so the model's side leaves it out too.
+fn per_mm_work(v: &crate::sim::Variants) -> Result<[Counters; 2], String> {
+    let w = crate::workload::parse_str("(per-mm work)", "mark fork\nfork twin\nmark exit\n@twin exit\n")
+        .map_err(|e| e.to_string())?;
+    let r = crate::sim::run(&w, v).map_err(|e| e.to_string())?;
+    let phase = |label: &str| -> Counters {
+        r.phases
+            .iter()
+            .find(|p| p.label == label)
+            .map(|p| p.counters.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("arch.") || k.starts_with("kernel."))
+            .collect()
+    };
+    Ok([phase("fork"), phase("exit")])
+}
+
+/// The model's report as the guest measures it: less the per-mm work of each fork
+/// and exit (`per_mm_work`), in the totals and in the phase each op ran in.
+pub fn as_guest_measures(mut r: Report, w: &Workload, v: &crate::sim::Variants) -> Result<Report, String> {
+    let mut all = Vec::new();
+    steps(&w.stmts, &mut all);
+    if !all.iter().any(|s| matches!(s.op, Op::Fork { .. } | Op::Exit)) {
+        return Ok(r);
+    }
+    let [fork, exit] = per_mm_work(v)?;
+    let mut phase = 0;
+    for s in all {
+        let less = match &s.op {
+            Op::Mark { .. } => {
+                phase += 1;
+                continue;
+            }
+            Op::Fork { .. } => &fork,
+            Op::Exit => &exit,
+            _ => continue,
+        };
+        for (k, n) in less {
+            *r.counters.entry(k.clone()).or_default() -= n;
+            if let Some(p) = r.phases.get_mut(phase) {
+                *p.counters.entry(k.clone()).or_default() -= n;
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// How long a batch may take before the guest is taken to hang: the boot, plus a
+/// second per workload and per thousand ops, times ten (TCG on this host boots in
+/// 7-11 s and runs the whole validation suite in about two minutes).
+fn boot_limit(steps: &[Vec<&Stmt>]) -> Duration {
+    let ops: usize = steps.iter().map(Vec::len).sum();
+    Duration::from_secs(10 * (15 + steps.len() as u64 + ops as u64 / 1000))
 }
 
 /// The plugin's symbol file: every text symbol, `*` before the counted functions.
@@ -662,6 +785,7 @@ mod tests {
             keys: vec![],
             missing: vec![],
             ops: vec![],
+            background: None,
             layout: BTreeMap::new(),
             layout_error: None,
             error: Some(e.into()),

@@ -6,6 +6,11 @@
  *   - TLBI (SYS, op0=1, CRn=8) by kind, DSB by option, ISB, each under the
  *     kernel function that contains its PC;
  *   - entries of the kernel functions listed in the symbol file with a '*'.
+ * A pause marker (HINT #122) stops the counting until the stop marker (a
+ * fork's child that runs before its parent has closed the window); outside a
+ * window it does nothing. An abort marker (HINT #123) closes the window, or
+ * writes an empty one if none is open (an op whose process died before or
+ * after opening it), so windows and ops stay paired one to one.
  * At each stop marker it appends to the output file one line per counter
  * that moved, "<window> <event> <function> <count>", then "<window> end".
  * Windows are numbered from 0 in boot order; the host pairs them with the
@@ -28,6 +33,8 @@
 #define HINT(imm) (0xd503201fu | ((uint32_t)(imm) << 5))
 #define START 120
 #define STOP 121
+#define PAUSE 122
+#define ABORT 123
 #define KERNEL_VA 0xffff000000000000ull
 
 struct sym {
@@ -51,7 +58,7 @@ struct counter {
 };
 
 static struct counter *dirty;
-static int in_window;
+static enum { CLOSED, OPEN, PAUSED } state;
 static unsigned long window;
 static unsigned long errors;
 static FILE *out;
@@ -147,7 +154,7 @@ static void on_event(unsigned int vcpu, void *udata)
 	struct counter *c = udata;
 
 	(void)vcpu;
-	if (!in_window)
+	if (state != OPEN)
 		return;
 	c->n++;
 	if (!c->dirty) {
@@ -161,20 +168,23 @@ static void on_start(unsigned int vcpu, void *udata)
 {
 	(void)vcpu;
 	(void)udata;
-	if (in_window)
+	if (state != CLOSED)
 		errors++;	/* a window opened inside another */
-	in_window = 1;
+	state = OPEN;
 }
 
-static void on_stop(unsigned int vcpu, void *udata)
+static void on_pause(unsigned int vcpu, void *udata)
 {
 	(void)vcpu;
 	(void)udata;
-	if (!in_window) {
-		errors++;
-		return;
-	}
-	in_window = 0;
+	if (state == OPEN)
+		state = PAUSED;
+}
+
+/* Writes the window's counters and closes it. */
+static void close_window(void)
+{
+	state = CLOSED;
 	while (dirty) {
 		struct counter *c = dirty;
 
@@ -186,6 +196,24 @@ static void on_stop(unsigned int vcpu, void *udata)
 	fprintf(out, "%lu end\n", window);
 	fflush(out);
 	window++;
+}
+
+static void on_stop(unsigned int vcpu, void *udata)
+{
+	(void)vcpu;
+	(void)udata;
+	if (state == CLOSED) {
+		errors++;
+		return;
+	}
+	close_window();
+}
+
+static void on_abort(unsigned int vcpu, void *udata)
+{
+	(void)vcpu;
+	(void)udata;
+	close_window();
 }
 
 static struct counter *counter(const char *event, const char *fn)
@@ -219,6 +247,10 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_start, QEMU_PLUGIN_CB_NO_REGS, NULL);
 		if (op == HINT(STOP))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_stop, QEMU_PLUGIN_CB_NO_REGS, NULL);
+		if (op == HINT(PAUSE))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_pause, QEMU_PLUGIN_CB_NO_REGS, NULL);
+		if (op == HINT(ABORT))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_abort, QEMU_PLUGIN_CB_NO_REGS, NULL);
 		if (pc < KERNEL_VA)
 			continue;
 		s = lookup(pc);
@@ -234,7 +266,7 @@ static void on_atexit(qemu_plugin_id_t id, void *udata)
 {
 	(void)id;
 	(void)udata;
-	fprintf(out, "windows %lu errors %lu\n", window, errors + (unsigned long)in_window);
+	fprintf(out, "windows %lu errors %lu\n", window, errors + (unsigned long)(state != CLOSED));
 	fclose(out);
 }
 

@@ -11,7 +11,24 @@
  *   - /proc/vmstat and the mTHP stats snapshotted around each op;
  *   - the final layout from pagemap and kpageflags.
  * Around each op it executes HINT #120 / HINT #121, which the TCG plugin
- * (plugin.c) takes as the op's window for TLBI, DSB, ISB and call counts.
+ * (plugin.c) takes as the op's window for TLBI, DSB, ISB and call counts. The
+ * process that does the op marks it, so the window holds the op's own kernel
+ * work and not the runner's messaging: a worker around its system call or
+ * touch loop, the orchestrator around a knob write or a shrink. Exceptions:
+ *   - fork: the window closes when the parent returns from clone; a child
+ *     that runs first pauses it (HINT #122) before its first user instruction,
+ *     so the child's own copy-on-write of runner memory stays outside;
+ *   - exit: the worker opens the window and exits; the orchestrator closes it
+ *     once the process is gone.
+ * A fork or an exit also copies or tears down the runner's own memory. So
+ * before either, a twin forked from the worker drops the workload's regions
+ * and does the same (forks, or exits) in a window of its own, which the host
+ * subtracts: what is left is the workload's part, less the work a fork or
+ * exit does once per mm (flush_tlb_mm), which the host takes from the model
+ * as well (src/cmd/validate.rs).
+ * After the last op an idle window as long as the ops' (at least 200 ms)
+ * measures what the guest's own background (kworkers, timers) moves. The
+ * runner quiets khugepaged at boot (the model has no background collapse).
  *
  * /jobs lists what to do, a line each: "kallsyms" prints the kernel's text
  * symbols, "workload PATH" runs one flattened workload (written by
@@ -32,7 +49,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <poll.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <sys/reboot.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -41,8 +60,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The plugin's window markers (plugin.c): open, close, and close-or-empty. */
 #define START_MARK() __asm__ volatile("hint #120" ::: "memory")
 #define STOP_MARK() __asm__ volatile("hint #121" ::: "memory")
+#define ABORT_MARK() __asm__ volatile("hint #123" ::: "memory")
 
 /* glibc 2.36's headers predate it; the value is the kernel's uapi one. */
 #ifndef MADV_COLLAPSE
@@ -179,6 +200,11 @@ static uint64_t now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + t.tv_nsec;
 }
 
+static int alive(pid_t pid)
+{
+	return kill(pid, 0) == 0;
+}
+
 /* ---- the fault sampler (src/native/perf.rs) ---- */
 
 struct sampler {
@@ -298,15 +324,17 @@ static __attribute__((noinline)) void grow_stack(void)
 	memset((char *)big, 0, sizeof(big));
 }
 
-/* Faults in everything but the live regions, by their real addresses. */
-static void warm_up(void)
+/* Faults in everything but the live regions, by their real addresses; a twin
+ * only maps what it can without writing, so it keeps the worker's pages. */
+static void warm_up_as(int twin)
 {
 	FILE *f;
 	char line[512];
 	static char maps[1 << 16];
 	size_t n;
 
-	grow_stack();
+	if (!twin)
+		grow_stack();
 	f = fopen("/proc/self/maps", "r");
 	if (!f)
 		return;
@@ -328,9 +356,16 @@ static void warm_up(void)
 			in_region |= start < regions[i].addr + regions[i].size && regions[i].addr < end;
 		if (in_region || !strncmp(path, "[v", 2) || perms[0] != 'r')
 			continue;
+		/* Order-0 whatever the workload's knobs, so a twin's teardown is the same. */
+		madvise((void *)start, end - start, MADV_NOHUGEPAGE);
 		madvise((void *)start, end - start,
-			perms[1] == 'w' && perms[3] == 'p' ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+			perms[1] == 'w' && perms[3] == 'p' && !twin ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 	}
+}
+
+static void warm_up(void)
+{
+	warm_up_as(0);
 }
 
 static int advice(const char *a)
@@ -581,6 +616,131 @@ static void layout(int fd)
 	send_msg(fd, msg, len);
 }
 
+/*
+ * fork() inside an op window: the parent closes the window as clone returns,
+ * before it writes any memory (which fork has just made copy-on-write); a
+ * child scheduled first pauses it. No libc wrapper, whose fork handlers write.
+ * The stub runs from an anonymous page, which fork copies (a file-backed text
+ * page it leaves to fault in the child, before the child could pause).
+ */
+__asm__(".pushsection .rodata.fork_stub,\"a\"\n"
+	".balign 4\n"
+	".globl fork_stub_start\n.hidden fork_stub_start\n"
+	".globl fork_stub_end\n.hidden fork_stub_end\n"
+	"fork_stub_start:\n"
+	"\tmov x8, #" "220" "\n"	/* __NR_clone */
+	"\tmov x0, #" "17" "\n"	/* SIGCHLD */
+	"\tmov x1, #0\n\tmov x2, #0\n\tmov x3, #0\n\tmov x4, #0\n"
+	"\thint #120\n"
+	"\tsvc #0\n"
+	"\tcbz x0, 1f\n"
+	"\thint #121\n"
+	"\tret\n"
+	"1:\thint #122\n"
+	"\tret\n"
+	"fork_stub_end:\n"
+	".popsection\n");
+extern const char fork_stub_start[], fork_stub_end[];
+static long (*fork_stub)(void);
+
+static int make_fork_stub(void)
+{
+	size_t n = (uintptr_t)fork_stub_end - (uintptr_t)fork_stub_start;
+	char *p = mmap(NULL, page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return -1;
+	memcpy(p, fork_stub_start, n);
+	__builtin___clear_cache(p, p + n);
+	if (mprotect(p, page_size(), PROT_READ | PROT_EXEC))
+		return -1;
+	fork_stub = (long (*)(void))(void *)p;
+	return 0;
+}
+
+static pid_t fork_in_window(void)
+{
+	return fork_stub();
+}
+
+/* The runner's own teardown for an exit op: a twin of this worker drops the
+ * workload's regions, faults its runner memory in as the worker has it, and
+ * exits in a window; the worker closes the window once the twin is gone.
+ * Returns the twin's faults, all the runner's. */
+static int64_t exit_twin(void)
+{
+	int64_t faults = 0;
+	int fds[2];
+	pid_t twin;
+
+	if (pipe(fds))
+		return 0;
+	twin = fork();
+	if (twin == 0) {
+		for (int i = 0; i < nregions; i++)
+			munmap((void *)regions[i].addr, regions[i].size);
+		warm_up_as(1);
+		faults = minflt();
+		if (write(fds[1], &faults, sizeof(faults)) != sizeof(faults))
+			_exit(1);
+		START_MARK();
+		_exit(0);
+	}
+	close(fds[1]);
+	if (twin < 0 || read(fds[0], &faults, sizeof(faults)) != sizeof(faults))
+		faults = 0;
+	close(fds[0]);
+	while (twin > 0 && alive(twin))
+		usleep(200);
+	STOP_MARK();
+	return faults;
+}
+
+/* The runner's own part of a fork op: a twin of this worker drops the
+ * workload's regions, faults its runner memory in as the worker has it, and
+ * forks in a window, its child exiting at once. Returns the faults of the twin
+ * and its child, all the runner's. */
+static int64_t fork_twin(void)
+{
+	int64_t faults = 0;
+	int fds[2];
+	pid_t twin;
+
+	if (pipe(fds))
+		return 0;
+	twin = fork();
+	if (twin == 0) {
+		struct rusage ru = { 0 };
+		pid_t child;
+
+		for (int i = 0; i < nregions; i++)
+			munmap((void *)regions[i].addr, regions[i].size);
+		/* Reaped here, so wait4 reports the children's faults. */
+		signal(SIGCHLD, SIG_DFL);
+		/* The worker has forked (this twin) before its measured fork; so does
+		 * the twin. A process's first fork copies 4 ptes with barriers
+		 * (__set_ptes) that its later forks do not. */
+		for (int i = 0; i < 2; i++) {
+			child = i ? fork_in_window() : fork();
+			if (child == 0)
+				_exit(0);
+			if (child > 0 && wait4(child, NULL, 0, &ru) > 0)
+				faults += ru.ru_minflt;
+		}
+		faults += minflt();
+		if (write(fds[1], &faults, sizeof(faults)) != sizeof(faults))
+			_exit(1);
+		_exit(0);
+	}
+	close(fds[1]);
+	if (twin < 0 || read(fds[0], &faults, sizeof(faults)) != sizeof(faults))
+		faults = 0;
+	close(fds[0]);
+	while (twin > 0 && alive(twin))
+		usleep(200);
+	return faults;
+}
+
 static void worker(int me)
 {
 	struct sampler s;
@@ -611,8 +771,8 @@ static void worker(int me)
 		}
 		memset(&t, 0, sizeof(t));
 		if (!strcmp(st->kind, "fork")) {
-			int64_t before = minflt();
-			pid_t pid = fork();
+			int64_t twin = fork_twin(), before = minflt();
+			pid_t pid = fork_in_window();
 
 			if (pid == 0) {
 				for (me = 0; strcmp(procs[me], st->a); me++)
@@ -623,11 +783,15 @@ static void worker(int me)
 				reply_op(socks[me][1], 0, &t, minflt(), 0);
 				continue;
 			}
-			reply_op(fd, 0, &t, minflt() - before, pid);
+			reply_op(fd, 0, &t, minflt() - before + twin, pid);
 			continue;
 		}
 		if (!strcmp(st->kind, "exit")) {
-			reply_op(fd, 0, &t, 0, 0);
+			/* The perf ring is not inherited, so the twin has none: unmap it. */
+			munmap((void *)s.ring, s.len);
+			close(s.fd);
+			reply_op(fd, 0, &t, exit_twin(), 0);
+			START_MARK();
 			_exit(0);
 		}
 		extra_span[0] = extra_span[1] = 0;
@@ -637,7 +801,9 @@ static void worker(int me)
 		}
 		sampler_discard(&s);
 		int64_t before = minflt();
+		START_MARK();
 		int r = exec_op(st, &s, &t);
+		STOP_MARK();
 		int64_t after = minflt();
 
 		sampler_drain(&s, &t);
@@ -757,9 +923,16 @@ static int set_knob(const char *knob, const char *value)
 	return write_file(path, value);
 }
 
-static int alive(pid_t pid)
+/* Waits for worker p's next message, in msg; -1 if it died first (its socket
+ * stays open in its relatives, so death is checked, not awaited). */
+static int await_reply(int p)
 {
-	return kill(pid, 0) == 0;
+	struct pollfd pfd = { .fd = socks[p][0], .events = POLLIN };
+
+	while (poll(&pfd, 1, 100) == 0)
+		if (!alive(pids[p]))
+			return -1;
+	return recv_msg(socks[p][0]);
 }
 
 /* Sends a command to a worker and waits for its reply in msg; -1 if it died. */
@@ -767,7 +940,7 @@ static int ask(int p, const char *cmd)
 {
 	if (send_msg(socks[p][0], cmd, strlen(cmd)))
 		return -1;
-	return recv_msg(socks[p][0]);
+	return await_reply(p);
 }
 
 static int parse_step(char *line, struct step *st)
@@ -877,16 +1050,36 @@ static void emit_keys(void)
 	emit("]");
 }
 
+/* The background window: idle as long as the ops' windows took (at least
+ * 200 ms), counters and plugin window as for an op (src/native/mod.rs). */
+static void background(uint64_t op_ns, int nkeys, long long *before, long long *after)
+{
+	uint64_t window = op_ns > 200000000u ? op_ns : 200000000u, t;
+
+	snapshot(before);
+	t = now_ns();
+	START_MARK();
+	usleep(window / 1000);
+	STOP_MARK();
+	t = now_ns() - t;
+	snapshot(after);
+	emit("],\"background\":{\"op_ms\":%.3f,\"window_ms\":%.3f,\"deltas\":[", op_ns / 1e6, t / 1e6);
+	for (int k = 0; k < nkeys; k++)
+		emit("%s%lld", k ? "," : "", after[k] - before[k]);
+	emit("]}");
+}
+
 /*
  * Runs the loaded workload and emits {"keys", "missing", "ops": [[step, minflt,
- * runner, [deltas], [diagnostics]], ...], "layout", "ns"}, or "error" for the
- * first op that failed.
+ * runner, windows, [deltas], [diagnostics]], ...], "background", "layout",
+ * "ns"}, or "error" for the first op that failed. `windows` is how many plugin
+ * windows the op took (2 for fork and exit: the twin's, then its own).
  */
 static void run_workload(void)
 {
 	static long long before[2 * MAX_KEYS], after[2 * MAX_KEYS];
 	int nkeys, first = 1;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = now_ns(), t_op, op_ns = 0;
 
 	open_counters();
 	nkeys = nvmstat + nmthp;
@@ -909,7 +1102,7 @@ static void run_workload(void)
 	emit(",\"ops\":[");
 	for (int i = 0; i < nsteps; i++) {
 		struct step *st = &steps[i];
-		int p = proc_index(st->proc), c = -1, r = 0;
+		int p = proc_index(st->proc), c = -1, r = 0, windows = 1;
 		long long flt = 0, runner = 0, child_pid = 0;
 		char cmd[16];
 
@@ -917,14 +1110,20 @@ static void run_workload(void)
 			continue;
 		snprintf(cmd, sizeof(cmd), "%d", i);
 		snapshot(before);
-		START_MARK();
+		t_op = now_ns();
 		if (!strcmp(st->kind, "set")) {
+			START_MARK();
 			r = set_knob(st->a, st->b) ? -2 : 0;
+			STOP_MARK();
 		} else if (!strcmp(st->kind, "shrink")) {
+			START_MARK();
 			r = write_file("/proc/sys/vm/drop_caches", "2") ? -2 : 0;
+			STOP_MARK();
 		} else if (p < 0 || !pids[p]) {
 			r = -3;
+			ABORT_MARK();
 		} else {
+			/* The worker marks its op's window (the module comment). */
 			r = ask(p, cmd);
 			if (!r && sscanf(msg, "ok %lld %lld %lld", &flt, &runner, &child_pid) != 3)
 				r = -4;
@@ -933,7 +1132,7 @@ static void run_workload(void)
 
 				c = proc_index(st->a);
 				pids[c] = child_pid;
-				if (recv_msg(socks[c][0]) || sscanf(msg, "ok %lld %lld %lld", &f2, &r2, &p2) != 3)
+				if (await_reply(c) || sscanf(msg, "ok %lld %lld %lld", &f2, &r2, &p2) != 3)
 					r = -4;
 				runner += r2;
 			}
@@ -941,9 +1140,15 @@ static void run_workload(void)
 				while (alive(pids[p]))
 					usleep(200);
 				pids[p] = 0;
+				STOP_MARK();
 			}
+			/* Exit and fork: the twin's window first (the module comment). */
+			if (!strcmp(st->kind, "exit") || !strcmp(st->kind, "fork"))
+				windows = 2;
+			if (r == -1)
+				ABORT_MARK();
 		}
-		STOP_MARK();
+		op_ns += now_ns() - t_op;
 		snapshot(after);
 		if (r) {
 			emit("],\"error\":");
@@ -952,7 +1157,7 @@ static void run_workload(void)
 			emit_str(buf);
 			goto out;
 		}
-		emit("%s[%d,%lld,%lld,[", first ? "" : ",", i, flt, runner);
+		emit("%s[%d,%lld,%lld,%d,[", first ? "" : ",", i, flt, runner, windows);
 		first = 0;
 		for (int k = 0; k < nkeys; k++)
 			emit("%s%lld", k ? "," : "", after[k] - before[k]);
@@ -978,7 +1183,8 @@ static void run_workload(void)
 			ask(c, "warm");
 		}
 	}
-	emit("],\"layout\":{");
+	background(op_ns, nkeys, before, after);
+	emit(",\"layout\":{");
 	first = 1;
 	for (int p = 0; p < nprocs; p++) {
 		if (!pids[p])
@@ -1049,10 +1255,19 @@ static void kallsyms(void)
 	fclose(f);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	const char *broken;
 	FILE *jobs;
 	char line[512];
+
+	/* glibc registers rseq, and the kernel then writes the thread's rseq area on
+	 * its return to user after a fork or a preemption: a copy-on-write fault of
+	 * the runner's inside the op's window. Without it, none. */
+	if (argc > 0 && !getenv("GLIBC_TUNABLES")) {
+		setenv("GLIBC_TUNABLES", "glibc.pthread.rseq=0", 1);
+		execv(argv[0], argv);
+	}
 
 	mkdir("/proc", 0755);
 	mkdir("/sys", 0755);
@@ -1066,6 +1281,11 @@ int main(void)
 		console = 1;
 	/* Exited workers vanish at once, so an exit op can wait for the teardown. */
 	signal(SIGCHLD, SIG_IGN);
+	broken = make_fork_stub() ? "cannot map the fork stub" : NULL;
+	/* khugepaged would collapse the workload's regions in the background,
+	 * inside op windows; the model has no background collapse. 49 days. */
+	write_file("/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs", "4294967295");
+	write_file("/sys/kernel/mm/transparent_hugepage/khugepaged/alloc_sleep_millisecs", "4294967295");
 	put(console, "@@FOLIOLAB-BEGIN\n", 17);
 	jobs = fopen("/jobs", "r");
 	while (jobs && fgets(line, sizeof(line), jobs)) {
@@ -1080,7 +1300,7 @@ int main(void)
 		if (sscanf(line, "workload %399s", path) != 1)
 			continue;
 		outlen = 0;
-		why = load(path);
+		why = broken ? broken : load(path);
 		if (why) {
 			emit("{\"error\":");
 			emit_str(why);
