@@ -52,31 +52,54 @@ fn host_runner() -> Box<Runner<'static>> {
 }
 
 /// A QEMU target's runner: every workload runs in one boot, up front; the runner
-/// hands out the results in order (one workload's error stays that workload's).
-/// Returns it with the boot's wall time shared out per workload.
+/// hands out the results in order (one workload's error stays that workload's). A
+/// workload whose offsets or lengths are not multiples of the target's page size
+/// (`page`) does not go to the guest (a touch of the rounded-up hole would kill the
+/// worker): it is not applicable there. Returns the runner with the boot's wall time
+/// shared out per workload.
 fn batched_runner(
     target: crate::native::qemu::Target,
     workloads: &[Workload],
+    page: u64,
 ) -> (Box<Runner<'static>>, std::time::Duration) {
-    let (results, share): (Vec<Result<Report, String>>, _) = match crate::native::qemu::run_batch(target, workloads) {
+    let misfit: Vec<Option<String>> = workloads
+        .iter()
+        .map(|w| crate::sim::granule_misfit(w, page))
+        .collect();
+    let fit: Vec<Workload> = workloads
+        .iter()
+        .zip(&misfit)
+        .filter(|(_, m)| m.is_none())
+        .map(|(w, _)| w.clone())
+        .collect();
+    let (results, share): (Vec<Result<Report, String>>, _) = match crate::native::qemu::run_batch(target, &fit) {
         Ok(b) => {
             eprintln!(
                 "{target:?}: one boot ran {} workloads in {:.1} s",
-                workloads.len(),
+                fit.len(),
                 b.wall.as_secs_f64()
             );
-            let share = b.wall / workloads.len().max(1) as u32;
+            let share = b.wall / fit.len().max(1) as u32;
             (b.reports, share)
         }
-        Err(e) => (
-            workloads.iter().map(|_| Err(e.to_string())).collect(),
-            std::time::Duration::ZERO,
-        ),
+        Err(e) => (fit.iter().map(|_| Err(e.to_string())).collect(), std::time::Duration::ZERO),
     };
     let mut results = results.into_iter();
+    let source = target.source();
+    let mut all: Vec<Result<Report, String>> = misfit
+        .into_iter()
+        .map(|m| match m {
+            Some(why) => Err(format!("{}{source}: {why}", crate::native::qemu::NOT_APPLICABLE)),
+            None => results
+                .next()
+                .unwrap_or_else(|| Err("the batch has no result for it".into())),
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
     let runner = Box::new(move |w: &Workload| {
-        results
-            .next()
+        all.pop()
             .unwrap_or_else(|| Err(format!("{}: the batch has no result for it", w.path)))
     });
     (runner, share)
@@ -510,7 +533,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
             if let Some(why) = crate::native::qemu::missing(target) {
                 return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
             }
-            let (r, share) = batched_runner(target, &workloads);
+            let (r, share) = batched_runner(target, &workloads, v.machine().granule.page_size());
             (r, Some(share))
         }
     };

@@ -22,6 +22,9 @@ pub struct Features {
     pub kpti: bool,
     /// FEAT_HAFDBS: hardware sets AF and clears RDONLY on DBM pages.
     pub hafdbs: bool,
+    /// FEAT_LPA2 in use (a 52-bit kernel on a CPU with it): range TLBIs take their
+    /// base address in 64K units.
+    pub lpa2: bool,
 }
 
 impl Default for Features {
@@ -31,6 +34,7 @@ impl Default for Features {
             bbml2: false,
             kpti: false,
             hafdbs: true,
+            lpa2: false,
         }
     }
 }

@@ -398,7 +398,7 @@ pub fn change_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, vma: &Vma,
         entry = entry.pte_mkwrite();
     }
     k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
-    if pte_needs_flush(oldp, entry) {
+    if pte_needs_flush(oldp, entry, k.prot_flush_elide) {
         tlb.flush_pmd_range(haddr, g.pmd_size());
     }
 }

@@ -67,6 +67,10 @@ pub struct Kernel {
     pub tlb_batch: rmap::TlbBatchVariant,
     /// The reclaimer's pending deferred flush (current->tlb_ubc).
     pub tlb_ubc: rmap::TlbUbc,
+    /// mprotect skips the flush of ptes whose change the TLB cannot hold stale
+    /// (arm64's pte_needs_flush, 6.19); otherwise every changed present pte is
+    /// flushed (the generic pte_needs_flush, 6.18).
+    pub prot_flush_elide: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
@@ -106,6 +110,7 @@ impl Kernel {
             },
             zap: ZapVariant::Batched,
             tlb_batch: rmap::TlbBatchVariant::Deferred,
+            prot_flush_elide: false,
             inject_extra_fault: false,
             tlb_ubc: rmap::TlbUbc::default(),
             pgtable_hint: Default::default(),

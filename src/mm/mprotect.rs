@@ -164,7 +164,7 @@ impl Kernel {
         }
         let addr = c.addr + idx as u64 * ps;
         self.arch.set_ptes(amm, addr, c.ptep.add(idx), new, len, c.folio);
-        if pte_needs_flush(old, new) {
+        if pte_needs_flush(old, new, self.prot_flush_elide) {
             tlb.remove_tlb_entries(addr, len as u64, ps);
         }
     }

@@ -64,6 +64,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.tlb_batch = v.tlb_batch();
     k.arch.contpte = v.contpte();
     k.arch.ptep_get = v.ptep_get();
+    k.prot_flush_elide = v.prot_flush_elide();
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
     check_granule(w, &w.stmts, page)?;
@@ -144,6 +145,12 @@ fn host_bytes_needed(w: &Workload, cfg: &MachineConfig) -> u64 {
 }
 
 /// Offsets and sizes are 4K multiples; a larger granule needs them aligned to it.
+/// Why `w` cannot run with `page`-byte pages (an offset or length not a multiple of
+/// it), if it cannot.
+pub fn granule_misfit(w: &Workload, page: u64) -> Option<String> {
+    check_granule(w, &w.stmts, page).err().map(|e| e.to_string())
+}
+
 fn check_granule(w: &Workload, stmts: &[Stmt], page: u64) -> Result<(), SimError> {
     let bad = |pos: Pos, what: &str| SimError::Failed {
         path: w.path.clone(),

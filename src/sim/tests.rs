@@ -409,13 +409,14 @@ mod contpte_refold {
     }
 
     /// The same refold when mprotect leaves the pte bits as they were (the block was
-    /// already read-only after fork): arm64's pte_needs_flush sees no change, so no
-    /// TLBI is issued at all, the per-page entries outlive the mprotect, and the next
+    /// already read-only after fork): arm64's pte_needs_flush (6.19, `prot-flush=elide`)
+    /// sees no change, so no TLBI is issued at all, the per-page entries outlive the mprotect, and the next
     /// walk into the block fills a contiguous entry beside them: a TLB conflict
     /// (harmless only with BBML2_NOABORT). The kernel does the same.
     #[test]
     fn an_unchanged_protection_refolds_with_no_flush_and_a_later_fill_conflicts() {
         let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
+        k.prot_flush_elide = true;
         let len = 64 << 10;
         k.do_mmap(mm, BASE, len, rw()).unwrap();
         touch(&mut k, mm, BASE, len, true);

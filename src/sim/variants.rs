@@ -44,6 +44,12 @@ pub const KEYS: &[Key] = &[
         about: "seed 004: contpte_ptep_get reads all CONT_PTES entries (full-scan), stops once young and dirty are known (early-exit), or uses the thread's modification 1 or 2",
     },
     Key {
+        name: "prot-flush",
+        default: "always",
+        values: "always|elide",
+        about: "mprotect flushes every present pte it changes (always, 6.18) or, as arm64's pte_needs_flush does since 6.19 (c320dbb7c80d), skips the flush when only invalid or software bits change (elide)",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -78,6 +84,12 @@ pub const KEYS: &[Key] = &[
         default: "off",
         values: "on|off",
         about: "kernel page-table isolation: kernel mappings are non-global and each user TLBI is issued for both ASIDs of the pair",
+    },
+    Key {
+        name: "lpa2",
+        default: "off",
+        values: "on|off",
+        about: "FEAT_LPA2 (a 52-bit VA kernel, as Debian's arm64 kernels are): a range TLBI must start on a 64K boundary, so a flush starting off one begins with single TLBIs",
     },
     Key {
         name: "hafdbs",
@@ -219,6 +231,7 @@ impl Variants {
             "zap" => matches!(val, "per-pte" | "batched"),
             "tlb-batch" => matches!(val, "sync" | "deferred"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
+            "prot-flush" => matches!(val, "always" | "elide"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
@@ -253,6 +266,7 @@ impl Variants {
         cfg.features.bbml2 = self.flag("bbml2");
         cfg.features.kpti = self.flag("kpti");
         cfg.features.hafdbs = self.flag("hafdbs");
+        cfg.features.lpa2 = self.flag("lpa2");
         cfg
     }
     pub fn zap(&self) -> ZapVariant {
@@ -268,6 +282,10 @@ impl Variants {
         } else {
             TlbBatchVariant::Deferred
         }
+    }
+    /// arm64's pte_needs_flush (6.19) rather than the generic one, which always flushes.
+    pub fn prot_flush_elide(&self) -> bool {
+        self.get("prot-flush") == "elide"
     }
     pub fn contpte(&self) -> bool {
         self.flag("contpte")

@@ -663,33 +663,63 @@ static pid_t fork_in_window(void)
 	return fork_stub();
 }
 
+/* Opens the window and exits, touching no memory (a write to a page the last
+ * fork made copy-on-write would fault inside the window); nor does the kernel,
+ * told to clear no thread id at exit (glibc's fork asks for one in the TLS). */
+static __attribute__((noreturn)) void exit_in_window(void)
+{
+	syscall(SYS_set_tid_address, NULL);
+	__asm__ volatile("hint #120\n\t"
+			 "mov x0, #0\n\t"
+			 "mov x8, #94\n\t"	/* __NR_exit_group */
+			 "svc #0" ::: "memory");
+	__builtin_unreachable();
+}
+
 /* The runner's own teardown for an exit op: a twin of this worker drops the
- * workload's regions, faults its runner memory in as the worker has it, and
- * exits in a window; the worker closes the window once the twin is gone.
- * Returns the twin's faults, all the runner's. */
+ * workload's regions, maps its runner memory as the worker has it, and exits
+ * in a window; the worker closes the window once the twin is gone. Returns the
+ * twin's faults, all the runner's. */
 static int64_t exit_twin(void)
 {
 	int64_t faults = 0;
-	int fds[2];
+	int fds[2], go[2];
 	pid_t twin;
 
 	if (pipe(fds))
 		return 0;
+	if (pipe(go)) {
+		close(fds[0]);
+		close(fds[1]);
+		return 0;
+	}
 	twin = fork();
 	if (twin == 0) {
+		char c;
+
 		for (int i = 0; i < nregions; i++)
 			munmap((void *)regions[i].addr, regions[i].size);
 		warm_up_as(1);
+		(void)minflt();	/* getrusage's own stack, faulted in before the count */
 		faults = minflt();
-		if (write(fds[1], &faults, sizeof(faults)) != sizeof(faults))
+		if (write(fds[1], &faults, sizeof(faults)) != sizeof(faults) || read(go[0], &c, 1) != 1)
 			_exit(1);
-		START_MARK();
-		_exit(0);
+		exit_in_window();
 	}
 	close(fds[1]);
+	close(go[0]);
 	if (twin < 0 || read(fds[0], &faults, sizeof(faults)) != sizeof(faults))
 		faults = 0;
 	close(fds[0]);
+	/* The wait below, once outside the window: its writes to memory the twin
+	 * still shares are copies here, not faults inside the twin's window (errno
+	 * too, which kill sets once the twin is gone). */
+	(void)alive(twin);
+	usleep(1);
+	errno = 0;
+	if (write(go[1], "g", 1) != 1)
+		twin = -1;
+	close(go[1]);
 	while (twin > 0 && alive(twin))
 		usleep(200);
 	STOP_MARK();
@@ -771,7 +801,7 @@ static void worker(int me)
 		}
 		memset(&t, 0, sizeof(t));
 		if (!strcmp(st->kind, "fork")) {
-			int64_t twin = fork_twin(), before = minflt();
+			int64_t twin = fork_twin();
 			pid_t pid = fork_in_window();
 
 			if (pid == 0) {
@@ -783,7 +813,7 @@ static void worker(int me)
 				reply_op(socks[me][1], 0, &t, minflt(), 0);
 				continue;
 			}
-			reply_op(fd, 0, &t, minflt() - before + twin, pid);
+			reply_op(fd, 0, &t, twin, pid);
 			continue;
 		}
 		if (!strcmp(st->kind, "exit")) {
@@ -791,8 +821,10 @@ static void worker(int me)
 			munmap((void *)s.ring, s.len);
 			close(s.fd);
 			reply_op(fd, 0, &t, exit_twin(), 0);
-			START_MARK();
-			_exit(0);
+			/* The orchestrator reads this worker's faults while it waits here. */
+			if (recv_msg(fd))
+				_exit(1);
+			exit_in_window();
 		}
 		extra_span[0] = extra_span[1] = 0;
 		if (!strcmp(st->kind, "mmap")) {
@@ -921,6 +953,39 @@ static int set_knob(const char *knob, const char *value)
 
 	snprintf(path, sizeof(path), "/sys/kernel/mm/transparent_hugepage/%s", knob);
 	return write_file(path, value);
+}
+
+/* Process pid's state letter and minor faults from /proc/PID/stat; 0 if gone. */
+static char stat_of(pid_t pid, long long *minflt)
+{
+	char path[64], text[1024], state = 0;
+	int fd, n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	text[n > 0 ? n : 0] = 0;
+	{
+		char *p = strrchr(text, ')');
+
+		if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %lld", &state, minflt) != 2)
+			return 0;
+	}
+	return state;
+}
+
+/* Process pid's minor faults once it sleeps (in its next read of the socket). */
+static long long minflt_blocked(pid_t pid)
+{
+	long long m = 0;
+	char s;
+
+	while ((s = stat_of(pid, &m)) && s != 'S')
+		usleep(100);
+	return m;
 }
 
 /* Waits for worker p's next message, in msg; -1 if it died first (its socket
@@ -1123,6 +1188,12 @@ static void run_workload(void)
 			r = -3;
 			ABORT_MARK();
 		} else {
+			long long m0 = 0;
+
+			/* The copy-on-write of runner memory after a fork (the op's own, or
+			 * an exit's twin's) is read from /proc (src/native/mod.rs). */
+			if (!strcmp(st->kind, "fork") || !strcmp(st->kind, "exit"))
+				m0 = minflt_blocked(pids[p]);
 			/* The worker marks its op's window (the module comment). */
 			r = ask(p, cmd);
 			if (!r && sscanf(msg, "ok %lld %lld %lld", &flt, &runner, &child_pid) != 3)
@@ -1134,9 +1205,15 @@ static void run_workload(void)
 				pids[c] = child_pid;
 				if (await_reply(c) || sscanf(msg, "ok %lld %lld %lld", &f2, &r2, &p2) != 3)
 					r = -4;
-				runner += r2;
+				/* The worker reported its twin's faults; both sides' own are
+				 * read once they block, as on the host (src/native/mod.rs). */
+				if (!r)
+					runner += minflt_blocked(pids[p]) - m0 - flt + minflt_blocked(pids[c]);
 			}
 			if (!r && !strcmp(st->kind, "exit")) {
+				runner += minflt_blocked(pids[p]) - m0;
+				if (send_msg(socks[p][0], "go", 2))
+					r = -1;
 				while (alive(pids[p]))
 					usleep(200);
 				pids[p] = 0;

@@ -319,14 +319,18 @@ impl Arch {
     /// set_pmd / set_pud / set_p4d / set_pgd: store, then, when the entry is a valid
     /// table descriptor (pmd_populate and friends), DSB ISHST + ISB so the walker sees
     /// the new table before the fault returns. A user leaf (set_pmd_at goes through
-    /// set_pte_at) and an invalid entry (pmd_clear, pmdp_invalidate) get no barrier:
-    /// the TLB maintenance that follows them has its own.
+    /// set_pte_at) and an invalid pmd or pud (pmd_clear, pmdp_invalidate) get no
+    /// barrier: the TLB maintenance that follows them has its own. set_p4d barriers
+    /// every write (the 6.12 guest: one DSB ISHST + ISB in free_pgd_range per munmap
+    /// that frees a pud table).
     #[inline]
     pub fn set_pxd(&mut self, level: u8, addr: u64, p: PtePtr, d: crate::hw::Desc, write: Event) {
         self.hw.ev.inc(write);
         self.hw
             .write_desc(p.table, p.index, level, crate::hw::VirtAddr(addr), d);
-        if d.is_table(level) {
+        // Level 0 is arm64's p4d (pgd) level: set_p4d has its barriers whatever it
+        // writes, so free_pgtables' p4d_clear issues them too.
+        if d.is_table(level) || level == 0 {
             self.hw.dsb_ishst();
             self.hw.isb();
         }

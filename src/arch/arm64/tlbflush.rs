@@ -51,15 +51,23 @@ pub fn tlbi_range_num(pages: u64, scale: u8) -> Option<u8> {
     (n >= 0).then_some(n as u8)
 }
 
-/// The operands __flush_tlb_range_op issues for `pages` pages with range ops:
-/// scale from 3 down to 0, then single ops for what is left. Returns
+/// The operands __flush_tlb_range_op issues for `pages` pages from page number
+/// `start_page` with range ops: scale from 3 down to 0, then single ops for what is
+/// left. With LPA2 a range op's base address is in 64K units, so each op starting off
+/// a 64K boundary is a single one (`align`: pages per 64K with LPA2, else 1). Returns
 /// (page offset, Some((scale, num))) for range ops and (page offset, None) for single ops.
-pub fn range_op_plan(mut pages: u64, stride_pages: u64, range: bool) -> Vec<(u64, Option<(u8, u8)>)> {
+pub fn range_op_plan(
+    mut pages: u64,
+    stride_pages: u64,
+    range: bool,
+    start_page: u64,
+    align: u64,
+) -> Vec<(u64, Option<(u8, u8)>)> {
     let mut out = Vec::new();
     let mut at = 0u64;
     let mut scale: i32 = 3;
     while pages > 0 {
-        if !range || pages == 1 {
+        if !range || pages == 1 || (start_page + at) % align != 0 {
             out.push((at, None));
             at += stride_pages;
             pages = pages.saturating_sub(stride_pages);
@@ -85,7 +93,8 @@ pub fn range_op_plan(mut pages: u64, stride_pages: u64, range: bool) -> Vec<(u64
 fn flush_tlb_range_op(m: &mut Machine, op: TlbiOp, start: u64, pages: u64, stride: u64, asid: Asid, user: bool) {
     let ps = m.granule().page_shift();
     let range = m.cfg.features.tlbi_range;
-    for (off, r) in range_op_plan(pages, stride >> ps, range) {
+    let align = if m.cfg.features.lpa2 { (64 << 10 >> ps).max(1) } else { 1 };
+    for (off, r) in range_op_plan(pages, stride >> ps, range, start >> ps, align) {
         let va = VirtAddr(start + (off << ps));
         let ops = match r {
             None => [single(op, asid, va), single(op, asid | USER_ASID_FLAG, va)],
@@ -209,11 +218,12 @@ pub fn arch_flush_tlb_batched_pending(m: &mut Machine) {
     m.dsb_ish();
 }
 
-/// pte_needs_flush (__pte_flags_need_flush): a valid pte whose hardware-visible bits
-/// changed; invalid-to-valid and software-bit changes need no flush.
-pub fn pte_needs_flush(old: Pte, new: Pte) -> bool {
+/// pte_needs_flush: the generic one (6.18) flushes every change of a present pte;
+/// arm64's own (`elide`, 6.19, c320dbb7c80d "arm64/mm: Elide TLB flush in certain pte
+/// protection transitions") only a valid pte whose hardware-visible bits changed.
+pub fn pte_needs_flush(old: Pte, new: Pte, elide: bool) -> bool {
     const SWBITS: u64 = (1 << 63) | (0xf << 55);
-    old.pte_valid() && (old.raw() ^ new.raw()) & !SWBITS != 0
+    !elide || (old.pte_valid() && (old.raw() ^ new.raw()) & !SWBITS != 0)
 }
 
 #[cfg(test)]
@@ -244,7 +254,7 @@ mod tests {
             262_144,
             MAX_TLBI_RANGE_PAGES,
         ] {
-            let plan = range_op_plan(pages, 1, true);
+            let plan = range_op_plan(pages, 1, true, 0, 1);
             assert_eq!(covered(&plan), pages, "pages={pages}");
             // Contiguous and ascending.
             let mut at = 0;
@@ -257,13 +267,24 @@ mod tests {
         }
     }
 
+    /// With LPA2 the guest's 6.12 kernel flushed 20 pages from 0x35000 as 11 single
+    /// ops up to the 64K boundary, one 8-page range and one last single page.
+    #[test]
+    fn lpa2_ranges_start_on_64k_boundaries() {
+        let plan = range_op_plan(20, 1, true, 0x35, 16);
+        assert_eq!(plan.iter().filter(|(_, r)| r.is_none()).count(), 12, "{plan:?}");
+        assert_eq!(plan.iter().filter(|(_, r)| r.is_some()).count(), 1, "{plan:?}");
+        assert_eq!(covered(&plan), 20);
+        assert_eq!(range_op_plan(20, 1, true, 0x35, 1).len(), 1, "without LPA2: one range op");
+    }
+
     #[test]
     fn range_decomposition_examples() {
-        assert_eq!(range_op_plan(16, 1, true), vec![(0, Some((0, 7)))]);
-        assert_eq!(range_op_plan(17, 1, true), vec![(0, Some((0, 7))), (16, None)]);
+        assert_eq!(range_op_plan(16, 1, true, 0, 1), vec![(0, Some((0, 7)))]);
+        assert_eq!(range_op_plan(17, 1, true, 0, 1), vec![(0, Some((0, 7))), (16, None)]);
         // 512 pages: scale 1 covers 64 per num step -> num 7.
-        assert_eq!(range_op_plan(512, 1, true), vec![(0, Some((1, 7)))]);
-        assert_eq!(range_op_plan(3, 1, false).len(), 3);
+        assert_eq!(range_op_plan(512, 1, true, 0, 1), vec![(0, Some((1, 7)))]);
+        assert_eq!(range_op_plan(3, 1, false, 0, 1).len(), 3);
     }
 
     #[test]
