@@ -55,13 +55,13 @@ fn host_runner() -> Box<Runner<'static>> {
 /// hands out the results in order (one workload's error stays that workload's). A
 /// workload whose offsets or lengths are not multiples of the target's page size
 /// (`page`) does not go to the guest (a touch of the rounded-up hole would kill the
-/// worker): it is not applicable there. Returns the runner with the boot's wall time
-/// shared out per workload.
+/// worker): it is not applicable there. Returns the runner, the boot's wall time
+/// shared out per workload, and each workload's time in the guest (its runner's clock).
 fn batched_runner(
     target: crate::native::qemu::Target,
     workloads: &[Workload],
     page: u64,
-) -> (Box<Runner<'static>>, std::time::Duration) {
+) -> (Box<Runner<'static>>, std::time::Duration, Vec<Option<std::time::Duration>>) {
     let misfit: Vec<Option<String>> = workloads
         .iter()
         .map(|w| crate::sim::granule_misfit(w, page))
@@ -72,7 +72,7 @@ fn batched_runner(
         .filter(|(_, m)| m.is_none())
         .map(|(w, _)| w.clone())
         .collect();
-    let (results, share): (Vec<Result<Report, String>>, _) = match crate::native::qemu::run_batch(target, &fit) {
+    let (results, share, guest) = match crate::native::qemu::run_batch(target, &fit) {
         Ok(b) => {
             eprintln!(
                 "{target:?}: one boot ran {} workloads in {:.1} s",
@@ -80,10 +80,16 @@ fn batched_runner(
                 b.wall.as_secs_f64()
             );
             let share = b.wall / fit.len().max(1) as u32;
-            (b.reports, share)
+            (b.reports, share, b.guest)
         }
-        Err(e) => (fit.iter().map(|_| Err(e.to_string())).collect(), std::time::Duration::ZERO),
+        Err(e) => (
+            fit.iter().map(|_| Err(e.to_string())).collect(),
+            std::time::Duration::ZERO,
+            Vec::new(),
+        ),
     };
+    let mut guest = guest.into_iter();
+    let times = misfit.iter().map(|m| if m.is_some() { None } else { guest.next() }).collect();
     let mut results = results.into_iter();
     let source = target.source();
     let mut all: Vec<Result<Report, String>> = misfit
@@ -102,7 +108,7 @@ fn batched_runner(
         all.pop()
             .unwrap_or_else(|| Err(format!("{}: the batch has no result for it", w.path)))
     });
-    (runner, share)
+    (runner, share, times)
 }
 
 /// `runner`, with every report it makes recorded in the results store as `kind`, with
@@ -137,7 +143,18 @@ pub enum Rule {
     HostState {
         why: &'static str,
     },
+    /// It depends on which page frames the page allocator hands out, which the
+    /// model's buddy allocator does not reproduce.
+    Physical {
+        why: &'static str,
+    },
 }
+
+/// Counters that depend on the physical frames allocated, not only on the workload.
+const PHYSICAL: &[(&str, &str)] = &[(
+    "kernel.__contpte_try_fold",
+    "set_ptes calls it when the pte's frame is the last of an aligned block",
+)];
 
 /// The counters the deferred split shrinker moves.
 fn moved_by_shrink(key: &str) -> bool {
@@ -180,6 +197,7 @@ impl std::fmt::Display for Rule {
             }
             Rule::Unmeasured => write!(f, "informational: no background measured"),
             Rule::HostState { why } => write!(f, "informational: host state ({why})"),
+            Rule::Physical { why } => write!(f, "informational: physical frames ({why})"),
         }
     }
 }
@@ -191,6 +209,9 @@ pub fn rule(key: &str, host: &Report) -> Rule {
     }
     if let Some((_, why)) = HOST_STATE.iter().find(|(k, _)| *k == key) {
         return Rule::HostState { why };
+    }
+    if let Some((_, why)) = PHYSICAL.iter().find(|(k, _)| *k == key) {
+        return Rule::Physical { why };
     }
     if host.background.as_ref().is_some_and(|b| b.shrink) && moved_by_shrink(key) {
         return Rule::HostState {
@@ -244,6 +265,16 @@ pub struct Comparison {
     /// kernel lacks): not compared, and no failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_applicable: Option<String>,
+    /// How long each side took on this workload, for a QEMU target: the model's wall
+    /// time here and the workload's time inside the guest (under TCG).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_ms: Option<SideTimes>,
+}
+
+#[derive(Debug, Serialize, Clone, Copy)]
+pub struct SideTimes {
+    pub model: f64,
+    pub target: f64,
 }
 
 impl Comparison {
@@ -471,23 +502,49 @@ pub fn table(c: &Comparison) -> String {
 /// The table across workloads, one line each, and the totals.
 pub fn summary(results: &[Comparison]) -> String {
     let w = results.iter().map(|c| c.workload.len()).max().unwrap_or(8).max(8);
+    let timed = results.iter().any(|c| c.time_ms.is_some());
     let mut s = format!(
-        "\n{:<w$}  {:<7} {:>9} {:>9} {:>11} {:>13}\n",
-        "workload", "verdict", "faults", "layout", "global", "informational"
+        "\n{:<w$}  {:<7} {:>9} {:>9} {:>11} {:>13}{}\n",
+        "workload",
+        "verdict",
+        "faults",
+        "layout",
+        "global",
+        "informational",
+        if timed {
+            format!(" {:>10} {:>10} {:>8}", "model ms", "guest ms", "speed-up")
+        } else {
+            String::new()
+        }
     );
     for c in results {
         let (fo, fn_) = c.tally(true);
         let (go, gn) = c.tally(false);
         let info = c.rows.iter().filter(|r| !r.rule.judged()).count();
         let layout = format!("{}/{}", c.layout_regions - c.layout_mismatches.len(), c.layout_regions);
+        let time = match c.time_ms {
+            Some(t) if timed => format!(" {:>10.2} {:>10.1} {:>7.0}x", t.model, t.target, t.target / t.model.max(1e-3)),
+            _ if timed => format!(" {:>10} {:>10} {:>8}", "", "", ""),
+            _ => String::new(),
+        };
         s += &format!(
-            "{:<w$}  {:<7} {:>9} {:>9} {:>11} {:>13}\n",
+            "{:<w$}  {:<7} {:>9} {:>9} {:>11} {:>13}{time}\n",
             c.workload,
             c.verdict(),
             format!("{fo}/{fn_}"),
             layout,
             format!("{go}/{gn}"),
             info
+        );
+    }
+    let (m, t) = results
+        .iter()
+        .filter_map(|c| c.time_ms)
+        .fold((0.0, 0.0), |(m, t), x| (m + x.model, t + x.target));
+    if timed {
+        s += &format!(
+            "time: the model {m:.1} ms, the guest {t:.1} ms inside QEMU (its runner's clock; boot not counted): {:.0}x\n",
+            t / m.max(1e-3)
         );
     }
     let count = |v: &str| results.iter().filter(|c| c.verdict() == v).count();
@@ -527,28 +584,40 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         .map(|p| crate::workload::parse_file(p))
         .collect::<Result<Vec<_>, _>>()?;
     let start = std::time::Instant::now();
-    let (host, wall) = match a.target {
-        crate::native::qemu::Target::Host => (host_runner(), None),
+    let (host, wall, guest_times) = match a.target {
+        crate::native::qemu::Target::Host => (host_runner(), None, Vec::new()),
         target => {
             if let Some(why) = crate::native::qemu::missing(target) {
                 return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
             }
-            let (r, share) = batched_runner(target, &workloads, v.machine().granule.page_size());
-            (r, Some(share))
+            let (r, share, times) = batched_runner(target, &workloads, v.machine().granule.page_size());
+            (r, Some(share), times)
         }
     };
+    let model_times = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let model = match a.target {
         crate::native::qemu::Target::Host => model_runner(v),
-        _ => Box::new(move |w: &Workload| {
-            let r = crate::sim::run(w, &v).map_err(|e| e.to_string())?;
-            crate::native::qemu::as_guest_measures(r, w, &v)
-        }),
+        _ => {
+            let times = model_times.clone();
+            Box::new(move |w: &Workload| {
+                let start = std::time::Instant::now();
+                let r = crate::sim::run(w, &v).map_err(|e| e.to_string());
+                times.borrow_mut().push(start.elapsed());
+                crate::native::qemu::as_guest_measures(r?, w, &v)
+            })
+        }
     };
-    let results = validate(
+    let mut results = validate(
         &workloads,
         &mut *recorded(model, "run", db, None),
         &mut *recorded(host, "native", db, wall),
     );
+    for ((c, m), g) in results.iter_mut().zip(model_times.borrow().iter()).zip(&guest_times) {
+        c.time_ms = g.map(|g| SideTimes {
+            model: m.as_secs_f64() * 1e3,
+            target: g.as_secs_f64() * 1e3,
+        });
+    }
     super::record(
         db,
         &crate::store::NewRun {

@@ -48,6 +48,19 @@ impl Target {
         }
     }
 
+    /// Where the guest places the workload's regions, past their addresses in the
+    /// workload: with 16K pages a top-level entry spans 128T, the whole of the
+    /// default user window, which holds the runner's stack and mappings; the model's
+    /// address space has only the workload in it. So the guest maps the regions
+    /// 128T up (an mmap hint past the 47-bit window), where their page tables are
+    /// their own, as with 4K pages (512G per entry) they are anyway.
+    fn va_offset(self) -> u64 {
+        match self {
+            Target::QemuArm64_16k => 1 << 47,
+            _ => 0,
+        }
+    }
+
     /// The report's `source`: "qemu-arm64", "qemu-arm64-16k" or "host".
     pub fn source(self) -> &'static str {
         self.guest().map_or("host", |(s, ..)| s)
@@ -86,6 +99,8 @@ pub const KERNEL_FUNCTIONS: &[&str] = &[
     "contpte_ptep_get",
     "contpte_set_ptes",
     "contpte_clear_full_ptes",
+    "contpte_get_and_clear_full_ptes",
+    "contpte_wrprotect_ptes",
     "contpte_try_unfold_partial",
     "folio_remove_rmap_ptes",
     "do_anonymous_page",
@@ -214,8 +229,9 @@ fn steps<'w>(stmts: &'w [Stmt], out: &mut Vec<&'w Stmt>) {
     }
 }
 
-/// The flattened workload for the guest runner (format in the module comment).
-fn flatten(w: &Workload, granule: Granule, steps: &[&Stmt]) -> String {
+/// The flattened workload for the guest runner (format in the module comment), its
+/// regions `offset` bytes up from their workload addresses.
+fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> String {
     let mut s = String::new();
     let mut names = process_names(w);
     names.retain(|n| n != crate::workload::parse::MAIN);
@@ -251,7 +267,8 @@ fn flatten(w: &Workload, granule: Granule, steps: &[&Stmt]) -> String {
                 addr,
                 ..
             } => {
-                regions.entry(p).or_default().insert(region, (*addr, *size));
+                let addr = addr + offset;
+                regions.entry(p).or_default().insert(region, (addr, *size));
                 let f = |b: &bool| u8::from(*b);
                 format!(
                     "mmap {p} {region} {addr:x} {size:x} {} {} {} {}",
@@ -555,7 +572,7 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
     let mut files = vec!["init".to_string(), "jobs".to_string(), "w".to_string()];
     for (i, (w, st)) in workloads.iter().zip(&all_steps).enumerate() {
         let name = format!("w/{i}");
-        std::fs::write(dir.join("root").join(&name), flatten(w, granule, st)).map_err(|e| run_err("workload", e))?;
+        std::fs::write(dir.join("root").join(&name), flatten(w, granule, target.va_offset(), st)).map_err(|e| run_err("workload", e))?;
         let _ = writeln!(jobs, "workload /{name}");
         files.push(name);
     }

@@ -21,8 +21,8 @@
  *   - exit: the worker opens the window and exits; the orchestrator closes it
  *     once the process is gone.
  * A fork or an exit also copies or tears down the runner's own memory. So
- * before either, a twin forked from the worker drops the workload's regions
- * and does the same (forks, or exits) in a window of its own, which the host
+ * before either, a twin forked from the worker without the workload's regions
+ * (MADV_DONTFORK) does the same (forks, or exits) in a window of its own, which the host
  * subtracts: what is left is the workload's part, less the work a fork or
  * exit does once per mm (flush_tlb_mm), which the host takes from the model
  * as well (src/cmd/validate.rs).
@@ -663,6 +663,15 @@ static pid_t fork_in_window(void)
 	return fork_stub();
 }
 
+/* Keeps the workload's regions out of (or back in) the next fork: a twin gets
+ * the runner's memory only, and forking it leaves the worker's ptes as they are
+ * (a fork write-protects the parent's, which would change the op it measures). */
+static void regions_dontfork(int dontfork)
+{
+	for (int i = 0; i < nregions; i++)
+		madvise((void *)regions[i].addr, regions[i].size, dontfork ? MADV_DONTFORK : MADV_DOFORK);
+}
+
 /* Opens the window and exits, touching no memory (a write to a page the last
  * fork made copy-on-write would fault inside the window); nor does the kernel,
  * told to clear no thread id at exit (glibc's fork asks for one in the TLS). */
@@ -676,7 +685,7 @@ static __attribute__((noreturn)) void exit_in_window(void)
 	__builtin_unreachable();
 }
 
-/* The runner's own teardown for an exit op: a twin of this worker drops the
+/* The runner's own teardown for an exit op: a twin of this worker, without the
  * workload's regions, maps its runner memory as the worker has it, and exits
  * in a window; the worker closes the window once the twin is gone. Returns the
  * twin's faults, all the runner's. */
@@ -693,12 +702,12 @@ static int64_t exit_twin(void)
 		close(fds[1]);
 		return 0;
 	}
+	regions_dontfork(1);
 	twin = fork();
+	regions_dontfork(0);
 	if (twin == 0) {
 		char c;
 
-		for (int i = 0; i < nregions; i++)
-			munmap((void *)regions[i].addr, regions[i].size);
 		warm_up_as(1);
 		(void)minflt();	/* getrusage's own stack, faulted in before the count */
 		faults = minflt();
@@ -726,9 +735,8 @@ static int64_t exit_twin(void)
 	return faults;
 }
 
-/* The runner's own part of a fork op: a twin of this worker drops the
- * workload's regions, faults its runner memory in as the worker has it, and
- * forks in a window, its child exiting at once. Returns the faults of the twin
+/* The runner's own part of a fork op: a twin of this worker, without the
+ * workload's regions, forks in a window, its child exiting at once. Returns the faults of the twin
  * and its child, all the runner's. */
 static int64_t fork_twin(void)
 {
@@ -738,13 +746,13 @@ static int64_t fork_twin(void)
 
 	if (pipe(fds))
 		return 0;
+	regions_dontfork(1);
 	twin = fork();
+	regions_dontfork(0);
 	if (twin == 0) {
 		struct rusage ru = { 0 };
 		pid_t child;
 
-		for (int i = 0; i < nregions; i++)
-			munmap((void *)regions[i].addr, regions[i].size);
 		/* Reaped here, so wait4 reports the children's faults. */
 		signal(SIGCHLD, SIG_DFL);
 		/* The worker has forked (this twin) before its measured fork; so does

@@ -30,6 +30,7 @@ pub fn contpte_convert(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pte
     let start_addr = addr & !(g.cont_pte_size() - 1);
     let start = align_down(arch, ptep);
     arch.hw.ev.inc(Event::ContpteConvert);
+    arch.kc.inc(KernelEvent::ContpteConvert);
     let ps = g.page_size();
     let pte = arch.__clear_ptes_gathering(start_addr, start, n, pte);
     if !arch.hw.cfg.features.bbml2 {
@@ -51,6 +52,9 @@ pub fn contpte_convert(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pte
 #[inline]
 pub fn contpte_try_unfold(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr) {
     let pte = arch.__ptep_get(ptep);
+    if pte.pte_valid_cont() {
+        arch.kc.inc(KernelEvent::ContpteTryUnfold);
+    }
     if pte.pte_valid_cont() && mm.user {
         arch.hw.ev.inc(Event::ContpteUnfold);
         contpte_convert(arch, mm, addr, ptep, pte.pte_mknoncont());
@@ -60,6 +64,7 @@ pub fn contpte_try_unfold(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr) 
 /// contpte_try_unfold_partial: unfold only the blocks that [addr, addr+nr) covers in
 /// part, at its start and at its end.
 pub fn contpte_try_unfold_partial(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize) {
+    arch.kc.inc(KernelEvent::ContpteTryUnfoldPartial);
     let g = arch.granule();
     let n = g.cont_ptes();
     let ps = g.page_size();
@@ -75,6 +80,7 @@ pub fn contpte_try_unfold_partial(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: 
 /// contpte_set_ptes: map `nr` pages; chunks whose VA range and PA are CONT_PTE_SIZE
 /// aligned get PTE_CONT.
 pub fn contpte_set_ptes(arch: &mut Arch, addr: u64, ptep: PtePtr, pte: Pte, nr: usize) {
+    arch.kc.inc(KernelEvent::ContpteSetPtes);
     let g = arch.granule();
     let ps = g.page_size();
     let cont_size = g.cont_pte_size();
@@ -116,6 +122,7 @@ pub fn contpte_try_fold(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pt
 }
 
 fn __contpte_try_fold(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pte: Pte, folio: Option<(Pfn, u64)>) {
+    arch.kc.inc(KernelEvent::ContpteTryFold);
     if !mm.user {
         return;
     }
@@ -149,6 +156,7 @@ pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
     let n = arch.granule().cont_ptes();
     let start = align_down(arch, ptep);
     arch.hw.ev.inc(Event::ContptePtepGet);
+    arch.kc.inc(KernelEvent::ContptePtepGet);
     let before = arch.hw.ev.get(Event::PteRead);
     let mut scan = Scan::default();
     let mut trace = None;

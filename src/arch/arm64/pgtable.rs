@@ -428,21 +428,23 @@ impl Arch {
     }
 
     /// The unfold every batched setter starts with: a single pte unfolds its block;
-    /// a range unfolds only the blocks it covers in part.
-    fn contpte_try_unfold_range(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize) {
+    /// a range goes out of line (`entry`: contpte_clear_full_ptes and friends) and
+    /// unfolds only the blocks it covers in part.
+    fn contpte_try_unfold_range(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, entry: KernelEvent) {
         if !self.cont_active(mm) {
             return;
         }
         if nr == 1 {
             contpte::contpte_try_unfold(self, mm, addr, ptep);
         } else {
+            self.kc.inc(entry);
             contpte::contpte_try_unfold_partial(self, mm, addr, ptep, nr);
         }
     }
 
     /// clear_full_ptes: clear `nr` ptes of one folio without gathering their state.
     pub fn clear_full_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, full: bool) {
-        self.contpte_try_unfold_range(mm, addr, ptep, nr);
+        self.contpte_try_unfold_range(mm, addr, ptep, nr, KernelEvent::ContpteClearFullPtes);
         let _ = full;
         let ps = self.granule().page_size();
         for i in 0..nr {
@@ -453,7 +455,7 @@ impl Arch {
     /// get_and_clear_full_ptes: clear `nr` ptes, returning the first with the young and
     /// dirty bits of any of them.
     pub fn get_and_clear_full_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, full: bool) -> Pte {
-        self.contpte_try_unfold_range(mm, addr, ptep, nr);
+        self.contpte_try_unfold_range(mm, addr, ptep, nr, KernelEvent::ContpteGetAndClearFullPtes);
         let _ = full;
         let ps = self.granule().page_size();
         let first = self.__ptep_get_and_clear(addr, ptep);
@@ -463,7 +465,7 @@ impl Arch {
 
     /// wrprotect_ptes: write-protect `nr` ptes of one folio in place.
     pub fn wrprotect_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize) {
-        self.contpte_try_unfold_range(mm, addr, ptep, nr);
+        self.contpte_try_unfold_range(mm, addr, ptep, nr, KernelEvent::ContpteWrprotectPtes);
         let ps = self.granule().page_size();
         for i in 0..nr {
             self.__ptep_set_wrprotect(addr + i as u64 * ps, ptep.add(i));
