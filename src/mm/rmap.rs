@@ -286,7 +286,8 @@ impl Kernel {
         let m = self.mm(mm);
         if m.tlb_flush_pending != m.tlb_flush_done {
             self.arch.kc.inc(KernelEvent::ArchFlushTlbBatchedPending);
-            arch_flush_tlb_batched_pending(&mut self.arch.hw);
+            let asid = self.mm(mm).asid;
+            arch_flush_tlb_batched_pending(&mut self.arch.hw, asid);
             let m = self.mm_mut(mm);
             m.tlb_flush_done = m.tlb_flush_pending;
         }
