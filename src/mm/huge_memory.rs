@@ -185,6 +185,15 @@ pub fn do_huge_pmd_wp_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, add
     VmFault::Fallback
 }
 
+/// The pmd_populate(mm, &_pmd, pgtable) of __split_huge_pmd_locked and
+/// __split_huge_zero_page_pmd: the ptes are reached through an on-stack pmd built with
+/// set_pmd, and a valid table entry costs its DSB ISHST + ISB even there (the real
+/// pmd gets its own pair at the end). No page table changes.
+fn pmd_populate_on_stack(k: &mut Kernel) {
+    k.arch.hw.dsb_ishst();
+    k.arch.hw.isb();
+}
+
 /// __split_huge_pmd: replace a huge pmd by a pte table mapping the same pages (the
 /// huge zero page becomes zero-page ptes). The folio stays whole, now pte-mapped.
 pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) {
@@ -203,6 +212,7 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
         k.pxd_set(2, haddr, pmd, Desc::ZERO);
         flush_pmd_tlb_range(k, mm, haddr);
         let table = withdraw_pgtable(k, mm, haddr);
+        pmd_populate_on_stack(k);
         let tid = k.arch.hw.mem.table_id(table).unwrap();
         let ps = g.page_size();
         let entry = Pte::pfn_pte(k.zero_pfn, prot, g).pte_mkspecial();
@@ -228,6 +238,7 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
     k.folio_ref_add(folio, nr as i32 - 1);
     k.folio_add_anon_rmap_ptes(folio, folio, nr as u64, mm, exclusive);
     let table = withdraw_pgtable(k, mm, haddr);
+    pmd_populate_on_stack(k);
     let tid = k.arch.hw.mem.table_id(table).unwrap();
     let mut entry = Pte::pfn_pte(folio, prot, g);
     if oldp.pte_write() {
@@ -641,4 +652,37 @@ pub fn madvise_free_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd:
     }
     k.folio_mark_lazyfree(folio);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::{Event, MachineConfig};
+    use crate::sim::tests::{assert_clean, boot_with as boot};
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+
+    /// A mapped, written region of `len` bytes; returns the folio mapping BASE.
+    fn written(k: &mut Kernel, mm: MmId, len: u64, flags: VmFlags) -> Pfn {
+        k.do_mmap(mm, BASE, len, VmFlags::READ | VmFlags::WRITE | flags)
+            .unwrap();
+        for a in (BASE..BASE + len).step_by(K4 as usize) {
+            user_access(k, mm, 0, a, true).unwrap();
+        }
+        k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap())
+    }
+
+    #[test]
+    fn a_pmd_split_populates_the_stack_pmd_and_the_real_one() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        written(&mut k, mm, 2 << 20, VmFlags::HUGEPAGE);
+        let ev = k.arch.hw.ev.clone();
+        let vma = k.mm(mm).find_vma(BASE).unwrap();
+        let pmd = k.pmd_offset(mm, BASE).unwrap();
+        __split_huge_pmd(&mut k, mm, &vma, pmd, BASE);
+        assert_clean(&k);
+        assert_eq!(k.arch.hw.ev.get(Event::Isb) - ev.get(Event::Isb), 2);
+    }
 }
