@@ -6,6 +6,7 @@ use super::memory::{vm_page_prot, VmFault};
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
+use super::rmap::{MigrationEntry, TtuFlags};
 use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
 use crate::arch::arm64::pgtable::pmd_trans_huge;
@@ -188,9 +189,48 @@ pub fn do_huge_pmd_wp_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, add
 /// __split_huge_pmd: replace a huge pmd by a pte table mapping the same pages (the
 /// huge zero page becomes zero-page ptes). The folio stays whole, now pte-mapped.
 pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) {
+    __split_huge_pmd_locked(k, mm, vma, pmd, addr, None);
+}
+
+/// split_huge_pmd_locked(.., freeze = true), as try_to_migrate_one does it for a
+/// PMD-mapped folio: the pmd goes straight to migration entries, so the only TLB
+/// maintenance is pmdp_invalidate's pmd flush; no pte is ever valid, so there is no
+/// pte TLBI, no contpte fold or unfold and no pte rmap. The model leaves the ptes none
+/// and appends to `out` what remove_migration_ptes will map back.
+pub fn split_huge_pmd_locked_freeze(
+    k: &mut Kernel,
+    mm: MmId,
+    vma: &Vma,
+    pmd: PmdPtr,
+    haddr: u64,
+    out: &mut Vec<MigrationEntry>,
+) {
+    __split_huge_pmd_locked(k, mm, vma, pmd, haddr, Some(out));
+}
+
+/// The pmd_populate(mm, &_pmd, pgtable) of __split_huge_pmd_locked and
+/// __split_huge_zero_page_pmd: the ptes are reached through an on-stack pmd built with
+/// set_pmd, and a valid table entry costs its DSB ISHST + ISB even there (the real
+/// pmd gets its own pair at the end). No page table changes.
+fn pmd_populate_on_stack(k: &mut Kernel) {
+    k.arch.hw.dsb_ishst();
+    k.arch.hw.isb();
+}
+
+/// __split_huge_pmd_locked (and __split_huge_zero_page_pmd for the huge zero page).
+/// With `freeze`, migration entries are collected instead of present ptes written.
+fn __split_huge_pmd_locked(
+    k: &mut Kernel,
+    mm: MmId,
+    vma: &Vma,
+    pmd: PmdPtr,
+    addr: u64,
+    freeze: Option<&mut Vec<MigrationEntry>>,
+) {
     let g = k.arch.granule();
     let haddr = addr & !(g.pmd_size() - 1);
     let nr = 1usize << g.pmd_order();
+    let ps = g.page_size();
     let old = k.pxd_get(2, pmd);
     if !pmd_trans_huge(old) {
         return;
@@ -203,18 +243,12 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
         k.pxd_set(2, haddr, pmd, Desc::ZERO);
         flush_pmd_tlb_range(k, mm, haddr);
         let table = withdraw_pgtable(k, mm, haddr);
+        pmd_populate_on_stack(k);
         let tid = k.arch.hw.mem.table_id(table).unwrap();
-        let ps = g.page_size();
         let entry = Pte::pfn_pte(k.zero_pfn, prot, g).pte_mkspecial();
         for i in 0..nr {
-            k.arch.set_ptes(
-                amm,
-                haddr + i as u64 * ps,
-                crate::arch::arm64::pgtable::PtePtr { table: tid, index: i },
-                entry,
-                1,
-                None,
-            );
+            k.arch
+                .set_ptes(amm, haddr + i as u64 * ps, PtePtr { table: tid, index: i }, entry, 1, None);
         }
         k.pxd_set(2, haddr, pmd, Desc::table(table.to_phys(g)));
         return;
@@ -224,29 +258,43 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
     k.pxd_set(2, haddr, pmd, old.without(Attr::VALID).with(Attr::NG));
     flush_pmd_tlb_range(k, mm, haddr);
     let folio = old.pfn(g);
-    let exclusive = k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
-    k.folio_ref_add(folio, nr as i32 - 1);
-    k.folio_add_anon_rmap_ptes(folio, folio, nr as u64, mm, exclusive);
+    if freeze.is_none() {
+        let exclusive = k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
+        k.folio_ref_add(folio, nr as i32 - 1);
+        k.folio_add_anon_rmap_ptes(folio, folio, nr as u64, mm, exclusive);
+    }
     let table = withdraw_pgtable(k, mm, haddr);
+    pmd_populate_on_stack(k);
     let tid = k.arch.hw.mem.table_id(table).unwrap();
-    let mut entry = Pte::pfn_pte(folio, prot, g);
-    if oldp.pte_write() {
-        entry = entry.pte_mkwrite();
+    let mk = |pfn: Pfn| {
+        let mut entry = Pte::pfn_pte(pfn, prot, g);
+        if oldp.pte_write() {
+            entry = entry.pte_mkwrite();
+        }
+        if !oldp.pte_young() {
+            entry = entry.pte_mkold();
+        }
+        if oldp.pte_dirty() {
+            entry = entry.pte_mkdirty();
+        }
+        entry
+    };
+    match freeze {
+        Some(out) => out.extend((0..nr).map(|i| MigrationEntry {
+            mm,
+            ptep: PtePtr { table: tid, index: i },
+            addr: haddr + i as u64 * ps,
+            pte: mk(Pfn(folio.0 + i as u64)),
+        })),
+        None => k.arch.set_ptes(
+            amm,
+            haddr,
+            PtePtr { table: tid, index: 0 },
+            mk(folio),
+            nr,
+            Some((folio, nr as u64)),
+        ),
     }
-    if !oldp.pte_young() {
-        entry = entry.pte_mkold();
-    }
-    if oldp.pte_dirty() {
-        entry = entry.pte_mkdirty();
-    }
-    k.arch.set_ptes(
-        amm,
-        haddr,
-        crate::arch::arm64::pgtable::PtePtr { table: tid, index: 0 },
-        entry,
-        nr,
-        Some((folio, nr as u64)),
-    );
     k.folio_remove_rmap_pmd(folio, mm);
     k.pxd_set(2, haddr, pmd, Desc::table(table.to_phys(g)));
 }
@@ -403,47 +451,6 @@ pub fn change_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, vma: &Vma,
     }
 }
 
-/// Every pte that maps a page of `folio`, in every mm: anon pages are mapped only at
-/// their page->index, so the rmap walk needs no reverse map.
-fn folio_mappings(k: &mut Kernel, folio: Pfn) -> Vec<(MmId, PtePtr, u64)> {
-    let g = k.arch.granule();
-    let nr = k.memmap.folio_nr_pages(folio);
-    let mut out = Vec::new();
-    for mm in 0..k.mms.len() {
-        if k.mms[mm].is_none() {
-            continue;
-        }
-        let amm = k.arch_mm(mm);
-        for i in 0..nr {
-            let page = Pfn(folio.0 + i);
-            let addr = k.memmap.page(page).index << g.page_shift();
-            let Some(ptep) = k.pte_offset(mm, addr) else { continue };
-            let pte = k.arch.ptep_get(amm, ptep);
-            if pte.pte_present() && pte.pte_pfn(g) == page {
-                out.push((mm, ptep, addr));
-            }
-        }
-    }
-    out
-}
-
-/// Split any pmd mapping of a PMD-order `folio` into ptes (unmap_folio's first step).
-fn split_folio_pmds(k: &mut Kernel, folio: Pfn) {
-    let g = k.arch.granule();
-    let haddr = k.memmap.page(folio).index << g.page_shift();
-    for mm in 0..k.mms.len() {
-        if k.mms[mm].is_none() {
-            continue;
-        }
-        let Some(pmd) = k.pmd_offset(mm, haddr) else { continue };
-        let d = k.pxd_get(2, pmd);
-        if pmd_trans_huge(d) && d.pfn(g) == folio {
-            let vma = k.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
-            __split_huge_pmd(k, mm, &vma, pmd, haddr);
-        }
-    }
-}
-
 /// split_folio / __folio_split to order 0: unmap every mapping of the large anon
 /// `folio`, make each page its own folio, map them back; pages nobody maps are freed.
 /// `pins` are the caller's references (it still holds them on the first page after).
@@ -461,51 +468,19 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
         }
         return false;
     }
-    // A pmd mapping is frozen whole into migration entries; pte mappings go one by one.
-    let pte_mapped = k.memmap.large(folio).entire_mapcount == 0;
-    if order == g.pmd_order() {
-        split_folio_pmds(k, folio);
-    }
-    // unmap_folio: ptes become migration entries (here: cleared and remembered).
-    let maps = folio_mappings(k, folio);
-    if pte_mapped {
-        unmap_folio_deferred_split(k, folio, &maps);
-    }
-    let mut old = Vec::with_capacity(maps.len());
-    for &(mm, ptep, addr) in &maps {
-        let amm = k.arch_mm(mm);
-        old.push(k.arch.ptep_clear_flush(amm, addr, ptep));
-    }
+    let entries = unmap_folio(k, folio);
     folio_unqueue_deferred_split(k, folio);
     if k.memmap.folio_test(folio, PageFlags::PARTIALLY_MAPPED) {
         k.memmap.folio_clear(folio, PageFlags::PARTIALLY_MAPPED);
         k.stat.mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
     }
-    __split_folio_to_order_0(k, folio, pins);
+    __split_folio_to_order_0(k, folio, pins, &entries);
     k.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
     k.stat.count_mthp_stat(order, MthpStat::Split);
     if order == g.pmd_order() {
         k.stat.count_vm_event(VmEvent::ThpSplitPage);
     }
-    // remap_page (RMP_USE_SHARED_ZEROPAGE): the migration entries become ptes of the
-    // new small folios, or of the shared zero page where a page holds only zeroes.
-    for (&(mm, ptep, addr), pte) in maps.iter().zip(old) {
-        let amm = k.arch_mm(mm);
-        let page = pte.pte_pfn(g);
-        let vma = k.mm(mm).find_vma(addr).expect("a mapping outside any VMA");
-        let p = k.memmap.page(page);
-        let locked = p.flags.contains(PageFlags::MLOCKED) || vma.flags.contains(VmFlags::LOCKED);
-        if !p.nonzero && !locked {
-            let zero = Pte::pfn_pte(k.zero_pfn, vm_page_prot(&vma), g).pte_mkspecial();
-            k.arch.set_ptes(amm, addr, ptep, zero, 1, None);
-            k.mm_mut(mm).rss_anon -= 1;
-            let p = k.memmap.page_mut(page);
-            p.mapcount -= 1;
-            p.refcount -= 1;
-        } else {
-            k.arch.set_ptes(amm, addr, ptep, pte, 1, Some((page, 1)));
-        }
-    }
+    remap_page(k, &entries);
     for i in 0..(1u64 << order) {
         let page = Pfn(folio.0 + i);
         if k.memmap.folio_ref_count(page) == 0 {
@@ -515,33 +490,48 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
     true
 }
 
+/// unmap_folio: try_to_migrate with TTU_BATCH_FLUSH (and TTU_SPLIT_HUGE_PMD for a
+/// PMD-order folio; TTU_RMAP_LOCKED and TTU_SYNC have no model counterpart), then
+/// try_to_unmap_flush. Batched as in reclaim: each pte's TLBI goes out without waiting
+/// and one DSB ISH waits for them all before the folio is frozen.
+fn unmap_folio(k: &mut Kernel, folio: Pfn) -> Vec<MigrationEntry> {
+    let mut flags = TtuFlags::BATCH_FLUSH;
+    if k.memmap.folio_order(folio) == k.arch.granule().pmd_order() {
+        flags |= TtuFlags::SPLIT_HUGE_PMD;
+    }
+    let entries = k.try_to_migrate(folio, flags);
+    k.try_to_unmap_flush();
+    entries
+}
+
+/// remap_page (remove_migration_ptes with RMP_USE_SHARED_ZEROPAGE): each migration
+/// entry becomes a pte of its page, now a small folio, with its rmap back
+/// (folio_add_anon_rmap_pte), or of the shared zero page where the page holds only
+/// zeroes (try_to_map_unused_to_zeropage), the page then losing that reference.
+fn remap_page(k: &mut Kernel, entries: &[MigrationEntry]) {
+    let g = k.arch.granule();
+    for e in entries {
+        let amm = k.arch_mm(e.mm);
+        let page = e.pte.pte_pfn(g);
+        let vma = k.mm(e.mm).find_vma(e.addr).expect("a mapping outside any VMA");
+        let p = k.memmap.page(page);
+        let locked = p.flags.contains(PageFlags::MLOCKED) || vma.flags.contains(VmFlags::LOCKED);
+        if !p.nonzero && !locked {
+            let zero = Pte::pfn_pte(k.zero_pfn, vm_page_prot(&vma), g).pte_mkspecial();
+            k.arch.set_ptes(amm, e.addr, e.ptep, zero, 1, None);
+            k.mm_mut(e.mm).rss_anon -= 1;
+            k.memmap.page_mut(page).refcount -= 1;
+        } else {
+            let exclusive = p.flags.contains(PageFlags::ANON_EXCLUSIVE);
+            k.arch.set_ptes(amm, e.addr, e.ptep, e.pte, 1, Some((page, 1)));
+            k.folio_add_anon_rmap_ptes(page, page, 1, e.mm, exclusive);
+        }
+    }
+}
+
 /// can_split_folio: every reference but the caller's `pins` is a mapping.
 pub fn can_split_folio(k: &Kernel, folio: Pfn, pins: i32) -> bool {
     k.memmap.folio_ref_count(folio) == k.memmap.folio_mapcount(folio) + pins
-}
-
-/// What unmap_folio's per-pte rmap removal does to the deferred split state: the
-/// first pte whose page thereby becomes unmapped, while others stay mapped, leaves the
-/// folio partially mapped, so it is queued and counted (split_deferred) before the
-/// split takes it off again (measured on the host).
-fn unmap_folio_deferred_split(k: &mut Kernel, folio: Pfn, maps: &[(MmId, PtePtr, u64)]) {
-    let shift = k.arch.granule().page_shift();
-    let first = k.memmap.page(folio).index;
-    let mut mapcount: Vec<i32> = (0..k.memmap.folio_nr_pages(folio))
-        .map(|i| k.memmap.page(Pfn(folio.0 + i)).mapcount)
-        .collect();
-    let mut mapped = mapcount.iter().filter(|&&c| c > 0).count();
-    for &(_, _, addr) in maps {
-        let c = &mut mapcount[((addr >> shift) - first) as usize];
-        *c -= 1;
-        if *c == 0 {
-            mapped -= 1;
-            if mapped > 0 {
-                deferred_split_folio(k, folio, true);
-                return;
-            }
-        }
-    }
 }
 
 /// split_folio_to_list (reclaim): split, and put every page that is still in use on
@@ -561,19 +551,27 @@ pub fn split_folio_to_list(k: &mut Kernel, folio: Pfn, list: &mut Vec<Pfn>) -> b
     true
 }
 
-/// __split_folio_to_order (to 0): every page becomes a folio of its own, keeping its
-/// pte mapcount as references and inheriting the head's anon state.
-fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
+/// __split_folio_to_order (to 0): every page becomes a folio of its own, unmapped,
+/// inheriting the head's anon state. The kernel drops a mapping's reference as it
+/// makes the migration entry and takes it again in remove_migration_pte; the model
+/// keeps it across: each page starts with one reference per migration entry of it.
+fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32, entries: &[MigrationEntry]) {
+    let g = k.arch.granule();
     let nr = k.memmap.folio_nr_pages(folio);
+    let mut refs = vec![0; nr as usize];
+    for e in entries {
+        refs[(e.pte.pte_pfn(g).0 - folio.0) as usize] += 1;
+    }
     let inherit =
         k.memmap.page(folio).flags & (PageFlags::ANON | PageFlags::SWAPBACKED | PageFlags::DIRTY | PageFlags::MLOCKED);
     k.memmap.release_large(folio);
     for i in 0..nr {
         let p = k.memmap.page_mut(Pfn(folio.0 + i));
+        debug_assert_eq!(p.mapcount, 0, "page {i} still mapped after unmap_folio");
         *p = Page {
             flags: (p.flags & PageFlags::ANON_EXCLUSIVE) | inherit | PageFlags::INUSE,
-            mapcount: p.mapcount,
-            refcount: p.mapcount + if i == 0 { pins } else { 0 },
+            mapcount: 0,
+            refcount: refs[i as usize] + if i == 0 { pins } else { 0 },
             index: p.index,
             nonzero: p.nonzero,
             ..Page::default()
@@ -641,4 +639,83 @@ pub fn madvise_free_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd:
     }
     k.folio_mark_lazyfree(folio);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::{Event, MachineConfig};
+    use crate::kcount::KernelEvent;
+    use crate::report::PageKind;
+    use crate::sim::tests::{assert_clean, boot_with as boot};
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+
+    /// A mapped, written region of `len` bytes; returns the folio mapping BASE.
+    fn written(k: &mut Kernel, mm: MmId, len: u64, flags: VmFlags) -> Pfn {
+        k.do_mmap(mm, BASE, len, VmFlags::READ | VmFlags::WRITE | flags)
+            .unwrap();
+        for a in (BASE..BASE + len).step_by(K4 as usize) {
+            user_access(k, mm, 0, a, true).unwrap();
+        }
+        k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap())
+    }
+
+    #[test]
+    fn splitting_a_pte_mapped_folio_waits_once_for_its_deferred_tlbis() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        let folio = written(&mut k, mm, 64 << 10, VmFlags::empty());
+        let (ev, kc) = (k.arch.hw.ev.clone(), k.arch.kc.clone());
+        k.folio_ref_add(folio, 1);
+        assert!(split_folio(&mut k, folio, 1));
+        k.folio_put(folio);
+        assert_clean(&k);
+        let d = |e| k.arch.hw.ev.get(e) - ev.get(e);
+        // The contpte unfold (its own 16 TLBIs without TLBI range ops, and a DSB ISH),
+        // then one TLBI per pte and one DSB ISH for them all (try_to_unmap_flush).
+        assert_eq!(d(Event::ContpteConvert), 1);
+        assert_eq!(d(Event::TlbiVale1is), 16 + 16);
+        assert_eq!(d(Event::DsbIsh), 2);
+        let dk = |e| k.arch.kc.get(e) - kc.get(e);
+        assert_eq!(dk(KernelEvent::FolioRemoveRmapPtes), 16);
+        assert_eq!(dk(KernelEvent::ArchTlbbatchFlush), 1);
+        assert_eq!(dk(KernelEvent::PtepClearFlush), 0);
+        assert_eq!(k.stat.mthp(4, MthpStat::SplitDeferred), 1);
+        assert!((0..16).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(0))));
+    }
+
+    #[test]
+    fn splitting_a_pmd_mapped_thp_freezes_the_pmd_without_pte_tlbis() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        let folio = written(&mut k, mm, 2 << 20, VmFlags::HUGEPAGE);
+        let (ev, kc) = (k.arch.hw.ev.clone(), k.arch.kc.clone());
+        k.folio_ref_add(folio, 1);
+        assert!(split_folio(&mut k, folio, 1));
+        k.folio_put(folio);
+        assert_clean(&k);
+        let d = |e| k.arch.hw.ev.get(e) - ev.get(e);
+        // pmdp_invalidate's flush_pmd_tlb_range only: one TLBI, one DSB ISH.
+        assert_eq!(d(Event::TlbiTotal), 1);
+        assert_eq!(d(Event::DsbIsh), 1);
+        assert_eq!(d(Event::ContpteConvert), 0);
+        assert_eq!(d(Event::ContpteFold), 0);
+        assert_eq!(k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes) - kc.get(KernelEvent::FolioRemoveRmapPtes), 0);
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 1);
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPage), 1);
+        assert!((0..512).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(0))));
+    }
+
+    #[test]
+    fn a_pmd_split_populates_the_stack_pmd_and_the_real_one() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        written(&mut k, mm, 2 << 20, VmFlags::HUGEPAGE);
+        let ev = k.arch.hw.ev.clone();
+        let vma = k.mm(mm).find_vma(BASE).unwrap();
+        let pmd = k.pmd_offset(mm, BASE).unwrap();
+        __split_huge_pmd(&mut k, mm, &vma, pmd, BASE);
+        assert_clean(&k);
+        assert_eq!(k.arch.hw.ev.get(Event::Isb) - ev.get(Event::Isb), 2);
+    }
 }

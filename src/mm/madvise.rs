@@ -119,6 +119,10 @@ impl Kernel {
                         self.folio_ref_add(folio, 1);
                         let split = split_folio(self, folio, 1);
                         self.folio_put(folio);
+                        // madvise_free_pte_range: the split ran without the PTL and
+                        // its unmap left TLBIs pending for this mm; retaking the lock
+                        // drains them (flush_tlb_batched_pending).
+                        self.flush_tlb_batched_pending(mm);
                         if split {
                             continue;
                         }
@@ -273,6 +277,10 @@ impl Kernel {
                         self.folio_ref_add(folio, 1);
                         let split = split_folio(self, folio, 1);
                         self.folio_put(folio);
+                        // madvise_cold_or_pageout_pte_range: as in
+                        // madvise_free_pte_range, the pte lock is retaken after the
+                        // split, and with it flush_tlb_batched_pending.
+                        self.flush_tlb_batched_pending(mm);
                         if split {
                             continue;
                         }
@@ -290,5 +298,40 @@ impl Kernel {
             ptep = ptep.add(nr);
             addr += nr as u64 * ps;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::{Event, MachineConfig};
+    use crate::sim::tests::{assert_clean, boot_with as boot};
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+
+    /// Two written 64 KiB folios, then `advice` over all but the first 32 KiB: the first
+    /// folio is split inside the pte walk. Returns the TLBI ASIDE1IS the madvise issued.
+    fn partial_advice(advice: Madv) -> u64 {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        k.do_mmap(mm, BASE, 128 << 10, VmFlags::READ | VmFlags::WRITE).unwrap();
+        for a in (BASE..BASE + (128 << 10)).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        let before = k.arch.hw.ev.get(Event::TlbiAside1is);
+        k.do_madvise(mm, BASE + (32 << 10), BASE + (128 << 10), advice).unwrap();
+        assert_clean(&k);
+        k.arch.hw.ev.get(Event::TlbiAside1is) - before
+    }
+
+    #[test]
+    fn pageout_walk_drains_the_split_tlbis_when_it_retakes_the_pte_lock() {
+        assert_eq!(partial_advice(Madv::PageOut), 1);
+    }
+
+    #[test]
+    fn free_walk_drains_the_split_tlbis_when_it_retakes_the_pte_lock() {
+        assert_eq!(partial_advice(Madv::Free), 1);
     }
 }

@@ -4,7 +4,7 @@
 //! try_to_unmap with the batched, deferred TLB flush of seed 001.
 
 use super::folio::PageFlags;
-use super::huge_memory::{__split_huge_pmd, deferred_split_folio};
+use super::huge_memory::{__split_huge_pmd, deferred_split_folio, split_huge_pmd_locked_freeze};
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::vmstat::MthpStat;
 use super::Kernel;
@@ -224,6 +224,17 @@ bitflags::bitflags! {
     }
 }
 
+/// A pte that try_to_migrate made a migration entry (the model leaves it none): what
+/// remove_migration_ptes needs to map it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigrationEntry {
+    pub mm: MmId,
+    pub ptep: PtePtr,
+    pub addr: u64,
+    /// The pte it replaced, pointing at its page.
+    pub pte: Pte,
+}
+
 /// How try_to_unmap_one flushes the TLB of a pte it cleared (seed 001).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TlbBatchVariant {
@@ -286,7 +297,8 @@ impl Kernel {
         let m = self.mm(mm);
         if m.tlb_flush_pending != m.tlb_flush_done {
             self.arch.kc.inc(KernelEvent::ArchFlushTlbBatchedPending);
-            arch_flush_tlb_batched_pending(&mut self.arch.hw);
+            let asid = self.mm(mm).asid;
+            arch_flush_tlb_batched_pending(&mut self.arch.hw, asid);
             let m = self.mm_mut(mm);
             m.tlb_flush_done = m.tlb_flush_pending;
         }
@@ -300,6 +312,75 @@ impl Kernel {
                 return;
             }
         }
+    }
+
+    /// try_to_migrate (unmap_folio, for a split): every mapping of `folio`, in every
+    /// mm, becomes a migration entry; they are returned for remove_migration_ptes.
+    pub fn try_to_migrate(&mut self, folio: Pfn, flags: TtuFlags) -> Vec<MigrationEntry> {
+        let mut out = Vec::new();
+        if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
+            let g = self.arch.granule();
+            let haddr = self.memmap.page(folio).index << g.page_shift();
+            for mm in 0..self.mms.len() {
+                if self.mms[mm].is_none() {
+                    continue;
+                }
+                let Some(pmd) = self.pmd_offset(mm, haddr) else { continue };
+                let d = self.pxd_get(2, pmd);
+                if pmd_trans_huge(d) && d.pfn(g) == folio {
+                    let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
+                    split_huge_pmd_locked_freeze(self, mm, &vma, pmd, haddr, &mut out);
+                }
+            }
+        }
+        for (mm, ptep, addr) in self.folio_mappings(folio) {
+            let entry = self.try_to_migrate_one(folio, mm, ptep, addr, flags);
+            out.push(entry);
+        }
+        out
+    }
+
+    /// Every pte that maps a page of `folio`, in every mm: anon pages are mapped only at
+    /// their page->index, so the rmap walk needs no reverse map.
+    fn folio_mappings(&mut self, folio: Pfn) -> Vec<(MmId, PtePtr, u64)> {
+        let g = self.arch.granule();
+        let nr = self.memmap.folio_nr_pages(folio);
+        let mut out = Vec::new();
+        for mm in 0..self.mms.len() {
+            if self.mms[mm].is_none() {
+                continue;
+            }
+            let amm = self.arch_mm(mm);
+            for i in 0..nr {
+                let page = Pfn(folio.0 + i);
+                let addr = self.memmap.page(page).index << g.page_shift();
+                let Some(ptep) = self.pte_offset(mm, addr) else { continue };
+                let pte = self.arch.ptep_get(amm, ptep);
+                if pte.pte_present() && pte.pte_pfn(g) == page {
+                    out.push((mm, ptep, addr));
+                }
+            }
+        }
+        out
+    }
+
+    /// try_to_migrate_one for one pte: cleared with its TLBI deferred to
+    /// try_to_unmap_flush when the flush may be batched (should_defer_flush, as in
+    /// reclaim), then folio_remove_rmap_pte. The first pte whose page that unmaps
+    /// while others stay mapped leaves the folio partially mapped: it is queued for
+    /// deferred split and counted (split_deferred) before the split takes it off.
+    fn try_to_migrate_one(&mut self, folio: Pfn, mm: MmId, ptep: PtePtr, addr: u64, flags: TtuFlags) -> MigrationEntry {
+        let g = self.arch.granule();
+        let amm = self.arch_mm(mm);
+        let pte = if self.should_defer_flush(flags) {
+            let v = self.arch.ptep_get_and_clear(amm, addr, ptep);
+            self.set_tlb_ubc_flush_pending(mm, v, addr, addr + g.page_size());
+            v
+        } else {
+            self.arch.ptep_clear_flush(amm, addr, ptep)
+        };
+        self.folio_remove_rmap_ptes(folio, pte.pte_pfn(g), 1, mm);
+        MigrationEntry { mm, ptep, addr, pte }
     }
 
     /// try_to_unmap_one for a lazyfree anon folio in one mm: a pmd mapping is split

@@ -14,6 +14,9 @@ use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
 use crate::hw::Pfn;
 
+/// PAGEVEC_SIZE: the folios a folio_batch holds.
+const PAGEVEC_SIZE: usize = 31;
+
 impl Kernel {
     /// reclaim_pages (reclaim_folio_list with references ignored, as for
     /// MADV_PAGEOUT): shrink the isolated folios, in the order given, and put back what
@@ -29,6 +32,14 @@ impl Kernel {
             if self.shrink_folio(folio, &mut list) {
                 reclaimed += self.memmap.folio_nr_pages(folio);
                 free.push(folio);
+                // shrink_folio_list's free_folios is a folio_batch: when it fills, the
+                // TLBIs pending so far complete (try_to_unmap_flush) and it is freed.
+                if free.len() == PAGEVEC_SIZE {
+                    self.try_to_unmap_flush();
+                    for folio in free.drain(..) {
+                        self.folio_put(folio);
+                    }
+                }
             } else {
                 keep.push(folio);
             }
@@ -205,13 +216,15 @@ mod tests {
     }
 
     /// Seed 001's counts: 4 MiB of lazyfree memory, two reclaim_pages batches (one per
-    /// pmd). Deferred: one TLBI per page issued without waiting, a DSB ISH per batch
-    /// plus one from flush_tlb_batched_pending when the second pmd's walk starts.
+    /// pmd). Deferred: one TLBI per page issued without waiting, a DSB ISH each time 31
+    /// folios are to be freed and at the batch's end (17 per pmd of order-0 folios, 2 of
+    /// 64 KiB ones), plus flush_tlb_batched_pending's flush_tlb_mm (DSB ISHST, TLBI
+    /// ASIDE1IS, DSB ISH) when the second pmd's walk starts.
     #[test]
     fn deferred_tlb_flush_waits_once_per_batch_where_sync_waits_per_page() {
         for (knobs, flags, variant, tlbi, ishst, ish) in [
             (&[][..], VmFlags::NOHUGEPAGE, TlbBatchVariant::Sync, 1024, 1024, 1024),
-            (&[][..], VmFlags::NOHUGEPAGE, TlbBatchVariant::Deferred, 1024, 1024, 3),
+            (&[][..], VmFlags::NOHUGEPAGE, TlbBatchVariant::Deferred, 1024, 1025, 35),
             (
                 &[("hugepages-64kB/enabled", "always")][..],
                 VmFlags::empty(),
@@ -225,8 +238,8 @@ mod tests {
                 VmFlags::empty(),
                 TlbBatchVariant::Deferred,
                 1024,
-                64,
-                3,
+                65,
+                5,
             ),
         ] {
             let (mut k, mm) = boot(MachineConfig::default(), knobs);
@@ -245,6 +258,20 @@ mod tests {
             assert_eq!(got, (tlbi, ishst, ish), "{variant:?} {knobs:?}");
             assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 1024);
         }
+    }
+
+    /// 64 lazyfree order-0 folios: the free batch fills at 31 and 62 (a flush and a
+    /// free each), and the last two are flushed at the end.
+    #[test]
+    fn reclaim_flushes_pending_tlbis_each_time_its_free_batch_fills() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        written(&mut k, mm, 64 * K4, VmFlags::NOHUGEPAGE);
+        k.do_madvise(mm, BASE, BASE + 64 * K4, Madv::Free).unwrap();
+        let ish = k.arch.hw.ev.get(Event::DsbIsh);
+        k.do_madvise(mm, BASE, BASE + 64 * K4, Madv::PageOut).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 64);
+        assert_eq!(k.arch.hw.ev.get(Event::DsbIsh) - ish, 3);
     }
 
     /// Without try_to_unmap_flush the TLBIs are still pending when the folio is freed:

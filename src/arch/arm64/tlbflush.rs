@@ -212,10 +212,13 @@ pub fn arch_tlbbatch_flush(m: &mut Machine) {
     m.dsb_ish();
 }
 
-/// arch_flush_tlb_batched_pending: arm64 only waits for the TLBIs another context
-/// issued but may not have completed yet (no flush_tlb_mm, seed 001's patch 3).
-pub fn arch_flush_tlb_batched_pending(m: &mut Machine) {
-    m.dsb_ish();
+/// arch_flush_tlb_batched_pending: flush_tlb_mm. The TLBIs pending for this mm may
+/// have been issued by another CPU, whose completion a DSB here does not guarantee, so
+/// the whole ASID is invalidated (commit 4b634918384c "arm64/mm: Close theoretical
+/// race where stale TLB entry remains valid", v6.16, backported to stable; it replaced
+/// the dsb(ish) that seed 001's series, 43b3dfdd0455, introduced).
+pub fn arch_flush_tlb_batched_pending(m: &mut Machine, asid: Asid) {
+    flush_tlb_mm(m, asid);
 }
 
 /// pte_needs_flush: the generic one (6.18) flushes every change of a present pte;
@@ -326,6 +329,15 @@ mod tests {
         let mut m = Machine::new(MachineConfig::default());
         __flush_tlb_range(&mut m, 5, 0, 511 * 4096, 4096, true);
         assert_eq!(m.ev.get(Event::TlbiVale1is), 511);
+    }
+
+    #[test]
+    fn flush_tlb_batched_pending_invalidates_the_whole_asid() {
+        let mut m = Machine::new(MachineConfig::default());
+        arch_flush_tlb_batched_pending(&mut m, 5);
+        assert_eq!(m.ev.get(Event::DsbIshst), 1);
+        assert_eq!(m.ev.get(Event::TlbiAside1is), 1);
+        assert_eq!(m.ev.get(Event::DsbIsh), 1);
     }
 
     #[test]
