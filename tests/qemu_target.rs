@@ -1,8 +1,11 @@
-//! `--target qemu-arm64`: one batched boot of Linux 6.12 (4K pages) under QEMU runs a
-//! few validation workloads; faults and layouts are checked against the model, and the
-//! TLBI, DSB and kernel-function counts against what this kernel is known to do.
-//! Skipped when scripts/setup-qemu has not been run (tests install nothing).
+//! `--target qemu-arm64` and `qemu-arm64-16k`: batched boots of Linux 6.12 under QEMU
+//! run validation workloads. Where 6.12 and the model (6.18) behave alike, every
+//! counter the guest measures (faults, layouts, vmstat and mTHP counters, TLBI by kind,
+//! DSB, ISB, kernel-function entries) must equal the model's; the model broken by one
+//! fault must fail; and the counts are checked against what this kernel is known to
+//! do. Skipped when scripts/setup-qemu has not been run (tests install nothing).
 
+use foliolab::cmd::validate::{compare, table};
 use foliolab::native::qemu::{self, Target};
 use foliolab::report::Report;
 use foliolab::sim::{self, Variants};
@@ -89,4 +92,99 @@ fn a_missing_setup_is_exit_2_naming_the_script() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("scripts/setup-qemu"), "{err}");
+}
+
+/// Workloads on which Linux 6.12 does what the model does, op for op: an mTHP fault
+/// path, fork with copy-on-write of order-0 pages and its runner twins, MADV_DONTNEED
+/// of partial blocks (LPA2 range TLBIs), a freed pud table (set_p4d's barriers),
+/// MADV_PAGEOUT of order-0 and 64K folios (split, deferred flush), a PMD split, and
+/// a region hole. Each names what it checks.
+const AGREE_4K: &[&str] = &[
+    "tests/validation/mthp_64k_aligned.wl",
+    "tests/validation/fork_both_live.wl",
+    "tests/validation/fork_read_zero.wl",
+    "tests/validation/mthp_64k_dontneed_alone.wl",
+    "tests/validation/repeat_map_touch_unmap.wl",
+    "tests/validation/pageout_order0.wl",
+    "tests/validation/pageout_64k.wl",
+    "tests/validation/pmd_dontneed_half.wl",
+    "tests/validation/vma_edge_hole.wl",
+];
+
+/// The same with 16K pages (64K folios are order 2; no 64K contpte blocks).
+const AGREE_16K: &[&str] = &[
+    "tests/validation/mthp_64k_aligned.wl",
+    "tests/validation/fork_both_live.wl",
+    "tests/validation/fork_read_zero.wl",
+];
+
+/// Boots `target` once for `paths`, and compares each with the model as validate does:
+/// the target's variants, the per-mm work of forks and exits left out.
+fn guest_against_model(target: Target, paths: &[&str], extra: &[&str]) -> Vec<foliolab::cmd::validate::Comparison> {
+    let ws: Vec<_> = paths.iter().map(|p| parse_file(p).unwrap()).collect();
+    let sets: Vec<String> = target
+        .model_sets()
+        .into_iter()
+        .chain(extra.iter().map(|s| s.to_string()))
+        .collect();
+    let v = Variants::from_sets(&sets).unwrap();
+    let batch = qemu::run_batch(target, &ws).unwrap();
+    ws.iter()
+        .zip(batch.reports)
+        .map(|(w, g)| {
+            let m = qemu::as_guest_measures(sim::run(w, &v).unwrap(), w, &v).unwrap();
+            compare(&m, &g.unwrap_or_else(|e| panic!("{}: {e}", w.path)))
+        })
+        .collect()
+}
+
+#[test]
+fn where_6_12_behaves_as_the_model_every_counter_agrees_4k() {
+    if let Some(why) = qemu::missing(Target::QemuArm64) {
+        println!("SKIP where_6_12_behaves_as_the_model_every_counter_agrees_4k: {why}");
+        return;
+    }
+    // fork_cow: 6.12 copies a written 64K folio that fork shared into order-0 pages.
+    let mut paths = AGREE_4K.to_vec();
+    paths.push("tests/validation/fork_cow.wl");
+    let cs = guest_against_model(Target::QemuArm64, &paths, &[]);
+    for c in &cs[..AGREE_4K.len()] {
+        assert!(c.ok(), "{}", table(c));
+        let judged = c.rows.iter().filter(|r| r.rule == foliolab::cmd::validate::Rule::Exact).count();
+        assert!(judged > 50, "{}: only {judged} counters judged exactly", c.workload);
+        for key in ["arch.dsb.ish", "arch.dsb.ishst", "arch.isb", "kernel.handle_mm_fault"] {
+            assert!(c.rows.iter().any(|r| r.counter == key), "{}: {key} not compared", c.workload);
+        }
+    }
+    let cow = cs.last().unwrap();
+    assert!(!cow.ok(), "{}", table(cow));
+    assert_eq!(cow.layout_mismatches.len(), 1, "{}", table(cow));
+}
+
+#[test]
+fn where_6_12_behaves_as_the_model_every_counter_agrees_16k() {
+    if let Some(why) = qemu::missing(Target::QemuArm64_16k) {
+        println!("SKIP where_6_12_behaves_as_the_model_every_counter_agrees_16k: {why}");
+        return;
+    }
+    for c in guest_against_model(Target::QemuArm64_16k, AGREE_16K, &[]) {
+        assert!(c.ok(), "{}", table(&c));
+    }
+}
+
+/// A model broken by one fault fails against the guest, on the per-process count and
+/// the global one.
+#[test]
+fn a_model_one_fault_off_fails_against_the_guest() {
+    if let Some(why) = qemu::missing(Target::QemuArm64) {
+        println!("SKIP a_model_one_fault_off_fails_against_the_guest: {why}");
+        return;
+    }
+    let cs = guest_against_model(
+        Target::QemuArm64,
+        &["tests/validation/mthp_64k_aligned.wl"],
+        &["inject=extra-fault"],
+    );
+    let bad: Vec<&str> = cs[0].rows.iter().filter(|r| !r.ok).map(|r| r.counter.as_str()).collect();
+    assert!(bad.contains(&"proc.main.minflt") && bad.contains(&"vmstat.pgfault"), "{}", table(&cs[0]));
 }

@@ -333,7 +333,17 @@ impl Kernel {
                 }
             }
         }
+        let mut prev: Option<MmId> = None;
         for (mm, ptep, addr) in self.folio_mappings(folio) {
+            // page_vma_mapped_walk reads each pte it steps to past the first (next_pte,
+            // over holes too), then check_pte reads it again; once the first pte of a contpte block has
+            // unfolded it, the rest read as plain ptes.
+            let amm = self.arch_mm(mm);
+            if prev == Some(mm) {
+                self.arch.ptep_get(amm, ptep);
+            }
+            prev = Some(mm);
+            self.arch.ptep_get(amm, ptep);
             let entry = self.try_to_migrate_one(folio, mm, ptep, addr, flags);
             out.push(entry);
         }
@@ -341,7 +351,8 @@ impl Kernel {
     }
 
     /// Every pte that maps a page of `folio`, in every mm: anon pages are mapped only at
-    /// their page->index, so the rmap walk needs no reverse map.
+    /// their page->index, so the rmap walk needs no reverse map. A host-side search
+    /// (raw reads); the kernel's reads are its callers' (page_vma_mapped_walk).
     fn folio_mappings(&mut self, folio: Pfn) -> Vec<(MmId, PtePtr, u64)> {
         let g = self.arch.granule();
         let nr = self.memmap.folio_nr_pages(folio);
@@ -350,12 +361,11 @@ impl Kernel {
             if self.mms[mm].is_none() {
                 continue;
             }
-            let amm = self.arch_mm(mm);
             for i in 0..nr {
                 let page = Pfn(folio.0 + i);
                 let addr = self.memmap.page(page).index << g.page_shift();
                 let Some(ptep) = self.pte_offset(mm, addr) else { continue };
-                let pte = self.arch.ptep_get(amm, ptep);
+                let pte = self.arch.__ptep_get(ptep);
                 if pte.pte_present() && pte.pte_pfn(g) == page {
                     out.push((mm, ptep, addr));
                 }
@@ -372,6 +382,8 @@ impl Kernel {
     fn try_to_migrate_one(&mut self, folio: Pfn, mm: MmId, ptep: PtePtr, addr: u64, flags: TtuFlags) -> MigrationEntry {
         let g = self.arch.granule();
         let amm = self.arch_mm(mm);
+        // pfn = pte_pfn(ptep_get(pvmw.pte)): a second read before the clear.
+        self.arch.ptep_get(amm, ptep);
         let pte = if self.should_defer_flush(flags) {
             let v = self.arch.ptep_get_and_clear(amm, addr, ptep);
             self.set_tlb_ubc_flush_pending(mm, v, addr, addr + g.page_size());

@@ -49,12 +49,21 @@ pub fn contpte_convert(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pte
 }
 
 /// contpte_try_unfold: if `ptep` is in a contpte block, repaint the block without CONT.
+/// The header's inline wrapper: the call into __contpte_try_unfold is a real one
+/// (`kernel.__contpte_try_unfold`); contpte.c's own callers reach the same work with
+/// it inlined (`unfold`), as the 6.12 guest's kernel image shows.
 #[inline]
 pub fn contpte_try_unfold(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr) {
-    let pte = arch.__ptep_get(ptep);
-    if pte.pte_valid_cont() {
+    if arch.__ptep_get(ptep).pte_valid_cont() {
         arch.kc.inc(KernelEvent::ContpteTryUnfold);
     }
+    unfold(arch, mm, addr, ptep);
+}
+
+/// contpte_try_unfold's work, inlined into contpte.c's callers.
+#[inline]
+pub fn unfold(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr) {
+    let pte = arch.__ptep_get(ptep);
     if pte.pte_valid_cont() && mm.user {
         arch.hw.ev.inc(Event::ContpteUnfold);
         contpte_convert(arch, mm, addr, ptep, pte.pte_mknoncont());
@@ -69,11 +78,11 @@ pub fn contpte_try_unfold_partial(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: 
     let n = g.cont_ptes();
     let ps = g.page_size();
     if ptep.index & (n - 1) != 0 {
-        contpte_try_unfold(arch, mm, addr, ptep);
+        unfold(arch, mm, addr, ptep);
     }
     let last = ptep.add(nr - 1);
     if (last.index + 1) & (n - 1) != 0 {
-        contpte_try_unfold(arch, mm, addr + (nr as u64 - 1) * ps, last);
+        unfold(arch, mm, addr + (nr as u64 - 1) * ps, last);
     }
 }
 

@@ -520,7 +520,8 @@ impl Arch {
             return false;
         }
         if orig.pte_write() != entry.pte_write() {
-            contpte::contpte_try_unfold(self, mm, addr, ptep);
+            // contpte_ptep_set_access_flags, in contpte.c.
+            contpte::unfold(self, mm, addr, ptep);
             return self.__ptep_set_access_flags(mm, addr, ptep, entry.pte_mknoncont(), dirty, true);
         }
         let g = self.granule();
