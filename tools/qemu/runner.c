@@ -200,9 +200,24 @@ static uint64_t now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + t.tv_nsec;
 }
 
-static int alive(pid_t pid)
+/* A descriptor that polls readable once pid has exited (-1 if it already has). */
+static int pidfd_of(pid_t pid)
 {
-	return kill(pid, 0) == 0;
+	return pid > 0 ? syscall(SYS_pidfd_open, pid, 0) : -1;
+}
+
+/* Blocks until the process behind pidfd has exited, never waking before: a
+ * polling loop's wake-ups would preempt the work measured in a window (a zap
+ * that breaks for need_resched re-reads its ptes), at times that vary. */
+static void wait_gone(int pidfd)
+{
+	struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
+
+	if (pidfd < 0)
+		return;
+	while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+		;
+	close(pidfd);
 }
 
 /* ---- the fault sampler (src/native/perf.rs) ---- */
@@ -721,16 +736,20 @@ static int64_t exit_twin(void)
 		faults = 0;
 	close(fds[0]);
 	/* The wait below, once outside the window: its writes to memory the twin
-	 * still shares are copies here, not faults inside the twin's window (errno
-	 * too, which kill sets once the twin is gone). */
-	(void)alive(twin);
-	usleep(1);
-	errno = 0;
-	if (write(go[1], "g", 1) != 1)
-		twin = -1;
-	close(go[1]);
-	while (twin > 0 && alive(twin))
-		usleep(200);
+	 * still shares are copies here, not faults inside the twin's window. */
+	{
+		int pfd = pidfd_of(twin);
+		struct pollfd probe = { .fd = pfd, .events = POLLIN };
+
+		(void)poll(&probe, 1, 0);
+		errno = 0;
+		if (write(go[1], "g", 1) != 1) {
+			close(pfd);
+			pfd = -1;
+		}
+		close(go[1]);
+		wait_gone(pfd);
+	}
 	STOP_MARK();
 	return faults;
 }
@@ -774,8 +793,7 @@ static int64_t fork_twin(void)
 	if (twin < 0 || read(fds[0], &faults, sizeof(faults)) != sizeof(faults))
 		faults = 0;
 	close(fds[0]);
-	while (twin > 0 && alive(twin))
-		usleep(200);
+	wait_gone(pidfd_of(twin));
 	return faults;
 }
 
@@ -997,14 +1015,20 @@ static long long minflt_blocked(pid_t pid)
 }
 
 /* Waits for worker p's next message, in msg; -1 if it died first (its socket
- * stays open in its relatives, so death is checked, not awaited). */
+ * stays open in its relatives, so its death is watched on a pidfd). Blocks
+ * without waking in between (wait_gone says why). */
 static int await_reply(int p)
 {
-	struct pollfd pfd = { .fd = socks[p][0], .events = POLLIN };
+	struct pollfd pfd[2] = { { .fd = socks[p][0], .events = POLLIN },
+				 { .fd = pidfd_of(pids[p]), .events = POLLIN } };
+	int r;
 
-	while (poll(&pfd, 1, 100) == 0)
-		if (!alive(pids[p]))
-			return -1;
+	while ((r = poll(pfd, 2, -1)) < 0 && errno == EINTR)
+		;
+	if (pfd[1].fd >= 0)
+		close(pfd[1].fd);
+	if (r < 0 || !(pfd[0].revents & POLLIN))
+		return -1;
 	return recv_msg(socks[p][0]);
 }
 
@@ -1219,11 +1243,12 @@ static void run_workload(void)
 					runner += minflt_blocked(pids[p]) - m0 - flt + minflt_blocked(pids[c]);
 			}
 			if (!r && !strcmp(st->kind, "exit")) {
+				int pfd = pidfd_of(pids[p]);
+
 				runner += minflt_blocked(pids[p]) - m0;
 				if (send_msg(socks[p][0], "go", 2))
 					r = -1;
-				while (alive(pids[p]))
-					usleep(200);
+				wait_gone(pfd);
 				pids[p] = 0;
 				STOP_MARK();
 			}
@@ -1313,8 +1338,7 @@ out:
 	for (int p = 0; p < nprocs; p++) {
 		close(socks[p][0]);
 		if (pids[p])
-			while (alive(pids[p]))
-				usleep(200);
+			wait_gone(pidfd_of(pids[p]));
 	}
 	close_counters();
 }
