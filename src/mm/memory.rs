@@ -276,9 +276,22 @@ impl Kernel {
     /// wp_can_reuse_anon_folio: a small folio when ours is its only reference; a large
     /// one (__wp_can_reuse_large_anon_folio, 6.15+) when more than one page is mapped,
     /// only by this mm, and every reference is a mapping.
+    ///
+    /// With `cow_reuse_order0` a large folio is never reused here: before 1da190f4d0a6
+    /// ("mm: Copy-on-Write (COW) reuse support for PTE-mapped THP", v6.15, which needs
+    /// the per-folio MM owner tracking of CONFIG_MM_ID) the kernel could not tell that
+    /// all mappings of a large folio are in one mm, so wp_can_reuse_anon_folio returned
+    /// false for any large folio. Only a page still PageAnonExclusive (never shared by
+    /// fork, which clears it on every page it shares) is reused; every other write copies
+    /// one page, and the old folio goes partially mapped onto the deferred split queue.
+    /// A PMD-mapped THP is unaffected (do_huge_pmd_wp_page reuses it when the pmd is its
+    /// only reference, else splits the pmd and comes back here through the ptes).
     fn wp_can_reuse_anon_folio(&self, folio: Pfn) -> bool {
         if self.memmap.folio_order(folio) == 0 {
             return self.memmap.folio_ref_count(folio) == 1;
+        }
+        if self.cow_reuse_order0 {
+            return false;
         }
         let mapcount = self.memmap.folio_mapcount(folio);
         mapcount > 1
