@@ -333,6 +333,11 @@ mod tests {
         );
         assert_eq!(v.machine().granule, Granule::K16);
         assert!(v.contpte());
+        assert!(!v.cow_reuse_order0());
+        assert!(Variants::from_sets(&["cow-reuse=order0".into()])
+            .unwrap()
+            .cow_reuse_order0());
+        assert!(Variants::from_sets(&["cow-reuse=small".into()]).is_err());
     }
 
     #[test]
