@@ -276,9 +276,22 @@ impl Kernel {
     /// wp_can_reuse_anon_folio: a small folio when ours is its only reference; a large
     /// one (__wp_can_reuse_large_anon_folio, 6.15+) when more than one page is mapped,
     /// only by this mm, and every reference is a mapping.
+    ///
+    /// With `cow_reuse_order0` a large folio is never reused here: before 1da190f4d0a6
+    /// ("mm: Copy-on-Write (COW) reuse support for PTE-mapped THP", v6.15, which needs
+    /// the per-folio MM owner tracking of CONFIG_MM_ID) the kernel could not tell that
+    /// all mappings of a large folio are in one mm, so wp_can_reuse_anon_folio returned
+    /// false for any large folio. Only a page still PageAnonExclusive (never shared by
+    /// fork, which clears it on every page it shares) is reused; every other write copies
+    /// one page, and the old folio goes partially mapped onto the deferred split queue.
+    /// A PMD-mapped THP is unaffected (do_huge_pmd_wp_page reuses it when the pmd is its
+    /// only reference, else splits the pmd and comes back here through the ptes).
     fn wp_can_reuse_anon_folio(&self, folio: Pfn) -> bool {
         if self.memmap.folio_order(folio) == 0 {
             return self.memmap.folio_ref_count(folio) == 1;
+        }
+        if self.cow_reuse_order0 {
+            return false;
         }
         let mapcount = self.memmap.folio_mapcount(folio);
         mapcount > 1
@@ -657,6 +670,111 @@ impl Kernel {
                 }
             }
             a = next;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::MachineConfig;
+    use crate::report::PageKind;
+    use crate::sim::tests::{assert_clean, boot_with};
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+
+    fn rw() -> VmFlags {
+        VmFlags::READ | VmFlags::WRITE
+    }
+
+    fn write(k: &mut Kernel, mm: MmId, start: u64, len: u64) {
+        for a in (start..start + len).step_by(K4 as usize) {
+            user_access(k, mm, 0, a, true).unwrap();
+        }
+    }
+
+    /// 64K mTHP written, forked, and the child gone: the parent maps the folio alone,
+    /// every page of it no longer PageAnonExclusive.
+    fn formerly_shared_64k(order0: bool) -> (Kernel, MmId) {
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        k.cow_reuse_order0 = order0;
+        k.do_mmap(mm, BASE, 64 << 10, rw()).unwrap();
+        write(&mut k, mm, BASE, 64 << 10);
+        let child = k.dup_mmap(mm).unwrap();
+        k.exit_mmap(child);
+        assert_clean(&k);
+        (k, mm)
+    }
+
+    #[test]
+    fn by_default_a_large_folio_the_mm_maps_alone_after_fork_is_reused_on_write() {
+        let (mut k, mm) = formerly_shared_64k(false);
+        let head = k.page_table_pfn(mm, BASE).unwrap();
+        let rmaps = k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes);
+        write(&mut k, mm, BASE, 64 << 10);
+        assert_clean(&k);
+        assert_eq!(k.page_table_pfn(mm, BASE), Some(head));
+        assert!((0..16).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(4))));
+        assert_eq!(k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes), rmaps);
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 1);
+    }
+
+    /// 6.12 (cow-reuse=order0): each write copies its page, the first one leaves the
+    /// folio partially mapped (deferred split), the last one frees it.
+    #[test]
+    fn with_order0_cow_reuse_each_write_to_a_formerly_shared_large_folio_copies_a_page() {
+        let (mut k, mm) = formerly_shared_64k(true);
+        let rmaps = k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes);
+        write(&mut k, mm, BASE, K4);
+        assert_clean(&k);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(0)));
+        assert_eq!(k.page_kind(mm, BASE + K4), Some(PageKind::Order(4)));
+        assert_eq!(k.stat.mthp(4, MthpStat::SplitDeferred), 1);
+        write(&mut k, mm, BASE + K4, 60 << 10);
+        assert_clean(&k);
+        assert!((0..16).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(0))));
+        assert_eq!(k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes) - rmaps, 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 0);
+    }
+
+    /// Without fork the pages stay PageAnonExclusive: a write after mprotect(r) then
+    /// mprotect(rw) reuses the large folio under either setting.
+    #[test]
+    fn with_order0_cow_reuse_a_page_still_anon_exclusive_is_reused() {
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        k.cow_reuse_order0 = true;
+        k.do_mmap(mm, BASE, 64 << 10, rw()).unwrap();
+        write(&mut k, mm, BASE, 64 << 10);
+        k.do_mprotect(mm, BASE, BASE + (64 << 10), VmFlags::READ).unwrap();
+        k.do_mprotect(mm, BASE, BASE + (64 << 10), rw()).unwrap();
+        write(&mut k, mm, BASE, 64 << 10);
+        assert_clean(&k);
+        assert!((0..16).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(4))));
+    }
+
+    /// fork_pmd_thp.wl: both pmds of a forked PMD THP are split by the first writes;
+    /// once the child has gone, the parent's next write reuses the pte-mapped folio
+    /// (6.15+) or copies the page (cow-reuse=order0, 6.12).
+    #[test]
+    fn with_order0_cow_reuse_a_formerly_shared_pte_mapped_thp_copies_after_the_child_exits() {
+        for order0 in [false, true] {
+            let (mut k, mm) = boot_with(MachineConfig::default(), &[]);
+            k.cow_reuse_order0 = order0;
+            k.do_mmap(mm, BASE, 2 << 20, rw() | VmFlags::HUGEPAGE).unwrap();
+            write(&mut k, mm, BASE, K4);
+            let child = k.dup_mmap(mm).unwrap();
+            k.switch_mm(1, child);
+            user_access(&mut k, child, 1, BASE + K4, true).unwrap();
+            write(&mut k, mm, BASE + 2 * K4, K4);
+            k.exit_mmap(child);
+            assert_clean(&k);
+            assert_eq!(k.page_kind(mm, BASE + 2 * K4), Some(PageKind::Order(0)));
+            write(&mut k, mm, BASE + 3 * K4, K4);
+            assert_clean(&k);
+            let want = if order0 { PageKind::Order(0) } else { PageKind::Order(9) };
+            assert_eq!(k.page_kind(mm, BASE + 3 * K4), Some(want), "order0={order0}");
         }
     }
 }

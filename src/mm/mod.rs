@@ -71,6 +71,10 @@ pub struct Kernel {
     /// (arm64's pte_needs_flush, 6.19); otherwise every changed present pte is
     /// flushed (the generic pte_needs_flush, 6.18).
     pub prot_flush_elide: bool,
+    /// A write fault on a page of a large anon folio that is no longer
+    /// PageAnonExclusive always copies the page (`cow-reuse=order0`, up to 6.14),
+    /// instead of reusing the folio once this mm maps it alone (6.15+, 1da190f4d0a6).
+    pub cow_reuse_order0: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
@@ -111,6 +115,7 @@ impl Kernel {
             zap: ZapVariant::Batched,
             tlb_batch: rmap::TlbBatchVariant::Deferred,
             prot_flush_elide: false,
+            cow_reuse_order0: false,
             inject_extra_fault: false,
             tlb_ubc: rmap::TlbUbc::default(),
             pgtable_hint: Default::default(),

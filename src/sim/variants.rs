@@ -50,6 +50,12 @@ pub const KEYS: &[Key] = &[
         about: "mprotect flushes every present pte it changes (always, 6.18) or, as arm64's pte_needs_flush does since 6.19 (c320dbb7c80d), skips the flush when only invalid or software bits change (elide)",
     },
     Key {
+        name: "cow-reuse",
+        default: "large",
+        values: "large|order0",
+        about: "a write fault on a no longer exclusive page of a large anon folio reuses the folio when this mm maps it alone (large, 6.15+: 1da190f4d0a6) or always copies the page, reusing only order-0 folios (order0, up to 6.14, e.g. the 6.12 guest)",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -232,6 +238,7 @@ impl Variants {
             "tlb-batch" => matches!(val, "sync" | "deferred"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "prot-flush" => matches!(val, "always" | "elide"),
+            "cow-reuse" => matches!(val, "large" | "order0"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
@@ -287,6 +294,10 @@ impl Variants {
     pub fn prot_flush_elide(&self) -> bool {
         self.get("prot-flush") == "elide"
     }
+    /// do_wp_page as up to 6.14: only order-0 folios are reused once shared.
+    pub fn cow_reuse_order0(&self) -> bool {
+        self.get("cow-reuse") == "order0"
+    }
     pub fn contpte(&self) -> bool {
         self.flag("contpte")
     }
@@ -322,6 +333,11 @@ mod tests {
         );
         assert_eq!(v.machine().granule, Granule::K16);
         assert!(v.contpte());
+        assert!(!v.cow_reuse_order0());
+        assert!(Variants::from_sets(&["cow-reuse=order0".into()])
+            .unwrap()
+            .cow_reuse_order0());
+        assert!(Variants::from_sets(&["cow-reuse=small".into()]).is_err());
     }
 
     #[test]
