@@ -71,6 +71,10 @@ pub struct Kernel {
     /// (arm64's pte_needs_flush, 6.19); otherwise every changed present pte is
     /// flushed (the generic pte_needs_flush, 6.18).
     pub prot_flush_elide: bool,
+    /// change_pte_range changes one pte at a time (ptep_modify_prot_start /
+    /// ptep_modify_prot_commit), as before cac1db8c3aad "mm: optimize mprotect() by
+    /// PTE batching" (6.17); otherwise per folio batch (6.17+).
+    pub mprotect_per_pte: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
@@ -111,6 +115,7 @@ impl Kernel {
             zap: ZapVariant::Batched,
             tlb_batch: rmap::TlbBatchVariant::Deferred,
             prot_flush_elide: false,
+            mprotect_per_pte: false,
             inject_extra_fault: false,
             tlb_ubc: rmap::TlbUbc::default(),
             pgtable_hint: Default::default(),

@@ -50,6 +50,12 @@ pub const KEYS: &[Key] = &[
         about: "mprotect flushes every present pte it changes (always, 6.18) or, as arm64's pte_needs_flush does since 6.19 (c320dbb7c80d), skips the flush when only invalid or software bits change (elide)",
     },
     Key {
+        name: "mprotect-batch",
+        default: "batched",
+        values: "batched|per-pte",
+        about: "change_pte_range changes the ptes of one folio as a batch (batched, 6.17+: cac1db8c3aad, 7efa1cd5f89b) or pte by pte, unfolding each contpte block it touches and refolding it at its last pte (per-pte, up to 6.16)",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -232,6 +238,7 @@ impl Variants {
             "tlb-batch" => matches!(val, "sync" | "deferred"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "prot-flush" => matches!(val, "always" | "elide"),
+            "mprotect-batch" => matches!(val, "batched" | "per-pte"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
@@ -287,6 +294,10 @@ impl Variants {
     pub fn prot_flush_elide(&self) -> bool {
         self.get("prot-flush") == "elide"
     }
+    /// change_pte_range pte by pte, as before cac1db8c3aad (6.17).
+    pub fn mprotect_per_pte(&self) -> bool {
+        self.get("mprotect-batch") == "per-pte"
+    }
     pub fn contpte(&self) -> bool {
         self.flag("contpte")
     }
@@ -322,6 +333,11 @@ mod tests {
         );
         assert_eq!(v.machine().granule, Granule::K16);
         assert!(v.contpte());
+        assert!(!v.mprotect_per_pte());
+        assert!(Variants::from_sets(&["mprotect-batch=per-pte".into()])
+            .unwrap()
+            .mprotect_per_pte());
+        assert!(Variants::from_sets(&["mprotect-batch=on".into()]).is_err());
     }
 
     #[test]
