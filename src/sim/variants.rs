@@ -56,6 +56,12 @@ pub const KEYS: &[Key] = &[
         about: "change_pte_range changes the ptes of one folio as a batch (batched, 6.17+: cac1db8c3aad, 7efa1cd5f89b) or pte by pte, unfolding each contpte block it touches and refolding it at its last pte (per-pte, up to 6.16)",
     },
     Key {
+        name: "huge-zero-wp",
+        default: "thp",
+        values: "thp|split",
+        about: "a write fault on the huge zero pmd maps a new THP (thp, 6.13+: 1ced09e0331f) or splits the pmd and copies one page on the pte path (split, up to 6.12)",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -239,6 +245,7 @@ impl Variants {
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "prot-flush" => matches!(val, "always" | "elide"),
             "mprotect-batch" => matches!(val, "batched" | "per-pte"),
+            "huge-zero-wp" => matches!(val, "thp" | "split"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
@@ -298,6 +305,10 @@ impl Variants {
     pub fn mprotect_per_pte(&self) -> bool {
         self.get("mprotect-batch") == "per-pte"
     }
+    /// A write to the huge zero pmd splits it, as before 1ced09e0331f (6.13).
+    pub fn huge_zero_wp_split(&self) -> bool {
+        self.get("huge-zero-wp") == "split"
+    }
     pub fn contpte(&self) -> bool {
         self.flag("contpte")
     }
@@ -334,10 +345,12 @@ mod tests {
         assert_eq!(v.machine().granule, Granule::K16);
         assert!(v.contpte());
         assert!(!v.mprotect_per_pte());
-        assert!(Variants::from_sets(&["mprotect-batch=per-pte".into()])
-            .unwrap()
-            .mprotect_per_pte());
+        assert!(!v.huge_zero_wp_split());
+        let old = Variants::from_sets(&["mprotect-batch=per-pte".into(), "huge-zero-wp=split".into()]).unwrap();
+        assert!(old.mprotect_per_pte());
+        assert!(old.huge_zero_wp_split());
         assert!(Variants::from_sets(&["mprotect-batch=on".into()]).is_err());
+        assert!(Variants::from_sets(&["huge-zero-wp=on".into()]).is_err());
     }
 
     #[test]
