@@ -154,15 +154,21 @@ fn map_anon_folio_pmd_pf(k: &mut Kernel, mm: MmId, vma: &Vma, folio: Pfn, pmd: P
     k.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
 }
 
-/// do_huge_pmd_wp_page: a write to the huge zero page gets a new THP (6.12+,
+/// do_huge_pmd_wp_page: a write to the huge zero page gets a new THP (6.13+,
 /// do_huge_zero_wp_pmd); an exclusive THP, or one whose only reference is this
 /// mapping, is reused; otherwise (or when no THP can be allocated) the pmd is split
 /// and the pte path copies.
+///
+/// With `huge_zero_wp_split` (`huge-zero-wp=split`, before 1ced09e0331f "mm:
+/// allocate THP on hugezeropage wp-fault", 6.13) the huge zero pmd always goes to
+/// the fallback: __split_huge_zero_page_pmd, then do_wp_page copies the one page.
 pub fn do_huge_pmd_wp_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> VmFault {
     let g = k.arch.granule();
     let d = k.pxd_get(2, pmd);
     if is_huge_zero_pmd(k, d) {
-        if let Some(folio) = vma_alloc_anon_folio_pmd(k) {
+        if k.huge_zero_wp_split {
+            // 6.12: `if (is_huge_zero_pmd(orig_pmd)) goto fallback;`
+        } else if let Some(folio) = vma_alloc_anon_folio_pmd(k) {
             let haddr = addr & !(g.pmd_size() - 1);
             // pmdp_huge_clear_flush, keeping the deposited table.
             k.pxd_set(2, haddr, pmd, Desc::ZERO);
@@ -705,6 +711,46 @@ mod tests {
         assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 1);
         assert_eq!(k.stat.event(VmEvent::ThpSplitPage), 1);
         assert!((0..512).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(0))));
+    }
+
+    /// The huge zero pmd of a read, then a write into it.
+    fn write_after_huge_zero_read(split: bool) -> (Kernel, MmId, crate::hw::Events) {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        k.huge_zero_wp_split = split;
+        k.do_mmap(mm, BASE, 2 << 20, VmFlags::READ | VmFlags::WRITE | VmFlags::HUGEPAGE)
+            .unwrap();
+        user_access(&mut k, mm, 0, BASE, false).unwrap();
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Zero));
+        let ev = k.arch.hw.ev.clone();
+        user_access(&mut k, mm, 0, BASE + K4, true).unwrap();
+        assert_clean(&k);
+        (k, mm, ev)
+    }
+
+    #[test]
+    fn a_write_to_the_huge_zero_pmd_maps_a_new_thp() {
+        let (k, mm, ev) = write_after_huge_zero_read(false);
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 0);
+        assert_eq!(k.stat.event(VmEvent::ThpFaultAlloc), 1);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(9)));
+        assert_eq!(k.arch.hw.ev.get(Event::TlbiTotal) - ev.get(Event::TlbiTotal), 1);
+    }
+
+    /// Before 1ced09e0331f (6.12): the huge zero pmd is split into zero-page ptes and
+    /// do_wp_page copies the written page alone: the pmd flush, then ptep_clear_flush.
+    #[test]
+    fn a_write_to_the_huge_zero_pmd_splits_it_and_copies_one_page_with_huge_zero_wp_split() {
+        let (k, mm, ev) = write_after_huge_zero_read(true);
+        let d = |e| k.arch.hw.ev.get(e) - ev.get(e);
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 1);
+        assert_eq!(k.stat.event(VmEvent::ThpFaultAlloc), 0);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Zero));
+        assert_eq!(k.page_kind(mm, BASE + K4), Some(PageKind::Order(0)));
+        assert_eq!(k.page_kind(mm, BASE + 2 * K4), Some(PageKind::Zero));
+        assert_eq!(d(Event::TlbiTotal), 2);
+        assert_eq!(d(Event::TlbiVale1is), 1);
+        assert_eq!(d(Event::DsbIsh), 2);
+        assert_eq!(d(Event::Isb), 2);
     }
 
     #[test]

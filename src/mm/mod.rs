@@ -75,6 +75,14 @@ pub struct Kernel {
     /// PageAnonExclusive always copies the page (`cow-reuse=order0`, up to 6.14),
     /// instead of reusing the folio once this mm maps it alone (6.15+, 1da190f4d0a6).
     pub cow_reuse_order0: bool,
+    /// change_pte_range changes one pte at a time (ptep_modify_prot_start /
+    /// ptep_modify_prot_commit), as before cac1db8c3aad "mm: optimize mprotect() by
+    /// PTE batching" (6.17); otherwise per folio batch (6.17+).
+    pub mprotect_per_pte: bool,
+    /// A write fault on the huge zero pmd splits it and copies one page on the pte
+    /// path, as before 1ced09e0331f "mm: allocate THP on hugezeropage wp-fault"
+    /// (6.13); otherwise it maps a new THP (6.13+).
+    pub huge_zero_wp_split: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
@@ -116,6 +124,8 @@ impl Kernel {
             tlb_batch: rmap::TlbBatchVariant::Deferred,
             prot_flush_elide: false,
             cow_reuse_order0: false,
+            mprotect_per_pte: false,
+            huge_zero_wp_split: false,
             inject_extra_fault: false,
             tlb_ubc: rmap::TlbUbc::default(),
             pgtable_hint: Default::default(),

@@ -66,6 +66,8 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.arch.ptep_get = v.ptep_get();
     k.prot_flush_elide = v.prot_flush_elide();
     k.cow_reuse_order0 = v.cow_reuse_order0();
+    k.mprotect_per_pte = v.mprotect_per_pte();
+    k.huge_zero_wp_split = v.huge_zero_wp_split();
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
     check_granule(w, &w.stmts, page)?;

@@ -124,7 +124,7 @@ mod faults {
         assert_eq!(k.stat.event(VmEvent::ThpZeroPageAlloc), 1);
         assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(9)));
         assert_eq!(k.page_kind(mm, BASE + (6 << 20)), Some(PageKind::Zero));
-        // A write to the huge zero page maps a new THP in its place (6.12+), no split.
+        // A write to the huge zero page maps a new THP in its place (6.13+), no split.
         assert_eq!(touch(&mut k, mm, BASE + (4 << 20), K4, true), 1);
         assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 0);
         assert_eq!(k.stat.event(VmEvent::ThpFaultAlloc), 3);

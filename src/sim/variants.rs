@@ -56,6 +56,18 @@ pub const KEYS: &[Key] = &[
         about: "a write fault on a no longer exclusive page of a large anon folio reuses the folio when this mm maps it alone (large, 6.15+: 1da190f4d0a6) or always copies the page, reusing only order-0 folios (order0, up to 6.14, e.g. the 6.12 guest)",
     },
     Key {
+        name: "mprotect-batch",
+        default: "batched",
+        values: "batched|per-pte",
+        about: "change_pte_range changes the ptes of one folio as a batch (batched, 6.17+: cac1db8c3aad, 7efa1cd5f89b) or pte by pte, unfolding each contpte block it touches and refolding it at its last pte (per-pte, up to 6.16)",
+    },
+    Key {
+        name: "huge-zero-wp",
+        default: "thp",
+        values: "thp|split",
+        about: "a write fault on the huge zero pmd maps a new THP (thp, 6.13+: 1ced09e0331f) or splits the pmd and copies one page on the pte path (split, up to 6.12)",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -239,6 +251,8 @@ impl Variants {
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "prot-flush" => matches!(val, "always" | "elide"),
             "cow-reuse" => matches!(val, "large" | "order0"),
+            "mprotect-batch" => matches!(val, "batched" | "per-pte"),
+            "huge-zero-wp" => matches!(val, "thp" | "split"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
@@ -298,6 +312,14 @@ impl Variants {
     pub fn cow_reuse_order0(&self) -> bool {
         self.get("cow-reuse") == "order0"
     }
+    /// change_pte_range pte by pte, as before cac1db8c3aad (6.17).
+    pub fn mprotect_per_pte(&self) -> bool {
+        self.get("mprotect-batch") == "per-pte"
+    }
+    /// A write to the huge zero pmd splits it, as before 1ced09e0331f (6.13).
+    pub fn huge_zero_wp_split(&self) -> bool {
+        self.get("huge-zero-wp") == "split"
+    }
     pub fn contpte(&self) -> bool {
         self.flag("contpte")
     }
@@ -338,6 +360,13 @@ mod tests {
             .unwrap()
             .cow_reuse_order0());
         assert!(Variants::from_sets(&["cow-reuse=small".into()]).is_err());
+        assert!(!v.mprotect_per_pte());
+        assert!(!v.huge_zero_wp_split());
+        let old = Variants::from_sets(&["mprotect-batch=per-pte".into(), "huge-zero-wp=split".into()]).unwrap();
+        assert!(old.mprotect_per_pte());
+        assert!(old.huge_zero_wp_split());
+        assert!(Variants::from_sets(&["mprotect-batch=on".into()]).is_err());
+        assert!(Variants::from_sets(&["huge-zero-wp=on".into()]).is_err());
     }
 
     #[test]
