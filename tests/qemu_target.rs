@@ -5,7 +5,7 @@
 //! fault must fail; and the counts are checked against what this kernel is known to
 //! do. Skipped when scripts/setup-qemu has not been run (tests install nothing).
 
-use foliolab::cmd::validate::{compare, table};
+use foliolab::cmd::validate::{compare, table, target_variants};
 use foliolab::native::qemu::{self, Target};
 use foliolab::report::Report;
 use foliolab::sim::{self, Variants};
@@ -94,15 +94,18 @@ fn a_missing_setup_is_exit_2_naming_the_script() {
     assert!(err.contains("scripts/setup-qemu"), "{err}");
 }
 
-/// Workloads on which Linux 6.12 does what the model does, op for op: an mTHP fault
-/// path, fork with copy-on-write of order-0 pages and its runner twins, MADV_DONTNEED
-/// of partial blocks (LPA2 range TLBIs), a freed pud table (set_p4d's barriers),
-/// MADV_PAGEOUT of order-0 and 64K folios (split, deferred flush), a PMD split, and
-/// a region hole. Each names what it checks.
+/// Workloads on which the model, with the target's variants (Linux 6.12's behaviour
+/// where it differs from 6.18's), does what the guest does, op for op: an mTHP fault
+/// path, fork with copy-on-write and its runner twins, 6.12's copy of a formerly
+/// shared 64K folio, MADV_DONTNEED of partial blocks (LPA2 range TLBIs), a freed pud
+/// table (set_p4d's barriers), MADV_PAGEOUT of order-0 and 64K folios (split,
+/// deferred flush), a PMD split, 6.12's per-pte mprotect, and a region hole.
 const AGREE_4K: &[&str] = &[
     "tests/validation/mthp_64k_aligned.wl",
     "tests/validation/fork_both_live.wl",
     "tests/validation/fork_read_zero.wl",
+    "tests/validation/fork_cow.wl",
+    "tests/validation/mprotect_none_rw.wl",
     "tests/validation/mthp_64k_dontneed_alone.wl",
     "tests/validation/repeat_map_touch_unmap.wl",
     "tests/validation/pageout_order0.wl",
@@ -122,12 +125,8 @@ const AGREE_16K: &[&str] = &[
 /// the target's variants, the per-mm work of forks and exits left out.
 fn guest_against_model(target: Target, paths: &[&str], extra: &[&str]) -> Vec<foliolab::cmd::validate::Comparison> {
     let ws: Vec<_> = paths.iter().map(|p| parse_file(p).unwrap()).collect();
-    let sets: Vec<String> = target
-        .model_sets()
-        .into_iter()
-        .chain(extra.iter().map(|s| s.to_string()))
-        .collect();
-    let v = Variants::from_sets(&sets).unwrap();
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let v = target_variants(target, &extra).unwrap();
     let batch = qemu::run_batch(target, &ws).unwrap();
     ws.iter()
         .zip(batch.reports)
@@ -144,11 +143,8 @@ fn where_6_12_behaves_as_the_model_every_counter_agrees_4k() {
         println!("SKIP where_6_12_behaves_as_the_model_every_counter_agrees_4k: {why}");
         return;
     }
-    // fork_cow: 6.12 copies a written 64K folio that fork shared into order-0 pages.
-    let mut paths = AGREE_4K.to_vec();
-    paths.push("tests/validation/fork_cow.wl");
-    let cs = guest_against_model(Target::QemuArm64, &paths, &[]);
-    for c in &cs[..AGREE_4K.len()] {
+    let cs = guest_against_model(Target::QemuArm64, AGREE_4K, &[]);
+    for c in &cs {
         assert!(c.ok(), "{}", table(c));
         let judged = c.rows.iter().filter(|r| r.rule == foliolab::cmd::validate::Rule::Exact).count();
         assert!(judged > 50, "{}: only {judged} counters judged exactly", c.workload);
@@ -156,9 +152,21 @@ fn where_6_12_behaves_as_the_model_every_counter_agrees_4k() {
             assert!(c.rows.iter().any(|r| r.counter == key), "{}: {key} not compared", c.workload);
         }
     }
-    let cow = cs.last().unwrap();
+}
+
+/// The model with 6.18's copy-on-write (reusing a large folio the mm maps alone) is
+/// told apart from 6.12 by the guest: the layout and the rmap calls differ.
+#[test]
+fn the_guest_tells_6_18_cow_reuse_from_6_12() {
+    if let Some(why) = qemu::missing(Target::QemuArm64) {
+        println!("SKIP the_guest_tells_6_18_cow_reuse_from_6_12: {why}");
+        return;
+    }
+    let cs = guest_against_model(Target::QemuArm64, &["tests/validation/fork_cow.wl"], &["cow-reuse=large"]);
+    let cow = &cs[0];
     assert!(!cow.ok(), "{}", table(cow));
     assert_eq!(cow.layout_mismatches.len(), 1, "{}", table(cow));
+    assert!(cow.rows.iter().any(|r| r.counter == "kernel.folio_remove_rmap_ptes" && !r.ok), "{}", table(cow));
 }
 
 #[test]

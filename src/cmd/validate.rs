@@ -39,6 +39,19 @@ pub struct Args {
     pub target: crate::native::qemu::Target,
 }
 
+/// The model's variants for `target`: the user's `--set`s, and the target's own
+/// (`Target::model_sets`) for every key the user left alone.
+pub fn target_variants(target: crate::native::qemu::Target, sets: &[String]) -> Result<crate::sim::Variants, String> {
+    let mut v = crate::sim::Variants::from_sets(sets)?;
+    for s in target.model_sets() {
+        let (k, val) = s.split_once('=').expect("key=value");
+        if !sets.iter().any(|u| u.split_once('=').is_some_and(|(uk, _)| uk == k)) {
+            v.set(k, val)?;
+        }
+    }
+    Ok(v)
+}
+
 /// Runs a workload on one side; the error is reported as that side's failure.
 pub type Runner<'a> = dyn FnMut(&Workload) -> Result<Report, String> + 'a;
 
@@ -570,13 +583,7 @@ pub fn exit_code(results: &[Comparison]) -> ExitCode {
 }
 
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
-    let sets: Vec<String> = a
-        .target
-        .model_sets()
-        .into_iter()
-        .chain(a.sets.iter().cloned())
-        .collect();
-    let v = crate::sim::Variants::from_sets(&sets)?;
+    let v = target_variants(a.target, &a.sets)?;
     // Every workload is checked before anything runs: bad input is exit 2, up front.
     let workloads = a
         .workloads

@@ -66,20 +66,29 @@ impl Target {
         self.guest().map_or("host", |(s, ..)| s)
     }
 
-    /// The model variants that match this target's machine and kernel (`--set ...`):
-    /// its base page size; `tlbi-range=on` because QEMU's `-cpu max` implements
-    /// FEAT_TLBIRANGE, so the guest kernel flushes ranges with range TLBIs; `lpa2=on`
-    /// because it implements FEAT_LPA2 too and Debian's kernels are built for 52-bit
-    /// VAs (CONFIG_ARM64_LPA2), so range TLBIs start on 64K boundaries.
+    /// The model variants that match this target's machine and kernel (`--set ...`,
+    /// which a user's own `--set` overrides): its base page size; `tlbi-range=on`
+    /// because QEMU's `-cpu max` implements FEAT_TLBIRANGE, so the guest kernel
+    /// flushes ranges with range TLBIs; `lpa2=on` because it implements FEAT_LPA2 too
+    /// and Debian's kernels are built for 52-bit VAs (CONFIG_ARM64_LPA2), so range
+    /// TLBIs start on 64K boundaries; and Linux 6.12's behaviour wherever the guest
+    /// showed it differs from 6.18's (`KERNEL_6_12`).
     pub fn model_sets(self) -> Vec<String> {
-        let machine = ["tlbi-range=on".to_string(), "lpa2=on".to_string()];
+        let machine = ["tlbi-range=on", "lpa2=on"].iter().chain(KERNEL_6_12).map(|s| s.to_string());
         match self {
             Target::Host => Vec::new(),
-            Target::QemuArm64 => machine.to_vec(),
+            Target::QemuArm64 => machine.collect(),
             Target::QemuArm64_16k => std::iter::once("granule=16K".to_string()).chain(machine).collect(),
         }
     }
 }
+
+/// The variants in which Linux 6.12 differs from 6.18 on the validation suite, each
+/// a later upstream change (the key's help names the commit): copy-on-write of a
+/// formerly shared large folio, mprotect pte by pte, a write to the huge zero pmd,
+/// reclaim of lazyfree large folios, and MADV_COLLAPSE's copy and its refusal of
+/// read-only ranges.
+pub const KERNEL_6_12: &[&str] = &["cow-reuse=order0", "mprotect-batch=per-pte", "huge-zero-wp=split"];
 
 /// How a workload's error starts when it wrote a knob the target's kernel lacks: the
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
@@ -558,7 +567,10 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
     }
     let cache = cache_dir();
     let run_err = |what: &str, e: std::io::Error| QemuError::Run(format!("{what}: {e}"));
-    let dir = std::env::temp_dir().join(format!("foliolab-qemu-{}-{}", std::process::id(), flavour));
+    // One directory per batch: a process may boot several guests at once (tests).
+    static BATCHES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = BATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("foliolab-qemu-{}-{n}-{flavour}", std::process::id()));
     std::fs::create_dir_all(dir.join("root/w")).map_err(|e| run_err("temporary directory", e))?;
     let all_steps: Vec<Vec<&Stmt>> = workloads
         .iter()
@@ -597,6 +609,12 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
             "2G",
             "-nographic",
             "-no-reboot",
+            // The guest's clock counts instructions (one per nanosecond), and idles
+            // without sleeping: its timer interrupts, and so any preemption of the
+            // work inside a window (a zap breaking for need_resched re-reads a pte),
+            // fall at the same instructions on every run, whatever the host's load.
+            "-icount",
+            "shift=0,sleep=off",
         ])
         .arg("-kernel")
         .arg(cache.join(flavour).join("Image"))
