@@ -65,6 +65,9 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.arch.contpte = v.contpte();
     k.arch.ptep_get = v.ptep_get();
     k.prot_flush_elide = v.prot_flush_elide();
+    k.lazyfree_unmap_per_pte = v.lazyfree_unmap_per_pte();
+    k.collapse_copy_per_pte = v.collapse_copy_per_pte();
+    k.collapse_ro_refuse = v.collapse_ro_refuse();
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
     check_granule(w, &w.stmts, page)?;

@@ -50,6 +50,24 @@ pub const KEYS: &[Key] = &[
         about: "mprotect flushes every present pte it changes (always, 6.18) or, as arm64's pte_needs_flush does since 6.19 (c320dbb7c80d), skips the flush when only invalid or software bits change (elide)",
     },
     Key {
+        name: "lazyfree-unmap",
+        default: "batched",
+        values: "batched|per-pte",
+        about: "try_to_unmap_one discards a lazyfree large folio's ptes in one batch with one range TLBI (batched, 6.15+: 354dffd29575, 2f4ab3ac10e1) or pte by pte, each unfolding its contpte block and removing its rmap, which queues the folio for deferred split (per-pte, 6.12)",
+    },
+    Key {
+        name: "collapse-copy",
+        default: "batched",
+        values: "batched|per-pte",
+        about: "__collapse_huge_page_copy_succeeded clears and unmaps the old ptes a folio at a time (batched, 6.17+: 4ea3594a4741) or one at a time, unfolding each contpte block and leaving each large folio partially mapped (per-pte, 6.12)",
+    },
+    Key {
+        name: "collapse-ro",
+        default: "allow",
+        values: "allow|refuse",
+        about: "khugepaged and MADV_COLLAPSE collapse an anon range whose ptes are all write-protected (allow, 6.18) or fail it with SCAN_PAGE_RO (refuse, 6.12)",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -232,6 +250,8 @@ impl Variants {
             "tlb-batch" => matches!(val, "sync" | "deferred"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "prot-flush" => matches!(val, "always" | "elide"),
+            "lazyfree-unmap" | "collapse-copy" => matches!(val, "batched" | "per-pte"),
+            "collapse-ro" => matches!(val, "allow" | "refuse"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
@@ -287,6 +307,20 @@ impl Variants {
     pub fn prot_flush_elide(&self) -> bool {
         self.get("prot-flush") == "elide"
     }
+    /// try_to_unmap_one unmaps a lazyfree large folio pte by pte, as before
+    /// 354dffd29575 (6.15).
+    pub fn lazyfree_unmap_per_pte(&self) -> bool {
+        self.get("lazyfree-unmap") == "per-pte"
+    }
+    /// __collapse_huge_page_copy_succeeded clears the old ptes one by one, as before
+    /// 4ea3594a4741 (6.17).
+    pub fn collapse_copy_per_pte(&self) -> bool {
+        self.get("collapse-copy") == "per-pte"
+    }
+    /// A collapse of a range with no writable pte fails (SCAN_PAGE_RO), as before 6.18.
+    pub fn collapse_ro_refuse(&self) -> bool {
+        self.get("collapse-ro") == "refuse"
+    }
     pub fn contpte(&self) -> bool {
         self.flag("contpte")
     }
@@ -322,6 +356,15 @@ mod tests {
         );
         assert_eq!(v.machine().granule, Granule::K16);
         assert!(v.contpte());
+        assert!(!v.lazyfree_unmap_per_pte() && !v.collapse_copy_per_pte() && !v.collapse_ro_refuse());
+        let old = Variants::from_sets(&[
+            "lazyfree-unmap=per-pte".into(),
+            "collapse-copy=per-pte".into(),
+            "collapse-ro=refuse".into(),
+        ])
+        .unwrap();
+        assert!(old.lazyfree_unmap_per_pte() && old.collapse_copy_per_pte() && old.collapse_ro_refuse());
+        assert!(Variants::from_sets(&["collapse-ro=per-pte".into()]).is_err());
     }
 
     #[test]
