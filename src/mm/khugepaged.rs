@@ -106,6 +106,15 @@ impl Kernel {
         flush_tlb_range(&mut self.arch.hw, asid, haddr, haddr + g.pmd_size());
         let amm = self.arch_mm(mm);
         let nr_ptes = 1usize << g.pmd_order();
+        // __collapse_huge_page_isolate checks every pte again, and
+        // __collapse_huge_page_copy reads every pte for the page to copy (the model
+        // copies in the loop below): two ptep_get per pte while the blocks are still
+        // folded (contpte_ptep_get), in 6.12 and 6.18 alike.
+        for _ in 0..2 {
+            for i in 0..nr_ptes {
+                self.arch.ptep_get(amm, ptep.add(i));
+            }
+        }
         let mut i = 0;
         while i < nr_ptes {
             let addr = haddr + i as u64 * ps;
@@ -203,6 +212,25 @@ mod tests {
             assert_eq!(k.stat.event(VmEvent::ThpCollapseAlloc), 1);
             assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(9)));
             assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 0);
+        }
+    }
+
+    /// 32 folded 64K blocks: hpage_collapse_scan_pmd, __collapse_huge_page_isolate and
+    /// __collapse_huge_page_copy each read all 512 ptes through contpte_ptep_get; the
+    /// unmap reads each block's first pte once more (per pte, the rest are unfolded).
+    #[test]
+    fn collapse_reads_each_folded_pte_in_scan_isolate_and_copy() {
+        for per_pte in [false, true] {
+            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            k.collapse_copy_per_pte = per_pte;
+            k.do_mmap(mm, BASE, PMD, rw()).unwrap();
+            for a in (BASE..BASE + PMD).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, true).unwrap();
+            }
+            let kc = k.arch.kc.clone();
+            k.do_madvise(mm, BASE, BASE + PMD, Madv::Collapse).unwrap();
+            let reads = k.arch.kc.get(KernelEvent::ContptePtepGet) - kc.get(KernelEvent::ContptePtepGet);
+            assert_eq!(reads, 3 * 512 + 32, "per_pte {per_pte}");
         }
     }
 
