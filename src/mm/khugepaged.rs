@@ -248,7 +248,11 @@ mod tests {
             let _child = k.dup_mmap(mm).unwrap();
             k.do_madvise(mm, BASE, BASE + PMD, Madv::Collapse).unwrap();
             assert_clean(&k);
-            let (collapsed, kind) = if refuse { (0, PageKind::Order(0)) } else { (1, PageKind::Order(9)) };
+            let (collapsed, kind) = if refuse {
+                (0, PageKind::Order(0))
+            } else {
+                (1, PageKind::Order(9))
+            };
             assert_eq!(k.stat.event(VmEvent::ThpCollapseAlloc), collapsed, "refuse {refuse}");
             assert_eq!(k.page_kind(mm, BASE), Some(kind));
         }

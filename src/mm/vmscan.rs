@@ -283,7 +283,11 @@ mod tests {
                 k.arch.hw.ev.get(Event::DsbIsh) - ev.get(Event::DsbIsh),
                 k.stat.mthp(4, MthpStat::SplitDeferred),
             );
-            let want = if per_pte { (16, 256, 256, 17, 16) } else { (0, 16, 16, 1, 0) };
+            let want = if per_pte {
+                (16, 256, 256, 17, 16)
+            } else {
+                (0, 16, 16, 1, 0)
+            };
             assert_eq!(got, want, "per_pte {per_pte}");
             assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 256);
             assert_eq!(k.page_kind(mm, BASE), None);
