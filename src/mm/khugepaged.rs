@@ -46,7 +46,10 @@ impl Kernel {
     }
 
     /// hpage_collapse_scan_pmd: a pte table whose mapped pages are anon folios with no
-    /// references beyond their mappings (6.18 no longer needs a writable pte).
+    /// references beyond their mappings. 6.18 no longer needs a writable pte; with
+    /// `collapse_ro_refuse` (before "mm: drop all references of writable and
+    /// SCAN_PAGE_RO", 6.18) a range none of whose pages is mapped writable fails
+    /// (SCAN_PAGE_RO): khugepaged would otherwise make a read-only range writable.
     fn hpage_collapse_scan_pmd(&mut self, mm: MmId, haddr: u64) -> Scan {
         let g = self.arch.granule();
         let Some(pmd) = self.pmd_offset(mm, haddr) else {
@@ -61,6 +64,7 @@ impl Kernel {
         }
         let ptep = self.pte_offset_map(pmd, haddr).expect("a pte table");
         let amm = self.arch_mm(mm);
+        let mut writable = false;
         for i in 0..1usize << g.pmd_order() {
             let pte = self.arch.ptep_get(amm, ptep.add(i));
             if pte.pte_none() || self.is_zero_pfn(pte.pte_pfn(g)) {
@@ -69,6 +73,7 @@ impl Kernel {
             if !pte.pte_present() {
                 return Scan::Fail;
             }
+            writable |= pte.pte_write();
             let folio = self.memmap.folio_of(pte.pte_pfn(g));
             if !self.memmap.folio_test(folio, super::folio::PageFlags::ANON)
                 || self.memmap.folio_ref_count(folio) != self.memmap.folio_mapcount(folio)
@@ -76,12 +81,16 @@ impl Kernel {
                 return Scan::Fail;
             }
         }
+        if self.collapse_ro_refuse && !writable {
+            return Scan::Fail;
+        }
         Scan::Succeed
     }
 
     /// collapse_huge_page: allocate the THP, pmdp_collapse_flush, copy and unmap the
-    /// old pages (__collapse_huge_page_copy_succeeded), deposit the emptied pte table
-    /// and map the THP.
+    /// old pages (__collapse_huge_page_copy_succeeded: a folio's ptes at a time since
+    /// 4ea3594a4741, 6.17; one at a time with `collapse_copy_per_pte`), deposit the
+    /// emptied pte table and map the THP.
     fn collapse_huge_page(&mut self, mm: MmId, vma: &Vma, haddr: u64) {
         let g = self.arch.granule();
         let ps = g.page_size();
@@ -97,6 +106,15 @@ impl Kernel {
         flush_tlb_range(&mut self.arch.hw, asid, haddr, haddr + g.pmd_size());
         let amm = self.arch_mm(mm);
         let nr_ptes = 1usize << g.pmd_order();
+        // __collapse_huge_page_isolate checks every pte again, and
+        // __collapse_huge_page_copy reads every pte for the page to copy (the model
+        // copies in the loop below): two ptep_get per pte while the blocks are still
+        // folded (contpte_ptep_get), in 6.12 and 6.18 alike.
+        for _ in 0..2 {
+            for i in 0..nr_ptes {
+                self.arch.ptep_get(amm, ptep.add(i));
+            }
+        }
         let mut i = 0;
         while i < nr_ptes {
             let addr = haddr + i as u64 * ps;
@@ -113,6 +131,20 @@ impl Kernel {
                 continue;
             }
             let src = self.memmap.folio_of(pfn);
+            if self.collapse_copy_per_pte {
+                // Before 4ea3594a4741 (6.17): ptep_clear and folio_remove_rmap_pte one
+                // pte at a time; the first pte of a contpte block unfolds it, and the
+                // first page unmapped leaves a large folio partially mapped (queued for
+                // deferred split until its last page goes).
+                self.arch.copy_pages(1);
+                let nonzero = self.memmap.page(pfn).nonzero;
+                self.memmap.page_mut(Pfn(folio.0 + i as u64)).nonzero = nonzero;
+                self.arch.pte_clear(amm, addr, ptep.add(i));
+                self.folio_remove_rmap_ptes(src, pfn, 1, mm);
+                self.folio_put_refs(src, 1);
+                i += 1;
+                continue;
+            }
             let nr = if self.memmap.folio_order(src) > 0 {
                 self.folio_pte_batch(mm, src, ptep.add(i), pte, nr_ptes - i)
             } else {
@@ -131,5 +163,98 @@ impl Kernel {
         }
         self.mm_mut(mm).deposited.insert(haddr, table);
         map_anon_folio_pmd_nopf(self, mm, vma, folio, pmd, haddr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::hw::MachineConfig;
+    use crate::kcount::KernelEvent;
+    use crate::mm::madvise::Madv;
+    use crate::mm::mm_types::VmFlags;
+    use crate::mm::vmstat::{MthpStat, VmEvent};
+    use crate::report::PageKind;
+    use crate::sim::tests::{assert_clean, boot_with as boot};
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+    const PMD: u64 = 2 << 20;
+
+    fn rw() -> VmFlags {
+        VmFlags::READ | VmFlags::WRITE
+    }
+
+    /// 32 64K folios collapsed into one THP. Batched (6.17+): one clear_full_ptes and
+    /// one rmap removal per folio, no unfold. Per pte (6.12): each block's first
+    /// ptep_clear unfolds it, each page has its own rmap removal, and each folio is left
+    /// partially mapped on the way (split_deferred).
+    #[test]
+    fn collapse_copy_per_pte_unfolds_each_block_and_queues_each_folio_for_deferred_split() {
+        for per_pte in [false, true] {
+            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            k.collapse_copy_per_pte = per_pte;
+            k.do_mmap(mm, BASE, PMD, rw()).unwrap();
+            for a in (BASE..BASE + PMD).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, true).unwrap();
+            }
+            let kc = k.arch.kc.clone();
+            k.do_madvise(mm, BASE, BASE + PMD, Madv::Collapse).unwrap();
+            assert_clean(&k);
+            let dk = |e| k.arch.kc.get(e) - kc.get(e);
+            let got = (
+                dk(KernelEvent::ContpteConvert),
+                dk(KernelEvent::FolioRemoveRmapPtes),
+                k.stat.mthp(4, MthpStat::SplitDeferred),
+            );
+            let want = if per_pte { (32, 512, 32) } else { (0, 32, 0) };
+            assert_eq!(got, want, "per_pte {per_pte}");
+            assert_eq!(k.stat.event(VmEvent::ThpCollapseAlloc), 1);
+            assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(9)));
+            assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 0);
+        }
+    }
+
+    /// 32 folded 64K blocks: hpage_collapse_scan_pmd, __collapse_huge_page_isolate and
+    /// __collapse_huge_page_copy each read all 512 ptes through contpte_ptep_get; the
+    /// unmap reads each block's first pte once more (per pte, the rest are unfolded).
+    #[test]
+    fn collapse_reads_each_folded_pte_in_scan_isolate_and_copy() {
+        for per_pte in [false, true] {
+            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            k.collapse_copy_per_pte = per_pte;
+            k.do_mmap(mm, BASE, PMD, rw()).unwrap();
+            for a in (BASE..BASE + PMD).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, true).unwrap();
+            }
+            let kc = k.arch.kc.clone();
+            k.do_madvise(mm, BASE, BASE + PMD, Madv::Collapse).unwrap();
+            let reads = k.arch.kc.get(KernelEvent::ContptePtepGet) - kc.get(KernelEvent::ContptePtepGet);
+            assert_eq!(reads, 3 * 512 + 32, "per_pte {per_pte}");
+        }
+    }
+
+    /// Pages shared with a child after fork are mapped read-only: 6.18 collapses them
+    /// anyway; 6.12 fails the scan with SCAN_PAGE_RO and leaves the ptes as they were.
+    #[test]
+    fn collapse_ro_refuse_leaves_a_range_with_no_writable_pte_uncollapsed() {
+        for refuse in [false, true] {
+            let (mut k, mm) = boot(MachineConfig::default(), &[]);
+            k.collapse_ro_refuse = refuse;
+            k.do_mmap(mm, BASE, PMD, rw()).unwrap();
+            for a in (BASE..BASE + 16 * K4).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, true).unwrap();
+            }
+            let _child = k.dup_mmap(mm).unwrap();
+            k.do_madvise(mm, BASE, BASE + PMD, Madv::Collapse).unwrap();
+            assert_clean(&k);
+            let (collapsed, kind) = if refuse {
+                (0, PageKind::Order(0))
+            } else {
+                (1, PageKind::Order(9))
+            };
+            assert_eq!(k.stat.event(VmEvent::ThpCollapseAlloc), collapsed, "refuse {refuse}");
+            assert_eq!(k.page_kind(mm, BASE), Some(kind));
+        }
     }
 }

@@ -83,6 +83,15 @@ pub struct Kernel {
     /// path, as before 1ced09e0331f "mm: allocate THP on hugezeropage wp-fault"
     /// (6.13); otherwise it maps a new THP (6.13+).
     pub huge_zero_wp_split: bool,
+    /// try_to_unmap_one unmaps a lazyfree large folio one pte at a time (6.12); since
+    /// 354dffd29575 (6.15) it takes the folio's ptes in one batch.
+    pub lazyfree_unmap_per_pte: bool,
+    /// __collapse_huge_page_copy_succeeded clears the old ptes one at a time (6.12);
+    /// since 4ea3594a4741 (6.17) a folio's ptes at once.
+    pub collapse_copy_per_pte: bool,
+    /// A collapse whose ptes are all write-protected fails with SCAN_PAGE_RO (6.12);
+    /// 6.18 collapses non-writable anon ranges too.
+    pub collapse_ro_refuse: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
@@ -126,6 +135,9 @@ impl Kernel {
             cow_reuse_order0: false,
             mprotect_per_pte: false,
             huge_zero_wp_split: false,
+            lazyfree_unmap_per_pte: false,
+            collapse_copy_per_pte: false,
+            collapse_ro_refuse: false,
             inject_extra_fault: false,
             tlb_ubc: rmap::TlbUbc::default(),
             pgtable_hint: Default::default(),

@@ -398,7 +398,8 @@ impl Kernel {
     /// try_to_unmap_one for a lazyfree anon folio in one mm: a pmd mapping is split
     /// first (the 6.18 host declines to discard a lazyfree THP at the pmd and splits it:
     /// measured, thp_split_pmd +1, no folio split); then each run of ptes
-    /// (folio_unmap_pte_batch) is cleared and, while the folio is clean and nobody else
+    /// (folio_unmap_pte_batch; one pte at a time with `lazyfree_unmap_per_pte`, 6.12)
+    /// is cleared and, while the folio is clean and nobody else
     /// holds a reference, discarded; a re-dirtied folio is mapped back and becomes
     /// swap-backed again. False stops the rmap walk (the folio stays mapped).
     fn try_to_unmap_one(&mut self, folio: Pfn, mm: MmId, flags: TtuFlags) -> bool {
@@ -421,6 +422,7 @@ impl Kernel {
             }
         }
         let mut i = 0;
+        let mut first = true;
         while i < nr_pages {
             let page = Pfn(folio.0 + i);
             let addr = self.memmap.page(page).index << g.page_shift();
@@ -429,12 +431,24 @@ impl Kernel {
                 i += 1;
                 continue;
             };
+            if self.lazyfree_unmap_per_pte {
+                // The reads of a pte that 6.12 makes before clearing it, which matter
+                // while its contpte block is still folded (contpte_ptep_get): after
+                // the first (map_pte's lockless read), page_vma_mapped_walk's next_pte
+                // loop reads each pte before check_pte (the read above); then
+                // try_to_unmap_one reads it again for its subpage.
+                if !first {
+                    self.arch.ptep_get(amm, ptep);
+                }
+                self.arch.ptep_get(amm, ptep);
+            }
+            first = false;
             let vma = self.mm(mm).find_vma(addr).expect("a pte outside any VMA");
             if vma.flags.contains(VmFlags::LOCKED) {
                 return false;
             }
             let defer = self.should_defer_flush(flags);
-            let nr = if defer {
+            let nr = if defer && !self.lazyfree_unmap_per_pte {
                 self.folio_unmap_pte_batch(mm, &vma, folio, ptep, pteval, addr)
             } else {
                 1
@@ -469,7 +483,10 @@ impl Kernel {
     }
 
     /// folio_unmap_pte_batch: the ptes of a lazyfree large folio that can go in one
-    /// batch, within one page table and one VMA (6.16+); one pte otherwise.
+    /// batch, within one page table and one VMA (6.16+); one pte otherwise. With
+    /// `lazyfree_unmap_per_pte` (before 354dffd29575, 6.15) it is not called: each pte
+    /// is cleared on its own, unfolding its contpte block, with its own TLBI, and its own
+    /// folio_remove_rmap_pte, the first of which leaves the folio partially mapped.
     fn folio_unmap_pte_batch(&mut self, mm: MmId, vma: &Vma, folio: Pfn, ptep: PtePtr, pte: Pte, addr: u64) -> usize {
         let g = self.arch.granule();
         if self.memmap.folio_order(folio) == 0 {

@@ -154,6 +154,7 @@ mod tests {
     use super::*;
     use crate::hw::check::Violation;
     use crate::hw::{Event, MachineConfig};
+    use crate::kcount::KernelEvent;
     use crate::mm::madvise::Madv;
     use crate::mm::mm_types::{MmId, VmFlags};
     use crate::mm::rmap::TlbBatchVariant;
@@ -257,6 +258,39 @@ mod tests {
             let got = (d(Event::TlbiVale1is), d(Event::DsbIshst), d(Event::DsbIsh));
             assert_eq!(got, (tlbi, ishst, ish), "{variant:?} {knobs:?}");
             assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 1024);
+        }
+    }
+
+    /// 16 lazyfree 64K folios. Batched (6.15+): each goes in one get_and_clear, with one
+    /// rmap removal and no contpte unfold. Per pte (6.12): the first pte of each folio
+    /// unfolds its block (a contpte_convert with its DSB ISH), each pte has its own
+    /// TLBI and rmap removal, and the first removal queues the folio for deferred split.
+    #[test]
+    fn lazyfree_unmap_per_pte_unfolds_each_block_and_queues_a_deferred_split() {
+        for per_pte in [false, true] {
+            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            k.lazyfree_unmap_per_pte = per_pte;
+            written(&mut k, mm, 1 << 20, VmFlags::empty());
+            k.do_madvise(mm, BASE, BASE + (1 << 20), Madv::Free).unwrap();
+            let (ev, kc) = (k.arch.hw.ev.clone(), k.arch.kc.clone());
+            k.do_madvise(mm, BASE, BASE + (1 << 20), Madv::PageOut).unwrap();
+            assert_clean(&k);
+            let dk = |e| k.arch.kc.get(e) - kc.get(e);
+            let got = (
+                dk(KernelEvent::ContpteConvert),
+                dk(KernelEvent::FolioRemoveRmapPtes),
+                dk(KernelEvent::ArchTlbbatchAddPending),
+                k.arch.hw.ev.get(Event::DsbIsh) - ev.get(Event::DsbIsh),
+                k.stat.mthp(4, MthpStat::SplitDeferred),
+            );
+            let want = if per_pte {
+                (16, 256, 256, 17, 16)
+            } else {
+                (0, 16, 16, 1, 0)
+            };
+            assert_eq!(got, want, "per_pte {per_pte}");
+            assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 256);
+            assert_eq!(k.page_kind(mm, BASE), None);
         }
     }
 

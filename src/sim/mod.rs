@@ -68,6 +68,9 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.cow_reuse_order0 = v.cow_reuse_order0();
     k.mprotect_per_pte = v.mprotect_per_pte();
     k.huge_zero_wp_split = v.huge_zero_wp_split();
+    k.lazyfree_unmap_per_pte = v.lazyfree_unmap_per_pte();
+    k.collapse_copy_per_pte = v.collapse_copy_per_pte();
+    k.collapse_ro_refuse = v.collapse_ro_refuse();
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
     check_granule(w, &w.stmts, page)?;

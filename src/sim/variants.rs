@@ -68,6 +68,24 @@ pub const KEYS: &[Key] = &[
         about: "a write fault on the huge zero pmd maps a new THP (thp, 6.13+: 1ced09e0331f) or splits the pmd and copies one page on the pte path (split, up to 6.12)",
     },
     Key {
+        name: "lazyfree-unmap",
+        default: "batched",
+        values: "batched|per-pte",
+        about: "try_to_unmap_one discards a lazyfree large folio's ptes in one batch with one range TLBI (batched, 6.15+: 354dffd29575, 2f4ab3ac10e1) or pte by pte, each unfolding its contpte block and removing its rmap, which queues the folio for deferred split (per-pte, 6.12)",
+    },
+    Key {
+        name: "collapse-copy",
+        default: "batched",
+        values: "batched|per-pte",
+        about: "__collapse_huge_page_copy_succeeded clears and unmaps the old ptes a folio at a time (batched, 6.17+: 4ea3594a4741) or one at a time, unfolding each contpte block and leaving each large folio partially mapped (per-pte, 6.12)",
+    },
+    Key {
+        name: "collapse-ro",
+        default: "allow",
+        values: "allow|refuse",
+        about: "khugepaged and MADV_COLLAPSE collapse an anon range whose ptes are all write-protected (allow, 6.18) or fail it with SCAN_PAGE_RO (refuse, 6.12)",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -253,6 +271,8 @@ impl Variants {
             "cow-reuse" => matches!(val, "large" | "order0"),
             "mprotect-batch" => matches!(val, "batched" | "per-pte"),
             "huge-zero-wp" => matches!(val, "thp" | "split"),
+            "lazyfree-unmap" | "collapse-copy" => matches!(val, "batched" | "per-pte"),
+            "collapse-ro" => matches!(val, "allow" | "refuse"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
@@ -320,6 +340,20 @@ impl Variants {
     pub fn huge_zero_wp_split(&self) -> bool {
         self.get("huge-zero-wp") == "split"
     }
+    /// try_to_unmap_one unmaps a lazyfree large folio pte by pte, as before
+    /// 354dffd29575 (6.15).
+    pub fn lazyfree_unmap_per_pte(&self) -> bool {
+        self.get("lazyfree-unmap") == "per-pte"
+    }
+    /// __collapse_huge_page_copy_succeeded clears the old ptes one by one, as before
+    /// 4ea3594a4741 (6.17).
+    pub fn collapse_copy_per_pte(&self) -> bool {
+        self.get("collapse-copy") == "per-pte"
+    }
+    /// A collapse of a range with no writable pte fails (SCAN_PAGE_RO), as before 6.18.
+    pub fn collapse_ro_refuse(&self) -> bool {
+        self.get("collapse-ro") == "refuse"
+    }
     pub fn contpte(&self) -> bool {
         self.flag("contpte")
     }
@@ -367,6 +401,15 @@ mod tests {
         assert!(old.huge_zero_wp_split());
         assert!(Variants::from_sets(&["mprotect-batch=on".into()]).is_err());
         assert!(Variants::from_sets(&["huge-zero-wp=on".into()]).is_err());
+        assert!(!v.lazyfree_unmap_per_pte() && !v.collapse_copy_per_pte() && !v.collapse_ro_refuse());
+        let old = Variants::from_sets(&[
+            "lazyfree-unmap=per-pte".into(),
+            "collapse-copy=per-pte".into(),
+            "collapse-ro=refuse".into(),
+        ])
+        .unwrap();
+        assert!(old.lazyfree_unmap_per_pte() && old.collapse_copy_per_pte() && old.collapse_ro_refuse());
+        assert!(Variants::from_sets(&["collapse-ro=per-pte".into()]).is_err());
     }
 
     #[test]

@@ -283,6 +283,29 @@ mod tests {
         Pte::pfn_pte(Pfn(pfn), PgProt::READONLY, g).pte_mkdirty().pte_mkwrite()
     }
 
+    /// Clearing part of a folded block goes through contpte_try_unfold_partial, which
+    /// converts the block itself: the guest counts no __contpte_try_unfold there (it is
+    /// inlined into contpte.c's callers); a single pte's clear does count one.
+    #[test]
+    fn a_partial_unfold_counts_no_entry_to_contpte_try_unfold() {
+        let g = Granule::K4;
+        let (mut arch, ptep) = setup(g);
+        arch.set_ptes(USER, VA, ptep, pte(g, 1024), g.cont_ptes(), None);
+        arch.clear_full_ptes(USER, VA, ptep, 4, false);
+        let got = |a: &Arch| {
+            (
+                a.kc.get(KernelEvent::ContpteTryUnfoldPartial),
+                a.kc.get(KernelEvent::ContpteConvert),
+                a.kc.get(KernelEvent::ContpteTryUnfold),
+            )
+        };
+        assert_eq!(got(&arch), (1, 1, 0));
+        let (mut arch, ptep) = setup(g);
+        arch.set_ptes(USER, VA, ptep, pte(g, 1024), g.cont_ptes(), None);
+        arch.ptep_get_and_clear(USER, VA, ptep);
+        assert_eq!(got(&arch), (0, 1, 1));
+    }
+
     /// Map one block with single set_ptes calls, the last entry last; `tweak` may
     /// change the pte of entry i. Returns whether the block ended up folded.
     fn map_block(
