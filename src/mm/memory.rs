@@ -647,7 +647,7 @@ impl Kernel {
                     self.pxd_set(2, a, p, crate::hw::Desc::ZERO);
                     tlb.flush_pmd_range(a, g.page_size());
                     tlb.freed_tables = true;
-                    tlb.remove_table(child_pfn);
+                    self.tlb_remove_table(tlb, child_pfn);
                     self.mm_mut(mm).nr_ptes -= 1;
                 } else {
                     self.free_level(tlb, mm, level + 1, child, a, next, floor, ceiling);
@@ -665,7 +665,7 @@ impl Kernel {
                             self.mm_mut(mm).nr_pmds -= 1;
                         }
                         tlb.freed_tables = true;
-                        tlb.remove_table(child_pfn);
+                        self.tlb_remove_table(tlb, child_pfn);
                     }
                 }
             }

@@ -88,7 +88,14 @@ impl Target {
 /// formerly shared large folio, mprotect pte by pte, a write to the huge zero pmd,
 /// reclaim of lazyfree large folios, and MADV_COLLAPSE's copy and its refusal of
 /// read-only ranges.
-pub const KERNEL_6_12: &[&str] = &["cow-reuse=order0", "mprotect-batch=per-pte", "huge-zero-wp=split"];
+pub const KERNEL_6_12: &[&str] = &[
+    "cow-reuse=order0",
+    "mprotect-batch=per-pte",
+    "huge-zero-wp=split",
+    "lazyfree-unmap=per-pte",
+    "collapse-copy=per-pte",
+    "collapse-ro=refuse",
+];
 
 /// How a workload's error starts when it wrote a knob the target's kernel lacks: the
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).

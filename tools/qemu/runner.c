@@ -1395,6 +1395,11 @@ int main(int argc, char **argv)
 	 * inside op windows; the model has no background collapse. 49 days. */
 	write_file("/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs", "4294967295");
 	write_file("/sys/kernel/mm/transparent_hugepage/khugepaged/alloc_sleep_millisecs", "4294967295");
+	/* Nor may periodic kernel work run: a kworker or kcompactd that wakes inside
+	 * a window preempts the op, and a zap that breaks for need_resched reads its
+	 * pte again. vmstat's per-CPU fold every hour; no proactive compaction. */
+	write_file("/proc/sys/vm/stat_interval", "3600");
+	write_file("/proc/sys/vm/compaction_proactiveness", "0");
 	put(console, "@@FOLIOLAB-BEGIN\n", 17);
 	jobs = fopen("/jobs", "r");
 	while (jobs && fgets(line, sizeof(line), jobs)) {
