@@ -660,7 +660,10 @@ impl Kernel {
                         start >= floor && (ceiling == 0 || (c != 0 && next.wrapping_sub(1) <= c.wrapping_sub(1)));
                     if inside {
                         self.pxd_set(level, a, p, crate::hw::Desc::ZERO);
-                        tlb.flush_pud_range(a, g.page_size());
+                        // pmd_free_tlb / pud_free_tlb take the freed table's span
+                        // start (free_pmd_range's `start &= PUD_MASK`): the flush
+                        // range reaches down to it.
+                        tlb.flush_pud_range(start, g.page_size());
                         if level + 1 == 2 {
                             self.mm_mut(mm).nr_pmds -= 1;
                         }
