@@ -669,15 +669,26 @@ mod tests {
         k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap())
     }
 
-    #[test]
-    fn splitting_a_pte_mapped_folio_waits_once_for_its_deferred_tlbis() {
-        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
-        let folio = written(&mut k, mm, 64 << 10, VmFlags::empty());
+    /// A written `len` region's first folio, split (under a reference, as reclaim
+    /// holds one); the kernel with the events from before the split.
+    fn split_written(
+        knobs: &[(&str, &str)],
+        len: u64,
+        flags: VmFlags,
+    ) -> (Kernel, MmId, crate::hw::Events, crate::kcount::KernelEvents) {
+        let (mut k, mm) = boot(MachineConfig::default(), knobs);
+        let folio = written(&mut k, mm, len, flags);
         let (ev, kc) = (k.arch.hw.ev.clone(), k.arch.kc.clone());
         k.folio_ref_add(folio, 1);
         assert!(split_folio(&mut k, folio, 1));
         k.folio_put(folio);
         assert_clean(&k);
+        (k, mm, ev, kc)
+    }
+
+    #[test]
+    fn splitting_a_pte_mapped_folio_waits_once_for_its_deferred_tlbis() {
+        let (k, mm, ev, kc) = split_written(&[("hugepages-64kB/enabled", "always")], 64 << 10, VmFlags::empty());
         let d = |e| k.arch.hw.ev.get(e) - ev.get(e);
         // The contpte unfold (its own 16 TLBIs without TLBI range ops, and a DSB ISH),
         // then one TLBI per pte and one DSB ISH for them all (try_to_unmap_flush).
@@ -694,13 +705,7 @@ mod tests {
 
     #[test]
     fn splitting_a_pmd_mapped_thp_freezes_the_pmd_without_pte_tlbis() {
-        let (mut k, mm) = boot(MachineConfig::default(), &[]);
-        let folio = written(&mut k, mm, 2 << 20, VmFlags::HUGEPAGE);
-        let (ev, kc) = (k.arch.hw.ev.clone(), k.arch.kc.clone());
-        k.folio_ref_add(folio, 1);
-        assert!(split_folio(&mut k, folio, 1));
-        k.folio_put(folio);
-        assert_clean(&k);
+        let (k, mm, ev, kc) = split_written(&[], 2 << 20, VmFlags::HUGEPAGE);
         let d = |e| k.arch.hw.ev.get(e) - ev.get(e);
         // pmdp_invalidate's flush_pmd_tlb_range only: one TLBI, one DSB ISH.
         assert_eq!(d(Event::TlbiTotal), 1);

@@ -189,17 +189,24 @@ mod tests {
     /// one rmap removal per folio, no unfold. Per pte (6.12): each block's first
     /// ptep_clear unfolds it, each page has its own rmap removal, and each folio is left
     /// partially mapped on the way (split_deferred).
+    /// MADV_COLLAPSE of a PMD's worth of written 64K folios (32 folded blocks), with
+    /// the copy per pte or batched; the kernel with its counters from before.
+    fn collapse_64k_folios(per_pte: bool) -> (crate::mm::Kernel, crate::mm::mm_types::MmId, crate::kcount::KernelEvents) {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        k.collapse_copy_per_pte = per_pte;
+        k.do_mmap(mm, BASE, PMD, rw()).unwrap();
+        for a in (BASE..BASE + PMD).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        let kc = k.arch.kc.clone();
+        k.do_madvise(mm, BASE, BASE + PMD, Madv::Collapse).unwrap();
+        (k, mm, kc)
+    }
+
     #[test]
     fn collapse_copy_per_pte_unfolds_each_block_and_queues_each_folio_for_deferred_split() {
         for per_pte in [false, true] {
-            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
-            k.collapse_copy_per_pte = per_pte;
-            k.do_mmap(mm, BASE, PMD, rw()).unwrap();
-            for a in (BASE..BASE + PMD).step_by(K4 as usize) {
-                user_access(&mut k, mm, 0, a, true).unwrap();
-            }
-            let kc = k.arch.kc.clone();
-            k.do_madvise(mm, BASE, BASE + PMD, Madv::Collapse).unwrap();
+            let (k, mm, kc) = collapse_64k_folios(per_pte);
             assert_clean(&k);
             let dk = |e| k.arch.kc.get(e) - kc.get(e);
             let got = (
@@ -221,14 +228,7 @@ mod tests {
     #[test]
     fn collapse_reads_each_folded_pte_in_scan_isolate_and_copy() {
         for per_pte in [false, true] {
-            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
-            k.collapse_copy_per_pte = per_pte;
-            k.do_mmap(mm, BASE, PMD, rw()).unwrap();
-            for a in (BASE..BASE + PMD).step_by(K4 as usize) {
-                user_access(&mut k, mm, 0, a, true).unwrap();
-            }
-            let kc = k.arch.kc.clone();
-            k.do_madvise(mm, BASE, BASE + PMD, Madv::Collapse).unwrap();
+            let (k, _, kc) = collapse_64k_folios(per_pte);
             let reads = k.arch.kc.get(KernelEvent::ContptePtepGet) - kc.get(KernelEvent::ContptePtepGet);
             assert_eq!(reads, 3 * 512 + 32, "per_pte {per_pte}");
         }
