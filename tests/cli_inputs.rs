@@ -102,11 +102,11 @@ fn help_lists_the_set_keys_with_defaults() {
     let out = foliolab(&["run", "--help"]);
     let help = String::from_utf8(out.stdout).unwrap();
     assert!(
-        help.contains("  zap         default batched     per-pte|batched\n"),
+        help.contains("  zap             default batched     per-pte|batched\n"),
         "{help}"
     );
     assert!(
-        help.contains("  ram         default 16G         a size from 64M to 128T"),
+        help.contains("  ram             default 16G         a size from 64M to 128T"),
         "{help}"
     );
     let out = foliolab(&["boot", "--help"]);
