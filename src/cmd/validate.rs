@@ -279,7 +279,7 @@ pub struct Comparison {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_applicable: Option<String>,
     /// How long each side took on this workload, for a QEMU target: the model's wall
-    /// time here and the workload's time inside the guest (under TCG).
+    /// time here and the guest's under QEMU TCG (wall time, boot not counted).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_ms: Option<SideTimes>,
 }
@@ -556,7 +556,7 @@ pub fn summary(results: &[Comparison]) -> String {
         .fold((0.0, 0.0), |(m, t), x| (m + x.model, t + x.target));
     if timed {
         s += &format!(
-            "time: the model {m:.1} ms, the guest {t:.1} ms inside QEMU (its runner's clock; boot not counted): {:.0}x\n",
+            "time: the model {m:.1} ms, the guest {t:.1} ms under QEMU (wall time per workload, boot not counted): {:.0}x\n",
             t / m.max(1e-3)
         );
     }

@@ -195,7 +195,8 @@ fn is_mm(function: &str) -> bool {
 /// The boot's measurements: total wall time, and per workload its report or error.
 pub struct Batch {
     pub wall: Duration,
-    /// Guest time per workload, from the runner's clock.
+    /// Wall time per workload under QEMU (the host's clock, from the runner's start
+    /// line to its result line; the guest's own clock counts instructions).
     pub guest: Vec<Duration>,
     pub reports: Vec<Result<Report, String>>,
 }
@@ -438,8 +439,6 @@ struct GuestResult {
     layout: BTreeMap<String, Vec<Run>>,
     layout_error: Option<String>,
     error: Option<String>,
-    #[serde(default)]
-    ns: u64,
 }
 
 /// Builds a report as src/native does: totals and per-phase deltas of every op.
@@ -636,10 +635,29 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
             counts.display()
         ))
         .stdin(std::process::Stdio::null())
-        .stdout(file("console")?)
+        .stdout(std::process::Stdio::piped())
         .stderr(file("stderr")?)
         .spawn()
         .map_err(|e| run_err("qemu-system-aarch64", e))?;
+    // The console, read as it comes, with the time each workload started and ended.
+    let stdout = qemu.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut console = String::new();
+        let mut walls = Vec::new();
+        let mut started = None;
+        for line in std::io::BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
+            let line = String::from_utf8_lossy(&line).replace('\r', "");
+            if line.starts_with("@@FOLIOLAB-START") {
+                started = Some(Instant::now());
+            } else if line.starts_with("@@FOLIOLAB-RESULT ") {
+                walls.push(started.take().map_or(Duration::ZERO, |t| t.elapsed()));
+            }
+            console.push_str(&line);
+            console.push('\n');
+        }
+        (console, walls)
+    });
     let limit = boot_limit(&all_steps);
     let status = loop {
         match qemu.try_wait().map_err(|e| run_err("qemu-system-aarch64", e))? {
@@ -653,9 +671,8 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
         }
     };
     let wall = start.elapsed();
-    let read = |name: &str| String::from_utf8_lossy(&std::fs::read(dir.join(name)).unwrap_or_default()).replace('\r', "");
-    let console = read("console");
-    let stderr = read("stderr");
+    let (console, walls) = reader.join().unwrap_or_default();
+    let stderr = String::from_utf8_lossy(&std::fs::read(dir.join("stderr")).unwrap_or_default()).into_owned();
     let plugin = std::fs::read_to_string(&counts).unwrap_or_default();
     let keep = std::env::var_os("FOLIOLAB_QEMU_KEEP").is_some();
     if !keep {
@@ -692,14 +709,12 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
         )));
     }
     let mut used = 0;
-    let mut guest = Vec::new();
     let mut reports = Vec::new();
     for ((w, st), line) in workloads.iter().zip(&all_steps).zip(results) {
         let g: GuestResult = match serde_json::from_str(line) {
             Ok(g) => g,
             Err(e) => {
                 reports.push(Err(format!("{}: the guest's result: {e}", w.path)));
-                guest.push(Duration::ZERO);
                 continue;
             }
         };
@@ -709,7 +724,6 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
             + usize::from(g.background.is_some());
         let mine = windows.get(used..used + n).unwrap_or(&[]);
         used += n;
-        guest.push(Duration::from_nanos(g.ns));
         reports.push(report(w, source, st, g, mine));
     }
     if used != windows.len() {
@@ -718,7 +732,11 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
             windows.len()
         )));
     }
-    Ok(Batch { wall, guest, reports })
+    Ok(Batch {
+        wall,
+        guest: walls,
+        reports,
+    })
 }
 
 /// The work a fork or an exit does once per mm, whatever it maps, as the model counts
@@ -846,7 +864,6 @@ mod tests {
             layout: BTreeMap::new(),
             layout_error: None,
             error: Some(e.into()),
-            ns: 0,
         };
         let e = report(
             &w,
