@@ -114,11 +114,14 @@ const AGREE_4K: &[&str] = &[
     "tests/validation/vma_edge_hole.wl",
 ];
 
-/// The same with 16K pages (64K folios are order 2; no 64K contpte blocks).
+/// The same with 16K pages (64K folios are order 2; no 64K contpte blocks), with
+/// suite workloads adapted to the page size (`tests/qemu/16k/`).
 const AGREE_16K: &[&str] = &[
     "tests/validation/mthp_64k_aligned.wl",
     "tests/validation/fork_both_live.wl",
     "tests/validation/fork_read_zero.wl",
+    "tests/qemu/16k/exit_many.wl",
+    "tests/qemu/16k/mprotect_none_rw.wl",
 ];
 
 /// Boots `target` once for `paths`, and compares each with the model as validate does:
