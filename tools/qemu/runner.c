@@ -22,19 +22,22 @@
  *     once the process is gone.
  * A fork or an exit also copies or tears down the runner's own memory. So
  * before either, a twin forked from the worker without the workload's regions
- * (MADV_DONTFORK) does the same (forks, or exits) in a window of its own, which the host
- * subtracts: what is left is the workload's part, less the work a fork or
- * exit does once per mm (flush_tlb_mm), which the host takes from the model
- * as well (src/cmd/validate.rs).
+ * (MADV_DONTFORK) does the same (forks, or exits) in a window of its own,
+ * which the host subtracts: what is left is the workload's part, less the
+ * work a fork or exit does once per mm (flush_tlb_mm), which the host leaves
+ * out of the model's side too (as_guest_measures in src/native/qemu.rs).
  * After the last op an idle window as long as the ops' (at least 200 ms)
  * measures what the guest's own background (kworkers, timers) moves. The
- * runner quiets khugepaged at boot (the model has no background collapse).
+ * runner quiets khugepaged, vmstat's fold and proactive compaction at boot,
+ * and never polls while an op runs (pidfd waits): anything that wakes inside
+ * a window would preempt the op.
  *
  * /jobs lists what to do, a line each: "kallsyms" prints the kernel's text
  * symbols, "workload PATH" runs one flattened workload (written by
  * src/native/qemu.rs; its format is described there). Results go to the
  * console between "@@FOLIOLAB-BEGIN" and "@@FOLIOLAB-END" lines, as one JSON
- * line per workload. Then the guest powers off.
+ * line per workload after a "@@FOLIOLAB-START" line (the host times the
+ * workload between the two). Then the guest powers off.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
