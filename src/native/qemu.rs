@@ -626,7 +626,9 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
         .arg(cache.join(flavour).join("Image"))
         .arg("-initrd")
         .arg(&initrd)
-        .args(["-append", "console=ttyAMA0 rdinit=/init quiet nokaslr"])
+        // nokaslr: the kallsyms addresses hold; norandmaps: the runner's own
+        // mappings sit at the same addresses on every boot.
+        .args(["-append", "console=ttyAMA0 rdinit=/init quiet nokaslr norandmaps"])
         .arg("-plugin")
         .arg(format!(
             "file={},syms={},out={}",

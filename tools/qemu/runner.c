@@ -53,6 +53,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <sys/reboot.h>
@@ -1407,6 +1408,15 @@ int main(int argc, char **argv)
 	 * pte again. vmstat's per-CPU fold every hour; no proactive compaction. */
 	write_file("/proc/sys/vm/stat_interval", "3600");
 	write_file("/proc/sys/vm/compaction_proactiveness", "0");
+	/* And the runner runs real-time, unthrottled: no kernel thread of the
+	 * guest's (rcu, kworkers, all SCHED_OTHER) can preempt an op, whenever its
+	 * wake-up falls. Every wait of the runner's blocks, so none starves. */
+	write_file("/proc/sys/kernel/sched_rt_runtime_us", "-1");
+	{
+		struct sched_param sp = { .sched_priority = 50 };
+
+		sched_setscheduler(0, SCHED_FIFO, &sp);
+	}
 	put(console, "@@FOLIOLAB-BEGIN\n", 17);
 	jobs = fopen("/jobs", "r");
 	while (jobs && fgets(line, sizeof(line), jobs)) {
