@@ -333,13 +333,16 @@ impl Kernel {
                 }
             }
         }
+        let first = self.memmap.page(folio).index << self.arch.granule().page_shift();
         let mut prev: Option<MmId> = None;
         for (mm, ptep, addr) in self.folio_mappings(folio) {
-            // page_vma_mapped_walk reads each pte it steps to past the first (next_pte,
-            // over holes too), then check_pte reads it again; once the first pte of a contpte block has
-            // unfolded it, the rest read as plain ptes.
+            // page_vma_mapped_walk starts at the folio's first page (or the VMA's, if
+            // later) and reads each pte it steps to past that one (next_pte, over
+            // holes too), then check_pte reads it again; once the first pte of a
+            // contpte block has unfolded it, the rest read as plain ptes.
             let amm = self.arch_mm(mm);
-            if prev == Some(mm) {
+            let start = self.mm(mm).find_vma(addr).map_or(first, |v| first.max(v.start));
+            if prev == Some(mm) || addr != start {
                 self.arch.ptep_get(amm, ptep);
             }
             prev = Some(mm);
