@@ -149,10 +149,18 @@ fn where_6_12_behaves_as_the_model_every_counter_agrees_4k() {
     let cs = guest_against_model(Target::QemuArm64, AGREE_4K, &[]);
     for c in &cs {
         assert!(c.ok(), "{}", table(c));
-        let judged = c.rows.iter().filter(|r| r.rule == foliolab::cmd::validate::Rule::Exact).count();
+        let judged = c
+            .rows
+            .iter()
+            .filter(|r| r.rule == foliolab::cmd::validate::Rule::Exact)
+            .count();
         assert!(judged > 50, "{}: only {judged} counters judged exactly", c.workload);
         for key in ["arch.dsb.ish", "arch.dsb.ishst", "arch.isb", "kernel.handle_mm_fault"] {
-            assert!(c.rows.iter().any(|r| r.counter == key), "{}: {key} not compared", c.workload);
+            assert!(
+                c.rows.iter().any(|r| r.counter == key),
+                "{}: {key} not compared",
+                c.workload
+            );
         }
     }
 }
@@ -165,11 +173,21 @@ fn the_guest_tells_6_18_cow_reuse_from_6_12() {
         println!("SKIP the_guest_tells_6_18_cow_reuse_from_6_12: {why}");
         return;
     }
-    let cs = guest_against_model(Target::QemuArm64, &["tests/validation/fork_cow.wl"], &["cow-reuse=large"]);
+    let cs = guest_against_model(
+        Target::QemuArm64,
+        &["tests/validation/fork_cow.wl"],
+        &["cow-reuse=large"],
+    );
     let cow = &cs[0];
     assert!(!cow.ok(), "{}", table(cow));
     assert_eq!(cow.layout_mismatches.len(), 1, "{}", table(cow));
-    assert!(cow.rows.iter().any(|r| r.counter == "kernel.folio_remove_rmap_ptes" && !r.ok), "{}", table(cow));
+    assert!(
+        cow.rows
+            .iter()
+            .any(|r| r.counter == "kernel.folio_remove_rmap_ptes" && !r.ok),
+        "{}",
+        table(cow)
+    );
 }
 
 #[test]
@@ -196,6 +214,15 @@ fn a_model_one_fault_off_fails_against_the_guest() {
         &["tests/validation/mthp_64k_aligned.wl"],
         &["inject=extra-fault"],
     );
-    let bad: Vec<&str> = cs[0].rows.iter().filter(|r| !r.ok).map(|r| r.counter.as_str()).collect();
-    assert!(bad.contains(&"proc.main.minflt") && bad.contains(&"vmstat.pgfault"), "{}", table(&cs[0]));
+    let bad: Vec<&str> = cs[0]
+        .rows
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| r.counter.as_str())
+        .collect();
+    assert!(
+        bad.contains(&"proc.main.minflt") && bad.contains(&"vmstat.pgfault"),
+        "{}",
+        table(&cs[0])
+    );
 }

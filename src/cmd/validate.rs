@@ -74,11 +74,12 @@ fn batched_runner(
     target: crate::native::qemu::Target,
     workloads: &[Workload],
     page: u64,
-) -> (Box<Runner<'static>>, std::time::Duration, Vec<Option<std::time::Duration>>) {
-    let misfit: Vec<Option<String>> = workloads
-        .iter()
-        .map(|w| crate::sim::granule_misfit(w, page))
-        .collect();
+) -> (
+    Box<Runner<'static>>,
+    std::time::Duration,
+    Vec<Option<std::time::Duration>>,
+) {
+    let misfit: Vec<Option<String>> = workloads.iter().map(|w| crate::sim::granule_misfit(w, page)).collect();
     let fit: Vec<Workload> = workloads
         .iter()
         .zip(&misfit)
@@ -102,7 +103,10 @@ fn batched_runner(
         ),
     };
     let mut guest = guest.into_iter();
-    let times = misfit.iter().map(|m| if m.is_some() { None } else { guest.next() }).collect();
+    let times = misfit
+        .iter()
+        .map(|m| if m.is_some() { None } else { guest.next() })
+        .collect();
     let mut results = results.into_iter();
     let source = target.source();
     let mut all: Vec<Result<Report, String>> = misfit
@@ -536,7 +540,12 @@ pub fn summary(results: &[Comparison]) -> String {
         let info = c.rows.iter().filter(|r| !r.rule.judged()).count();
         let layout = format!("{}/{}", c.layout_regions - c.layout_mismatches.len(), c.layout_regions);
         let time = match c.time_ms {
-            Some(t) if timed => format!(" {:>10.2} {:>10.1} {:>7.0}x", t.model, t.target, t.target / t.model.max(1e-3)),
+            Some(t) if timed => format!(
+                " {:>10.2} {:>10.1} {:>7.0}x",
+                t.model,
+                t.target,
+                t.target / t.model.max(1e-3)
+            ),
             _ if timed => format!(" {:>10} {:>10} {:>8}", "", "", ""),
             _ => String::new(),
         };

@@ -253,8 +253,14 @@ fn __split_huge_pmd_locked(
         let tid = k.arch.hw.mem.table_id(table).unwrap();
         let entry = Pte::pfn_pte(k.zero_pfn, prot, g).pte_mkspecial();
         for i in 0..nr {
-            k.arch
-                .set_ptes(amm, haddr + i as u64 * ps, PtePtr { table: tid, index: i }, entry, 1, None);
+            k.arch.set_ptes(
+                amm,
+                haddr + i as u64 * ps,
+                PtePtr { table: tid, index: i },
+                entry,
+                1,
+                None,
+            );
         }
         k.pxd_set(2, haddr, pmd, Desc::table(table.to_phys(g)));
         return;
@@ -712,7 +718,10 @@ mod tests {
         assert_eq!(d(Event::DsbIsh), 1);
         assert_eq!(d(Event::ContpteConvert), 0);
         assert_eq!(d(Event::ContpteFold), 0);
-        assert_eq!(k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes) - kc.get(KernelEvent::FolioRemoveRmapPtes), 0);
+        assert_eq!(
+            k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes) - kc.get(KernelEvent::FolioRemoveRmapPtes),
+            0
+        );
         assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 1);
         assert_eq!(k.stat.event(VmEvent::ThpSplitPage), 1);
         assert!((0..512).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(0))));

@@ -191,7 +191,13 @@ mod tests {
     /// partially mapped on the way (split_deferred).
     /// MADV_COLLAPSE of a PMD's worth of written 64K folios (32 folded blocks), with
     /// the copy per pte or batched; the kernel with its counters from before.
-    fn collapse_64k_folios(per_pte: bool) -> (crate::mm::Kernel, crate::mm::mm_types::MmId, crate::kcount::KernelEvents) {
+    fn collapse_64k_folios(
+        per_pte: bool,
+    ) -> (
+        crate::mm::Kernel,
+        crate::mm::mm_types::MmId,
+        crate::kcount::KernelEvents,
+    ) {
         let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
         k.collapse_copy_per_pte = per_pte;
         k.do_mmap(mm, BASE, PMD, rw()).unwrap();

@@ -325,7 +325,9 @@ impl Kernel {
                 if self.mms[mm].is_none() {
                     continue;
                 }
-                let Some(pmd) = self.pmd_offset(mm, haddr) else { continue };
+                let Some(pmd) = self.pmd_offset(mm, haddr) else {
+                    continue;
+                };
                 let d = self.pxd_get(2, pmd);
                 if pmd_trans_huge(d) && d.pfn(g) == folio {
                     let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
@@ -367,7 +369,9 @@ impl Kernel {
             for i in 0..nr {
                 let page = Pfn(folio.0 + i);
                 let addr = self.memmap.page(page).index << g.page_shift();
-                let Some(ptep) = self.pte_offset(mm, addr) else { continue };
+                let Some(ptep) = self.pte_offset(mm, addr) else {
+                    continue;
+                };
                 let pte = self.arch.__ptep_get(ptep);
                 if pte.pte_present() && pte.pte_pfn(g) == page {
                     out.push((mm, ptep, addr));

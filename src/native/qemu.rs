@@ -74,7 +74,10 @@ impl Target {
     /// TLBIs start on 64K boundaries; and Linux 6.12's behaviour wherever the guest
     /// showed it differs from 6.18's (`KERNEL_6_12`).
     pub fn model_sets(self) -> Vec<String> {
-        let machine = ["tlbi-range=on", "lpa2=on"].iter().chain(KERNEL_6_12).map(|s| s.to_string());
+        let machine = ["tlbi-range=on", "lpa2=on"]
+            .iter()
+            .chain(KERNEL_6_12)
+            .map(|s| s.to_string());
         match self {
             Target::Host => Vec::new(),
             Target::QemuArm64 => machine.collect(),
@@ -590,7 +593,11 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
     let mut files = vec!["init".to_string(), "jobs".to_string(), "w".to_string()];
     for (i, (w, st)) in workloads.iter().zip(&all_steps).enumerate() {
         let name = format!("w/{i}");
-        std::fs::write(dir.join("root").join(&name), flatten(w, granule, target.va_offset(), st)).map_err(|e| run_err("workload", e))?;
+        std::fs::write(
+            dir.join("root").join(&name),
+            flatten(w, granule, target.va_offset(), st),
+        )
+        .map_err(|e| run_err("workload", e))?;
         let _ = writeln!(jobs, "workload /{name}");
         files.push(name);
     }
@@ -764,7 +771,10 @@ fn per_mm_work(v: &crate::sim::Variants) -> Result<[Counters; 2], String> {
     };
     let fork = phase("fork");
     let mut exit = phase("exit");
-    for (k, n) in fork.iter().filter(|(k, _)| k.starts_with("arch.tlbi.") || k.starts_with("arch.dsb.")) {
+    for (k, n) in fork
+        .iter()
+        .filter(|(k, _)| k.starts_with("arch.tlbi.") || k.starts_with("arch.dsb."))
+    {
         *exit.entry(k.clone()).or_default() += n;
     }
     Ok([fork, exit])

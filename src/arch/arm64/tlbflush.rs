@@ -93,7 +93,11 @@ pub fn range_op_plan(
 fn flush_tlb_range_op(m: &mut Machine, op: TlbiOp, start: u64, pages: u64, stride: u64, asid: Asid, user: bool) {
     let ps = m.granule().page_shift();
     let range = m.cfg.features.tlbi_range;
-    let align = if m.cfg.features.lpa2 { (64 << 10 >> ps).max(1) } else { 1 };
+    let align = if m.cfg.features.lpa2 {
+        (64 << 10 >> ps).max(1)
+    } else {
+        1
+    };
     for (off, r) in range_op_plan(pages, stride >> ps, range, start >> ps, align) {
         let va = VirtAddr(start + (off << ps));
         let ops = match r {
@@ -278,7 +282,11 @@ mod tests {
         assert_eq!(plan.iter().filter(|(_, r)| r.is_none()).count(), 12, "{plan:?}");
         assert_eq!(plan.iter().filter(|(_, r)| r.is_some()).count(), 1, "{plan:?}");
         assert_eq!(covered(&plan), 20);
-        assert_eq!(range_op_plan(20, 1, true, 0x35, 1).len(), 1, "without LPA2: one range op");
+        assert_eq!(
+            range_op_plan(20, 1, true, 0x35, 1).len(),
+            1,
+            "without LPA2: one range op"
+        );
     }
 
     #[test]
