@@ -69,7 +69,7 @@ fn host_runner() -> Box<Runner<'static>> {
 /// workload whose offsets or lengths are not multiples of the target's page size
 /// (`page`) does not go to the guest (a touch of the rounded-up hole would kill the
 /// worker): it is not applicable there. Returns the runner, the boot's wall time
-/// shared out per workload, and each workload's time in the guest (its runner's clock).
+/// shared out per workload, and each workload's wall time under QEMU.
 fn batched_runner(
     target: crate::native::qemu::Target,
     workloads: &[Workload],
@@ -109,20 +109,14 @@ fn batched_runner(
         .collect();
     let mut results = results.into_iter();
     let source = target.source();
-    let mut all: Vec<Result<Report, String>> = misfit
-        .into_iter()
-        .map(|m| match m {
-            Some(why) => Err(format!("{}{source}: {why}", crate::native::qemu::NOT_APPLICABLE)),
-            None => results
-                .next()
-                .unwrap_or_else(|| Err("the batch has no result for it".into())),
-        })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
+    let mut all = misfit.into_iter().map(move |m| match m {
+        Some(why) => Err(format!("{}{source}: {why}", crate::native::qemu::NOT_APPLICABLE)),
+        None => results
+            .next()
+            .unwrap_or_else(|| Err("the batch has no result for it".into())),
+    });
     let runner = Box::new(move |w: &Workload| {
-        all.pop()
+        all.next()
             .unwrap_or_else(|| Err(format!("{}: the batch has no result for it", w.path)))
     });
     (runner, share, times)

@@ -472,8 +472,8 @@ fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: 
         c.extend(extra.keys().map(|k| (k.clone(), 0)));
         c
     };
-    // Each op's windows: an exit's second less its first (the twin's: the runner's
-    // own teardown); the background's window follows the last op.
+    // Each op's windows: a fork's or an exit's second less its first (the twin's: the
+    // runner's own memory); the background's window follows the last op.
     let mut next = windows.iter();
     let mut per_window: Vec<Counters> = Vec::new();
     for op in &g.ops {
