@@ -37,6 +37,8 @@ enum Command {
     Compare(cmd::compare::Args),
     /// List the machine profiles: CPUs, features, and each cost with its source.
     Machines(cmd::machines::Args),
+    /// The kernel presets (--kernel): what each sets, with the upstream commit.
+    Kernels(cmd::kernels::Args),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Runs(a) => cmd::runs::main(a, &cli.store),
         Command::Compare(a) => cmd::compare::main(a, &cli.store),
         Command::Machines(a) => cmd::machines::main(a),
+        Command::Kernels(a) => cmd::kernels::main(a),
     };
     match r {
         Ok(code) => code,

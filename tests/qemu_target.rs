@@ -129,7 +129,7 @@ const AGREE_16K: &[&str] = &[
 fn guest_against_model(target: Target, paths: &[&str], extra: &[&str]) -> Vec<foliolab::cmd::validate::Comparison> {
     let ws: Vec<_> = paths.iter().map(|p| parse_file(p).unwrap()).collect();
     let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    let v = target_variants(target, &extra).unwrap();
+    let v = target_variants(target, None, &extra).unwrap();
     let batch = qemu::run_batch(target, &ws).unwrap();
     ws.iter()
         .zip(batch.reports)

@@ -71,6 +71,10 @@ pub struct Args {
     /// A variant, e.g. pgtable-fixmap=per-table or rodata=off (the keys are listed below).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
+    /// preset sets); a `--set` of the same key wins.
+    #[arg(long, value_name = "6.1|6.12|6.18", default_value = "6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    kernel: crate::sim::kernels::Release,
     /// Holes in the memory map, as OFFSET+SIZE from the RAM base (comma-separated, e.g. 1G+2M).
     #[arg(long, value_delimiter = ',', value_parser = parse_hole)]
     holes: Vec<(u64, u64)>,
@@ -256,7 +260,7 @@ pub fn boot(spec: &Spec) -> Result<Booted, String> {
 pub fn main(a: Args) -> CmdResult {
     let mut spec = Spec::new(a.granule, a.ram);
     spec.holes = a.holes;
-    spec.set_all(&a.set)?;
+    spec.set_all(&crate::sim::kernels::with_preset(a.kernel, crate::sim::kernels::Scope::Boot, &a.set))?;
     let t0 = std::time::Instant::now();
     let b = boot(&spec)?;
     let elapsed = t0.elapsed();

@@ -4,11 +4,13 @@
 pub mod boot;
 pub mod calibrate;
 pub mod compare;
+pub mod kernels;
 pub mod machines;
 pub mod native;
 pub mod reproduce;
 pub mod run;
 pub mod runs;
+pub mod seeds;
 pub mod validate;
 
 /// A command's failure, printed as `foliolab: <message>`.

@@ -17,6 +17,10 @@ pub struct Args {
     /// Print `{"rows": [...], "elapsed_s": t}` (and the breakdowns, series and notes).
     #[arg(long)]
     pub json: bool,
+    /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
+    /// preset sets); a `--set` of the same key wins.
+    #[arg(long, value_name = "6.1|6.12|6.18", default_value = "6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    pub kernel: crate::sim::kernels::Release,
     /// Also write the report as one self-contained page, DIR/index.html.
     #[arg(long, value_name = "DIR")]
     pub html: Option<std::path::PathBuf>,
@@ -29,7 +33,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         }
     }
     let software = Profile::load(&a.software)?;
-    let r = reproduce(&a.seeds, &software)?;
+    let r = reproduce(&a.seeds, &software, a.kernel)?;
     super::record(
         db,
         &crate::store::NewRun {

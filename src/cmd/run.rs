@@ -2,7 +2,7 @@
 
 use crate::compare;
 use crate::report::Report;
-use crate::sim::{self, variants, Variants};
+use crate::sim::{self, kernels, variants, Variants};
 use crate::workload;
 use std::process::ExitCode;
 
@@ -14,6 +14,10 @@ pub struct Args {
     /// A variant or machine setting, e.g. zap=per-pte, contpte=off, granule=16K (the keys are listed below).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
+    /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
+    /// preset sets); a `--set` of the same key wins.
+    #[arg(long, value_name = "6.1|6.12|6.18", default_value = "6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    pub kernel: crate::sim::kernels::Release,
     /// Run once per value of KEY and print the runs side by side (JSON: {"runs": [...]}).
     #[arg(long, value_name = "KEY=V1,V2[,...]")]
     pub each: Option<String>,
@@ -35,7 +39,7 @@ pub struct Args {
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let machine = crate::time::Machine::load(a.machine.as_deref(), &a.sets)?;
     let sets = machine.as_ref().map_or(&a.sets, |m| &m.sets);
-    let v = Variants::from_sets(sets)?;
+    let v = Variants::from_sets(&kernels::with_preset(a.kernel, kernels::Scope::Run, sets))?;
     let each = a.each.as_deref().map(|e| parse_each(e, sets)).transpose()?;
     let w = workload::parse_file(&a.workload)?;
     let Some((key, values)) = each else {

@@ -26,30 +26,39 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {
     /// Workload files.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "seeds")]
     pub workloads: Vec<String>,
+    /// Instead of workloads: each seed's before and after on Debian's arm64 6.1 and
+    /// 6.12 kernels under QEMU, against the model's 6.1 and 6.12 presets (one boot per
+    /// kernel for the seed workloads, and per RAM size for seed 003's map_mem).
+    #[arg(long, conflicts_with_all = ["workloads", "target", "sets", "kernel"])]
+    pub seeds: bool,
     /// A model variant, as for `run` (the host runs as it is).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
     /// Print the comparisons as JSON.
     #[arg(long)]
     pub json: bool,
-    /// The kernel to compare with: this host's, or Linux 6.12 arm64 under QEMU.
+    /// The kernel to compare with: this host's, or Linux 6.12 or 6.1 arm64 under QEMU.
     #[arg(long, value_enum, default_value = "host")]
     pub target: crate::native::qemu::Target,
+    /// The model's kernel preset (`foliolab kernels`); default: the target's release.
+    #[arg(long, value_name = "6.1|6.12|6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    pub kernel: Option<crate::sim::kernels::Release>,
 }
 
-/// The model's variants for `target`: the user's `--set`s, and the target's own
-/// (`Target::model_sets`) for every key the user left alone.
-pub fn target_variants(target: crate::native::qemu::Target, sets: &[String]) -> Result<crate::sim::Variants, String> {
-    let mut v = crate::sim::Variants::from_sets(sets)?;
-    for s in target.model_sets() {
-        let (k, val) = s.split_once('=').expect("key=value");
-        if !sets.iter().any(|u| u.split_once('=').is_some_and(|(uk, _)| uk == k)) {
-            v.set(k, val)?;
-        }
-    }
-    Ok(v)
+/// The model's variants for `target`: the user's `--set`s, then the target's machine
+/// (`Target::machine_sets`) and `kernel`'s preset (the target's own release when
+/// None) for every key the user left alone.
+pub fn target_variants(
+    target: crate::native::qemu::Target,
+    kernel: Option<crate::sim::kernels::Release>,
+    sets: &[String],
+) -> Result<crate::sim::Variants, String> {
+    use crate::sim::kernels::{overlay, with_preset, Scope};
+    let kernel = kernel.unwrap_or(target.kernel());
+    let sets = overlay(target.machine_sets(), sets);
+    crate::sim::Variants::from_sets(&with_preset(kernel, Scope::Run, &sets))
 }
 
 /// Runs a workload on one side; the error is reported as that side's failure.
@@ -586,7 +595,10 @@ pub fn exit_code(results: &[Comparison]) -> ExitCode {
 }
 
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
-    let v = target_variants(a.target, &a.sets)?;
+    if a.seeds {
+        return seeds_main(a.json, db);
+    }
+    let v = target_variants(a.target, a.kernel, &a.sets)?;
     // Every workload is checked before anything runs: bad input is exit 2, up front.
     let workloads = a
         .workloads
@@ -648,6 +660,32 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         super::emit(&summary(&results))?;
     }
     Ok(exit_code(&results))
+}
+
+/// `validate --seeds`: exit 0 when every seed table agrees, 1 when one differs.
+fn seeds_main(json: bool, db: &super::StoreArgs) -> super::CmdResult {
+    if let Some(why) = super::seeds::missing() {
+        return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
+    }
+    let start = std::time::Instant::now();
+    let s = super::seeds::run()?;
+    super::record(
+        db,
+        &crate::store::NewRun {
+            kind: "validate-seeds",
+            workload: None,
+            machine: None,
+            host_kernel: None,
+            wall_ms: start.elapsed().as_secs_f64() * 1e3,
+            result: serde_json::to_value(&s)?,
+        },
+    );
+    if json {
+        super::emit(&(serde_json::to_string_pretty(&s)? + "\n"))?;
+    } else {
+        super::emit(&super::seeds::text(&s))?;
+    }
+    Ok(if s.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 #[cfg(test)]

@@ -519,7 +519,7 @@ fn unmap_folio(k: &mut Kernel, folio: Pfn) -> Vec<MigrationEntry> {
 /// remap_page (remove_migration_ptes with RMP_USE_SHARED_ZEROPAGE): each migration
 /// entry becomes a pte of its page, now a small folio, with its rmap back
 /// (folio_add_anon_rmap_pte), or of the shared zero page where the page holds only
-/// zeroes (try_to_map_unused_to_zeropage), the page then losing that reference.
+/// zeroes (try_to_map_unused_to_zeropage, 6.12+), the page then losing that reference.
 fn remap_page(k: &mut Kernel, entries: &[MigrationEntry]) {
     let g = k.arch.granule();
     for e in entries {
@@ -528,7 +528,7 @@ fn remap_page(k: &mut Kernel, entries: &[MigrationEntry]) {
         let vma = k.mm(e.mm).find_vma(e.addr).expect("a mapping outside any VMA");
         let p = k.memmap.page(page);
         let locked = p.flags.contains(PageFlags::MLOCKED) || vma.flags.contains(VmFlags::LOCKED);
-        if !p.nonzero && !locked {
+        if k.split_zeropage && !p.nonzero && !locked {
             let zero = Pte::pfn_pte(k.zero_pfn, vm_page_prot(&vma), g).pte_mkspecial();
             k.arch.set_ptes(amm, e.addr, e.ptep, zero, 1, None);
             k.mm_mut(e.mm).rss_anon -= 1;

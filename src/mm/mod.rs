@@ -92,6 +92,9 @@ pub struct Kernel {
     /// A collapse whose ptes are all write-protected fails with SCAN_PAGE_RO (6.12);
     /// 6.18 collapses non-writable anon ranges too.
     pub collapse_ro_refuse: bool,
+    /// remap_page maps the zero-filled pages of a split anon THP to the shared zero
+    /// page (RMP_USE_SHARED_ZEROPAGE, b1f202060afe, 6.12); before, every page stays.
+    pub split_zeropage: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
@@ -133,6 +136,7 @@ impl Kernel {
             tlb_batch: rmap::TlbBatchVariant::Deferred,
             prot_flush_elide: false,
             cow_reuse_order0: false,
+            split_zeropage: true,
             mprotect_per_pte: false,
             huge_zero_wp_split: false,
             lazyfree_unmap_per_pte: false,

@@ -51,7 +51,15 @@ pub struct ThpKnobs {
     orders_always: u64,
     orders_madvise: u64,
     orders_inherit: u64,
+    /// The kernel has the per-size `hugepages-<size>kB/enabled` knobs (6.8+).
+    per_size: bool,
+    /// The kernel has `shrink_underused` (6.12+).
+    has_shrink_underused: bool,
 }
+
+/// The start of the error for a knob this kernel lacks: `validate` takes a workload
+/// that writes one as not applicable to the kernel, as the guest's missing sysfs file.
+pub const NO_SUCH_KNOB: &str = "no such knob in this kernel";
 
 impl ThpKnobs {
     pub fn new(granule: Granule) -> ThpKnobs {
@@ -66,6 +74,19 @@ impl ThpKnobs {
             orders_always: 0,
             orders_madvise: 0,
             orders_inherit: 1 << pmd,
+            per_size: true,
+            has_shrink_underused: true,
+        }
+    }
+
+    /// The knobs of an older kernel: without multi-size THP (before 6.8) only the PMD
+    /// order, through the top-level `enabled`; without the underused shrinker (before
+    /// 6.12) no new THP is queued for it, as with `shrink_underused` 0.
+    pub fn set_kernel(&mut self, per_size: bool, shrink_underused: bool) {
+        self.per_size = per_size;
+        self.has_shrink_underused = shrink_underused;
+        if !shrink_underused {
+            self.shrink_underused = false;
         }
     }
 
@@ -119,6 +140,9 @@ impl ThpKnobs {
                     _ => return bad("defrag (always|defer|defer+madvise|madvise|never)"),
                 }
             }
+            "shrink_underused" if !self.has_shrink_underused => {
+                return Err(format!("{NO_SUCH_KNOB}: {knob} came with the underused-THP shrinker (6.12, dafff3f4c850; shrink-underused=off)"))
+            }
             "use_zero_page" | "shrink_underused" => {
                 let v = match value {
                     "0" => false,
@@ -137,6 +161,9 @@ impl ThpKnobs {
                     Ok(v) if v <= max => self.max_ptes_none = v,
                     _ => return bad(&format!("khugepaged/max_ptes_none (0..={max})")),
                 }
+            }
+            _ if !self.per_size && knob.starts_with("hugepages-") => {
+                return Err(format!("{NO_SUCH_KNOB}: {knob} came with multi-size THP (6.8, 3485b88390b0; mthp=off)"))
             }
             _ => {
                 let order = knob

@@ -18,6 +18,7 @@
 //! (numbers in hex). Every step but `mark` is one window of the plugin's, in order.
 
 use crate::hw::Granule;
+use crate::sim::kernels::Release;
 use crate::mm::thp_sysfs::ThpKnobs;
 use crate::report::{Background, Counters, Phase, Report, Run};
 use crate::workload::{Advice, Op, Prot, Stmt, Workload};
@@ -36,6 +37,9 @@ pub enum Target {
     QemuArm64,
     /// Linux 6.12 arm64, 16K pages.
     QemuArm64_16k,
+    /// Linux 6.1 arm64 (Debian 12's own kernel), 4K pages.
+    #[value(name = "qemu-arm64-6.1")]
+    QemuArm64_61,
 }
 
 impl Target {
@@ -45,6 +49,7 @@ impl Target {
             Target::Host => None,
             Target::QemuArm64 => Some(("qemu-arm64", "arm64", Granule::K4)),
             Target::QemuArm64_16k => Some(("qemu-arm64-16k", "arm64-16k", Granule::K16)),
+            Target::QemuArm64_61 => Some(("qemu-arm64-6.1", "arm64-6.1", Granule::K4)),
         }
     }
 
@@ -66,39 +71,44 @@ impl Target {
         self.guest().map_or("host", |(s, ..)| s)
     }
 
-    /// The model variants that match this target's machine and kernel (`--set ...`,
-    /// which a user's own `--set` overrides): its base page size; `tlbi-range=on`
-    /// because QEMU's `-cpu max` implements FEAT_TLBIRANGE, so the guest kernel
-    /// flushes ranges with range TLBIs; `lpa2=on` because it implements FEAT_LPA2 too
-    /// and Debian's kernels are built for 52-bit VAs (CONFIG_ARM64_LPA2), so range
-    /// TLBIs start on 64K boundaries; and Linux 6.12's behaviour wherever the guest
-    /// showed it differs from 6.18's (`KERNEL_6_12`).
-    pub fn model_sets(self) -> Vec<String> {
-        let machine = ["tlbi-range=on", "lpa2=on"]
-            .iter()
-            .chain(KERNEL_6_12)
-            .map(|s| s.to_string());
-        match self {
-            Target::Host => Vec::new(),
-            Target::QemuArm64 => machine.collect(),
-            Target::QemuArm64_16k => std::iter::once("granule=16K".to_string()).chain(machine).collect(),
+    /// The functions whose first entries bound map_mem at boot (paging_init inlines
+    /// it): its first call, memblock_mark_nomap (6.12: of the kfence pool; 6.1: of
+    /// the kernel image), and the first call after it, memblock_allow_resize (6.12,
+    /// whose map_mem ends mapping the kfence pool) or its own last call,
+    /// memblock_clear_nomap (6.1, where pgd_clear_fixmap and the TTBR1 switch follow).
+    fn map_mem_bounds(self) -> (&'static str, &'static str) {
+        match self.kernel() {
+            Release(6, 1) => ("memblock_mark_nomap", "memblock_clear_nomap"),
+            _ => ("memblock_mark_nomap", "memblock_allow_resize"),
         }
     }
-}
 
-/// The variants in which Linux 6.12 differs from 6.18 on the validation suite, each
-/// a later upstream change (the key's help names the commit): copy-on-write of a
-/// formerly shared large folio, mprotect pte by pte, a write to the huge zero pmd,
-/// reclaim of lazyfree large folios, and MADV_COLLAPSE's copy and its refusal of
-/// read-only ranges.
-pub const KERNEL_6_12: &[&str] = &[
-    "cow-reuse=order0",
-    "mprotect-batch=per-pte",
-    "huge-zero-wp=split",
-    "lazyfree-unmap=per-pte",
-    "collapse-copy=per-pte",
-    "collapse-ro=refuse",
-];
+    /// The kernel release the target runs (its `--kernel` preset by default).
+    pub fn kernel(self) -> Release {
+        match self {
+            Target::Host => *crate::sim::kernels::KERNELS.last().expect("a preset"),
+            Target::QemuArm64 | Target::QemuArm64_16k => Release(6, 12),
+            Target::QemuArm64_61 => Release(6, 1),
+        }
+    }
+
+    /// The model variants that match this target's machine (`--set ...`, which a
+    /// user's own `--set` overrides): its base page size; `tlbi-range=on` because
+    /// QEMU's `-cpu max` implements FEAT_TLBIRANGE, so the guest kernel flushes ranges
+    /// with range TLBIs; and for the 6.12 kernels `lpa2=on`, because `-cpu max`
+    /// implements FEAT_LPA2 too and Debian builds 6.12 for 52-bit VAs
+    /// (CONFIG_ARM64_LPA2), so range TLBIs start on 64K boundaries (Debian's 6.1 is a
+    /// 48-bit VA kernel). The kernel's behaviour is its preset's (`kernel`).
+    pub fn machine_sets(self) -> Vec<String> {
+        let sets: &[&str] = match self {
+            Target::Host => &[],
+            Target::QemuArm64 => &["tlbi-range=on", "lpa2=on"],
+            Target::QemuArm64_16k => &["granule=16K", "tlbi-range=on", "lpa2=on"],
+            Target::QemuArm64_61 => &["tlbi-range=on"],
+        };
+        sets.iter().map(|s| s.to_string()).collect()
+    }
+}
 
 /// How a workload's error starts when it wrote a knob the target's kernel lacks: the
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
@@ -202,6 +212,8 @@ pub struct Batch {
     /// line to its result line; the guest's own clock counts instructions).
     pub guest: Vec<Duration>,
     pub reports: Vec<Result<Report, String>>,
+    /// The boot's map_mem, when the plugin saw both its bounds.
+    pub map_mem: Option<MapMem>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -376,12 +388,15 @@ fn process_names(w: &Workload) -> Vec<String> {
 /// exit's window is its own less its twin's, the runner's own teardown).
 type Window = BTreeMap<(String, String), i64>;
 
-fn parse_windows(text: &str) -> Result<Vec<Window>, String> {
+/// The op windows in order, and the boot's map_mem window (lines labelled `boot`).
+fn parse_windows(text: &str) -> Result<(Vec<Window>, Option<Window>), String> {
     let mut windows = Vec::new();
+    let mut boot = None;
     let mut cur = Window::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         match f[..] {
+            ["boot", "end"] => boot = Some(std::mem::take(&mut cur)),
             [_, "end"] => windows.push(std::mem::take(&mut cur)),
             ["windows", _, "errors", "0"] => {}
             ["windows", _, "errors", e] => return Err(format!("plugin saw {e} unpaired window markers")),
@@ -392,14 +407,37 @@ fn parse_windows(text: &str) -> Result<Vec<Window>, String> {
             _ => return Err(format!("plugin output: bad line {line:?}")),
         }
     }
-    Ok(windows)
+    Ok((windows, boot))
+}
+
+/// What the guest kernel's map_mem did at boot, from the plugin's boot window: every
+/// TLBI, DSB and ISB between map_mem's first and last calls (`Target::map_mem_bounds`),
+/// with the model's names (`arch.tlbi.<kind>`, `arch.tlbi.total`, `arch.dsb.<option>`,
+/// `arch.isb`), and the TLBIs by the function that issued them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MapMem {
+    pub counters: Counters,
+    pub tlbi_by_function: BTreeMap<String, i64>,
+}
+
+fn map_mem_counters(w: &Window) -> MapMem {
+    let mut m = MapMem::default();
+    for ((event, function), &n) in w {
+        if event.starts_with("tlbi.") {
+            *m.counters.entry("arch.tlbi.total".into()).or_default() += n;
+            *m.tlbi_by_function.entry(function.clone()).or_default() += n;
+        }
+        *m.counters.entry(format!("arch.{event}")).or_default() += n;
+    }
+    m
 }
 
 /// A window's counters: `arch.*` for the mm's TLBIs and barriers (with the model's
 /// names), `unattributed.arch.*` for the rest, `kernel.<function>` for entries.
-fn window_counters(w: &Window) -> Counters {
+/// `counted` are the `KERNEL_FUNCTIONS` the guest's kernel has.
+fn window_counters(w: &Window, counted: &[&str]) -> Counters {
     let mut c: Counters = ARCH_KEYS.iter().map(|k| (k.to_string(), 0)).collect();
-    c.extend(KERNEL_FUNCTIONS.iter().map(|f| (format!("kernel.{f}"), 0)));
+    c.extend(counted.iter().map(|f| (format!("kernel.{f}"), 0)));
     for ((event, function), &n) in w {
         let key = if event == "call" {
             format!("kernel.{function}")
@@ -445,7 +483,16 @@ struct GuestResult {
 }
 
 /// Builds a report as src/native does: totals and per-phase deltas of every op.
-fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: &[Window]) -> Result<Report, String> {
+/// `counted`: the `KERNEL_FUNCTIONS` the guest's kernel has (the others are inlined
+/// there, or came later, and are reported unavailable).
+fn report(
+    w: &Workload,
+    source: &str,
+    steps: &[&Stmt],
+    g: GuestResult,
+    windows: &[Window],
+    counted: &[&str],
+) -> Result<Report, String> {
     let at = |s: &Stmt| format!("{}:{}:{}", w.path, s.pos.line, s.pos.col);
     if let Some(e) = &g.error {
         let step: Option<usize> = e.strip_prefix("step ").and_then(|r| r.split(' ').next()?.parse().ok());
@@ -485,9 +532,9 @@ fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: 
                 *w.entry(k.clone()).or_default() -= n;
             }
         }
-        per_window.push(window_counters(&w));
+        per_window.push(window_counters(&w, counted));
     }
-    let idle = g.background.as_ref().and_then(|_| next.next()).map(window_counters);
+    let idle = g.background.as_ref().and_then(|_| next.next()).map(|w| window_counters(w, counted));
     let mut all_keys = Counters::new();
     for c in &per_window {
         all_keys.extend(c.keys().map(|k| (k.clone(), 0)));
@@ -537,6 +584,12 @@ fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: 
     if let Some(e) = g.layout_error {
         unavailable.insert("layout".into(), e);
     }
+    for f in KERNEL_FUNCTIONS.iter().filter(|f| !counted.contains(f)) {
+        unavailable.insert(
+            format!("kernel.{f}"),
+            "not a function of the guest's kernel (inlined there, or later than it)".into(),
+        );
+    }
     // What moved while the workload sat idle: the guest's own background, measured as
     // the host's is. The runner's memory takes no large folios, so a shrink splits
     // the workload's folios alone (unlike drop_caches on the host).
@@ -566,8 +619,21 @@ fn report(w: &Workload, source: &str, steps: &[&Stmt], g: GuestResult, windows: 
     })
 }
 
-/// Runs `workloads` in one boot of `target`'s kernel.
+/// Runs `workloads` in one boot of `target`'s kernel, a 2G guest.
 pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuError> {
+    run_batch_on(target, workloads, 2 << 30)
+}
+
+/// Boots `target`'s kernel with `ram` bytes of RAM and no workload: what its map_mem
+/// did (Debian's default rodata=full).
+pub fn boot_map_mem(target: Target, ram: u64) -> Result<MapMem, QemuError> {
+    run_batch_on(target, &[], ram)?
+        .map_mem
+        .ok_or_else(|| QemuError::Run("the plugin saw no map_mem window at boot".into()))
+}
+
+/// `run_batch` on a guest of `ram` bytes.
+fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batch, QemuError> {
     let (source, flavour, granule) = target
         .guest()
         .ok_or_else(|| QemuError::Run("the host is not a QEMU target".into()))?;
@@ -606,7 +672,7 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
     let initrd = dir.join("initrd.cpio");
     cpio(&dir.join("root"), &files, &initrd)?;
     let syms = dir.join("syms");
-    write_syms(&cache.join(flavour).join("kallsyms"), &syms)?;
+    let counted = write_syms(&cache.join(flavour).join("kallsyms"), &syms, target.map_mem_bounds())?;
     let counts = dir.join("counts");
     let file = |name: &str| std::fs::File::create(dir.join(name)).map_err(|e| run_err(name, e));
     let start = Instant::now();
@@ -619,7 +685,7 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
             "-smp",
             "1",
             "-m",
-            "2G",
+            &format!("{}M", ram >> 20),
             "-nographic",
             "-no-reboot",
             // The guest's clock counts instructions (one per nanosecond), and idles
@@ -705,7 +771,7 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
             "the guest did not finish ({how}); its console ended with:\n{tail}\n{stderr}"
         )));
     }
-    let windows = parse_windows(&plugin).map_err(QemuError::Run)?;
+    let (windows, boot) = parse_windows(&plugin).map_err(QemuError::Run)?;
     let results: Vec<&str> = console
         .lines()
         .filter_map(|l| l.strip_prefix("@@FOLIOLAB-RESULT "))
@@ -733,7 +799,7 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
             + usize::from(g.background.is_some());
         let mine = windows.get(used..used + n).unwrap_or(&[]);
         used += n;
-        reports.push(report(w, source, st, g, mine));
+        reports.push(report(w, source, st, g, mine, &counted));
     }
     if used != windows.len() {
         return Err(QemuError::Run(format!(
@@ -745,6 +811,7 @@ pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuEr
         wall,
         guest: walls,
         reports,
+        map_mem: boot.as_ref().map(map_mem_counters),
     })
 }
 
@@ -818,19 +885,31 @@ fn boot_limit(steps: &[Vec<&Stmt>]) -> Duration {
     Duration::from_secs(10 * (15 + steps.len() as u64 + ops as u64 / 1000))
 }
 
-/// The plugin's symbol file: every text symbol, `*` before the counted functions.
-fn write_syms(kallsyms: &Path, out: &Path) -> Result<(), QemuError> {
+/// The plugin's symbol file: every text symbol, `*` before the counted functions,
+/// `<` and `>` before the boot window's bounds. Returns the `KERNEL_FUNCTIONS` the
+/// kernel has.
+fn write_syms(kallsyms: &Path, out: &Path, (open, close): (&str, &str)) -> Result<Vec<&'static str>, QemuError> {
     let text =
         std::fs::read_to_string(kallsyms).map_err(|e| QemuError::NotSetUp(format!("{}: {e}", kallsyms.display())))?;
     let mut s = String::with_capacity(text.len());
+    let mut counted = Vec::new();
     for line in text.lines() {
         let Some((addr, name)) = line.split_once(' ') else {
             continue;
         };
-        let star = if KERNEL_FUNCTIONS.contains(&name) { "*" } else { "" };
+        let star = match KERNEL_FUNCTIONS.iter().find(|f| **f == name) {
+            Some(f) => {
+                counted.push(*f);
+                "*"
+            }
+            None if name == open => "<",
+            None if name == close => ">",
+            None => "",
+        };
         let _ = writeln!(s, "{addr} {star}{name}");
     }
-    std::fs::write(out, s).map_err(|e| QemuError::Run(format!("{}: {e}", out.display())))
+    std::fs::write(out, s).map_err(|e| QemuError::Run(format!("{}: {e}", out.display())))?;
+    Ok(counted)
 }
 
 /// A newc cpio archive of `files` (relative to `root`), as the kernel unpacks it.
@@ -892,7 +971,7 @@ mod tests {
                  /sys/kernel/mm/transparent_hugepage/hugepages-16kB/enabled (set at k.wl:1:1)"
             )
         );
-        let e = report(&w, "qemu-arm64", &st, failed("step 0 (set): Invalid argument"), &[]).unwrap_err();
+        let e = report(&w, "qemu-arm64", &st, failed("step 0 (set): Invalid argument"), &[], KERNEL_FUNCTIONS).unwrap_err();
         assert_eq!(e, "k.wl:1:1: step 0 (set): Invalid argument");
         assert_eq!(not_applicable(&e), None);
     }

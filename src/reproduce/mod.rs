@@ -65,6 +65,7 @@ mod seed003;
 mod seed004;
 
 use crate::report::{Counters, Report};
+use crate::sim::kernels::{with_preset, Release, Scope, KERNELS};
 use crate::time::{model, Profile};
 
 /// A seed table's baseline and changed variant, as the seed names them.
@@ -103,12 +104,20 @@ impl Costs {
     }
 }
 
-/// The model's counts of phase `label` of `w` under the variants `sets`.
-pub fn phase_counts(w: &crate::workload::Workload, sets: &[(&str, &str)], label: &str) -> Result<Counters, String> {
-    let mut v = crate::sim::Variants::default();
-    for (k, val) in sets {
-        v.set(k, val)?;
-    }
+/// `kernel`'s preset with the experiment's own variants `sets` over it.
+pub fn variants(kernel: Release, sets: &[(&str, &str)]) -> Result<crate::sim::Variants, String> {
+    let sets: Vec<String> = sets.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    crate::sim::Variants::from_sets(&with_preset(kernel, Scope::Run, &sets))
+}
+
+/// The model's counts of phase `label` of `w` under `kernel`'s preset and `sets`.
+pub fn phase_counts(
+    w: &crate::workload::Workload,
+    kernel: Release,
+    sets: &[(&str, &str)],
+    label: &str,
+) -> Result<Counters, String> {
+    let v = variants(kernel, sets)?;
     let rep = crate::sim::run(w, &v).map_err(|e| e.to_string())?;
     rep.phases
         .into_iter()
@@ -128,8 +137,8 @@ pub fn same_sign(a: f64, b: f64) -> bool {
 }
 
 /// Runs every seed asked for (all when `seeds` is empty) with `software`'s costs for the
-/// generic mm code.
-pub fn reproduce(seeds: &[String], software: &Profile) -> Result<Reproduction, String> {
+/// generic mm code, on `kernel`'s preset (each experiment sets the keys it varies).
+pub fn reproduce(seeds: &[String], software: &Profile, kernel: Release) -> Result<Reproduction, String> {
     let start = std::time::Instant::now();
     let want = |s: &str| seeds.is_empty() || seeds.iter().any(|x| x == s);
     let n = ["000", "001", "002", "003", "004"].iter().filter(|s| want(s)).count();
@@ -143,19 +152,26 @@ pub fn reproduce(seeds: &[String], software: &Profile) -> Result<Reproduction, S
     };
     let mut r = Reproduction::default();
     if want("000") {
-        seed000::run(&mut r, software)?;
+        seed000::run(&mut r, software, kernel)?;
     }
     if want("001") {
-        seed001::run(&mut r, software)?;
+        seed001::run(&mut r, software, kernel)?;
     }
     if want("002") {
         seed002::run(&mut r);
     }
     if want("003") {
-        seed003::run(&mut r, software)?;
+        seed003::run(&mut r, software, kernel)?;
     }
     if want("004") {
-        seed004::run(&mut r, software)?;
+        seed004::run(&mut r, software, kernel)?;
+    }
+    if kernel != *KERNELS.last().expect("a preset") {
+        for notes in r.notes.values_mut() {
+            notes.push(format!(
+                "kernel preset {kernel}: every variant the experiment does not set is {kernel}'s (`foliolab kernels`)"
+            ));
+        }
     }
     r.elapsed_s = start.elapsed().as_secs_f64();
     Ok(r)

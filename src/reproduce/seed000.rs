@@ -4,6 +4,7 @@
 //! (bare metal). The seed predates contpte: its setting is contpte=off; the same runs
 //! with contpte on are shown beside it.
 
+use crate::sim::kernels::Release;
 use super::{pct, phase_counts, same_sign, Breakdown, Costs, Reproduction, Row};
 use crate::time::Profile;
 use crate::workload::parse_str;
@@ -43,7 +44,7 @@ fn workload(bench: &str, folio: &str) -> String {
     }
 }
 
-pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
+pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<(), String> {
     let mut notes = vec![
         "the seed reports percent changes only; so does the model (modeled time of the measured phase)".to_string(),
     ];
@@ -54,7 +55,7 @@ pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
                 let name = format!("seed000-{bench}-{folio}.wl");
                 let w = parse_str(&name, &workload(bench, folio)).map_err(|e| e.to_string())?;
                 for zap in ["per-pte", "batched"] {
-                    let c = phase_counts(&w, &[("zap", zap), ("contpte", contpte)], "measured")?;
+                    let c = phase_counts(&w, kernel, &[("zap", zap), ("contpte", contpte)], "measured")?;
                     counts.insert((bench, folio, zap), c);
                 }
             }

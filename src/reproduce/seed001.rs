@@ -4,6 +4,7 @@
 //! the cycles of a page-out microbenchmark on an 8-core Snapdragon 888 and a ~100-core
 //! Kunpeng 920, and the benchmark's speed-up on the Snapdragon.
 
+use crate::sim::kernels::Release;
 use super::{pct, phase_counts, same_sign, Breakdown, Costs, Reproduction, Row};
 use crate::time::Profile;
 use crate::workload::parse_str;
@@ -18,11 +19,11 @@ const FLUSH_EVENTS: &[&str] = &[
     "kernel.ptep_clear_flush",
 ];
 
-pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
+pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<(), String> {
     let w = parse_str("workloads/seed001-pageout-order0.wl", WORKLOAD).map_err(|e| e.to_string())?;
     let mut phase = std::collections::BTreeMap::new();
     for batch in ["sync", "deferred"] {
-        phase.insert(batch, phase_counts(&w, &[("tlb-batch", batch)], "pageout")?);
+        phase.insert(batch, phase_counts(&w, kernel, &[("tlb-batch", batch)], "pageout")?);
     }
     let mut notes = vec![
         "a broadcast TLBI's cost against the CPU count has no public curve (costs.md §1b): each machine's TLBI and DSB costs are its own, not scaled by its CPUs".to_string(),

@@ -5,6 +5,7 @@
 use super::{pct, same_sign, Breakdown, Costs, Reproduction, Row, Series};
 use crate::cmd::boot::{boot, Spec};
 use crate::hw::Granule;
+use crate::sim::kernels::{with_preset, Release, Scope};
 use crate::report::Counters;
 use crate::time::Profile;
 
@@ -23,9 +24,9 @@ const VARIANTS: [(&str, &str); 2] = [("before", "alloc-and-populate"), ("after",
 const CURVE_GIB: &[u64] = &[1, 4, 16, 64, 256, 512];
 
 /// map_mem's counts for `gib` of RAM under `fixmap` (Debian's default rodata=full, 4K).
-fn counts(gib: u64, fixmap: &str) -> Result<Counters, String> {
+fn counts(gib: u64, fixmap: &str, kernel: Release) -> Result<Counters, String> {
     let mut spec = Spec::new(Granule::K4, gib << 30);
-    spec.set("pgtable-fixmap", fixmap)?;
+    spec.set_all(&with_preset(kernel, Scope::Boot, &[format!("pgtable-fixmap={fixmap}")]))?;
     let b = boot(&spec)?;
     let c = b
         .map_mem
@@ -37,14 +38,14 @@ fn counts(gib: u64, fixmap: &str) -> Result<Counters, String> {
     Ok(c)
 }
 
-pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
+pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<(), String> {
     let mut sizes: Vec<u64> = COLUMNS.iter().map(|c| c.1).chain(CURVE_GIB.iter().copied()).collect();
     sizes.sort();
     sizes.dedup();
     let mut measured = std::collections::BTreeMap::new();
     for &gib in &sizes {
         for (name, fixmap) in VARIANTS {
-            measured.insert((gib, name), counts(gib, fixmap)?);
+            measured.insert((gib, name), counts(gib, fixmap, kernel)?);
         }
     }
     let mut notes = Vec::new();

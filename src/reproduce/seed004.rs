@@ -8,7 +8,8 @@
 //! model's change, and the overhead is the model's contpte_ptep_get time over that.
 
 use super::{same_sign, Costs, Reproduction, Row};
-use crate::sim::{self, Variants};
+use crate::sim;
+use crate::sim::kernels::Release;
 use crate::time::Profile;
 use crate::workload::parse_str;
 
@@ -50,7 +51,7 @@ const INSNS: &str = "kernel.contpte_ptep_get.insns";
 /// it shows.
 type Part = (&'static str, &'static str, fn(&(f64, f64, f64)) -> f64);
 
-pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
+pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<(), String> {
     let costs = Costs::for_seed(MACHINE, SEED, software)?;
     let mut notes = costs.notes.clone();
     notes.push(format!(
@@ -63,8 +64,7 @@ pub fn run(r: &mut Reproduction, software: &Profile) -> Result<(), String> {
         let w = parse_str(&format!("workloads/seed004-scenario{scenario}.wl"), text).map_err(|e| e.to_string())?;
         let mut insns = Vec::new();
         for (_, v) in VARIANTS {
-            let mut vs = Variants::default();
-            vs.set("ptep_get", v)?;
+            let vs = super::variants(kernel, &[("ptep_get", v)])?;
             let rep = sim::run(&w, &vs).map_err(|e| e.to_string())?;
             insns.push(rep.counters.get(INSNS).copied().unwrap_or(0));
         }

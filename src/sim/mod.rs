@@ -2,6 +2,7 @@
 //! produces the report of ../shared/spec/workload.md.
 
 pub mod progress;
+pub mod kernels;
 pub mod variants;
 
 use crate::hw::{Event, MachineConfig, PhysMem, VirtAddr};
@@ -71,6 +72,8 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.lazyfree_unmap_per_pte = v.lazyfree_unmap_per_pte();
     k.collapse_copy_per_pte = v.collapse_copy_per_pte();
     k.collapse_ro_refuse = v.collapse_ro_refuse();
+    k.knobs.set_kernel(v.mthp(), v.shrink_underused());
+    k.split_zeropage = v.split_zeropage();
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
     check_granule(w, &w.stmts, page)?;

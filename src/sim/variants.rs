@@ -83,7 +83,25 @@ pub const KEYS: &[Key] = &[
         name: "collapse-ro",
         default: "allow",
         values: "allow|refuse",
-        about: "khugepaged and MADV_COLLAPSE collapse an anon range whose ptes are all write-protected (allow, 6.18) or fail it with SCAN_PAGE_RO (refuse, 6.12)",
+        about: "khugepaged and MADV_COLLAPSE collapse an anon range whose ptes are all write-protected (allow, 6.18) or fail it with SCAN_PAGE_RO (refuse, up to 6.17; 62b98015d988, 473b73222f3d)",
+    },
+    Key {
+        name: "mthp",
+        default: "on",
+        values: "on|off",
+        about: "anonymous faults may allocate multi-size THP, set per size in hugepages-<size>kB/enabled (on, 6.8+: 19eaf44954df, 3485b88390b0) or only PMD THP, with no per-size knobs (off, e.g. 6.1)",
+    },
+    Key {
+        name: "shrink-underused",
+        default: "on",
+        values: "on|off",
+        about: "new PMD THPs go on the deferred split queue and the shrinker splits underused ones, as the shrink_underused knob says (on, 6.12+: dafff3f4c850) or there is no such knob and only partially mapped THPs are queued (off, e.g. 6.1)",
+    },
+    Key {
+        name: "split-zeropage",
+        default: "on",
+        values: "on|off",
+        about: "splitting an isolated anon THP maps its zero-filled pages to the shared zero page (on, 6.12+: b1f202060afe) or keeps every page (off, e.g. 6.1)",
     },
     Key {
         name: "granule",
@@ -273,6 +291,7 @@ impl Variants {
             "huge-zero-wp" => matches!(val, "thp" | "split"),
             "lazyfree-unmap" | "collapse-copy" => matches!(val, "batched" | "per-pte"),
             "collapse-ro" => matches!(val, "allow" | "refuse"),
+            "mthp" | "shrink-underused" | "split-zeropage" => matches!(val, "on" | "off"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
@@ -353,6 +372,18 @@ impl Variants {
     /// A collapse of a range with no writable pte fails (SCAN_PAGE_RO), as before 6.18.
     pub fn collapse_ro_refuse(&self) -> bool {
         self.get("collapse-ro") == "refuse"
+    }
+    /// Multi-size THP for anonymous memory and its per-size knobs (6.8+).
+    pub fn mthp(&self) -> bool {
+        self.flag("mthp")
+    }
+    /// The underused-THP shrinker and its `shrink_underused` knob (6.12+).
+    pub fn shrink_underused(&self) -> bool {
+        self.flag("shrink-underused")
+    }
+    /// remap_page maps zero-filled pages of a split anon THP to the zero page (6.12+).
+    pub fn split_zeropage(&self) -> bool {
+        self.flag("split-zeropage")
     }
     pub fn contpte(&self) -> bool {
         self.flag("contpte")

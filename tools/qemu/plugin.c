@@ -16,8 +16,15 @@
  * Windows are numbered from 0 in boot order; the host pairs them with the
  * runner's ops. Single vCPU only (-smp 1), which the runner is given.
  *
+ * One more window, written first as "boot ..." lines, covers the kernel's
+ * building of its linear map at boot: it opens at the first entry of the
+ * function marked '<' in the symbol file and closes at the first entry of
+ * the one marked '>' after it (map_mem's first and last calls, which the
+ * host chooses per kernel).
+ *
  * Arguments: syms=PATH (lines "ADDR NAME", text symbols, sorted or not;
- * "ADDR *NAME" marks a function whose entries are counted), out=PATH.
+ * "ADDR *NAME" marks a function whose entries are counted, "ADDR <NAME" and
+ * "ADDR >NAME" the boot window's bounds), out=PATH.
  *
  * The plugin API's declarations are in ../qemu-plugin-api.h.
  */
@@ -40,7 +47,7 @@
 struct sym {
 	uint64_t addr;
 	char *name;
-	int counted;	/* entries are counted */
+	char mark;	/* '*' entries counted, '<' '>' boot window bounds, or 0 */
 };
 
 static struct sym *syms;
@@ -59,6 +66,7 @@ struct counter {
 
 static struct counter *dirty;
 static enum { CLOSED, OPEN, PAUSED } state;
+static enum { BOOT_BEFORE, BOOT_IN, BOOT_DONE } boot;
 static unsigned long window;
 static unsigned long errors;
 static FILE *out;
@@ -91,8 +99,8 @@ static int load_syms(const char *path)
 				return -1;
 		}
 		syms[nsyms].addr = addr;
-		syms[nsyms].counted = name[0] == '*';
-		syms[nsyms].name = strdup(name + syms[nsyms].counted);
+		syms[nsyms].mark = strchr("*<>", name[0]) ? name[0] : 0;
+		syms[nsyms].name = strdup(name + !!syms[nsyms].mark);
 		nsyms++;
 	}
 	fclose(f);
@@ -181,21 +189,48 @@ static void on_pause(unsigned int vcpu, void *udata)
 		state = PAUSED;
 }
 
-/* Writes the window's counters and closes it. */
-static void close_window(void)
+/* Writes the window's counters under `label` and closes it. */
+static void write_window(const char *label)
 {
 	state = CLOSED;
 	while (dirty) {
 		struct counter *c = dirty;
 
-		fprintf(out, "%lu %s %s %" PRIu64 "\n", window, c->event, c->fn, c->n);
+		fprintf(out, "%s %s %s %" PRIu64 "\n", label, c->event, c->fn, c->n);
 		c->n = 0;
 		c->dirty = 0;
 		dirty = c->next_dirty;
 	}
-	fprintf(out, "%lu end\n", window);
+	fprintf(out, "%s end\n", label);
 	fflush(out);
-	window++;
+}
+
+static void close_window(void)
+{
+	char label[24];
+
+	snprintf(label, sizeof(label), "%lu", window++);
+	write_window(label);
+}
+
+static void on_boot_open(unsigned int vcpu, void *udata)
+{
+	(void)vcpu;
+	(void)udata;
+	if (boot == BOOT_BEFORE && state == CLOSED) {
+		boot = BOOT_IN;
+		state = OPEN;
+	}
+}
+
+static void on_boot_close(unsigned int vcpu, void *udata)
+{
+	(void)vcpu;
+	(void)udata;
+	if (boot == BOOT_IN) {
+		boot = BOOT_DONE;
+		write_window("boot");
+	}
 }
 
 static void on_stop(unsigned int vcpu, void *udata)
@@ -254,8 +289,12 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		if (pc < KERNEL_VA)
 			continue;
 		s = lookup(pc);
-		if (s && s->counted && s->addr == pc && (c = counter("call", s->name)))
+		if (s && s->mark == '*' && s->addr == pc && (c = counter("call", s->name)))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_event, QEMU_PLUGIN_CB_NO_REGS, c);
+		if (s && s->mark == '<' && s->addr == pc)
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_boot_open, QEMU_PLUGIN_CB_NO_REGS, NULL);
+		if (s && s->mark == '>' && s->addr == pc)
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_boot_close, QEMU_PLUGIN_CB_NO_REGS, NULL);
 		event = classify(op, buf, sizeof(buf));
 		if (event && (c = counter(event, s ? s->name : "?")))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_event, QEMU_PLUGIN_CB_NO_REGS, c);

@@ -1,0 +1,315 @@
+//! Kernel presets (`--kernel 6.1|6.12|6.18`): each upstream change the model can show
+//! either side of, as the variant key it flips, the release that brought it and the
+//! commit behind it. A preset is every change's value as of that release, so the
+//! presets and `foliolab kernels` come from one table and cannot drift apart.
+
+/// A release foliolab has a preset for: the host's 6.18 and Debian's arm64 kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Release(pub u32, pub u32);
+
+impl std::fmt::Display for Release {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
+/// The releases with a preset, oldest first; the last is the default.
+pub const KERNELS: &[Release] = &[Release(6, 1), Release(6, 12), Release(6, 18)];
+
+/// The release `--kernel` names, refusing one without a preset.
+pub fn parse_kernel(s: &str) -> Result<Release, String> {
+    KERNELS.iter().copied().find(|r| r.to_string() == s).ok_or_else(|| {
+        let known: Vec<String> = KERNELS.iter().map(ToString::to_string).collect();
+        format!("--kernel {s}: no preset for it (known: {})", known.join(", "))
+    })
+}
+
+/// Which command's `--set` keys a change is one of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// `run`, `validate`, `reproduce`'s workloads.
+    Run,
+    /// `boot` (the linear map).
+    Boot,
+}
+
+/// One upstream change: `key` was `before` up to the release before `release`, and
+/// `after` from it on.
+pub struct Change {
+    pub scope: Scope,
+    pub key: &'static str,
+    pub before: &'static str,
+    pub after: &'static str,
+    pub release: Release,
+    /// The upstream commit (abbreviated), and others of the same series after a space.
+    pub commit: &'static str,
+    pub what: &'static str,
+}
+
+/// Every change between 6.1 and 6.19 that a workload or `boot` can observe and the
+/// model has both sides of, oldest first.
+pub const CHANGES: &[Change] = &[
+    Change {
+        scope: Scope::Run,
+        key: "tlb-batch",
+        before: "sync",
+        after: "deferred",
+        release: Release(6, 6),
+        commit: "43b3dfdd0455",
+        what: "seed 001: arm64 defers reclaim's TLB flush (ARCH_WANT_BATCHED_UNMAP_TLB_FLUSH)",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "mthp",
+        before: "off",
+        after: "on",
+        release: Release(6, 8),
+        commit: "19eaf44954df 3485b88390b0",
+        what: "seed 002: anonymous faults allocate multi-size THP; hugepages-<size>kB/enabled",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "contpte",
+        before: "off",
+        after: "on",
+        release: Release(6, 9),
+        commit: "4602e5757bcc",
+        what: "arm64 folds aligned 64K blocks of one folio with the contiguous bit",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "zap",
+        before: "per-pte",
+        after: "batched",
+        release: Release(6, 9),
+        commit: "10ebac4f95e7 6b1e4efb6f54",
+        what: "seed 000: zap_pte_range clears a folio's ptes as one batch",
+    },
+    Change {
+        scope: Scope::Boot,
+        key: "pgtable-fixmap",
+        before: "per-cont-block",
+        after: "once",
+        release: Release(6, 10),
+        commit: "5c63db59c5f8 1fcb7cea8a5f 0e9df1c905d8",
+        what: "seed 003: map_mem maps each new table in the fixmap once",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "shrink-underused",
+        before: "off",
+        after: "on",
+        release: Release(6, 12),
+        commit: "dafff3f4c850",
+        what: "new PMD THPs are queued and the split shrinker splits underused ones; the shrink_underused knob",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "split-zeropage",
+        before: "off",
+        after: "on",
+        release: Release(6, 12),
+        commit: "b1f202060afe",
+        what: "a split anon THP's zero-filled pages become the shared zero page",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "huge-zero-wp",
+        before: "split",
+        after: "thp",
+        release: Release(6, 13),
+        commit: "1ced09e0331f",
+        what: "a write fault on the huge zero pmd maps a new THP",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "cow-reuse",
+        before: "order0",
+        after: "large",
+        release: Release(6, 15),
+        commit: "1da190f4d0a6",
+        what: "a write fault reuses an exclusive large anon folio instead of copying",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "lazyfree-unmap",
+        before: "per-pte",
+        after: "batched",
+        release: Release(6, 15),
+        commit: "354dffd29575",
+        what: "try_to_unmap_one discards a lazyfree large folio in one batch",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "mprotect-batch",
+        before: "per-pte",
+        after: "batched",
+        release: Release(6, 17),
+        commit: "cac1db8c3aad 7efa1cd5f89b",
+        what: "change_pte_range changes a folio's ptes as one batch",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "collapse-copy",
+        before: "per-pte",
+        after: "batched",
+        release: Release(6, 17),
+        commit: "4ea3594a4741",
+        what: "khugepaged clears the old ptes a folio at a time",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "ptep_get",
+        before: "full-scan",
+        after: "early-exit",
+        release: Release(6, 17),
+        commit: "093ae7a033cf",
+        what: "seed 004: contpte_ptep_get stops once young and dirty are known",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "collapse-ro",
+        before: "refuse",
+        after: "allow",
+        release: Release(6, 18),
+        commit: "62b98015d988 473b73222f3d",
+        what: "a collapse of an all-read-only anon range no longer fails with SCAN_PAGE_RO",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "prot-flush",
+        before: "always",
+        after: "elide",
+        release: Release(6, 19),
+        commit: "c320dbb7c80d",
+        what: "arm64's pte_needs_flush skips mprotect's flush when only software bits change",
+    },
+];
+
+/// The `--set` values of `kernel`'s preset for `scope`: every change's value as of it.
+pub fn preset(kernel: Release, scope: Scope) -> Vec<String> {
+    CHANGES
+        .iter()
+        .filter(|c| c.scope == scope)
+        .map(|c| {
+            let v = if kernel >= c.release { c.after } else { c.before };
+            format!("{}={v}", c.key)
+        })
+        .collect()
+}
+
+/// `sets` with `kernel`'s preset under them: a key the user sets keeps their value.
+pub fn with_preset(kernel: Release, scope: Scope, sets: &[String]) -> Vec<String> {
+    overlay(preset(kernel, scope), sets)
+}
+
+/// `KEY=VALUE` settings `over` laid over `base`: `base`'s keys that `over` leaves
+/// alone, then all of `over`.
+pub fn overlay(base: Vec<String>, over: &[String]) -> Vec<String> {
+    let key = |s: &str| s.split_once('=').map_or(s, |(k, _)| k).to_string();
+    let mut out: Vec<String> = base
+        .into_iter()
+        .filter(|b| !over.iter().any(|o| key(o) == key(b)))
+        .collect();
+    out.extend(over.iter().cloned());
+    out
+}
+
+/// `foliolab kernels`: a row per change, its value under each preset, the commit.
+pub fn table() -> String {
+    use std::fmt::Write;
+    let rows: Vec<[String; 4]> = CHANGES
+        .iter()
+        .map(|c| {
+            let scope = match c.scope {
+                Scope::Run => "",
+                Scope::Boot => "boot ",
+            };
+            [format!("{scope}{}", c.key), c.release.to_string(), c.commit.to_string(), c.what.to_string()]
+        })
+        .collect();
+    let key_w = rows.iter().map(|r| r[0].len()).max().unwrap_or(0).max(3);
+    let commit_w = rows.iter().map(|r| r[2].len()).max().unwrap_or(0);
+    let val_w = CHANGES
+        .iter()
+        .flat_map(|c| [c.before.len(), c.after.len()])
+        .max()
+        .unwrap_or(0);
+    let mut s = format!("{:<key_w$}", "key");
+    for k in KERNELS {
+        let _ = write!(s, "  {:<val_w$}", k.to_string());
+    }
+    let _ = writeln!(s, "  {:<5}  {:<commit_w$}  change", "since", "commit");
+    for (c, r) in CHANGES.iter().zip(&rows) {
+        let _ = write!(s, "{:<key_w$}", r[0]);
+        for &k in KERNELS {
+            let _ = write!(s, "  {:<val_w$}", if k >= c.release { c.after } else { c.before });
+        }
+        let _ = writeln!(s, "  {:<5}  {:<commit_w$}  {}", r[1], r[2], r[3]);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::variants;
+
+    #[test]
+    fn the_newest_preset_is_every_default() {
+        let newest = *KERNELS.last().unwrap();
+        for s in preset(newest, Scope::Run) {
+            let (k, v) = s.split_once('=').unwrap();
+            assert_eq!(variants::key(k).unwrap().default, v, "{k}");
+        }
+        for s in preset(newest, Scope::Boot) {
+            let (k, v) = s.split_once('=').unwrap();
+            let key = crate::cmd::boot::KEYS.iter().find(|b| b.name == k).unwrap();
+            assert_eq!(key.default, v, "boot {k}");
+        }
+    }
+
+    #[test]
+    fn every_preset_is_a_valid_setting() {
+        for &k in KERNELS {
+            crate::sim::Variants::from_sets(&preset(k, Scope::Run)).unwrap();
+            let mut spec = crate::cmd::boot::Spec::new(crate::hw::Granule::K4, 1 << 30);
+            spec.set_all(&preset(k, Scope::Boot)).unwrap();
+        }
+    }
+
+    #[test]
+    fn presets_pick_each_side_by_release() {
+        let old = preset(Release(6, 1), Scope::Run);
+        for want in ["zap=per-pte", "tlb-batch=sync", "contpte=off", "mthp=off", "cow-reuse=order0"] {
+            assert!(old.iter().any(|s| s == want), "6.1 lacks {want}: {old:?}");
+        }
+        let mid = preset(Release(6, 12), Scope::Run);
+        for want in ["zap=batched", "contpte=on", "ptep_get=full-scan", "shrink-underused=on"] {
+            assert!(mid.iter().any(|s| s == want), "6.12 lacks {want}: {mid:?}");
+        }
+        assert_eq!(preset(Release(6, 1), Scope::Boot), ["pgtable-fixmap=per-cont-block"]);
+        assert_eq!(preset(Release(6, 12), Scope::Boot), ["pgtable-fixmap=once"]);
+    }
+
+    #[test]
+    fn a_users_set_wins_over_the_preset() {
+        let s = with_preset(Release(6, 1), Scope::Run, &["zap=batched".into()]);
+        assert!(s.contains(&"zap=batched".to_string()));
+        assert!(!s.contains(&"zap=per-pte".to_string()));
+        crate::sim::Variants::from_sets(&s).unwrap();
+    }
+
+    #[test]
+    fn unknown_kernels_are_refused() {
+        assert_eq!(parse_kernel("6.12"), Ok(Release(6, 12)));
+        assert!(parse_kernel("5.15").unwrap_err().contains("6.1, 6.12, 6.18"));
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_change_with_its_commit() {
+        let t = table();
+        assert_eq!(t.lines().count(), CHANGES.len() + 1);
+        assert!(t.contains("43b3dfdd0455") && t.contains("boot pgtable-fixmap"), "{t}");
+    }
+}
