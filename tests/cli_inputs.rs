@@ -236,3 +236,51 @@ fn no_progress_is_drawn_on_a_stderr_that_is_no_terminal() {
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }
+
+#[test]
+fn an_unknown_kernel_preset_is_refused_naming_the_known_ones() {
+    for cmd in [&["run", "workloads/mthp-fault-64k.wl"][..], &["boot", "--ram", "1G"], &["reproduce", "003"]] {
+        let mut args = cmd.to_vec();
+        args.extend(["--kernel", "5.15"]);
+        let line = error_line(&args);
+        assert!(line.contains("5.15") && line.contains("6.1, 6.12, 6.18"), "{line}");
+    }
+}
+
+#[test]
+fn a_knob_the_presets_kernel_lacks_is_an_error_at_its_line() {
+    let line = error_line(&["run", "--kernel", "6.1", "workloads/mthp-fault-64k.wl"]);
+    assert!(
+        line.contains("mthp-fault-64k.wl:2:1: no such knob in this kernel: hugepages-64kB/enabled"),
+        "{line}"
+    );
+    let path = workload("underused.wl", b"set shrink_underused 0\n");
+    let line = error_line(&["run", "--kernel", "6.1", &path]);
+    assert!(line.contains("underused.wl:1:1: no such knob") && line.contains("dafff3f4c850"), "{line}");
+    // A --set of the key wins over the preset.
+    let out = foliolab(&["run", "--kernel", "6.1", "--set", "mthp=on", "workloads/mthp-fault-64k.wl"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn kernels_lists_each_change_with_its_commit_and_value_per_preset() {
+    let out = foliolab(&["kernels"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let zap = text.lines().find(|l| l.starts_with("zap ")).expect("a zap row");
+    let cols: Vec<&str> = zap.split_whitespace().collect();
+    assert_eq!(&cols[..6], ["zap", "per-pte", "batched", "batched", "6.9", "10ebac4f95e7"], "{zap}");
+    let json = foliolab(&["kernels", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["kernels"], serde_json::json!(["6.1", "6.12", "6.18"]));
+    assert!(v["changes"].as_array().unwrap().iter().any(|c| c["key"] == "pgtable-fixmap" && c["scope"] == "boot"));
+}
+
+#[test]
+fn boot_under_the_6_1_preset_remaps_per_contiguous_block() {
+    let out = foliolab(&["boot", "--ram", "1G", "--kernel", "6.1"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("pgtable-fixmap=per-cont-block"), "{text}");
+    let out = foliolab(&["boot", "--ram", "1G", "--kernel", "6.12"]);
+    assert!(String::from_utf8(out.stdout).unwrap().contains("pgtable-fixmap=once"));
+}

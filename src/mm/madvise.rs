@@ -226,7 +226,8 @@ impl Kernel {
         }
         if pageout {
             self.folio_isolate_lru(folio, folios);
-        } else if d.has(crate::hw::Attr::AF) {
+        }
+        if (!pageout || self.pageout_clears_young) && d.has(crate::hw::Attr::AF) {
             let haddr = addr & !(pmd_size - 1);
             self.pxd_set(2, haddr, pmd, d.without(crate::hw::Attr::AF));
             tlb.flush_pmd_range(haddr, pmd_size);
@@ -289,7 +290,8 @@ impl Kernel {
                 if self.memmap.folio_mapcount(folio) as u64 == nr_pages && nr as u64 == nr_pages {
                     if pageout {
                         self.folio_isolate_lru(folio, folios);
-                    } else if young {
+                    }
+                    if (!pageout || self.pageout_clears_young) && young {
                         self.arch.clear_young_dirty_ptes(amm, addr, ptep, nr, true, false);
                         tlb.remove_tlb_entries(addr, nr as u64, ps);
                     }

@@ -95,6 +95,9 @@ pub struct Kernel {
     /// remap_page maps the zero-filled pages of a split anon THP to the shared zero
     /// page (RMP_USE_SHARED_ZEROPAGE, b1f202060afe, 6.12); before, every page stays.
     pub split_zeropage: bool,
+    /// MADV_PAGEOUT clears the young bits it walks, as MADV_COLD does, through the
+    /// mmu_gather (before 2864f3d0f583, 6.9); since, reclaim ignores references.
+    pub pageout_clears_young: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
@@ -137,6 +140,7 @@ impl Kernel {
             prot_flush_elide: false,
             cow_reuse_order0: false,
             split_zeropage: true,
+            pageout_clears_young: false,
             mprotect_per_pte: false,
             huge_zero_wp_split: false,
             lazyfree_unmap_per_pte: false,

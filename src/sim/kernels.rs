@@ -69,6 +69,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "pageout-young",
+        before: "clear",
+        after: "ignore",
+        release: Release(6, 9),
+        commit: "2864f3d0f583",
+        what: "MADV_PAGEOUT no longer clears young bits (and flushes) before reclaim",
+    },
+    Change {
+        scope: Scope::Run,
         key: "contpte",
         before: "off",
         after: "on",

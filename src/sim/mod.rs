@@ -74,6 +74,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.collapse_ro_refuse = v.collapse_ro_refuse();
     k.knobs.set_kernel(v.mthp(), v.shrink_underused());
     k.split_zeropage = v.split_zeropage();
+    k.pageout_clears_young = v.get("pageout-young") == "clear";
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
     check_granule(w, &w.stmts, page)?;

@@ -104,6 +104,12 @@ pub const KEYS: &[Key] = &[
         about: "splitting an isolated anon THP maps its zero-filled pages to the shared zero page (on, 6.12+: b1f202060afe) or keeps every page (off, e.g. 6.1)",
     },
     Key {
+        name: "pageout-young",
+        default: "ignore",
+        values: "ignore|clear",
+        about: "MADV_PAGEOUT leaves the young bits and reclaim ignores references (ignore, 6.9+: 2864f3d0f583) or it clears them as MADV_COLD does, flushing the range through the mmu_gather (clear, e.g. 6.1)",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -291,6 +297,7 @@ impl Variants {
             "huge-zero-wp" => matches!(val, "thp" | "split"),
             "lazyfree-unmap" | "collapse-copy" => matches!(val, "batched" | "per-pte"),
             "collapse-ro" => matches!(val, "allow" | "refuse"),
+            "pageout-young" => matches!(val, "ignore" | "clear"),
             "mthp" | "shrink-underused" | "split-zeropage" => matches!(val, "on" | "off"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),

@@ -1,0 +1,92 @@
+//! Kernel presets against real kernels: Debian's 6.1 arm64 kernel under QEMU runs the
+//! validation workloads that apply to it (no mTHP knobs) and must agree with the
+//! model's `--kernel 6.1` preset on every counter it measures; and `validate --seeds`
+//! shows each seed's before (6.1) and after (6.12) on the real kernels, equal to the
+//! model's presets. Skipped when scripts/setup-qemu has not been run.
+
+use foliolab::cmd::seeds::{self, Seeds};
+use foliolab::cmd::validate::{compare, table, target_variants};
+use foliolab::native::qemu::{self, Target};
+use foliolab::sim;
+use foliolab::workload::parse_file;
+
+/// Suite workloads on which 6.1 and its preset agree: THP faults, splits, collapse,
+/// the huge zero page, fork of a PMD THP, MADV_FREE and reclaim, order-0 zap.
+const AGREE_61: &[&str] = &[
+    "tests/validation/collapse_base_pages.wl",
+    "tests/validation/collapse_zero_and_shared.wl",
+    "tests/validation/fork_pmd_thp.wl",
+    "tests/validation/free_pageout_pmd.wl",
+    "tests/validation/huge_zero_then_write.wl",
+    "tests/validation/pmd_dontneed_half.wl",
+    "tests/validation/pmd_partial_munmap.wl",
+    "tests/validation/shrink_pmd_munmap.wl",
+    "tests/validation/free_split_zero_pages.wl",
+    "workloads/seed000-munmap-order0.wl",
+];
+
+#[test]
+fn where_6_1_behaves_as_its_preset_every_counter_agrees() {
+    if let Some(why) = qemu::missing(Target::QemuArm64_61) {
+        println!("SKIP where_6_1_behaves_as_its_preset_every_counter_agrees: {why}");
+        return;
+    }
+    let ws: Vec<_> = AGREE_61.iter().map(|p| parse_file(p).unwrap()).collect();
+    let v = target_variants(Target::QemuArm64_61, None, &[]).unwrap();
+    assert_eq!(v.get("zap"), "per-pte");
+    let batch = qemu::run_batch(Target::QemuArm64_61, &ws).unwrap();
+    for (w, g) in ws.iter().zip(batch.reports) {
+        let m = qemu::as_guest_measures(sim::run(w, &v).unwrap(), w, &v).unwrap();
+        let c = compare(&m, &g.unwrap_or_else(|e| panic!("{}: {e}", w.path)));
+        assert!(c.ok(), "{}", table(&c));
+        // The 6.12-only functions are left out, not compared as zeros.
+        assert!(c.not_compared.contains_key("kernel.folio_remove_rmap_ptes"), "{}", table(&c));
+    }
+    // With 6.12's zero-page remap on split, the model no longer matches 6.1.
+    let split = parse_file("tests/validation/free_split_zero_pages.wl").unwrap();
+    let v612 = target_variants(Target::QemuArm64_61, None, &["split-zeropage=on".into()]).unwrap();
+    let batch = qemu::run_batch(Target::QemuArm64_61, std::slice::from_ref(&split)).unwrap();
+    let m = qemu::as_guest_measures(sim::run(&split, &v612).unwrap(), &split, &v612).unwrap();
+    let c = compare(&m, batch.reports[0].as_ref().unwrap());
+    assert_eq!(c.layout_mismatches.len(), 1, "{}", table(&c));
+}
+
+fn cells<'s>(s: &'s Seeds, experiment: &str, counter: &str) -> &'s [seeds::Cell] {
+    &s.rows
+        .iter()
+        .find(|r| r.experiment.starts_with(experiment) && r.counter == counter)
+        .unwrap_or_else(|| panic!("no row {experiment} {counter}"))
+        .cells
+}
+
+#[test]
+fn each_seeds_before_and_after_on_6_1_and_6_12() {
+    if let Some(why) = seeds::missing() {
+        println!("SKIP each_seeds_before_and_after_on_6_1_and_6_12: {why}");
+        return;
+    }
+    let s = seeds::run().unwrap();
+    let text = seeds::text(&s);
+    // Seeds 001, 002 and 004: every count of both kernels equals its preset's.
+    for r in s.rows.iter().filter(|r| ["001", "002", "004"].contains(&r.seed.as_str())) {
+        for c in &r.cells {
+            assert_eq!(c.guest, c.model, "{} {} on {}\n{text}", r.experiment, r.counter, c.kernel);
+        }
+    }
+    // Seed 001: 6.1 flushes and waits per page reclaimed; 6.12 waits once per batch.
+    let [old, new] = cells(&s, "seed001-pageout-order0", "arch.dsb.ish") else { panic!() };
+    let pages = cells(&s, "seed001-pageout-order0", "vmstat.pglazyfreed")[0].guest.unwrap();
+    assert_eq!(pages, 4096, "{text}");
+    assert_eq!(old.guest, Some(pages), "{text}");
+    assert!(new.guest.unwrap() * 20 < pages, "{text}");
+    // Seed 002: 64K folios take a sixteenth of the faults, on 6.12; 6.1 has no knob.
+    let faults = cells(&s, "seed002-fault-64k", "proc.main.minflt");
+    assert_eq!((faults[0].guest, faults[1].guest), (None, Some(256)), "{text}");
+    // Seed 003: the guest's map_mem, 6.1 against 6.12: at least 16 TLBIs per table
+    // before the fixmap series, about one after.
+    let [old, new] = cells(&s, "boot 2G", "arch.tlbi.total") else { panic!() };
+    assert!(old.guest.unwrap() > 16 * new.guest.unwrap(), "{text}");
+    assert_eq!((old.guest, new.guest), (Some(33534), Some(1021)), "{text}");
+    // Seed 004 has no Debian kernel with the change: 6.12 is the before side.
+    assert!(cells(&s, "seed004-mlock", "kernel.contpte_ptep_get")[1].guest.unwrap() > 0);
+}
