@@ -102,11 +102,11 @@ fn help_lists_the_set_keys_with_defaults() {
     let out = foliolab(&["run", "--help"]);
     let help = String::from_utf8(out.stdout).unwrap();
     assert!(
-        help.contains("  zap             default batched     per-pte|batched\n"),
+        help.contains("  zap               default batched     per-pte|batched\n"),
         "{help}"
     );
     assert!(
-        help.contains("  ram             default 16G         a size from 64M to 128T"),
+        help.contains("  ram               default 16G         a size from 64M to 128T"),
         "{help}"
     );
     let out = foliolab(&["boot", "--help"]);
@@ -239,7 +239,11 @@ fn no_progress_is_drawn_on_a_stderr_that_is_no_terminal() {
 
 #[test]
 fn an_unknown_kernel_preset_is_refused_naming_the_known_ones() {
-    for cmd in [&["run", "workloads/mthp-fault-64k.wl"][..], &["boot", "--ram", "1G"], &["reproduce", "003"]] {
+    for cmd in [
+        &["run", "workloads/mthp-fault-64k.wl"][..],
+        &["boot", "--ram", "1G"],
+        &["reproduce", "003"],
+    ] {
         let mut args = cmd.to_vec();
         args.extend(["--kernel", "5.15"]);
         let line = error_line(&args);
@@ -256,9 +260,19 @@ fn a_knob_the_presets_kernel_lacks_is_an_error_at_its_line() {
     );
     let path = workload("underused.wl", b"set shrink_underused 0\n");
     let line = error_line(&["run", "--kernel", "6.1", &path]);
-    assert!(line.contains("underused.wl:1:1: no such knob") && line.contains("dafff3f4c850"), "{line}");
+    assert!(
+        line.contains("underused.wl:1:1: no such knob") && line.contains("dafff3f4c850"),
+        "{line}"
+    );
     // A --set of the key wins over the preset.
-    let out = foliolab(&["run", "--kernel", "6.1", "--set", "mthp=on", "workloads/mthp-fault-64k.wl"]);
+    let out = foliolab(&[
+        "run",
+        "--kernel",
+        "6.1",
+        "--set",
+        "mthp=on",
+        "workloads/mthp-fault-64k.wl",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -269,11 +283,19 @@ fn kernels_lists_each_change_with_its_commit_and_value_per_preset() {
     let text = String::from_utf8(out.stdout).unwrap();
     let zap = text.lines().find(|l| l.starts_with("zap ")).expect("a zap row");
     let cols: Vec<&str> = zap.split_whitespace().collect();
-    assert_eq!(&cols[..6], ["zap", "per-pte", "batched", "batched", "6.9", "10ebac4f95e7"], "{zap}");
+    assert_eq!(
+        &cols[..6],
+        ["zap", "per-pte", "batched", "batched", "6.9", "10ebac4f95e7"],
+        "{zap}"
+    );
     let json = foliolab(&["kernels", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v["kernels"], serde_json::json!(["6.1", "6.12", "6.18"]));
-    assert!(v["changes"].as_array().unwrap().iter().any(|c| c["key"] == "pgtable-fixmap" && c["scope"] == "boot"));
+    assert!(v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["key"] == "pgtable-fixmap" && c["scope"] == "boot"));
 }
 
 #[test]

@@ -40,7 +40,11 @@ fn where_6_1_behaves_as_its_preset_every_counter_agrees() {
         let c = compare(&m, &g.unwrap_or_else(|e| panic!("{}: {e}", w.path)));
         assert!(c.ok(), "{}", table(&c));
         // The 6.12-only functions are left out, not compared as zeros.
-        assert!(c.not_compared.contains_key("kernel.folio_remove_rmap_ptes"), "{}", table(&c));
+        assert!(
+            c.not_compared.contains_key("kernel.folio_remove_rmap_ptes"),
+            "{}",
+            table(&c)
+        );
     }
     // With 6.12's zero-page remap on split, the model no longer matches 6.1.
     let split = parse_file("tests/validation/free_split_zero_pages.wl").unwrap();
@@ -68,14 +72,26 @@ fn each_seeds_before_and_after_on_6_1_and_6_12() {
     let s = seeds::run().unwrap();
     let text = seeds::text(&s);
     // Seeds 001, 002 and 004: every count of both kernels equals its preset's.
-    for r in s.rows.iter().filter(|r| ["001", "002", "004"].contains(&r.seed.as_str())) {
+    for r in s
+        .rows
+        .iter()
+        .filter(|r| ["001", "002", "004"].contains(&r.seed.as_str()))
+    {
         for c in &r.cells {
-            assert_eq!(c.guest, c.model, "{} {} on {}\n{text}", r.experiment, r.counter, c.kernel);
+            assert_eq!(
+                c.guest, c.model,
+                "{} {} on {}\n{text}",
+                r.experiment, r.counter, c.kernel
+            );
         }
     }
     // Seed 001: 6.1 flushes and waits per page reclaimed; 6.12 waits once per batch.
-    let [old, new] = cells(&s, "seed001-pageout-order0", "arch.dsb.ish") else { panic!() };
-    let pages = cells(&s, "seed001-pageout-order0", "vmstat.pglazyfreed")[0].guest.unwrap();
+    let [old, new] = cells(&s, "seed001-pageout-order0", "arch.dsb.ish") else {
+        panic!()
+    };
+    let pages = cells(&s, "seed001-pageout-order0", "vmstat.pglazyfreed")[0]
+        .guest
+        .unwrap();
     assert_eq!(pages, 4096, "{text}");
     assert_eq!(old.guest, Some(pages), "{text}");
     assert!(new.guest.unwrap() * 20 < pages, "{text}");
@@ -84,7 +100,9 @@ fn each_seeds_before_and_after_on_6_1_and_6_12() {
     assert_eq!((faults[0].guest, faults[1].guest), (None, Some(256)), "{text}");
     // Seed 003: the guest's map_mem, 6.1 against 6.12: at least 16 TLBIs per table
     // before the fixmap series, about one after.
-    let [old, new] = cells(&s, "boot 2G", "arch.tlbi.total") else { panic!() };
+    let [old, new] = cells(&s, "boot 2G", "arch.tlbi.total") else {
+        panic!()
+    };
     assert!(old.guest.unwrap() > 16 * new.guest.unwrap(), "{text}");
     assert_eq!((old.guest, new.guest), (Some(33534), Some(1021)), "{text}");
     // Seed 004 has no Debian kernel with the change: 6.12 is the before side.

@@ -260,7 +260,11 @@ pub fn boot(spec: &Spec) -> Result<Booted, String> {
 pub fn main(a: Args) -> CmdResult {
     let mut spec = Spec::new(a.granule, a.ram);
     spec.holes = a.holes;
-    spec.set_all(&crate::sim::kernels::with_preset(a.kernel, crate::sim::kernels::Scope::Boot, &a.set))?;
+    spec.set_all(&crate::sim::kernels::with_preset(
+        a.kernel,
+        crate::sim::kernels::Scope::Boot,
+        &a.set,
+    ))?;
     let t0 = std::time::Instant::now();
     let b = boot(&spec)?;
     let elapsed = t0.elapsed();

@@ -17,7 +17,10 @@ use serde::Serialize;
 use std::fmt::Write as _;
 
 /// The kernels, oldest first, and the QEMU target that runs each.
-const KERNELS: [(Release, Target); 2] = [(Release(6, 1), Target::QemuArm64_61), (Release(6, 12), Target::QemuArm64)];
+const KERNELS: [(Release, Target); 2] = [
+    (Release(6, 1), Target::QemuArm64_61),
+    (Release(6, 12), Target::QemuArm64),
+];
 
 /// A seed's workload: its seed, file, text, the phase the seed is about, and the
 /// counters its table shows.
@@ -45,7 +48,11 @@ const RECLAIM_KEYS: &[&str] = &[
     "arch.dsb.ish",
     "arch.dsb.ishst",
 ];
-const FAULT_KEYS: &[&str] = &["proc.main.minflt", "vmstat.thp_fault_alloc", "mthp.64kB.anon_fault_alloc"];
+const FAULT_KEYS: &[&str] = &[
+    "proc.main.minflt",
+    "vmstat.thp_fault_alloc",
+    "mthp.64kB.anon_fault_alloc",
+];
 const PTEP_GET_KEYS: &[&str] = &["kernel.contpte_ptep_get", "arch.tlbi.total", "arch.dsb.ish"];
 
 macro_rules! seed_workload {
@@ -75,7 +82,13 @@ const WORKLOADS: &[SeedWorkload] = &[
 /// Guest RAM sizes whose boot map_mem is measured (seed 003), in MiB.
 const BOOT_RAM_MIB: &[u64] = &[1024, 2048, 4096];
 /// map_mem's counters the seed 003 table shows.
-const BOOT_KEYS: &[&str] = &["arch.tlbi.total", "arch.tlbi.vaale1is", "arch.dsb.ish", "arch.dsb.ishst", "arch.isb"];
+const BOOT_KEYS: &[&str] = &[
+    "arch.tlbi.total",
+    "arch.tlbi.vaale1is",
+    "arch.dsb.ish",
+    "arch.dsb.ishst",
+    "arch.isb",
+];
 
 /// One cell pair: the guest's count and the model's, None where a side has none.
 #[derive(Debug, Serialize, Clone, PartialEq)]
@@ -159,7 +172,12 @@ pub fn run() -> Result<Seeds, Box<dyn std::error::Error>> {
     for &(kernel, target) in &KERNELS {
         let v = super::validate::target_variants(target, Some(kernel), &[])?;
         let batch = qemu::run_batch(target, &workloads)?;
-        eprintln!("{}: one boot ran {} workloads in {:.1} s", target.source(), workloads.len(), batch.wall.as_secs_f64());
+        eprintln!(
+            "{}: one boot ran {} workloads in {:.1} s",
+            target.source(),
+            workloads.len(),
+            batch.wall.as_secs_f64()
+        );
         let mut mine = Vec::new();
         for (w, guest) in workloads.iter().zip(batch.reports) {
             let model = crate::sim::run(w, &v)
@@ -258,7 +276,8 @@ pub fn run() -> Result<Seeds, Box<dyn std::error::Error>> {
     out.notes.push(
         "seed 004 (6.17) is in no released Debian kernel: 6.12 is its before side, checked against the model's ptep_get=full-scan; the after side exists in the model only".into(),
     );
-    out.notes.push("6.1 has no mTHP: the 64K workloads are N/A there (no hugepages-64kB knob), on the model too".into());
+    out.notes
+        .push("6.1 has no mTHP: the 64K workloads are N/A there (no hugepages-64kB knob), on the model too".into());
     Ok(out)
 }
 
@@ -287,7 +306,11 @@ pub fn text(s: &Seeds) -> String {
     let _ = writeln!(out, "\nverdicts (every counter, as `validate --target` judges):");
     for v in &s.verdicts {
         let c = &v.comparison;
-        let why = c.not_applicable.as_ref().or(c.error.as_ref()).map_or(String::new(), |w| format!(": {w}"));
+        let why = c
+            .not_applicable
+            .as_ref()
+            .or(c.error.as_ref())
+            .map_or(String::new(), |w| format!(": {w}"));
         let verdict = if c.not_applicable.is_some() {
             "N/A"
         } else if c.ok() {
@@ -295,7 +318,11 @@ pub fn text(s: &Seeds) -> String {
         } else {
             "FAIL"
         };
-        let _ = writeln!(out, "  seed {} {:<5} {:<40} {verdict}{why}", v.seed, v.kernel, c.workload);
+        let _ = writeln!(
+            out,
+            "  seed {} {:<5} {:<40} {verdict}{why}",
+            v.seed, v.kernel, c.workload
+        );
         if verdict == "FAIL" && c.error.is_none() {
             for r in c.rows.iter().filter(|r| !r.ok) {
                 let _ = writeln!(out, "      {:<40} model {:>8} guest {:>8}", r.counter, r.model, r.host);

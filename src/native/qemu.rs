@@ -18,9 +18,9 @@
 //! (numbers in hex). Every step but `mark` is one window of the plugin's, in order.
 
 use crate::hw::Granule;
-use crate::sim::kernels::Release;
 use crate::mm::thp_sysfs::ThpKnobs;
 use crate::report::{Background, Counters, Phase, Report, Run};
+use crate::sim::kernels::Release;
 use crate::workload::{Advice, Op, Prot, Stmt, Workload};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -534,7 +534,11 @@ fn report(
         }
         per_window.push(window_counters(&w, counted));
     }
-    let idle = g.background.as_ref().and_then(|_| next.next()).map(|w| window_counters(w, counted));
+    let idle = g
+        .background
+        .as_ref()
+        .and_then(|_| next.next())
+        .map(|w| window_counters(w, counted));
     let mut all_keys = Counters::new();
     for c in &per_window {
         all_keys.extend(c.keys().map(|k| (k.clone(), 0)));
@@ -940,6 +944,24 @@ fn cpio(root: &Path, files: &[String], out: &Path) -> Result<(), QemuError> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_boot_window_is_map_mem_and_not_an_op_window() {
+        let text = "boot tlbi.vaale1is __set_fixmap 3\nboot dsb.ish __set_fixmap 3\nboot end\n\
+                    0 tlbi.vale1is zap_pte_range 1\n0 end\nwindows 1 errors 0\n";
+        let (ops, boot) = parse_windows(text).unwrap();
+        assert_eq!(ops.len(), 1);
+        let m = map_mem_counters(&boot.unwrap());
+        assert_eq!(m.counters["arch.tlbi.total"], 3);
+        assert_eq!(m.counters["arch.tlbi.vaale1is"], 3);
+        assert_eq!(m.counters["arch.dsb.ish"], 3);
+        assert_eq!(m.tlbi_by_function["__set_fixmap"], 3);
+        assert_eq!(Target::QemuArm64_61.kernel(), Release(6, 1));
+        assert_ne!(
+            Target::QemuArm64_61.map_mem_bounds(),
+            Target::QemuArm64.map_mem_bounds()
+        );
+    }
+
     /// A `set` the guest's sysfs has no file for makes the workload not applicable to
     /// the target, the knob named; any other failure stays an error at its op.
     #[test]
@@ -962,6 +984,7 @@ mod tests {
             &st,
             failed("step 0 (set): No such file or directory"),
             &[],
+            KERNEL_FUNCTIONS,
         )
         .unwrap_err();
         assert_eq!(
@@ -971,7 +994,15 @@ mod tests {
                  /sys/kernel/mm/transparent_hugepage/hugepages-16kB/enabled (set at k.wl:1:1)"
             )
         );
-        let e = report(&w, "qemu-arm64", &st, failed("step 0 (set): Invalid argument"), &[], KERNEL_FUNCTIONS).unwrap_err();
+        let e = report(
+            &w,
+            "qemu-arm64",
+            &st,
+            failed("step 0 (set): Invalid argument"),
+            &[],
+            KERNEL_FUNCTIONS,
+        )
+        .unwrap_err();
         assert_eq!(e, "k.wl:1:1: step 0 (set): Invalid argument");
         assert_eq!(not_applicable(&e), None);
     }

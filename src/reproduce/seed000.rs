@@ -4,8 +4,8 @@
 //! (bare metal). The seed predates contpte: its setting is contpte=off; the same runs
 //! with contpte on are shown beside it.
 
-use crate::sim::kernels::Release;
 use super::{pct, phase_counts, same_sign, Breakdown, Costs, Reproduction, Row};
+use crate::sim::kernels::Release;
 use crate::time::Profile;
 use crate::workload::parse_str;
 

@@ -4,8 +4,8 @@
 //! the cycles of a page-out microbenchmark on an 8-core Snapdragon 888 and a ~100-core
 //! Kunpeng 920, and the benchmark's speed-up on the Snapdragon.
 
-use crate::sim::kernels::Release;
 use super::{pct, phase_counts, same_sign, Breakdown, Costs, Reproduction, Row};
+use crate::sim::kernels::Release;
 use crate::time::Profile;
 use crate::workload::parse_str;
 

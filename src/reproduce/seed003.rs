@@ -5,8 +5,8 @@
 use super::{pct, same_sign, Breakdown, Costs, Reproduction, Row, Series};
 use crate::cmd::boot::{boot, Spec};
 use crate::hw::Granule;
-use crate::sim::kernels::{with_preset, Release, Scope};
 use crate::report::Counters;
+use crate::sim::kernels::{with_preset, Release, Scope};
 use crate::time::Profile;
 
 const SEED: &str = "003";

@@ -234,7 +234,12 @@ pub fn table() -> String {
                 Scope::Run => "",
                 Scope::Boot => "boot ",
             };
-            [format!("{scope}{}", c.key), c.release.to_string(), c.commit.to_string(), c.what.to_string()]
+            [
+                format!("{scope}{}", c.key),
+                c.release.to_string(),
+                c.commit.to_string(),
+                c.what.to_string(),
+            ]
         })
         .collect();
     let key_w = rows.iter().map(|r| r[0].len()).max().unwrap_or(0).max(3);
@@ -290,7 +295,13 @@ mod tests {
     #[test]
     fn presets_pick_each_side_by_release() {
         let old = preset(Release(6, 1), Scope::Run);
-        for want in ["zap=per-pte", "tlb-batch=sync", "contpte=off", "mthp=off", "cow-reuse=order0"] {
+        for want in [
+            "zap=per-pte",
+            "tlb-batch=sync",
+            "contpte=off",
+            "mthp=off",
+            "cow-reuse=order0",
+        ] {
             assert!(old.iter().any(|s| s == want), "6.1 lacks {want}: {old:?}");
         }
         let mid = preset(Release(6, 12), Scope::Run);

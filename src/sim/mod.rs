@@ -1,8 +1,8 @@
 //! The model's workload executor: runs a parsed workload on a booted `Kernel` and
 //! produces the report of ../shared/spec/workload.md.
 
-pub mod progress;
 pub mod kernels;
+pub mod progress;
 pub mod variants;
 
 use crate::hw::{Event, MachineConfig, PhysMem, VirtAddr};
