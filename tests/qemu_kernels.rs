@@ -21,7 +21,6 @@ const AGREE_61: &[&str] = &[
     "tests/validation/pmd_dontneed_half.wl",
     "tests/validation/pmd_partial_munmap.wl",
     "tests/validation/shrink_pmd_munmap.wl",
-    "tests/validation/free_split_zero_pages.wl",
     "workloads/seed000-munmap-order0.wl",
 ];
 
@@ -46,7 +45,8 @@ fn where_6_1_behaves_as_its_preset_every_counter_agrees() {
             table(&c)
         );
     }
-    // With 6.12's zero-page remap on split, the model no longer matches 6.1.
+    // With 6.12's zero-page remap on split, the model's layout no longer matches 6.1's
+    // (which also counts a deferred split the model does not: 96d82deb743a, 6.2).
     let split = parse_file("tests/validation/free_split_zero_pages.wl").unwrap();
     let v612 = target_variants(Target::QemuArm64_61, None, &["split-zeropage=on".into()]).unwrap();
     let batch = qemu::run_batch(Target::QemuArm64_61, std::slice::from_ref(&split)).unwrap();
