@@ -52,6 +52,18 @@ pub const KEYS: &[Key] = &[
         about: "debug_pagealloc forces a pte-granular linear map",
     },
     Key {
+        name: "pgtable-levels",
+        default: "4",
+        values: "4|5 (5: 52-bit VA with LPA2, 4K)",
+        about: "the kernel's table levels: 5 adds the p4d table, reached through the fixmap on every __create_pgd_mapping call",
+    },
+    Key {
+        name: "kernel-image",
+        default: "none",
+        values: "none|START-END (physical, hex)",
+        about: "the kernel image's [_stext, __init_begin): map_mem leaves it out, then maps its linear alias without contiguous ranges but with blocks (`boot --target` takes the guest's)",
+    },
+    Key {
         name: "kfence",
         default: "off",
         values: "on|off",
@@ -72,15 +84,26 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
-    /// preset sets); a `--set` of the same key wins.
-    #[arg(long, value_name = "6.1|6.12|6.18", default_value = "6.18", value_parser = crate::sim::kernels::parse_kernel)]
-    kernel: crate::sim::kernels::Release,
+    /// preset sets; default 6.18, or the target's); a `--set` of the same key wins.
+    #[arg(long, value_name = "6.1|6.12|6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    kernel: Option<crate::sim::kernels::Release>,
+    /// Also boot that QEMU guest (4K pages) with `--ram` of RAM and print what its
+    /// map_mem did beside the model's (the TLBIs by function too).
+    #[arg(long, value_enum)]
+    target: Option<crate::native::qemu::Target>,
     /// Holes in the memory map, as OFFSET+SIZE from the RAM base (comma-separated, e.g. 1G+2M).
     #[arg(long, value_delimiter = ',', value_parser = parse_hole)]
     holes: Vec<(u64, u64)>,
     /// Print the report as JSON (the shape `foliolab run` prints).
     #[arg(long)]
     json: bool,
+}
+
+/// `START-END`, two hex physical addresses.
+fn parse_range(s: &str) -> Option<(u64, u64)> {
+    let (a, b) = s.split_once('-')?;
+    let hex = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok();
+    Some((hex(a)?, hex(b)?))
 }
 
 /// A machine to boot and the kernel's choices for it.
@@ -127,6 +150,22 @@ impl Spec {
             "tlbi-range" => self.features.tlbi_range = on_off()?,
             "debug-pagealloc" => self.linmap.debug_pagealloc = on_off()?,
             "kfence" => self.linmap.kfence = on_off()?,
+            "pgtable-levels" => {
+                self.linmap.five_levels = match value {
+                    "4" => false,
+                    "5" => true,
+                    _ => return Err(bad("4 or 5")),
+                }
+            }
+            "kernel-image" => {
+                self.linmap.kernel_image = match value {
+                    "none" => None,
+                    _ => Some(
+                        parse_range(value)
+                            .ok_or_else(|| bad("none or START-END, physical, e.g. 0x40210000-0x41590000"))?,
+                    ),
+                }
+            }
             _ => {
                 let known: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
                 return Err(format!("--set {key}: unknown setting ({})", known.join(", ")));
@@ -217,6 +256,16 @@ impl Spec {
             ("tlbi-range", on_off(self.features.tlbi_range).to_string()),
             ("debug-pagealloc", on_off(self.linmap.debug_pagealloc).to_string()),
             ("kfence", on_off(self.linmap.kfence).to_string()),
+            (
+                "pgtable-levels",
+                if self.linmap.five_levels { "5" } else { "4" }.to_string(),
+            ),
+            (
+                "kernel-image",
+                self.linmap
+                    .kernel_image
+                    .map_or("none".to_string(), |(s, e)| format!("{s:#x}-{e:#x}")),
+            ),
         ]
         .into_iter()
         .filter(|(k, v)| *k != "holes" || !v.is_empty())
@@ -245,6 +294,14 @@ pub fn boot(spec: &Spec) -> Result<Booted, String> {
         features: spec.features,
         ..Default::default()
     };
+    if let Some((start, end)) = spec.linmap.kernel_image {
+        if start >= end || start < RAM_BASE || end > RAM_BASE + spec.ram || start % spec.granule.page_size() != 0 {
+            return Err(format!(
+                "kernel-image {start:#x}-{end:#x}: must be a page-aligned range inside RAM"
+            ));
+        }
+        mb.reserve(PhysAddr(start), end - start);
+    }
     let mut m = Machine::new(cfg);
     // Setting up init_mm writes only static tables and counts nothing: the events are map_mem's.
     let mm = paging_init(&mut m, &mut mb, spec.linmap);
@@ -258,26 +315,47 @@ pub fn boot(spec: &Spec) -> Result<Booted, String> {
 }
 
 pub fn main(a: Args) -> CmdResult {
+    use crate::sim::kernels::{with_preset, Scope, KERNELS};
+    let kernel = a
+        .kernel
+        .or(a.target.map(|t| t.kernel()))
+        .unwrap_or(*KERNELS.last().expect("a preset"));
+    if let Some(target) = a.target {
+        if let Some(why) = crate::native::qemu::missing(target) {
+            return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
+        }
+        if a.granule != Granule::K4 || !a.holes.is_empty() {
+            return Err("--target boots a 4K guest of --ram with no holes".into());
+        }
+        let guest = crate::native::qemu::boot_map_mem(target, a.ram)?;
+        let spec = guest_spec(target, kernel, a.ram, &guest, &a.set)?;
+        let report = model_report(&spec)?;
+        let agree = ["arch.tlbi.total", "arch.dsb.ish", "arch.dsb.ishst", "arch.isb"]
+            .iter()
+            .all(|k| guest.counters.get(*k) == report.counters.get(*k))
+            && report
+                .counters
+                .keys()
+                .filter(|k| k.starts_with("arch.tlbi."))
+                .all(|k| guest.counters.get(k) == report.counters.get(k));
+        if a.json {
+            let j = serde_json::json!({ "model": report, "guest": guest, "agree": agree });
+            super::emit(&(serde_json::to_string_pretty(&j)? + "\n"))?;
+        } else {
+            super::emit(&guest_summary(target, &report, &guest))?;
+        }
+        return Ok(if agree { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
     let mut spec = Spec::new(a.granule, a.ram);
     spec.holes = a.holes;
-    spec.set_all(&crate::sim::kernels::with_preset(
-        a.kernel,
-        crate::sim::kernels::Scope::Boot,
-        &a.set,
-    ))?;
+    spec.set_all(&with_preset(kernel, Scope::Boot, &a.set))?;
     let t0 = std::time::Instant::now();
     let b = boot(&spec)?;
     let elapsed = t0.elapsed();
     let report = Report {
-        source: "model".into(),
-        workload: "boot".into(),
         variants: spec.variants(),
-        counters: b
-            .map_mem
-            .iter_nonzero()
-            .map(|(k, v)| (k.to_string(), v as i64))
-            .collect(),
-        ..Default::default()
+        counters: counters(&b),
+        ..boot_report()
     };
     if a.json {
         super::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?;
@@ -288,6 +366,85 @@ pub fn main(a: Args) -> CmdResult {
     // fifth of a 512G build.
     std::mem::forget(b);
     Ok(ExitCode::SUCCESS)
+}
+
+fn boot_report() -> Report {
+    Report {
+        source: "model".into(),
+        workload: "boot".into(),
+        ..Default::default()
+    }
+}
+
+/// map_mem's counters.
+fn counters(b: &Booted) -> crate::report::Counters {
+    b.map_mem
+        .iter_nonzero()
+        .map(|(k, v)| (k.to_string(), v as i64))
+        .collect()
+}
+
+/// The model's map_mem report for `spec`.
+pub fn model_report(spec: &Spec) -> Result<Report, String> {
+    let b = boot(spec)?;
+    Ok(Report {
+        variants: spec.variants(),
+        counters: counters(&b),
+        ..boot_report()
+    })
+}
+
+/// The model of `target`'s guest of `ram` bytes: `kernel`'s preset, the target's
+/// build (`Target::boot_sets`) and the guest's own kernel image range, under `sets`.
+pub fn guest_spec(
+    target: crate::native::qemu::Target,
+    kernel: crate::sim::kernels::Release,
+    ram: u64,
+    guest: &crate::native::qemu::MapMem,
+    sets: &[String],
+) -> Result<Spec, String> {
+    use crate::sim::kernels::{overlay, with_preset, Scope};
+    let mut build = target.boot_sets();
+    if let Some((s, e)) = guest.kernel_code {
+        build.push(format!("kernel-image={s:#x}-{e:#x}"));
+    }
+    let mut spec = Spec::new(Granule::K4, ram);
+    spec.set_all(&with_preset(kernel, Scope::Boot, &overlay(build, sets)))?;
+    Ok(spec)
+}
+
+/// The guest's map_mem beside the model's: TLBIs and barriers, then the guest's TLBIs by
+/// the function that issued them.
+fn guest_summary(target: crate::native::qemu::Target, model: &Report, guest: &crate::native::qemu::MapMem) -> String {
+    use std::fmt::Write;
+    let mut s = format!(
+        "map_mem on {} against the model ({:?}):\n",
+        target.source(),
+        model.variants
+    );
+    let keys: std::collections::BTreeSet<&String> = guest
+        .counters
+        .keys()
+        .chain(
+            model
+                .counters
+                .keys()
+                .filter(|k| k.starts_with("arch.tlbi") || k.starts_with("arch.dsb") || *k == "arch.isb"),
+        )
+        .collect();
+    let _ = writeln!(s, "  {:<24} {:>10} {:>10}", "counter", "guest", "model");
+    for k in keys {
+        let (g, m) = (
+            guest.counters.get(k).copied().unwrap_or(0),
+            model.counters.get(k).copied().unwrap_or(0),
+        );
+        let _ = writeln!(s, "  {k:<24} {g:>10} {m:>10}{}", if g == m { "" } else { "  DIFFERS" });
+    }
+    let _ = writeln!(s, "guest TLBIs by function:");
+    for (f, n) in &guest.tlbi_by_function {
+        let _ = writeln!(s, "  {f:<40} {n:>10}");
+    }
+    s
 }
 
 fn summary(spec: &Spec, b: &Booted, report: &Report, elapsed: std::time::Duration) -> String {

@@ -11,7 +11,7 @@
 use super::validate::{compare, Comparison};
 use crate::native::qemu::{self, MapMem, Target};
 use crate::report::Report;
-use crate::sim::kernels::{with_preset, Release, Scope};
+use crate::sim::kernels::Release;
 use crate::workload::Workload;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -141,15 +141,10 @@ pub fn missing() -> Option<String> {
     KERNELS.iter().find_map(|&(_, t)| qemu::missing(t))
 }
 
-/// The model's map_mem on a `ram`-byte guest under `kernel`'s preset.
-fn model_map_mem(kernel: Release, ram: u64) -> Result<crate::report::Counters, String> {
-    let mut spec = super::boot::Spec::new(crate::hw::Granule::K4, ram);
-    spec.set_all(&with_preset(kernel, Scope::Boot, &[]))?;
-    let b = super::boot::boot(&spec)?;
-    Ok(b.map_mem
-        .iter_nonzero()
-        .map(|(k, v)| (k.to_string(), v as i64))
-        .collect())
+/// The model's map_mem of `target`'s `ram`-byte guest under `kernel`'s preset.
+fn model_map_mem(target: Target, kernel: Release, ram: u64, guest: &MapMem) -> Result<crate::report::Counters, String> {
+    let spec = super::boot::guest_spec(target, kernel, ram, guest, &[])?;
+    Ok(super::boot::model_report(&spec)?.counters)
 }
 
 fn phase<'r>(r: &'r Report, label: &str) -> Option<&'r crate::report::Counters> {
@@ -216,7 +211,8 @@ pub fn run() -> Result<Seeds, Box<dyn std::error::Error>> {
                 (2048, Some(m)) => m.clone(),
                 _ => qemu::boot_map_mem(target, ram)?,
             };
-            sizes.push((guest, model_map_mem(kernel, ram)?));
+            let model = model_map_mem(target, kernel, ram, &guest)?;
+            sizes.push((guest, model));
         }
         boots.push(sizes);
     }

@@ -83,6 +83,15 @@ impl Target {
         }
     }
 
+    /// The `boot --set` values of the target's kernel build and CPU: Debian's 6.12 is a
+    /// 52-bit VA kernel, which on `-cpu max` (FEAT_LPA2) runs five levels of tables.
+    pub fn boot_sets(self) -> Vec<String> {
+        match self {
+            Target::QemuArm64 | Target::QemuArm64_16k => vec!["pgtable-levels=5".into()],
+            Target::Host | Target::QemuArm64_61 => Vec::new(),
+        }
+    }
+
     /// The kernel release the target runs (its `--kernel` preset by default).
     pub fn kernel(self) -> Release {
         match self {
@@ -418,6 +427,21 @@ fn parse_windows(text: &str) -> Result<(Vec<Window>, Option<Window>), String> {
 pub struct MapMem {
     pub counters: Counters,
     pub tlbi_by_function: BTreeMap<String, i64>,
+    /// The physical range map_mem maps last, as the kernel image's linear alias:
+    /// [_stext, __init_begin), /proc/iomem's "Kernel code".
+    pub kernel_code: Option<(u64, u64)>,
+}
+
+/// The "Kernel code" range of the guest's /proc/iomem lines, end exclusive.
+fn kernel_code(console: &str) -> Option<(u64, u64)> {
+    console.lines().find_map(|l| {
+        let (range, name) = l.strip_prefix("@@FOLIOLAB-IOMEM ")?.split_once(" : ")?;
+        if name.trim() != "Kernel code" {
+            return None;
+        }
+        let (a, b) = range.trim().split_once('-')?;
+        Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()? + 1))
+    })
 }
 
 fn map_mem_counters(w: &Window) -> MapMem {
@@ -659,7 +683,8 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
             v
         })
         .collect();
-    let mut jobs = String::new();
+    // The memory map first: map_mem's kernel image range is its "Kernel code".
+    let mut jobs = String::from("iomem\n");
     let mut files = vec!["init".to_string(), "jobs".to_string(), "w".to_string()];
     for (i, (w, st)) in workloads.iter().zip(&all_steps).enumerate() {
         let name = format!("w/{i}");
@@ -754,6 +779,9 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
     let stderr = String::from_utf8_lossy(&std::fs::read(dir.join("stderr")).unwrap_or_default()).into_owned();
     let plugin = std::fs::read_to_string(&counts).unwrap_or_default();
     let keep = std::env::var_os("FOLIOLAB_QEMU_KEEP").is_some();
+    if keep {
+        let _ = std::fs::write(dir.join("console"), &console);
+    }
     if !keep {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -815,7 +843,10 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
         wall,
         guest: walls,
         reports,
-        map_mem: boot.as_ref().map(map_mem_counters),
+        map_mem: boot.as_ref().map(|b| MapMem {
+            kernel_code: kernel_code(&console),
+            ..map_mem_counters(b)
+        }),
     })
 }
 

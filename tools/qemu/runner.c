@@ -33,7 +33,8 @@
  * a window would preempt the op.
  *
  * /jobs lists what to do, a line each: "kallsyms" prints the kernel's text
- * symbols, "workload PATH" runs one flattened workload (written by
+ * symbols, "iomem" prints /proc/iomem (each line after "@@FOLIOLAB-IOMEM "),
+ * "workload PATH" runs one flattened workload (written by
  * src/native/qemu.rs; its format is described there). Results go to the
  * console between "@@FOLIOLAB-BEGIN" and "@@FOLIOLAB-END" lines, as one JSON
  * line per workload after a "@@FOLIOLAB-START" line (the host times the
@@ -1372,6 +1373,21 @@ static void kallsyms(void)
 	fclose(f);
 }
 
+static void iomem(void)
+{
+	FILE *f = fopen("/proc/iomem", "r");
+	char line[256];
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		size_t n = snprintf(buf, sizeof(buf), "@@FOLIOLAB-IOMEM %s", line);
+
+		put(console, buf, n);
+	}
+	fclose(f);
+}
+
 int main(int argc, char **argv)
 {
 	const char *broken;
@@ -1426,6 +1442,10 @@ int main(int argc, char **argv)
 		line[strcspn(line, "\n")] = 0;
 		if (!strcmp(line, "kallsyms")) {
 			kallsyms();
+			continue;
+		}
+		if (!strcmp(line, "iomem")) {
+			iomem();
 			continue;
 		}
 		if (sscanf(line, "workload %399s", path) != 1)

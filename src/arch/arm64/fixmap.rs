@@ -34,6 +34,8 @@ pub enum FixSlot {
     Pmd = 2,
     /// FIX_PUD.
     Pud = 3,
+    /// FIX_P4D: the fifth level's table, with 52-bit VAs on an LPA2 CPU.
+    P4d = 4,
 }
 
 impl FixSlot {

@@ -129,6 +129,13 @@ pub struct LinearMapConfig {
     pub debug_pagealloc: bool,
     /// KFENCE with a late-allocated pool, which needs a splittable linear map.
     pub kfence: bool,
+    /// The kernel image's [_stext, __init_begin), physical: map_mem marks it NOMAP for
+    /// its main loop, then maps the linear alias with NO_CONT_MAPPINGS only, so
+    /// blocks even where the rest of the linear map is pte-granular.
+    pub kernel_image: Option<(u64, u64)>,
+    /// Five levels of tables (pgtable_l5_enabled(): a 52-bit VA kernel with 4K pages,
+    /// CONFIG_ARM64_LPA2, on an LPA2 CPU, as Debian's 6.12 under QEMU's `-cpu max`).
+    pub five_levels: bool,
 }
 
 impl Default for LinearMapConfig {
@@ -138,6 +145,8 @@ impl Default for LinearMapConfig {
             rodata: Rodata::Full,
             debug_pagealloc: false,
             kfence: false,
+            kernel_image: None,
+            five_levels: false,
         }
     }
 }
@@ -209,11 +218,14 @@ const WRITE: [Event; 4] = [Event::PgdWrite, Event::PudWrite, Event::PmdWrite, Ev
 
 /// init_mm: the kernel's address space. No ASID, global entries, rooted at
 /// swapper_pg_dir in TTBR1.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct InitMm {
     /// swapper_pg_dir.
     pub pgd: PhysAddr,
     pgd_table: TableId,
+    /// With five levels, the p4d table below swapper_pg_dir's linear-map entry, once
+    /// the first __create_pgd_mapping has allocated it.
+    p4d: std::cell::Cell<Option<PhysAddr>>,
     pub fixmap: Fixmap,
     /// memstart_addr: the physical address PAGE_OFFSET maps.
     pub memstart: PhysAddr,
@@ -239,6 +251,7 @@ impl InitMm {
         InitMm {
             pgd: image,
             pgd_table,
+            p4d: std::cell::Cell::new(None),
             fixmap,
             memstart,
             cfg,
@@ -256,7 +269,20 @@ impl InitMm {
         let flags = self.cfg.map_mem_flags(m);
         let prot = page_kernel(m);
         for r in mb.memory().to_vec() {
-            self.__create_pgd_mapping(m, mb, r.base, self.phys_to_virt(r.base), r.size, prot, flags);
+            // for_each_mem_range skips the NOMAP image: what lies either side of it.
+            let (start, end) = (r.base.0, r.base.0 + r.size);
+            let parts = match self.cfg.kernel_image {
+                Some((is, ie)) => vec![(start, end.min(is)), (start.max(ie), end)],
+                None => vec![(start, end)],
+            };
+            for (s, e) in parts.into_iter().filter(|(s, e)| s < e) {
+                self.__create_pgd_mapping(m, mb, PhysAddr(s), self.phys_to_virt(PhysAddr(s)), e - s, prot, flags);
+            }
+        }
+        if let Some((start, end)) = self.cfg.kernel_image {
+            let base = PhysAddr(start);
+            let flags = MapFlags::NO_CONT_MAPPINGS;
+            self.__create_pgd_mapping(m, mb, base, self.phys_to_virt(base), end - start, prot, flags);
         }
     }
 
@@ -284,7 +310,13 @@ impl InitMm {
             scheme: self.cfg.pgtable_fixmap,
             flags,
         };
+        if self.cfg.five_levels {
+            self.p4d.set(Some(w.alloc_init_p4d(self.p4d.get())));
+        }
         w.init_entries(self.pgd_table, g.start_level(), addr, end, phys.0 & !mask, prot);
+        if self.cfg.five_levels {
+            w.fixmap.clear(w.m, FixSlot::P4d);
+        }
     }
 }
 
@@ -349,6 +381,30 @@ impl Mapper<'_> {
                     _ => self.alloc_init_cont_pte(entry, addr, next, phys, prot),
                 }
                 (addr, phys) = (next, phys + (next - addr));
+            }
+        }
+    }
+
+    /// alloc_init_p4d with five levels: the pgd entry's p4d table, allocated, cleared
+    /// and hooked in (set_pgd: DSB ISHST + ISB) on the first call, then reached through
+    /// FIX_P4D on every call until the walk below it is done (the caller clears the
+    /// slot). The work is the kernel's; the model's MMU translates with four levels,
+    /// its TTBR1 root standing for this table, so the pgd above it is not walked.
+    fn alloc_init_p4d(&mut self, p4d: Option<PhysAddr>) -> PhysAddr {
+        match p4d {
+            Some(pa) => {
+                self.fixmap.set(self.m, FixSlot::P4d, pa);
+                pa
+            }
+            None => {
+                let pa = self.pgtable_alloc(0);
+                self.fixmap.set(self.m, FixSlot::P4d, pa);
+                if self.scheme == PgtableFixmap::Once {
+                    self.init_clear_pgtable();
+                }
+                self.m.dsb_ishst();
+                self.m.isb();
+                pa
             }
         }
     }
