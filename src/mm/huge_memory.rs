@@ -32,6 +32,15 @@ fn flush_pmd_tlb_range(k: &mut Kernel, mm: MmId, haddr: u64) {
     __flush_tlb_range(&mut k.arch.hw, asid, haddr, haddr + pmd_size, pmd_size, false);
 }
 
+/// pmdp_invalidate: the pmd made present-invalid (still a THP to software walkers,
+/// not to the MMU), then flush_pmd_tlb_range. Returns the old pmd.
+pub fn pmdp_invalidate(k: &mut Kernel, mm: MmId, pmd: PmdPtr, haddr: u64) -> Desc {
+    let old = k.pxd_get(2, pmd);
+    k.pxd_set(2, haddr, pmd, old.without(Attr::VALID).with(Attr::NG));
+    flush_pmd_tlb_range(k, mm, haddr);
+    old
+}
+
 /// Deposit a pte table with a PMD mapping (pgtable_trans_huge_deposit).
 fn deposit_pgtable(k: &mut Kernel, mm: MmId, haddr: u64) -> bool {
     let Some((pfn, _)) = k.pgtable_alloc(3) else {
@@ -184,7 +193,13 @@ pub fn do_huge_pmd_wp_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, add
         if k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE) {
             let haddr = addr & !(g.pmd_size() - 1);
             let entry = pmd_to_pte(d).pte_mkyoung().pte_mkdirty().pte_mkwrite();
-            k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
+            // pmdp_set_access_flags(.., dirty = 1): a changed entry's stale read-only
+            // copy is invalidated (flush_tlb_page).
+            if pte_to_pmd(entry) != d {
+                k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
+                let asid = k.mm(mm).asid;
+                crate::arch::arm64::tlbflush::flush_tlb_page(&mut k.arch.hw, asid, haddr);
+            }
             return VmFault::Done;
         }
     }
@@ -267,8 +282,7 @@ fn __split_huge_pmd_locked(
     }
     // pmdp_invalidate: keep it present-invalid while the ptes are built.
     let oldp = pmd_to_pte(old);
-    k.pxd_set(2, haddr, pmd, old.without(Attr::VALID).with(Attr::NG));
-    flush_pmd_tlb_range(k, mm, haddr);
+    pmdp_invalidate(k, mm, pmd, haddr);
     let folio = old.pfn(g);
     if freeze.is_none() {
         let exclusive = k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
@@ -448,13 +462,19 @@ pub fn copy_huge_pmd(k: &mut Kernel, dst: MmId, dst_pmd: PmdPtr, src_pmd: PmdPtr
 pub fn change_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, vma: &Vma, pmd: PmdPtr, haddr: u64) {
     let g = k.arch.granule();
     let old = k.pxd_get(2, pmd);
-    k.pxd_set(2, haddr, pmd, old.without(Attr::VALID).with(Attr::NG));
-    flush_pmd_tlb_range(k, mm, haddr);
+    pmdp_invalidate(k, mm, pmd, haddr);
     let oldp = pmd_to_pte(old);
     let mut entry = oldp.pte_modify(vm_page_prot(vma));
     let folio = old.pfn(g);
     let exclusive = !is_huge_zero_pmd(k, old) && k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
-    if vma.flags.contains(VmFlags::WRITE) && !entry.pte_write() && entry.pte_valid() && exclusive {
+    // can_change_pmd_writable (c27f479ef542, 6.2); before, the pmd stays read-only
+    // and the next write faults.
+    if !k.mprotect_mkwrite_dirty_pte_only
+        && vma.flags.contains(VmFlags::WRITE)
+        && !entry.pte_write()
+        && entry.pte_valid()
+        && exclusive
+    {
         entry = entry.pte_mkwrite();
     }
     k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
@@ -644,8 +664,7 @@ pub fn madvise_free_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd:
     let p = pmd_to_pte(old);
     if p.pte_young() || p.pte_dirty() {
         let haddr = addr & !(g.pmd_size() - 1);
-        k.pxd_set(2, haddr, pmd, old.without(Attr::VALID).with(Attr::NG));
-        flush_pmd_tlb_range(k, mm, haddr);
+        pmdp_invalidate(k, mm, pmd, haddr);
         k.pxd_set(2, haddr, pmd, pte_to_pmd(p.pte_mkold().pte_mkclean()));
         tlb.flush_pmd_range(haddr, g.pmd_size());
     }

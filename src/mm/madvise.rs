@@ -184,7 +184,7 @@ impl Kernel {
         self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
             let mut folios = Vec::new();
             let huge = pmd_trans_huge(d);
-            if !(huge && k.madvise_cold_or_pageout_huge_pmd(&mut tlb, pmd, d, addr, next, pageout, &mut folios)) {
+            if !(huge && k.madvise_cold_or_pageout_huge_pmd(&mut tlb, mm, pmd, d, addr, next, pageout, &mut folios)) {
                 if let Some(ptep) = k.pte_offset_map(pmd, addr) {
                     k.madvise_cold_or_pageout_pte_range(&mut tlb, mm, ptep, addr, next, pageout, &mut folios);
                 }
@@ -205,6 +205,7 @@ impl Kernel {
     fn madvise_cold_or_pageout_huge_pmd(
         &mut self,
         tlb: &mut MmuGather,
+        mm: MmId,
         pmd: PmdPtr,
         d: crate::hw::Desc,
         addr: u64,
@@ -228,7 +229,9 @@ impl Kernel {
             self.folio_isolate_lru(folio, folios);
         }
         if (!pageout || self.pageout_clears_young) && d.has(crate::hw::Attr::AF) {
+            // pmdp_invalidate, set_pmd_at(pmd_mkold), tlb_remove_pmd_tlb_entry.
             let haddr = addr & !(pmd_size - 1);
+            super::huge_memory::pmdp_invalidate(self, mm, pmd, haddr);
             self.pxd_set(2, haddr, pmd, d.without(crate::hw::Attr::AF));
             tlb.flush_pmd_range(haddr, pmd_size);
         }

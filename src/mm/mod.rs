@@ -98,6 +98,12 @@ pub struct Kernel {
     /// MADV_PAGEOUT clears the young bits it walks, as MADV_COLD does, through the
     /// mmu_gather (before 2864f3d0f583, 6.9); since, reclaim ignores references.
     pub pageout_clears_young: bool,
+    /// __split_huge_pmd_locked with freeze removes each page's rmap, which queues the
+    /// THP for deferred split while it is being split (before 96d82deb743a, 6.2).
+    pub pmd_freeze_rmap_per_page: bool,
+    /// mprotect makes writable only dirty exclusive anon ptes and never a pmd (before
+    /// c27f479ef542 and d84887739d5c, 6.2); since, any exclusive anon pte or pmd.
+    pub mprotect_mkwrite_dirty_pte_only: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
@@ -141,6 +147,8 @@ impl Kernel {
             cow_reuse_order0: false,
             split_zeropage: true,
             pageout_clears_young: false,
+            pmd_freeze_rmap_per_page: false,
+            mprotect_mkwrite_dirty_pte_only: false,
             mprotect_per_pte: false,
             huge_zero_wp_split: false,
             lazyfree_unmap_per_pte: false,

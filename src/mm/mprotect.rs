@@ -155,10 +155,12 @@ impl Kernel {
         // ptep_modify_prot_start.
         let old = self.arch.ptep_get_and_clear(amm, addr, ptep);
         let mut new = old.pte_modify(newprot);
-        // can_change_pte_writable: not PROT_NONE, an exclusive anon page.
+        // can_change_pte_writable: not PROT_NONE, an exclusive anon page (before
+        // d84887739d5c, 6.2, a dirty one only).
         if try_writable
             && !new.pte_write()
             && new.pte_valid()
+            && (!self.mprotect_mkwrite_dirty_pte_only || old.pte_dirty())
             && folio.is_some()
             && self
                 .memmap

@@ -332,6 +332,11 @@ impl Kernel {
                 if pmd_trans_huge(d) && d.pfn(g) == folio {
                     let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
                     split_huge_pmd_locked_freeze(self, mm, &vma, pmd, haddr, &mut out);
+                    if self.pmd_freeze_rmap_per_page {
+                        // 6.1: page_remove_rmap of each page; the first to lose its
+                        // last mapping queues the THP (deferred_split_huge_page).
+                        deferred_split_folio(self, folio, true);
+                    }
                 }
             }
         }

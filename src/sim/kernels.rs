@@ -51,6 +51,24 @@ pub struct Change {
 pub const CHANGES: &[Change] = &[
     Change {
         scope: Scope::Run,
+        key: "pmd-freeze-rmap",
+        before: "per-page",
+        after: "none",
+        release: Release(6, 2),
+        commit: "96d82deb743a",
+        what: "a freezing pmd split no longer removes each page's rmap (which queued the THP for deferred split)",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "mprotect-mkwrite",
+        before: "dirty-pte",
+        after: "exclusive",
+        release: Release(6, 2),
+        commit: "c27f479ef542 d84887739d5c",
+        what: "mprotect makes exclusive anon pmds and clean ptes writable, sparing the write fault",
+    },
+    Change {
+        scope: Scope::Run,
         key: "tlb-batch",
         before: "sync",
         after: "deferred",
@@ -66,6 +84,15 @@ pub const CHANGES: &[Change] = &[
         release: Release(6, 8),
         commit: "19eaf44954df 3485b88390b0",
         what: "seed 002: anonymous faults allocate multi-size THP; hugepages-<size>kB/enabled",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "flush-range-nosync",
+        before: "unsplit",
+        after: "split",
+        release: Release(6, 9),
+        commit: "d9d8dc2bd3fb",
+        what: "__flush_tlb_range_nosync split out: a flush_tlb_mm fallback is followed by one more DSB ISH",
     },
     Change {
         scope: Scope::Run,

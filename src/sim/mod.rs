@@ -65,6 +65,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.tlb_batch = v.tlb_batch();
     k.arch.contpte = v.contpte();
     k.arch.ptep_get = v.ptep_get();
+    k.arch.flush_range_nosync_split = v.get("flush-range-nosync") == "split";
     k.prot_flush_elide = v.prot_flush_elide();
     k.cow_reuse_order0 = v.cow_reuse_order0();
     k.mprotect_per_pte = v.mprotect_per_pte();
@@ -75,6 +76,8 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.knobs.set_kernel(v.mthp(), v.shrink_underused());
     k.split_zeropage = v.split_zeropage();
     k.pageout_clears_young = v.get("pageout-young") == "clear";
+    k.pmd_freeze_rmap_per_page = v.get("pmd-freeze-rmap") == "per-page";
+    k.mprotect_mkwrite_dirty_pte_only = v.get("mprotect-mkwrite") == "dirty-pte";
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
     check_granule(w, &w.stmts, page)?;

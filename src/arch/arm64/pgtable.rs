@@ -266,6 +266,10 @@ pub struct Arch {
     /// Transparent contiguous-bit mappings for user memory (arm64's default).
     pub contpte: bool,
     pub ptep_get: PtepGetVariant,
+    /// A range flush too large for TLBIs falls back to flush_tlb_mm and then still
+    /// waits with __flush_tlb_range's own DSB ISH, as since d9d8dc2bd3fb split out
+    /// __flush_tlb_range_nosync (6.9); before, it returned after flush_tlb_mm.
+    pub flush_range_nosync_split: bool,
     /// The kernel's work counters (`crate::kcount`), arch and core mm alike.
     pub kc: KernelEvents,
     /// The last mod1 trace looked up in seed 004's table, and its count.
@@ -278,6 +282,7 @@ impl Arch {
             hw,
             contpte: true,
             ptep_get: PtepGetVariant::EarlyExit,
+            flush_range_nosync_split: true,
             kc: KernelEvents::default(),
             mod1_insn_memo: (u64::MAX, None),
         }

@@ -1,7 +1,7 @@
 //! arch/arm64/include/asm/tlb.h: how an mmu_gather is flushed on arm64.
 
 use super::pgtable::Arch;
-use super::tlbflush::{__flush_tlb_range, flush_tlb_mm};
+use super::tlbflush::{__flush_tlb_range, __flush_tlb_range_unsplit, flush_tlb_mm};
 use crate::mm::mmu_gather::MmuGather;
 
 /// tlb_get_unmap_size: the stride is the smallest level cleared.
@@ -32,5 +32,11 @@ pub fn tlb_flush(arch: &mut Arch, tlb: &MmuGather) {
         return;
     }
     let stride = tlb_get_unmap_size(arch, tlb);
-    __flush_tlb_range(&mut arch.hw, tlb.asid, tlb.start, tlb.end, stride, last_level);
+    // Only the gather's ranges reach flush_tlb_mm's fallback (the other callers flush
+    // a page, a block or a pmd), so only here does the 6.9 split show.
+    if arch.flush_range_nosync_split {
+        __flush_tlb_range(&mut arch.hw, tlb.asid, tlb.start, tlb.end, stride, last_level);
+    } else {
+        __flush_tlb_range_unsplit(&mut arch.hw, tlb.asid, tlb.start, tlb.end, stride, last_level);
+    }
 }

@@ -119,7 +119,8 @@ fn kpti(m: &Machine) -> bool {
 }
 
 /// __flush_tlb_range_nosync: DSB ISHST then the TLBIs, without waiting for them.
-pub fn flush_tlb_range_nosync(m: &mut Machine, asid: Asid, start: u64, end: u64, stride: u64, last_level: bool) {
+/// True when the range was too large and flush_tlb_mm (which waits) did it instead.
+pub fn flush_tlb_range_nosync(m: &mut Machine, asid: Asid, start: u64, end: u64, stride: u64, last_level: bool) -> bool {
     let ps = m.granule().page_shift();
     let start = start & !(stride - 1);
     let end = (end + stride - 1) & !(stride - 1);
@@ -128,18 +129,28 @@ pub fn flush_tlb_range_nosync(m: &mut Machine, asid: Asid, start: u64, end: u64,
         (!m.cfg.features.tlbi_range && (end - start) >= max_dvm_ops(m) * stride) || pages > MAX_TLBI_RANGE_PAGES;
     if excess {
         flush_tlb_mm(m, asid);
-        return;
+        return true;
     }
     m.dsb_ishst();
     let op = if last_level { TlbiOp::Vale1is } else { TlbiOp::Vae1is };
     let user = kpti(m);
     flush_tlb_range_op(m, op, start, pages, stride, asid, user);
+    false
 }
 
-/// __flush_tlb_range: the nosync flush followed by DSB ISH.
+/// __flush_tlb_range: the nosync flush followed by DSB ISH (6.9+, even after a
+/// flush_tlb_mm fallback).
 pub fn __flush_tlb_range(m: &mut Machine, asid: Asid, start: u64, end: u64, stride: u64, last_level: bool) {
     flush_tlb_range_nosync(m, asid, start, end, stride, last_level);
     m.dsb_ish();
+}
+
+/// __flush_tlb_range as before d9d8dc2bd3fb (6.9): one function, which returned
+/// right after a flush_tlb_mm fallback, so without a second DSB ISH.
+pub fn __flush_tlb_range_unsplit(m: &mut Machine, asid: Asid, start: u64, end: u64, stride: u64, last_level: bool) {
+    if !flush_tlb_range_nosync(m, asid, start, end, stride, last_level) {
+        m.dsb_ish();
+    }
 }
 
 /// flush_tlb_range: page stride, all levels.
