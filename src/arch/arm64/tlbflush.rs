@@ -120,7 +120,14 @@ fn kpti(m: &Machine) -> bool {
 
 /// __flush_tlb_range_nosync: DSB ISHST then the TLBIs, without waiting for them.
 /// True when the range was too large and flush_tlb_mm (which waits) did it instead.
-pub fn flush_tlb_range_nosync(m: &mut Machine, asid: Asid, start: u64, end: u64, stride: u64, last_level: bool) -> bool {
+pub fn flush_tlb_range_nosync(
+    m: &mut Machine,
+    asid: Asid,
+    start: u64,
+    end: u64,
+    stride: u64,
+    last_level: bool,
+) -> bool {
     let ps = m.granule().page_shift();
     let start = start & !(stride - 1);
     let end = (end + stride - 1) & !(stride - 1);

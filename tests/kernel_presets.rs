@@ -1,0 +1,99 @@
+//! The `--kernel` presets on the model alone: each 6.1 behaviour the 6.1 guest showed
+//! (tests/qemu_kernels.rs checks them against the guest itself), as counts that differ
+//! from 6.12's for the same workload.
+
+use foliolab::report::Report;
+use foliolab::sim::kernels::{with_preset, Release, Scope};
+use foliolab::sim::{self, Variants};
+use foliolab::workload::parse_file;
+
+fn run(kernel: Release, path: &str) -> Report {
+    // The QEMU guests' machine: range TLBIs.
+    let sets = with_preset(kernel, Scope::Run, &["tlbi-range=on".into()]);
+    sim::run(&parse_file(path).unwrap(), &Variants::from_sets(&sets).unwrap()).unwrap()
+}
+
+fn count(r: &Report, key: &str) -> i64 {
+    r.counters.get(key).copied().unwrap_or(0)
+}
+
+fn in_phase(r: &Report, label: &str, key: &str) -> i64 {
+    let p = r.phases.iter().find(|p| p.label == label).expect("the phase");
+    p.counters.get(key).copied().unwrap_or(0)
+}
+
+const OLD: Release = Release(6, 1);
+const NEW: Release = Release(6, 12);
+
+#[test]
+fn mprotect_leaves_a_thp_read_only_before_6_2_so_writes_fault() {
+    let (old, new) = (
+        run(OLD, "tests/validation/mprotect_whole_pmd.wl"),
+        run(NEW, "tests/validation/mprotect_whole_pmd.wl"),
+    );
+    assert_eq!(
+        (count(&old, "proc.main.minflt"), count(&new, "proc.main.minflt")),
+        (4, 2)
+    );
+    // Each reuse fault invalidates the stale read-only entry.
+    assert_eq!(count(&old, "arch.tlbi.vale1is") - count(&new, "arch.tlbi.vale1is"), 2);
+}
+
+#[test]
+fn pageout_of_a_young_thp_invalidates_it_and_a_freezing_split_queues_it_before_6_9() {
+    let (old, new) = (
+        run(OLD, "tests/validation/pageout_pmd.wl"),
+        run(NEW, "tests/validation/pageout_pmd.wl"),
+    );
+    assert_eq!(count(&old, "arch.tlbi.rvae1is"), 4);
+    assert_eq!(count(&new, "arch.tlbi.rvae1is"), 2);
+    assert_eq!(count(&old, "vmstat.thp_deferred_split_page"), 2);
+    assert_eq!(count(&new, "vmstat.thp_deferred_split_page"), 0);
+}
+
+#[test]
+fn a_split_keeps_zero_filled_pages_before_6_12() {
+    let (old, new) = (
+        run(OLD, "tests/validation/free_split_zero_pages.wl"),
+        run(NEW, "tests/validation/free_split_zero_pages.wl"),
+    );
+    assert_eq!(count(&old, "proc.main.minflt"), 1);
+    assert!(count(&new, "proc.main.minflt") > 1);
+    let zero = |r: &Report| {
+        r.layout["main/buf"]
+            .iter()
+            .any(|run| format!("{:?}", run.kind).contains("Zero"))
+    };
+    assert!(!zero(&old) && zero(&new));
+}
+
+#[test]
+fn reclaim_waits_per_page_before_6_6() {
+    let w = "workloads/kernels/seed001-pageout-order0.wl";
+    let (old, new) = (run(OLD, w), run(NEW, w));
+    let pages = in_phase(&old, "pageout", "vmstat.pglazyfreed");
+    assert_eq!(pages, 4096);
+    assert_eq!(in_phase(&old, "pageout", "arch.dsb.ish"), pages);
+    assert_eq!(in_phase(&old, "pageout", "arch.tlbi.vale1is"), pages);
+    assert!(in_phase(&new, "pageout", "arch.dsb.ish") * 20 < pages);
+}
+
+#[test]
+fn a_range_flush_that_falls_back_to_the_whole_asid_waits_once_before_6_9() {
+    let w = "workloads/kernels/seed000-thp-munmap.wl";
+    let (old, split) = (
+        run(OLD, w),
+        sim::run(
+            &parse_file(w).unwrap(),
+            &Variants::from_sets(&with_preset(
+                OLD,
+                Scope::Run,
+                &["tlbi-range=on".into(), "flush-range-nosync=split".into()],
+            ))
+            .unwrap(),
+        )
+        .unwrap(),
+    );
+    assert_eq!(count(&old, "arch.tlbi.aside1is"), 1);
+    assert_eq!(count(&split, "arch.dsb.ish") - count(&old, "arch.dsb.ish"), 1);
+}
