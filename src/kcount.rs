@@ -27,6 +27,7 @@ counters! {
     ZapPresentPtesPtes => "kernel.zap_present_ptes.ptes",
     FolioRemoveRmapPtes => "kernel.folio_remove_rmap_ptes",
     FolioRemoveRmapPtesPages => "kernel.folio_remove_rmap_ptes.pages",
+    PageRemoveRmap => "kernel.page_remove_rmap",
     TlbRemoveFolioPages => "kernel.tlb_remove_folio_pages",
     FolioRefAtomic => "kernel.folio_ref_atomic",
     FolioMapcountAtomic => "kernel.folio_mapcount_atomic",

@@ -99,22 +99,27 @@ fn a_repeated_set_key_is_refused() {
 
 #[test]
 fn help_lists_the_set_keys_with_defaults() {
+    // A key's line: its name, `default`, the default, the values (columns aligned).
+    let line = |cmd: &str, key: &str| -> Vec<String> {
+        let out = foliolab(&[cmd, "--help"]);
+        let help = String::from_utf8(out.stdout).unwrap();
+        let l = help
+            .lines()
+            .find(|l| l.starts_with(&format!("  {key} ")))
+            .unwrap_or_else(|| panic!("{cmd} --help has no {key} line:\n{help}"));
+        l.split_whitespace().map(str::to_string).collect()
+    };
+    assert_eq!(line("run", "zap"), ["zap", "default", "batched", "per-pte|batched"]);
+    assert_eq!(&line("run", "ram")[..4], ["ram", "default", "16G", "a"]);
+    assert_eq!(line("boot", "rodata"), ["rodata", "default", "full", "full|on|off"]);
     let out = foliolab(&["run", "--help"]);
     let help = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        help.contains("  zap               default batched     per-pte|batched\n"),
-        "{help}"
-    );
-    assert!(
-        help.contains("  ram               default 16G         a size from 64M to 128T"),
-        "{help}"
-    );
-    let out = foliolab(&["boot", "--help"]);
-    let help = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        help.contains("  rodata           default full  full|on|off\n"),
-        "{help}"
-    );
+    let cols: Vec<usize> = help
+        .lines()
+        .filter(|l| l.starts_with("  ") && l.contains(" default "))
+        .map(|l| l.find(" default ").unwrap())
+        .collect();
+    assert!(cols.len() > 20 && cols.windows(2).all(|w| w[0] == w[1]), "{help}");
 }
 
 #[test]

@@ -97,3 +97,14 @@ fn a_range_flush_that_falls_back_to_the_whole_asid_waits_once_before_6_9() {
     assert_eq!(count(&old, "arch.tlbi.aside1is"), 1);
     assert_eq!(count(&split, "arch.dsb.ish") - count(&old, "arch.dsb.ish"), 1);
 }
+
+#[test]
+fn before_6_8_rmap_removal_is_a_call_per_page() {
+    let w = "workloads/kernels/seed000-thp-munmap.wl";
+    let (old, new) = (run(OLD, w), run(NEW, w));
+    // Four pte-mapped THPs of 511 pages each, munmapped: as the guests count them.
+    assert_eq!(in_phase(&old, "munmap", "kernel.page_remove_rmap"), 2044);
+    assert_eq!(in_phase(&old, "munmap", "kernel.folio_remove_rmap_ptes"), 0);
+    assert_eq!(in_phase(&new, "munmap", "kernel.folio_remove_rmap_ptes"), 8);
+    assert_eq!(in_phase(&new, "munmap", "kernel.page_remove_rmap"), 0);
+}

@@ -38,6 +38,7 @@ const ZAP_KEYS: &[&str] = &[
     "arch.dsb.ishst",
     "arch.isb",
     "kernel.folio_remove_rmap_ptes",
+    "kernel.page_remove_rmap",
     "kernel.__contpte_try_unfold",
     "kernel.contpte_get_and_clear_full_ptes",
 ];

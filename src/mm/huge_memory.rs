@@ -353,6 +353,11 @@ pub fn zap_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd: PmdPtr, 
         return;
     }
     let folio = old.pfn(g);
+    // page_remove_rmap(page, vma, true) before the folio API; a split's pmd removal
+    // was open-coded in __split_huge_pmd_locked, so only the zap counts a call.
+    if k.rmap_page_api {
+        k.arch.kc.inc(crate::kcount::KernelEvent::PageRemoveRmap);
+    }
     k.folio_remove_rmap_pmd(folio, mm);
     k.mm_mut(mm).rss_anon -= 1 << g.pmd_order();
     if tlb.remove_folio_pages(folio, 1) {

@@ -104,6 +104,9 @@ pub struct Kernel {
     /// mprotect makes writable only dirty exclusive anon ptes and never a pmd (before
     /// c27f479ef542 and d84887739d5c, 6.2); since, any exclusive anon pte or pmd.
     pub mprotect_mkwrite_dirty_pte_only: bool,
+    /// Rmap removal is page_remove_rmap, a call per page or pmd (before the folio
+    /// rmap API, b06dc281aa99, 6.8); since, folio_remove_rmap_ptes per batch.
+    pub rmap_page_api: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
     /// The tables the last software walk went through (a host-side memo).
@@ -149,6 +152,7 @@ impl Kernel {
             pageout_clears_young: false,
             pmd_freeze_rmap_per_page: false,
             mprotect_mkwrite_dirty_pte_only: false,
+            rmap_page_api: false,
             mprotect_per_pte: false,
             huge_zero_wp_split: false,
             lazyfree_unmap_per_pte: false,

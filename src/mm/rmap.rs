@@ -164,9 +164,14 @@ impl Kernel {
 
     /// folio_remove_rmap_ptes: drop `nr` pte mappings from `page` in `mm`. A large anon
     /// folio left with some pages mapped and some not is queued for deferred split.
+    /// Before the folio rmap API (`rmap-api=page`), a call per page: page_remove_rmap.
     pub fn folio_remove_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, mm: MmId) {
-        self.arch.kc.inc(KernelEvent::FolioRemoveRmapPtes);
-        self.arch.kc.add(KernelEvent::FolioRemoveRmapPtesPages, nr);
+        if self.rmap_page_api {
+            self.arch.kc.add(KernelEvent::PageRemoveRmap, nr);
+        } else {
+            self.arch.kc.inc(KernelEvent::FolioRemoveRmapPtes);
+            self.arch.kc.add(KernelEvent::FolioRemoveRmapPtesPages, nr);
+        }
         // One atomic per page's _mapcount; for a large folio also the large mapcount
         // and, if some page became unmapped, _nr_pages_mapped.
         self.arch.kc.add(KernelEvent::FolioMapcountAtomic, nr);
@@ -335,6 +340,10 @@ impl Kernel {
                     if self.pmd_freeze_rmap_per_page {
                         // 6.1: page_remove_rmap of each page; the first to lose its
                         // last mapping queues the THP (deferred_split_huge_page).
+                        if self.rmap_page_api {
+                            let nr = self.memmap.folio_nr_pages(folio);
+                            self.arch.kc.add(KernelEvent::PageRemoveRmap, nr);
+                        }
                         deferred_split_folio(self, folio, true);
                     }
                 }

@@ -141,6 +141,7 @@ pub const KERNEL_FUNCTIONS: &[&str] = &[
     "contpte_wrprotect_ptes",
     "contpte_try_unfold_partial",
     "folio_remove_rmap_ptes",
+    "page_remove_rmap",
     "do_anonymous_page",
     "handle_mm_fault",
 ];

@@ -78,6 +78,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "rmap-api",
+        before: "page",
+        after: "folio",
+        release: Release(6, 8),
+        commit: "b06dc281aa99",
+        what: "rmap removal per folio batch (folio_remove_rmap_ptes) instead of per page (page_remove_rmap)",
+    },
+    Change {
+        scope: Scope::Run,
         key: "mthp",
         before: "off",
         after: "on",

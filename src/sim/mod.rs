@@ -78,6 +78,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     k.pageout_clears_young = v.get("pageout-young") == "clear";
     k.pmd_freeze_rmap_per_page = v.get("pmd-freeze-rmap") == "per-page";
     k.mprotect_mkwrite_dirty_pte_only = v.get("mprotect-mkwrite") == "dirty-pte";
+    k.rmap_page_api = v.get("rmap-api") == "page";
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
     check_granule(w, &w.stmts, page)?;

@@ -128,6 +128,12 @@ pub const KEYS: &[Key] = &[
         about: "mprotect(PROT_WRITE) maps an exclusive anon pte or pmd writable at once (exclusive, 6.2+: c27f479ef542, d84887739d5c) or only a dirty pte, leaving the rest to a write fault (dirty-pte, e.g. 6.1)",
     },
     Key {
+        name: "rmap-api",
+        default: "folio",
+        values: "folio|page",
+        about: "rmap removal is folio_remove_rmap_ptes, one call per batch of a folio's pages (folio, 6.8+: b06dc281aa99) or page_remove_rmap, one call per page and per zapped pmd (page, e.g. 6.1): kernel.<name> counts it",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -319,6 +325,7 @@ impl Variants {
             "flush-range-nosync" => matches!(val, "split" | "unsplit"),
             "pmd-freeze-rmap" => matches!(val, "none" | "per-page"),
             "mprotect-mkwrite" => matches!(val, "exclusive" | "dirty-pte"),
+            "rmap-api" => matches!(val, "folio" | "page"),
             "mthp" | "shrink-underused" | "split-zeropage" => matches!(val, "on" | "off"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),
