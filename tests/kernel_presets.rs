@@ -13,6 +13,11 @@ fn run(kernel: Release, path: &str) -> Report {
     sim::run(&parse_file(path).unwrap(), &Variants::from_sets(&sets).unwrap()).unwrap()
 }
 
+/// `path` under the 6.1 preset and under 6.12's.
+fn both(path: &str) -> (Report, Report) {
+    (run(OLD, path), run(NEW, path))
+}
+
 fn count(r: &Report, key: &str) -> i64 {
     r.counters.get(key).copied().unwrap_or(0)
 }
@@ -27,10 +32,7 @@ const NEW: Release = Release(6, 12);
 
 #[test]
 fn mprotect_leaves_a_thp_read_only_before_6_2_so_writes_fault() {
-    let (old, new) = (
-        run(OLD, "tests/validation/mprotect_whole_pmd.wl"),
-        run(NEW, "tests/validation/mprotect_whole_pmd.wl"),
-    );
+    let (old, new) = both("tests/validation/mprotect_whole_pmd.wl");
     assert_eq!(
         (count(&old, "proc.main.minflt"), count(&new, "proc.main.minflt")),
         (4, 2)
@@ -41,10 +43,7 @@ fn mprotect_leaves_a_thp_read_only_before_6_2_so_writes_fault() {
 
 #[test]
 fn pageout_of_a_young_thp_invalidates_it_and_a_freezing_split_queues_it_before_6_9() {
-    let (old, new) = (
-        run(OLD, "tests/validation/pageout_pmd.wl"),
-        run(NEW, "tests/validation/pageout_pmd.wl"),
-    );
+    let (old, new) = both("tests/validation/pageout_pmd.wl");
     assert_eq!(count(&old, "arch.tlbi.rvae1is"), 4);
     assert_eq!(count(&new, "arch.tlbi.rvae1is"), 2);
     assert_eq!(count(&old, "vmstat.thp_deferred_split_page"), 2);
@@ -53,10 +52,7 @@ fn pageout_of_a_young_thp_invalidates_it_and_a_freezing_split_queues_it_before_6
 
 #[test]
 fn a_split_keeps_zero_filled_pages_before_6_12() {
-    let (old, new) = (
-        run(OLD, "tests/validation/free_split_zero_pages.wl"),
-        run(NEW, "tests/validation/free_split_zero_pages.wl"),
-    );
+    let (old, new) = both("tests/validation/free_split_zero_pages.wl");
     assert_eq!(count(&old, "proc.main.minflt"), 1);
     assert!(count(&new, "proc.main.minflt") > 1);
     let zero = |r: &Report| {
@@ -70,7 +66,7 @@ fn a_split_keeps_zero_filled_pages_before_6_12() {
 #[test]
 fn reclaim_waits_per_page_before_6_6() {
     let w = "workloads/kernels/seed001-pageout-order0.wl";
-    let (old, new) = (run(OLD, w), run(NEW, w));
+    let (old, new) = both(w);
     let pages = in_phase(&old, "pageout", "vmstat.pglazyfreed");
     assert_eq!(pages, 4096);
     assert_eq!(in_phase(&old, "pageout", "arch.dsb.ish"), pages);
@@ -101,7 +97,7 @@ fn a_range_flush_that_falls_back_to_the_whole_asid_waits_once_before_6_9() {
 #[test]
 fn before_6_8_rmap_removal_is_a_call_per_page() {
     let w = "workloads/kernels/seed000-thp-munmap.wl";
-    let (old, new) = (run(OLD, w), run(NEW, w));
+    let (old, new) = both(w);
     // Four pte-mapped THPs of 511 pages each, munmapped: as the guests count them.
     assert_eq!(in_phase(&old, "munmap", "kernel.page_remove_rmap"), 2044);
     assert_eq!(in_phase(&old, "munmap", "kernel.folio_remove_rmap_ptes"), 0);
