@@ -204,6 +204,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "bbml2-elide",
+        before: "off",
+        after: "on",
+        release: Release(6, 17),
+        commit: "83bbd6be7d17",
+        what: "contpte_convert skips its TLBI on BBML2_NOABORT CPUs (with `bbml2=on`)",
+    },
+    Change {
+        scope: Scope::Run,
         key: "ptep_get",
         before: "full-scan",
         after: "early-exit",

@@ -134,6 +134,12 @@ pub const KEYS: &[Key] = &[
         about: "rmap removal is folio_remove_rmap_ptes, one call per batch of a folio's pages (folio, 6.8+: b06dc281aa99) or page_remove_rmap, one call per page and per zapped pmd (page, e.g. 6.1): kernel.<name> counts it",
     },
     Key {
+        name: "bbml2-elide",
+        default: "on",
+        values: "on|off",
+        about: "the kernel uses BBML2_NOABORT (the `bbml2` CPU feature) to skip contpte_convert's TLBI (on, 6.17+: 83bbd6be7d17) or does break-before-make on any CPU (off)",
+    },
+    Key {
         name: "granule",
         default: "4K",
         values: "4K|16K|64K",
@@ -326,6 +332,7 @@ impl Variants {
             "pmd-freeze-rmap" => matches!(val, "none" | "per-page"),
             "mprotect-mkwrite" => matches!(val, "exclusive" | "dirty-pte"),
             "rmap-api" => matches!(val, "folio" | "page"),
+            "bbml2-elide" => matches!(val, "on" | "off"),
             "mthp" | "shrink-underused" | "split-zeropage" => matches!(val, "on" | "off"),
             "inject" => matches!(val, "none" | "extra-fault"),
             "granule" => Granule::parse(val).is_some(),

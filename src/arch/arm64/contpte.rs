@@ -33,7 +33,8 @@ pub fn contpte_convert(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pte
     arch.kc.inc(KernelEvent::ContpteConvert);
     let ps = g.page_size();
     let pte = arch.__clear_ptes_gathering(start_addr, start, n, pte);
-    if !arch.hw.cfg.features.bbml2 {
+    // The TLBI is elided on BBML2_NOABORT CPUs since 83bbd6be7d17 (6.17).
+    if !(arch.hw.cfg.features.bbml2 && arch.bbml2_elide) {
         tlbflush::__flush_tlb_range(
             &mut arch.hw,
             mm.asid,
@@ -471,6 +472,19 @@ mod tests {
         arch.ptep_get_and_clear(USER, VA, ptep);
         assert_eq!(arch.hw.ev.get(Event::ContpteConvert), 1);
         assert_eq!(arch.hw.ev.get(Event::TlbiTotal), 0);
+        assert!(arch.hw.take_violations().is_empty());
+    }
+
+    #[test]
+    fn a_kernel_before_6_17_flushes_a_convert_even_on_a_bbml2_cpu() {
+        let g = Granule::K4;
+        let (mut arch, ptep) = setup(g);
+        arch.hw.cfg.features.bbml2 = true;
+        arch.bbml2_elide = false;
+        arch.set_ptes(USER, VA, ptep, pte(g, 64), 16, None);
+        arch.ptep_get_and_clear(USER, VA, ptep);
+        assert_eq!(arch.hw.ev.get(Event::ContpteConvert), 1);
+        assert!(arch.hw.ev.get(Event::TlbiTotal) > 0);
         assert!(arch.hw.take_violations().is_empty());
     }
 

@@ -270,6 +270,9 @@ pub struct Arch {
     /// waits with __flush_tlb_range's own DSB ISH, as since d9d8dc2bd3fb split out
     /// __flush_tlb_range_nosync (6.9); before, it returned after flush_tlb_mm.
     pub flush_range_nosync_split: bool,
+    /// contpte_convert skips its TLBI on a BBML2_NOABORT CPU (83bbd6be7d17, 6.17);
+    /// an older kernel does break-before-make whatever the CPU.
+    pub bbml2_elide: bool,
     /// The kernel's work counters (`crate::kcount`), arch and core mm alike.
     pub kc: KernelEvents,
     /// The last mod1 trace looked up in seed 004's table, and its count.
@@ -283,6 +286,7 @@ impl Arch {
             contpte: true,
             ptep_get: PtepGetVariant::EarlyExit,
             flush_range_nosync_split: true,
+            bbml2_elide: true,
             kc: KernelEvents::default(),
             mod1_insn_memo: (u64::MAX, None),
         }
