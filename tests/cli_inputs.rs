@@ -114,7 +114,8 @@ fn help_lists_the_set_keys_with_defaults() {
     assert_eq!(line("boot", "rodata"), ["rodata", "default", "full", "full|on|off"]);
     let out = foliolab(&["run", "--help"]);
     let help = String::from_utf8(out.stdout).unwrap();
-    let cols: Vec<usize> = help
+    let keys = help.split("--set keys (KEY=VALUE):").nth(1).expect("the keys' section");
+    let cols: Vec<usize> = keys
         .lines()
         .filter(|l| l.starts_with("  ") && l.contains(" default "))
         .map(|l| l.find(" default ").unwrap())
@@ -310,4 +311,34 @@ fn boot_under_the_6_1_preset_remaps_per_contiguous_block() {
     assert!(text.contains("pgtable-fixmap=per-cont-block"), "{text}");
     let out = foliolab(&["boot", "--ram", "1G", "--kernel", "6.12"]);
     assert!(String::from_utf8(out.stdout).unwrap().contains("pgtable-fixmap=once"));
+}
+
+#[test]
+fn each_kernel_puts_the_releases_side_by_side() {
+    let out = foliolab(&[
+        "--no-store",
+        "run",
+        "tests/validation/mprotect_whole_pmd.wl",
+        "--each",
+        "kernel=6.1,6.12",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let faults = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("proc.main.minflt"))
+        .expect(&text);
+    assert_eq!(
+        faults.split_whitespace().take(3).collect::<Vec<_>>(),
+        ["proc.main.minflt", "4", "2"]
+    );
+    for bad in [
+        &["--each", "kernel=6.1,6.1"][..],
+        &["--each", "kernel=6.1,5.4"],
+        &["--kernel", "6.1", "--each", "kernel=6.1,6.12"],
+    ] {
+        let mut args = vec!["run", "tests/validation/mprotect_whole_pmd.wl"];
+        args.extend_from_slice(bad);
+        error_line(&args);
+    }
 }

@@ -15,10 +15,12 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
     /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
-    /// preset sets); a `--set` of the same key wins.
-    #[arg(long, value_name = "6.1|6.12|6.18", default_value = "6.18", value_parser = crate::sim::kernels::parse_kernel)]
-    pub kernel: crate::sim::kernels::Release,
-    /// Run once per value of KEY and print the runs side by side (JSON: {"runs": [...]}).
+    /// preset sets; default 6.18); a `--set` of the same key wins. `--each
+    /// kernel=6.1,6.12,6.18` runs the workload under each instead.
+    #[arg(long, value_name = "6.1|6.12|6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    pub kernel: Option<crate::sim::kernels::Release>,
+    /// Run once per value of KEY and print the runs side by side (JSON: {"runs": [...]});
+    /// KEY may be `kernel`, a column per release preset.
     #[arg(long, value_name = "KEY=V1,V2[,...]")]
     pub each: Option<String>,
     /// With --each, also show the counters every run agrees on.
@@ -39,10 +41,25 @@ pub struct Args {
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let machine = crate::time::Machine::load(a.machine.as_deref(), &a.sets)?;
     let sets = machine.as_ref().map_or(&a.sets, |m| &m.sets);
-    let v = Variants::from_sets(&kernels::with_preset(a.kernel, kernels::Scope::Run, sets))?;
-    let each = a.each.as_deref().map(|e| parse_each(e, sets)).transpose()?;
+    let kernel = a.kernel.unwrap_or(*kernels::KERNELS.last().expect("a preset"));
+    let v = Variants::from_sets(&kernels::with_preset(kernel, kernels::Scope::Run, sets))?;
+    let each = match a.each.as_deref() {
+        Some(e) if e.starts_with("kernel=") => Some(each_kernel(e, a.kernel.is_some(), sets)?),
+        Some(e) => {
+            let (key, values) = parse_each(e, sets)?;
+            let columns = values
+                .iter()
+                .map(|value| {
+                    let mut v = v.clone();
+                    v.set(key.name, value).map(|()| (value.to_string(), v))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Some((format!("{}: {}", key.name, key.about), columns))
+        }
+        None => None,
+    };
     let w = workload::parse_file(&a.workload)?;
-    let Some((key, values)) = each else {
+    let Some((title, columns)) = each else {
         let start = std::time::Instant::now();
         let r = sim::run(&w, &v)?;
         super::record_report(db, "run", &w, &r, machine.as_ref(), start.elapsed());
@@ -58,20 +75,17 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let mut runs = Vec::with_capacity(values.len());
-    for value in values {
-        let mut v = v.clone();
-        v.set(key.name, value)?;
+    let mut runs = Vec::with_capacity(columns.len());
+    for (label, v) in columns {
         let start = std::time::Instant::now();
         let r = sim::run(&w, &v)?;
         super::record_report(db, "run", &w, &r, machine.as_ref(), start.elapsed());
-        runs.push((value.to_string(), r));
+        runs.push((label, r));
     }
     if a.json {
         let runs: Vec<&Report> = runs.iter().map(|(_, r)| r).collect();
         super::emit(&(serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))? + "\n"))?;
     } else {
-        let title = format!("{}: {}", key.name, key.about);
         super::emit(&compare::compare(&title, &runs, a.all))?;
     }
     if let Some(dir) = &a.html {
@@ -95,6 +109,36 @@ fn write_html(
     let path = crate::html::write_page(dir, &crate::html::run_page(runs, &time))?;
     eprintln!("foliolab: wrote {}", path.display());
     Ok(())
+}
+
+/// `--each kernel=K1,K2[,...]`: a column per release preset (not with `--kernel`), the
+/// user's `--set`s over each.
+fn each_kernel(each: &str, kernel_given: bool, sets: &[String]) -> Result<(String, Vec<(String, Variants)>), String> {
+    if kernel_given {
+        return Err("--each kernel=...: also given with --kernel".into());
+    }
+    let list = each.trim_start_matches("kernel=");
+    let releases = list
+        .split(',')
+        .map(kernels::parse_kernel)
+        .collect::<Result<Vec<_>, _>>()?;
+    if releases.len() < 2 {
+        return Err(format!("--each {each}: expected at least two values"));
+    }
+    if (1..releases.len()).any(|i| releases[..i].contains(&releases[i])) {
+        return Err(format!("--each {each}: a release given twice"));
+    }
+    let columns = releases
+        .into_iter()
+        .map(|k| {
+            let v = Variants::from_sets(&kernels::with_preset(k, kernels::Scope::Run, sets))?;
+            Ok((k.to_string(), v))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok((
+        "kernel: the release whose behaviour is modelled (`foliolab kernels`)".into(),
+        columns,
+    ))
 }
 
 /// `--each KEY=V1,V2[,...]`: a known key not also given with `--set`, and its values.
