@@ -87,8 +87,9 @@ pub struct Args {
     /// preset sets; default 6.18, or the target's); a `--set` of the same key wins.
     #[arg(long, value_name = "6.1|6.12|6.18", value_parser = crate::sim::kernels::parse_kernel)]
     kernel: Option<crate::sim::kernels::Release>,
-    /// Also boot that QEMU guest (4K pages) with `--ram` of RAM and print what its
-    /// map_mem did beside the model's (the TLBIs by function too).
+    /// Also boot that QEMU guest with `--ram` of RAM and print what its map_mem did
+    /// beside the model's (the TLBIs by function too); the model takes the guest's page
+    /// size, kernel image and table levels.
     #[arg(long, value_enum)]
     target: Option<crate::native::qemu::Target>,
     /// Holes in the memory map, as OFFSET+SIZE from the RAM base (comma-separated, e.g. 1G+2M).
@@ -324,8 +325,8 @@ pub fn main(a: Args) -> CmdResult {
         if let Some(why) = crate::native::qemu::missing(target) {
             return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
         }
-        if a.granule != Granule::K4 || !a.holes.is_empty() {
-            return Err("--target boots a 4K guest of --ram with no holes".into());
+        if !a.holes.is_empty() {
+            return Err("--target boots a guest of --ram with no holes".into());
         }
         let guest = crate::native::qemu::boot_map_mem(target, a.ram)?;
         let spec = guest_spec(target, kernel, a.ram, &guest, &a.set)?;
@@ -408,7 +409,7 @@ pub fn guest_spec(
     if let Some((s, e)) = guest.kernel_code {
         build.push(format!("kernel-image={s:#x}-{e:#x}"));
     }
-    let mut spec = Spec::new(Granule::K4, ram);
+    let mut spec = Spec::new(target.granule(), ram);
     spec.set_all(&with_preset(kernel, Scope::Boot, &overlay(build, sets)))?;
     Ok(spec)
 }

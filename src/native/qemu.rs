@@ -66,6 +66,11 @@ impl Target {
         }
     }
 
+    /// The guest's base page size (4K for the host, whose own is not modelled here).
+    pub fn granule(self) -> Granule {
+        self.guest().map_or(Granule::K4, |(_, _, g)| g)
+    }
+
     /// The report's `source`: "qemu-arm64", "qemu-arm64-16k" or "host".
     pub fn source(self) -> &'static str {
         self.guest().map_or("host", |(s, ..)| s)
@@ -84,11 +89,12 @@ impl Target {
     }
 
     /// The `boot --set` values of the target's kernel build and CPU: Debian's 6.12 is a
-    /// 52-bit VA kernel, which on `-cpu max` (FEAT_LPA2) runs five levels of tables.
+    /// 52-bit VA kernel, which with 4K pages on `-cpu max` (FEAT_LPA2) runs five levels
+    /// of tables (16K pages reach 52 bits with four).
     pub fn boot_sets(self) -> Vec<String> {
         match self {
-            Target::QemuArm64 | Target::QemuArm64_16k => vec!["pgtable-levels=5".into()],
-            Target::Host | Target::QemuArm64_61 => Vec::new(),
+            Target::QemuArm64 => vec!["pgtable-levels=5".into()],
+            Target::Host | Target::QemuArm64_16k | Target::QemuArm64_61 => Vec::new(),
         }
     }
 
