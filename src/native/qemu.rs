@@ -1,8 +1,9 @@
-//! `foliolab native --target qemu-arm64|qemu-arm64-16k`: runs workloads on a real
-//! arm64 Linux 6.12 kernel under QEMU (TCG, one vCPU), with the host runner's
-//! measurement done in the guest (tools/qemu/runner.c) and a TCG plugin
-//! (tools/qemu/plugin.c) counting TLBI, DSB, ISB and kernel-function entries inside
-//! each op's window. One boot runs a whole batch of workloads.
+//! `foliolab native --target qemu-arm64|qemu-arm64-16k|qemu-arm64-6.1`: runs workloads
+//! on a real arm64 kernel (Debian's 6.12, or Debian 12's 6.1) under QEMU (TCG, one
+//! vCPU), with the host runner's measurement done in the guest (tools/qemu/runner.c)
+//! and a TCG plugin (tools/qemu/plugin.c) counting TLBI, DSB, ISB and kernel-function
+//! entries inside each op's window. One boot runs a whole batch of workloads; the
+//! plugin also measures the boot's map_mem (`MapMem`, `boot_map_mem`).
 //!
 //! A workload goes to the guest flattened, one line each: `proc NAME` per process,
 //! `vmstat KEY` per /proc/vmstat counter, `default KNOB VALUE` per spec default (set
