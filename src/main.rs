@@ -39,6 +39,10 @@ enum Command {
     Machines(cmd::machines::Args),
     /// The kernel presets (--kernel): what each sets, with the upstream commit.
     Kernels(cmd::kernels::Args),
+    /// Run a program on the host and record its mmaps and page faults to a trace.
+    Record(cmd::record::Args),
+    /// Drive the model with a recorded trace: faults, mTHP counters, TLB behaviour.
+    Replay(cmd::replay::Args),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,8 @@ fn main() -> ExitCode {
         Command::Compare(a) => cmd::compare::main(a, &cli.store),
         Command::Machines(a) => cmd::machines::main(a),
         Command::Kernels(a) => cmd::kernels::main(a),
+        Command::Record(a) => cmd::record::main(a),
+        Command::Replay(a) => cmd::replay::main(a),
     };
     match r {
         Ok(code) => code,

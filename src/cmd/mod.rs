@@ -7,6 +7,8 @@ pub mod compare;
 pub mod kernels;
 pub mod machines;
 pub mod native;
+pub mod record;
+pub mod replay;
 pub mod reproduce;
 pub mod run;
 pub mod runs;

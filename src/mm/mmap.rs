@@ -59,9 +59,17 @@ impl Kernel {
 
     /// Merge VMAs around [start, end) with equal flags and compatible anon_vmas
     /// (is_mergeable_anon_vma) into their neighbours (what vma_modify's merge achieves).
-    fn merge_around(&mut self, mm: MmId, start: u64, end: u64) {
-        let m = self.mm_mut(mm).vmas_mut();
+    pub fn merge_around(&mut self, mm: MmId, start: u64, end: u64) {
+        let m = self.mm(mm).vmas();
         let from = m.range(..start).next_back().map(|(s, _)| *s).unwrap_or(start);
+        self.merge_from(mm, from, end);
+    }
+
+    /// Merge the VMAs starting in [from, end] as `merge_around` does, none below
+    /// `from`: brk's heap never merges with what lies under mm->start_brk
+    /// (vma_prev_limit in sys_brk).
+    pub fn merge_from(&mut self, mm: MmId, from: u64, end: u64) {
+        let m = self.mm_mut(mm).vmas_mut();
         let keys: Vec<u64> = m.range(from..=end).map(|(s, _)| *s).collect();
         let mut cur: Option<u64> = None;
         for k in keys {

@@ -15,6 +15,7 @@ pub mod mm_types;
 pub mod mmap;
 pub mod mmu_gather;
 pub mod mprotect;
+pub mod mremap;
 pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;

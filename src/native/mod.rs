@@ -7,9 +7,9 @@
 //! the runner's own work between ops stays out of them (other processes on the host can
 //! still move them).
 
-mod knobs;
+pub mod knobs;
 mod layout;
-mod perf;
+pub(crate) mod perf;
 mod proto;
 pub mod qemu;
 mod stats;
@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 use worker::Ctx;
 
 /// Where the host's knobs and counters are (tests point these at fake trees).
+/// The host's THP knobs.
+pub const THP_DIR: &str = "/sys/kernel/mm/transparent_hugepage";
+
 pub struct HostPaths {
     pub thp: PathBuf,
     pub vmstat: PathBuf,
@@ -42,7 +45,7 @@ pub struct HostPaths {
 impl Default for HostPaths {
     fn default() -> HostPaths {
         HostPaths {
-            thp: "/sys/kernel/mm/transparent_hugepage".into(),
+            thp: THP_DIR.into(),
             vmstat: "/proc/vmstat".into(),
             drop_caches: "/proc/sys/vm/drop_caches".into(),
             lock: KNOB_LOCK.into(),

@@ -25,12 +25,13 @@ const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_PAGE_FAULTS_MIN: u64 = 5;
 const PERF_SAMPLE_IP: u64 = 1 << 0;
 const PERF_SAMPLE_ADDR: u64 = 1 << 3;
-const PERF_RECORD_LOST: u32 = 2;
-const PERF_RECORD_SAMPLE: u32 = 9;
+pub(crate) const PERF_RECORD_LOST: u32 = 2;
+pub(crate) const PERF_RECORD_SAMPLE: u32 = 9;
 /// `perf_event_attr` flag bits (the C bitfield, low bits first).
 const ATTR_EXCLUDE_HV: u64 = 1 << 6;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 /// `PERF_ATTR_SIZE_VER7`: the fields up to `sig_data`.
-const ATTR_SIZE: u32 = 128;
+pub(crate) const ATTR_SIZE: u32 = 128;
 
 /// Offsets into the control page (`struct perf_event_mmap_page`).
 const DATA_HEAD: usize = 1024;
@@ -40,32 +41,32 @@ const DATA_TAIL: usize = 1032;
 /// between drains keeps a run far from filling it even at two faults per access.
 const DATA_PAGES: usize = 128;
 
-/// `struct perf_event_attr` up to `sig_data`, the fields this sampler sets.
+/// `struct perf_event_attr` up to `sig_data`.
 #[repr(C)]
 #[derive(Default)]
-struct PerfEventAttr {
-    type_: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved_2: u16,
-    aux_sample_size: u32,
-    reserved_3: u32,
-    sig_data: u64,
+pub(crate) struct PerfEventAttr {
+    pub(crate) type_: u32,
+    pub(crate) size: u32,
+    pub(crate) config: u64,
+    pub(crate) sample_period: u64,
+    pub(crate) sample_type: u64,
+    pub(crate) read_format: u64,
+    pub(crate) flags: u64,
+    pub(crate) wakeup_events: u32,
+    pub(crate) bp_type: u32,
+    pub(crate) config1: u64,
+    pub(crate) config2: u64,
+    pub(crate) branch_sample_type: u64,
+    pub(crate) sample_regs_user: u64,
+    pub(crate) sample_stack_user: u32,
+    pub(crate) clockid: i32,
+    pub(crate) sample_regs_intr: u64,
+    pub(crate) aux_watermark: u32,
+    pub(crate) sample_max_stack: u16,
+    pub(crate) reserved_2: u16,
+    pub(crate) aux_sample_size: u32,
+    pub(crate) reserved_3: u32,
+    pub(crate) sig_data: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == ATTR_SIZE as usize);
@@ -97,10 +98,7 @@ impl Tally {
 
 /// A minor-fault sampler on the calling process.
 pub struct Sampler {
-    fd: OwnedFd,
-    ring: *mut u8,
-    len: usize,
-    data_size: u64,
+    ring: Ring,
 }
 
 impl Sampler {
@@ -119,22 +117,99 @@ impl Sampler {
             flags: ATTR_EXCLUDE_HV,
             ..PerfEventAttr::default()
         };
-        // SAFETY: attr is a valid perf_event_attr of the size it states; pid 0 and cpu
-        // -1 mean this process on any CPU; no group, no flags.
-        let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, -1, 0) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("perf_event_open(minor page faults): {e} (needs root or kernel.perf_event_paranoid <= 1)"),
-            ));
+        let fd = perf_event_open(&attr, 0, -1)
+            .map_err(|e| io::Error::new(e.kind(), format!("perf_event_open(minor page faults): {e}")))?;
+        let ring = Ring::map(fd, DATA_PAGES)?;
+        for off in (0..ring.len).step_by(page_size()) {
+            // SAFETY: off is inside the mapping just made.
+            unsafe { std::ptr::read_volatile(ring.base.add(off)) };
         }
-        // SAFETY: the syscall returned a new file descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let page = page_size();
-        let len = (1 + DATA_PAGES) * page;
+        let s = Sampler { ring };
+        // The control page is written (data_tail) on every drain: take its write fault now.
+        s.discard();
+        Ok(s)
+    }
+
+    /// Drops every record written so far (faults between ops are the runner's own).
+    pub fn discard(&self) {
+        let head = self.ring.head();
+        self.ring.set_tail(head);
+    }
+
+    /// Reads every record written since the last drain into `t`; `inside` says whether
+    /// a fault address lies in one of the workload's live regions.
+    pub fn drain(&self, t: &mut Tally, inside: impl Fn(u64) -> bool) {
+        let head = self.ring.head();
+        let mut tail = self.ring.tail();
+        while tail < head {
+            let hdr = self.ring.read_u64(tail);
+            let (kind, size) = (hdr as u32, (hdr >> 48) as u64);
+            match kind {
+                PERF_RECORD_SAMPLE => {
+                    let (ip, addr) = (self.ring.read_u64(tail + 8), self.ring.read_u64(tail + 16));
+                    t.total += 1;
+                    if inside(addr) {
+                        t.inside += 1;
+                    } else if t.strays.len() < MAX_STRAYS {
+                        t.strays.push((addr, ip));
+                    }
+                }
+                // struct { header; u64 id; u64 lost; }
+                PERF_RECORD_LOST => t.lost += self.ring.read_u64(tail + 16),
+                _ => {}
+            }
+            tail += size.max(8);
+        }
+        self.ring.set_tail(tail);
+    }
+
+    /// For a forked child: the ring is not mapped there (perf maps it VM_DONTCOPY) and
+    /// the event measures the parent, so close the fd without unmapping anything.
+    pub fn forget_in_child(self) {
+        let s = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the fd is ours and is not used again; the struct is never dropped.
+        unsafe { libc::close(s.ring.fd.as_raw_fd()) };
+    }
+}
+
+/// `perf_event_open(attr, pid, cpu)`, no group, close-on-exec.
+pub(crate) fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    // SAFETY: attr is a valid perf_event_attr of the size it states; no group fd.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const PerfEventAttr,
+            pid,
+            cpu,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("{e} (needs root or kernel.perf_event_paranoid <= 1)"),
+        ));
+    }
+    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A perf event's mmap'd ring buffer: a control page and 2^n data pages.
+pub(crate) struct Ring {
+    pub(crate) fd: OwnedFd,
+    base: *mut u8,
+    len: usize,
+    data_size: u64,
+}
+
+impl Ring {
+    /// Maps `data_pages` (a power of two) data pages of `fd`'s ring.
+    pub(crate) fn map(fd: OwnedFd, data_pages: usize) -> io::Result<Ring> {
+        let len = (1 + data_pages) * page_size();
         // SAFETY: mapping a perf fd with 1 + 2^n pages read-write is its documented use.
-        let ring = unsafe {
+        let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
@@ -144,95 +219,66 @@ impl Sampler {
                 0,
             )
         };
-        if ring == libc::MAP_FAILED {
+        if base == libc::MAP_FAILED {
             return Err(io::Error::other(format!(
                 "mmap of the perf ring: {}",
                 io::Error::last_os_error()
             )));
         }
-        let s = Sampler {
+        Ok(Ring {
             fd,
-            ring: ring.cast(),
+            base: base.cast(),
             len,
-            data_size: (DATA_PAGES * page) as u64,
-        };
-        for off in (0..len).step_by(page) {
-            // SAFETY: off is inside the mapping just made.
-            unsafe { std::ptr::read_volatile(s.ring.add(off)) };
-        }
-        // The control page is written (data_tail) on every drain: take its write fault now.
-        s.discard();
-        Ok(s)
+            data_size: (data_pages * page_size()) as u64,
+        })
     }
 
     fn word(&self, off: usize) -> *mut u64 {
         // SAFETY: DATA_HEAD and DATA_TAIL lie in the control page, 8-byte aligned.
-        unsafe { self.ring.add(off).cast() }
+        unsafe { self.base.add(off).cast() }
     }
 
-    /// Drops every record written so far (faults between ops are the runner's own).
-    pub fn discard(&self) {
-        // SAFETY: data_head is written by the kernel; a volatile read then a fence is the
-        // documented way to read it.
-        let head = unsafe { std::ptr::read_volatile(self.word(DATA_HEAD)) };
-        fence(Ordering::SeqCst);
-        // SAFETY: data_tail is ours to write.
-        unsafe { std::ptr::write_volatile(self.word(DATA_TAIL), head) };
-    }
-
-    /// Reads every record written since the last drain into `t`; `inside` says whether
-    /// a fault address lies in one of the workload's live regions.
-    pub fn drain(&self, t: &mut Tally, inside: impl Fn(u64) -> bool) {
-        // SAFETY: as in discard.
+    /// data_head: a volatile read, then a fence, as perf_event_open(2) documents.
+    pub(crate) fn head(&self) -> u64 {
+        // SAFETY: data_head is written by the kernel and read here only.
         let head = unsafe { std::ptr::read_volatile(self.word(DATA_HEAD)) };
         fence(Ordering::Acquire);
+        head
+    }
+
+    pub(crate) fn tail(&self) -> u64 {
         // SAFETY: data_tail is only written by us.
-        let mut tail = unsafe { std::ptr::read_volatile(self.word(DATA_TAIL)) };
-        while tail < head {
-            let hdr = self.read_u64(tail);
-            let (kind, size) = (hdr as u32, (hdr >> 48) as u64);
-            match kind {
-                PERF_RECORD_SAMPLE => {
-                    let (ip, addr) = (self.read_u64(tail + 8), self.read_u64(tail + 16));
-                    t.total += 1;
-                    if inside(addr) {
-                        t.inside += 1;
-                    } else if t.strays.len() < MAX_STRAYS {
-                        t.strays.push((addr, ip));
-                    }
-                }
-                // struct { header; u64 id; u64 lost; }
-                PERF_RECORD_LOST => t.lost += self.read_u64(tail + 16),
-                _ => {}
-            }
-            tail += size.max(8);
-        }
+        unsafe { std::ptr::read_volatile(self.word(DATA_TAIL)) }
+    }
+
+    /// Hands the data up to `tail` back to the kernel.
+    pub(crate) fn set_tail(&self, tail: u64) {
         fence(Ordering::Release);
-        // SAFETY: as in discard.
+        // SAFETY: data_tail is ours to write.
         unsafe { std::ptr::write_volatile(self.word(DATA_TAIL), tail) };
     }
 
     /// The word at ring position `pos`. A record may wrap past the end of the data
     /// area, but records are 8-byte aligned, so no word straddles it.
-    fn read_u64(&self, pos: u64) -> u64 {
+    pub(crate) fn read_u64(&self, pos: u64) -> u64 {
         let off = page_size() as u64 + pos % self.data_size;
         // SAFETY: off is inside the data area of the mapping.
-        unsafe { std::ptr::read_volatile(self.ring.add(off as usize).cast::<u64>()) }
+        unsafe { std::ptr::read_volatile(self.base.add(off as usize).cast::<u64>()) }
     }
 
-    /// For a forked child: the ring is not mapped there (perf maps it VM_DONTCOPY) and
-    /// the event measures the parent, so close the fd without unmapping anything.
-    pub fn forget_in_child(self) {
-        let s = std::mem::ManuallyDrop::new(self);
-        // SAFETY: the fd is ours and is not used again; the struct is never dropped.
-        unsafe { libc::close(s.fd.as_raw_fd()) };
+    /// Copies `n` bytes (a multiple of 8) from ring position `pos` into `out`.
+    pub(crate) fn read(&self, pos: u64, n: usize, out: &mut Vec<u8>) {
+        out.clear();
+        for i in (0..n as u64).step_by(8) {
+            out.extend_from_slice(&self.read_u64(pos + i).to_ne_bytes());
+        }
     }
 }
 
-impl Drop for Sampler {
+impl Drop for Ring {
     fn drop(&mut self) {
-        // SAFETY: ring/len are the mapping made in open.
-        unsafe { libc::munmap(self.ring.cast(), self.len) };
+        // SAFETY: base/len are the mapping made in map.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
     }
 }
 

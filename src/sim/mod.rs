@@ -60,28 +60,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     let needed = host_bytes_needed(w, &cfg);
     crate::hostmem::check_fits(&format!("running {}", w.path), needed, crate::hostmem::mem_available())
         .map_err(SimError::Setup)?;
-    let mut k = Kernel::boot(cfg);
-    k.zap = v.zap();
-    k.tlb_batch = v.tlb_batch();
-    k.arch.contpte = v.contpte();
-    k.arch.ptep_get = v.ptep_get();
-    k.arch.flush_range_nosync_split = v.get("flush-range-nosync") == "split";
-    k.arch.bbml2_elide = v.get("bbml2-elide") == "on";
-    k.prot_flush_elide = v.prot_flush_elide();
-    k.cow_reuse_order0 = v.cow_reuse_order0();
-    k.mprotect_per_pte = v.mprotect_per_pte();
-    k.huge_zero_wp_split = v.huge_zero_wp_split();
-    k.lazyfree_unmap_per_pte = v.lazyfree_unmap_per_pte();
-    k.collapse_copy_per_pte = v.collapse_copy_per_pte();
-    k.collapse_ro_refuse = v.collapse_ro_refuse();
-    k.knobs.set_kernel(v.mthp(), v.shrink_underused());
-    k.split_zeropage = v.split_zeropage();
-    k.pageout_clears_young = v.get("pageout-young") == "clear";
-    k.pmd_freeze_rmap_per_page = v.get("pmd-freeze-rmap") == "per-page";
-    k.mprotect_mkwrite_dirty_pte_only = v.get("mprotect-mkwrite") == "dirty-pte";
-    k.rmap_page_api = v.get("rmap-api") == "page";
-    k.arch.hw.checks = v.checks();
-    k.inject_extra_fault = v.inject_extra_fault();
+    let mut k = boot_kernel(v);
     check_granule(w, &w.stmts, page)?;
     let mm = k
         .mm_alloc()
@@ -126,6 +105,33 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         diagnostics: Vec::new(),
         background: None,
     })
+}
+
+/// A fresh model kernel on the machine `v` configures, with `v`'s variants in force.
+pub fn boot_kernel(v: &Variants) -> Kernel {
+    let mut k = Kernel::boot(v.machine());
+    k.zap = v.zap();
+    k.tlb_batch = v.tlb_batch();
+    k.arch.contpte = v.contpte();
+    k.arch.ptep_get = v.ptep_get();
+    k.arch.flush_range_nosync_split = v.get("flush-range-nosync") == "split";
+    k.arch.bbml2_elide = v.get("bbml2-elide") == "on";
+    k.prot_flush_elide = v.prot_flush_elide();
+    k.cow_reuse_order0 = v.cow_reuse_order0();
+    k.mprotect_per_pte = v.mprotect_per_pte();
+    k.huge_zero_wp_split = v.huge_zero_wp_split();
+    k.lazyfree_unmap_per_pte = v.lazyfree_unmap_per_pte();
+    k.collapse_copy_per_pte = v.collapse_copy_per_pte();
+    k.collapse_ro_refuse = v.collapse_ro_refuse();
+    k.knobs.set_kernel(v.mthp(), v.shrink_underused());
+    k.split_zeropage = v.split_zeropage();
+    k.pageout_clears_young = v.get("pageout-young") == "clear";
+    k.pmd_freeze_rmap_per_page = v.get("pmd-freeze-rmap") == "per-page";
+    k.mprotect_mkwrite_dirty_pte_only = v.get("mprotect-mkwrite") == "dirty-pte";
+    k.rmap_page_api = v.get("rmap-api") == "page";
+    k.arch.hw.checks = v.checks();
+    k.inject_extra_fault = v.inject_extra_fault();
+    k
 }
 
 /// The most host memory a run of `w` can take. Only frames the run allocates are
@@ -434,21 +440,7 @@ impl Sim<'_> {
         for (name, p) in &self.procs {
             *c.entry(format!("proc.{name}.minflt")).or_default() += self.k.mm(p.mm).min_flt as i64;
         }
-        for e in VmEvent::ALL {
-            c.insert(format!("vmstat.{}", e.name()), self.k.stat.event(*e));
-        }
-        for order in self.k.knobs.anon_orders() {
-            let kb = self.k.knobs.size_kb(order);
-            for s in MthpStat::ALL {
-                c.insert(format!("mthp.{kb}kB.{}", s.name()), self.k.stat.mthp(order, *s));
-            }
-        }
-        for e in Event::ALL {
-            c.insert(e.name().to_string(), self.k.arch.hw.ev.get(*e) as i64);
-        }
-        for e in KernelEvent::ALL {
-            c.insert(e.name().to_string(), self.k.arch.kc.get(*e) as i64);
-        }
+        kernel_counters(&self.k, &mut c);
         c
     }
 
@@ -494,6 +486,25 @@ impl Sim<'_> {
             }
         }
         out
+    }
+}
+
+/// The kernel-wide counters of a report: vmstat, mthp, hardware and kernel events.
+pub fn kernel_counters(k: &Kernel, c: &mut Counters) {
+        for e in VmEvent::ALL {
+        c.insert(format!("vmstat.{}", e.name()), k.stat.event(*e));
+    }
+    for order in k.knobs.anon_orders() {
+        let kb = k.knobs.size_kb(order);
+        for s in MthpStat::ALL {
+            c.insert(format!("mthp.{kb}kB.{}", s.name()), k.stat.mthp(order, *s));
+        }
+    }
+    for e in Event::ALL {
+        c.insert(e.name().to_string(), k.arch.hw.ev.get(*e) as i64);
+    }
+    for e in KernelEvent::ALL {
+        c.insert(e.name().to_string(), k.arch.kc.get(*e) as i64);
     }
 }
 

@@ -1,0 +1,121 @@
+//! `foliolab replay TRACE [--set ...] [--kernel K] [--machine M] [--json]`.
+
+use crate::sim::{kernels, variants, Variants};
+use crate::trace::replay::{self, Replayed};
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+#[command(after_help = variants::keys_help(variants::KEYS))]
+pub struct Args {
+    /// A trace written by `foliolab record`.
+    pub trace: String,
+    /// A variant or machine setting, e.g. mthp=on, contpte=off (the keys are listed below).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// The THP knobs in force, as `set` lines of a workload would write them, e.g.
+    /// `--thp hugepages-64kB/enabled=always`, over the knobs the trace recorded.
+    #[arg(long = "thp", value_name = "KNOB=VALUE")]
+    pub thp: Vec<String>,
+    /// The kernel release whose behaviour to model (default 6.18).
+    #[arg(long, value_name = "6.1|6.12|6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    pub kernel: Option<crate::sim::kernels::Release>,
+    /// Add modeled time on a machine profile (`foliolab machines`, or a .toml path).
+    #[arg(long, value_name = "NAME|PATH.toml")]
+    pub machine: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Print the trace's header and events as text, one per line, instead of replaying.
+    #[arg(long, conflicts_with_all = ["json", "machine"])]
+    pub print: bool,
+}
+
+pub fn main(a: Args) -> super::CmdResult {
+    let machine = crate::time::Machine::load(a.machine.as_deref(), &a.sets)?;
+    let sets = machine.as_ref().map_or(&a.sets, |m| &m.sets);
+    let kernel = a.kernel.unwrap_or(*kernels::KERNELS.last().expect("a preset"));
+    let v = Variants::from_sets(&kernels::with_preset(kernel, kernels::Scope::Run, sets))?;
+    let knobs = parse_thp(&a.thp)?;
+    let file = std::fs::File::open(&a.trace).map_err(|e| format!("{}: {e}", a.trace))?;
+    if a.print {
+        return print(&a.trace, file);
+    }
+    let start = std::time::Instant::now();
+    let r = replay::replay(&a.trace, file, &v, &knobs)?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "foliolab: replayed {} events in {secs:.2} s ({:.1} M events/s)",
+        r.events,
+        r.events as f64 / secs / 1e6
+    );
+    if a.json {
+        let mut j = serde_json::to_value(&r)?;
+        if let Some(m) = &machine {
+            let t = crate::time::annotate(&r.report, &crate::time::model(&m.profile, &r.report), &m.applied);
+            j["time"] = t["time"].clone();
+        }
+        super::emit(&(serde_json::to_string_pretty(&j)? + "\n"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let text = match &machine {
+        Some(m) => m.render(&r.report, false, crate::cmd::run::summary),
+        None => crate::cmd::run::summary(&r.report),
+    };
+    super::emit(&(text + &processes(&r)))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--thp KNOB=VALUE` pairs, checked against the model's knobs when the replay starts.
+pub fn parse_thp(thp: &[String]) -> Result<Vec<(String, String)>, String> {
+    thp.iter()
+        .map(|s| {
+            s.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("--thp {s}: expected KNOB=VALUE"))
+        })
+        .collect()
+}
+
+/// The per-process table: recorded faults by kind and the model's faults.
+pub fn processes(r: &Replayed) -> String {
+    use std::fmt::Write;
+    let mut s = String::from("\nprocesses (recorded faults by mapping kind; the model's faults on anonymous memory):\n");
+    let _ = writeln!(
+        s,
+        "  {:>5}  {:<16} {:>12} {:>12} {:>10} {:>12}",
+        "proc", "comm", "anon", "file/shared", "unmapped", "model"
+    );
+    for l in &r.processes {
+        let _ = writeln!(
+            s,
+            "  {:>5}  {:<16} {:>12} {:>12} {:>10} {:>12}",
+            l.proc, l.comm, l.anon_faults, l.other_faults, l.unmapped_faults, l.model_faults
+        );
+    }
+    for d in &r.report.diagnostics {
+        let _ = writeln!(s, "note: {d}");
+    }
+    s
+}
+
+/// `--print`: the header as JSON, then `<n> <event>` lines, then the trailer.
+fn print(path: &str, file: std::fs::File) -> super::CmdResult {
+    use std::io::Write;
+    let mut r = crate::trace::format::Reader::new(path, std::io::BufReader::new(file))?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut go = || -> Result<(), Box<dyn std::error::Error>> {
+        writeln!(out, "header {}", serde_json::to_string(&r.header)?)?;
+        let mut n = 0u64;
+        while let Some(e) = r.next_event()? {
+            n += 1;
+            writeln!(out, "{n} {e}")?;
+        }
+        writeln!(out, "end {}", serde_json::to_string(r.trailer().expect("after the last event"))?)?;
+        Ok(out.flush()?)
+    };
+    match go() {
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {}
+        r => r?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,743 @@
+//! The trace file: what `foliolab record` writes and `foliolab replay` reads.
+//!
+//! ```text
+//!   | "FOLIOTRC" | version u32 le | header length u32 le | header (JSON) |
+//!   | deflate stream of records ... | End record |
+//! ```
+//! Records are a tag byte and LEB128 varints. A fault, nearly every record of a real
+//! program, is one tag byte (write bit, same-process bit) and the zigzag delta of its
+//! page number from the previous fault's: one to three bytes before compression. The
+//! stream is read and written front to back, so neither side holds the trace in memory.
+
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+
+pub const MAGIC: &[u8; 8] = b"FOLIOTRC";
+/// Bumped on any change a reader of the old version would misread.
+pub const VERSION: u32 = 1;
+
+/// Mapping protection (PROT_READ, PROT_WRITE, PROT_EXEC).
+pub const PROT_READ: u8 = 1;
+pub const PROT_WRITE: u8 = 2;
+pub const PROT_EXEC: u8 = 4;
+
+/// What backs a mapping, as far as the model is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapKind {
+    /// Private anonymous memory (including the brk heap): what the model runs.
+    Anon,
+    /// The main thread's stack (private anonymous, grows down).
+    Stack,
+    /// A file, private or shared: out of the model's scope, counted.
+    File,
+    /// Shared anonymous memory (shmem), System V shm, /dev/zero shared: out of scope.
+    Shared,
+    /// [vdso], [vvar] and the like.
+    Special,
+}
+
+impl MapKind {
+    fn code(self) -> u64 {
+        self as u64
+    }
+    fn from_code(c: u64) -> Option<MapKind> {
+        Some(match c {
+            0 => MapKind::Anon,
+            1 => MapKind::Stack,
+            2 => MapKind::File,
+            3 => MapKind::Shared,
+            4 => MapKind::Special,
+            _ => return None,
+        })
+    }
+    /// Whether the model maps it (private anonymous).
+    pub fn is_anon(self) -> bool {
+        matches!(self, MapKind::Anon | MapKind::Stack)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            MapKind::Anon => "anon",
+            MapKind::Stack => "stack",
+            MapKind::File => "file",
+            MapKind::Shared => "shared",
+            MapKind::Special => "special",
+        }
+    }
+}
+
+/// Where a new mapping came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapCause {
+    /// mmap(2), or the kernel mapping an executable at exec: replaces what was there.
+    Mmap,
+    /// brk(2) growing the heap: extends it, keeping its pages.
+    Brk,
+}
+
+/// One recorded event. `proc` numbers processes in the order they appeared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A page fault on a user address: taken in user mode (page_fault_user), or by
+    /// the kernel touching user memory for the process, e.g. read(2) into a fresh
+    /// buffer (page_fault_kernel, `kernel`).
+    Fault { proc: u32, addr: u64, write: bool, kernel: bool },
+    Map { proc: u32, start: u64, len: u64, prot: u8, kind: MapKind, cause: MapCause },
+    Munmap { proc: u32, start: u64, len: u64 },
+    Mprotect { proc: u32, start: u64, len: u64, prot: u8 },
+    /// madvise(2) with the advice number of the host's ABI.
+    Madvise { proc: u32, start: u64, len: u64, advice: u32 },
+    /// mremap(2) that succeeded, with the address it returned.
+    Mremap { proc: u32, old: u64, old_len: u64, new: u64, new_len: u64 },
+    /// brk(2) returned `brk`.
+    Brk { proc: u32, brk: u64 },
+    /// A new process; `share_mm` for CLONE_VM (vfork, posix_spawn) until it execs.
+    Fork { parent: u32, child: u32, share_mm: bool },
+    /// The process (new to the trace, or not) executed a program: a fresh mm.
+    Exec { proc: u32, comm: String },
+    /// The process's last thread exited.
+    Exit { proc: u32 },
+}
+
+impl Event {
+    /// The record's name in reports (`trace.events.<kind>`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Fault { .. } => "fault",
+            Event::Map { cause: MapCause::Brk, .. } => "brk-map",
+            Event::Map { .. } => "mmap",
+            Event::Munmap { .. } => "munmap",
+            Event::Mprotect { .. } => "mprotect",
+            Event::Madvise { .. } => "madvise",
+            Event::Mremap { .. } => "mremap",
+            Event::Brk { .. } => "brk",
+            Event::Fork { .. } => "fork",
+            Event::Exec { .. } => "exec",
+            Event::Exit { .. } => "exit",
+        }
+    }
+}
+
+/// One line of `replay --print`: the process, the operation, hex addresses.
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let prot = |p: u8| {
+            let b = |bit, c| if p & bit != 0 { c } else { '-' };
+            format!("{}{}{}", b(PROT_READ, 'r'), b(PROT_WRITE, 'w'), b(PROT_EXEC, 'x'))
+        };
+        match self {
+            Event::Fault {
+                proc,
+                addr,
+                write,
+                kernel,
+            } => write!(
+                f,
+                "p{proc} fault {addr:#x} {}{}",
+                if *write { "write" } else { "read" },
+                if *kernel { " kernel" } else { "" }
+            ),
+            Event::Map {
+                proc,
+                start,
+                len,
+                prot: p,
+                kind,
+                ..
+            } => write!(f, "p{proc} {} {start:#x}+{len:#x} {} {}", self.kind(), prot(*p), kind.name()),
+            Event::Munmap { proc, start, len } => write!(f, "p{proc} munmap {start:#x}+{len:#x}"),
+            Event::Mprotect {
+                proc,
+                start,
+                len,
+                prot: p,
+            } => write!(f, "p{proc} mprotect {start:#x}+{len:#x} {}", prot(*p)),
+            Event::Madvise {
+                proc,
+                start,
+                len,
+                advice,
+            } => write!(f, "p{proc} madvise {start:#x}+{len:#x} advice={advice}"),
+            Event::Mremap {
+                proc,
+                old,
+                old_len,
+                new,
+                new_len,
+            } => write!(f, "p{proc} mremap {old:#x}+{old_len:#x} -> {new:#x}+{new_len:#x}"),
+            Event::Brk { proc, brk } => write!(f, "p{proc} brk {brk:#x}"),
+            Event::Fork {
+                parent,
+                child,
+                share_mm,
+            } => write!(f, "p{parent} fork p{child}{}", if *share_mm { " share-mm" } else { "" }),
+            Event::Exec { proc, comm } => write!(f, "p{proc} exec {comm}"),
+            Event::Exit { proc } => write!(f, "p{proc} exit"),
+        }
+    }
+}
+
+const T_MAP: u8 = 1;
+const T_MUNMAP: u8 = 2;
+const T_MPROTECT: u8 = 3;
+const T_MADVISE: u8 = 4;
+const T_MREMAP: u8 = 5;
+const T_BRK: u8 = 6;
+const T_FORK: u8 = 7;
+const T_EXEC: u8 = 8;
+const T_EXIT: u8 = 9;
+const T_END: u8 = 10;
+/// Fault tags: bit 7 set, bit 6 write, bit 5 same process as the previous fault,
+/// bit 4 taken in kernel mode.
+const T_FAULT: u8 = 0x80;
+const F_WRITE: u8 = 0x40;
+const F_SAME: u8 = 0x20;
+const F_KERNEL: u8 = 0x10;
+
+/// Written once, before the records.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Header {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// The host's `uname -r` and machine.
+    pub host_kernel: String,
+    pub arch: String,
+    pub page_size: u64,
+    /// The host's THP knobs while recording: `enabled` and each `hugepages-*/enabled`.
+    pub thp: Vec<(String, String)>,
+    /// Whether address-space randomization was off for the program.
+    pub no_aslr: bool,
+}
+
+/// Written last: a trace without it was cut short.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Trailer {
+    pub events: u64,
+    pub wall_ns: u64,
+    /// The program's exit status (128 + signal if killed).
+    pub status: i32,
+}
+
+fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
+}
+
+/// Streams records into a file through deflate.
+pub struct Writer<W: Write> {
+    out: flate2::write::DeflateEncoder<BufWriter<W>>,
+    buf: Vec<u8>,
+    last_proc: u32,
+    last_page: u64,
+    events: u64,
+}
+
+impl<W: Write> Writer<W> {
+    pub fn new(mut w: W, h: &Header) -> io::Result<Writer<W>> {
+        let json = serde_json::to_vec(h).map_err(io::Error::other)?;
+        w.write_all(MAGIC)?;
+        w.write_all(&VERSION.to_le_bytes())?;
+        w.write_all(&(json.len() as u32).to_le_bytes())?;
+        w.write_all(&json)?;
+        Ok(Writer {
+            // Level 1: recording must keep up with the program; level 6 saves ~10% more.
+            out: flate2::write::DeflateEncoder::new(BufWriter::with_capacity(1 << 20, w), flate2::Compression::new(1)),
+            buf: Vec::with_capacity(64 << 10),
+            last_proc: u32::MAX,
+            last_page: 0,
+            events: 0,
+        })
+    }
+
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    pub fn write(&mut self, e: &Event) -> io::Result<()> {
+        let b = &mut self.buf;
+        match e {
+            Event::Fault {
+                proc,
+                addr,
+                write,
+                kernel,
+            } => {
+                let page = addr >> 12;
+                let mut tag = T_FAULT | if *write { F_WRITE } else { 0 } | if *kernel { F_KERNEL } else { 0 };
+                if *proc == self.last_proc {
+                    b.push(tag | F_SAME);
+                } else {
+                    tag &= !F_SAME;
+                    b.push(tag);
+                    put(b, *proc as u64);
+                    self.last_proc = *proc;
+                }
+                put(b, zigzag(page.wrapping_sub(self.last_page) as i64));
+                self.last_page = page;
+            }
+            Event::Map {
+                proc,
+                start,
+                len,
+                prot,
+                kind,
+                cause,
+            } => {
+                b.push(T_MAP);
+                for v in [*proc as u64, *start, *len, *prot as u64, kind.code(), (*cause == MapCause::Brk) as u64] {
+                    put(b, v);
+                }
+            }
+            Event::Munmap { proc, start, len } => {
+                b.push(T_MUNMAP);
+                for v in [*proc as u64, *start, *len] {
+                    put(b, v);
+                }
+            }
+            Event::Mprotect { proc, start, len, prot } => {
+                b.push(T_MPROTECT);
+                for v in [*proc as u64, *start, *len, *prot as u64] {
+                    put(b, v);
+                }
+            }
+            Event::Madvise {
+                proc,
+                start,
+                len,
+                advice,
+            } => {
+                b.push(T_MADVISE);
+                for v in [*proc as u64, *start, *len, *advice as u64] {
+                    put(b, v);
+                }
+            }
+            Event::Mremap {
+                proc,
+                old,
+                old_len,
+                new,
+                new_len,
+            } => {
+                b.push(T_MREMAP);
+                for v in [*proc as u64, *old, *old_len, *new, *new_len] {
+                    put(b, v);
+                }
+            }
+            Event::Brk { proc, brk } => {
+                b.push(T_BRK);
+                put(b, *proc as u64);
+                put(b, *brk);
+            }
+            Event::Fork {
+                parent,
+                child,
+                share_mm,
+            } => {
+                b.push(T_FORK);
+                for v in [*parent as u64, *child as u64, *share_mm as u64] {
+                    put(b, v);
+                }
+            }
+            Event::Exec { proc, comm } => {
+                b.push(T_EXEC);
+                put(b, *proc as u64);
+                put(b, comm.len() as u64);
+                b.extend_from_slice(comm.as_bytes());
+            }
+            Event::Exit { proc } => {
+                b.push(T_EXIT);
+                put(b, *proc as u64);
+            }
+        }
+        self.events += 1;
+        if self.buf.len() >= 60 << 10 {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes the trailer and flushes everything to the file.
+    pub fn finish(mut self, t: &Trailer) -> io::Result<W> {
+        let json = serde_json::to_vec(t).map_err(io::Error::other)?;
+        self.buf.push(T_END);
+        put(&mut self.buf, json.len() as u64);
+        self.buf.extend_from_slice(&json);
+        self.out.write_all(&self.buf)?;
+        let inner = self.out.finish()?;
+        inner.into_inner().map_err(|e| e.into_error())
+    }
+}
+
+/// Why a trace could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{path}: {msg}")]
+    Bad { path: String, msg: String },
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+}
+
+/// Reads records back, front to back.
+pub struct Reader<R: Read> {
+    path: String,
+    inp: BufReader<flate2::read::DeflateDecoder<R>>,
+    last_proc: u32,
+    last_page: u64,
+    pub header: Header,
+    trailer: Option<Trailer>,
+    /// Records read so far, for error positions.
+    at: u64,
+}
+
+impl<R: Read> Reader<R> {
+    pub fn new(path: &str, mut r: R) -> Result<Reader<R>, TraceError> {
+        let bad = |msg: String| TraceError::Bad {
+            path: path.to_string(),
+            msg,
+        };
+        let mut head = [0u8; 16];
+        r.read_exact(&mut head)
+            .map_err(|_| bad("too short to be a foliolab trace".into()))?;
+        if &head[..8] != MAGIC {
+            return Err(bad("not a foliolab trace (no FOLIOTRC magic)".into()));
+        }
+        let version = u32::from_le_bytes(head[8..12].try_into().unwrap());
+        if version != VERSION {
+            return Err(bad(format!(
+                "trace format version {version}; this foliolab reads version {VERSION}"
+            )));
+        }
+        let len = u32::from_le_bytes(head[12..16].try_into().unwrap()) as usize;
+        if len > 1 << 20 {
+            return Err(bad(format!("header of {len} bytes (corrupt)")));
+        }
+        let mut json = vec![0; len];
+        r.read_exact(&mut json).map_err(|_| bad("header cut short".into()))?;
+        let header: Header = serde_json::from_slice(&json).map_err(|e| bad(format!("header: {e}")))?;
+        Ok(Reader {
+            path: path.to_string(),
+            inp: BufReader::with_capacity(1 << 20, flate2::read::DeflateDecoder::new(r)),
+            last_proc: u32::MAX,
+            last_page: 0,
+            header,
+            trailer: None,
+            at: 0,
+        })
+    }
+
+    /// The trailer, once `next` has returned None.
+    pub fn trailer(&self) -> Option<&Trailer> {
+        self.trailer.as_ref()
+    }
+
+    fn bad(&self, msg: &str) -> TraceError {
+        TraceError::Bad {
+            path: self.path.clone(),
+            msg: format!("record {}: {msg}", self.at),
+        }
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8, TraceError> {
+        let buf = self.inp.fill_buf().map_err(|e| TraceError::Io {
+            path: self.path.clone(),
+            source: e,
+        })?;
+        let Some(&b) = buf.first() else {
+            return Err(self.bad("cut short (no end record): the recording did not finish"));
+        };
+        self.inp.consume(1);
+        Ok(b)
+    }
+
+    #[inline]
+    fn var(&mut self) -> Result<u64, TraceError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(self.bad("varint longer than 64 bits"))
+    }
+
+    fn var32(&mut self) -> Result<u32, TraceError> {
+        let v = self.var()?;
+        u32::try_from(v).map_err(|_| self.bad(&format!("{v} out of range")))
+    }
+
+    /// The next record, or None after the end record.
+    pub fn next_event(&mut self) -> Result<Option<Event>, TraceError> {
+        if self.trailer.is_some() {
+            return Ok(None);
+        }
+        self.at += 1;
+        let tag = self.byte()?;
+        if tag & T_FAULT != 0 {
+            let proc = if tag & F_SAME != 0 {
+                self.last_proc
+            } else {
+                let p = self.var32()?;
+                self.last_proc = p;
+                p
+            };
+            if proc == u32::MAX {
+                return Err(self.bad("fault of the previous process before any fault"));
+            }
+            let page = self.last_page.wrapping_add(unzigzag(self.var()?) as u64);
+            self.last_page = page;
+            return Ok(Some(Event::Fault {
+                proc,
+                addr: page << 12,
+                write: tag & F_WRITE != 0,
+                kernel: tag & F_KERNEL != 0,
+            }));
+        }
+        let e = match tag {
+            T_MAP => {
+                let (proc, start, len, prot) = (self.var32()?, self.var()?, self.var()?, self.var()? as u8);
+                let kind = MapKind::from_code(self.var()?).ok_or_else(|| self.bad("unknown mapping kind"))?;
+                let cause = if self.var()? == 1 { MapCause::Brk } else { MapCause::Mmap };
+                Event::Map {
+                    proc,
+                    start,
+                    len,
+                    prot,
+                    kind,
+                    cause,
+                }
+            }
+            T_MUNMAP => Event::Munmap {
+                proc: self.var32()?,
+                start: self.var()?,
+                len: self.var()?,
+            },
+            T_MPROTECT => Event::Mprotect {
+                proc: self.var32()?,
+                start: self.var()?,
+                len: self.var()?,
+                prot: self.var()? as u8,
+            },
+            T_MADVISE => Event::Madvise {
+                proc: self.var32()?,
+                start: self.var()?,
+                len: self.var()?,
+                advice: self.var32()?,
+            },
+            T_MREMAP => Event::Mremap {
+                proc: self.var32()?,
+                old: self.var()?,
+                old_len: self.var()?,
+                new: self.var()?,
+                new_len: self.var()?,
+            },
+            T_BRK => Event::Brk {
+                proc: self.var32()?,
+                brk: self.var()?,
+            },
+            T_FORK => Event::Fork {
+                parent: self.var32()?,
+                child: self.var32()?,
+                share_mm: self.var()? == 1,
+            },
+            T_EXEC => {
+                let proc = self.var32()?;
+                let comm = self.text()?;
+                Event::Exec { proc, comm }
+            }
+            T_EXIT => Event::Exit { proc: self.var32()? },
+            T_END => {
+                let json = self.bytes()?;
+                let t: Trailer = serde_json::from_slice(&json).map_err(|e| self.bad(&format!("end record: {e}")))?;
+                self.trailer = Some(t);
+                return Ok(None);
+            }
+            _ => return Err(self.bad(&format!("unknown record tag {tag:#x}"))),
+        };
+        Ok(Some(e))
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>, TraceError> {
+        let n = self.var()?;
+        if n > 1 << 16 {
+            return Err(self.bad(&format!("string of {n} bytes (corrupt)")));
+        }
+        (0..n).map(|_| self.byte()).collect()
+    }
+
+    fn text(&mut self) -> Result<String, TraceError> {
+        let b = self.bytes()?;
+        String::from_utf8(b).map_err(|_| self.bad("text is not UTF-8"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            command: vec!["cc".into(), "-c".into(), "x.c".into()],
+            host_kernel: "6.18.0".into(),
+            arch: "x86_64".into(),
+            page_size: 4096,
+            thp: vec![("enabled".into(), "never".into())],
+            no_aslr: true,
+        }
+    }
+
+    fn sample() -> Vec<Event> {
+        vec![
+            Event::Exec {
+                proc: 0,
+                comm: "cc".into(),
+            },
+            Event::Map {
+                proc: 0,
+                start: 0x7fff_f000_0000,
+                len: 0x21000,
+                prot: PROT_READ | PROT_WRITE,
+                kind: MapKind::Stack,
+                cause: MapCause::Mmap,
+            },
+            Event::Fault {
+                proc: 0,
+                addr: 0x7fff_f002_0000,
+                write: true,
+                kernel: false,
+            },
+            Event::Fault {
+                proc: 0,
+                addr: 0x5555_5555_9000,
+                write: false,
+                kernel: false,
+            },
+            Event::Fork {
+                parent: 0,
+                child: 1,
+                share_mm: true,
+            },
+            Event::Fault {
+                proc: 1,
+                addr: 0x5555_5555_a000,
+                write: true,
+                kernel: false,
+            },
+            Event::Brk {
+                proc: 0,
+                brk: 0x5555_5557_a000,
+            },
+            Event::Mremap {
+                proc: 1,
+                old: 0x1000_0000,
+                old_len: 0x20000,
+                new: 0x2000_0000,
+                new_len: 0x40000,
+            },
+            Event::Madvise {
+                proc: 1,
+                start: 0x2000_0000,
+                len: 0x4000,
+                advice: 4,
+            },
+            Event::Mprotect {
+                proc: 0,
+                start: 0x1000,
+                len: 0x1000,
+                prot: 0,
+            },
+            Event::Munmap {
+                proc: 0,
+                start: 0x1000,
+                len: 0x1000,
+            },
+            Event::Exit { proc: 1 },
+        ]
+    }
+
+    fn encode(events: &[Event]) -> Vec<u8> {
+        let mut w = Writer::new(Vec::new(), &header()).unwrap();
+        for e in events {
+            w.write(e).unwrap();
+        }
+        w.finish(&Trailer {
+            events: events.len() as u64,
+            wall_ns: 5,
+            status: 0,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn every_record_kind_reads_back_as_written() {
+        let bytes = encode(&sample());
+        let mut r = Reader::new("t", &bytes[..]).unwrap();
+        assert_eq!(r.header, header());
+        let mut back = Vec::new();
+        while let Some(e) = r.next_event().unwrap() {
+            back.push(e);
+        }
+        assert_eq!(back, sample());
+        assert_eq!(r.trailer().unwrap().events, sample().len() as u64);
+    }
+
+    #[test]
+    fn a_trace_cut_short_is_an_error_naming_the_record() {
+        let bytes = encode(&sample());
+        // Rewrite the compressed body without its end record.
+        let mut w = Writer::new(Vec::new(), &header()).unwrap();
+        for e in sample() {
+            w.write(&e).unwrap();
+        }
+        w.out.write_all(&w.buf).unwrap();
+        let cut = w.out.finish().unwrap().into_inner().unwrap();
+        assert!(cut.len() < bytes.len());
+        let mut r = Reader::new("t", &cut[..]).unwrap();
+        let err = loop {
+            match r.next_event() {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("read an end record that was never written"),
+                Err(e) => break e.to_string(),
+            }
+        };
+        assert!(err.contains("record 13: cut short"), "{err}");
+    }
+
+    #[test]
+    fn another_version_or_file_is_refused() {
+        let mut bytes = encode(&sample());
+        bytes[8] = 9;
+        let err = Reader::new("t", &bytes[..]).err().unwrap().to_string();
+        assert!(err.contains("version 9"), "{err}");
+        let err = Reader::new("t", &b"#!/bin/sh\necho hello\n"[..]).err().unwrap().to_string();
+        assert!(err.contains("not a foliolab trace"), "{err}");
+    }
+
+    #[test]
+    fn a_sequential_fault_costs_two_bytes_before_compression() {
+        let mut w = Writer::new(Vec::new(), &header()).unwrap();
+        for i in 0..1000u64 {
+            w.write(&Event::Fault {
+                proc: 3,
+                addr: 0x5555_0000_0000 + i * 4096,
+                write: true,
+                kernel: false,
+            })
+            .unwrap();
+        }
+        // The first fault carries its process and a long delta; the rest tag + 1 byte.
+        assert_eq!(w.buf.len(), 2 + 7 + 999 * 2);
+    }
+}

@@ -1,0 +1,567 @@
+//! `foliolab replay`: drive the model with a recorded trace.
+//!
+//! Each recorded process gets a model mm; each recorded fault becomes an EL0 access
+//! to its address, which faults in the model only if the model's page tables do not
+//! map it yet. That is the prediction: a trace recorded with large folios off has a
+//! fault at every first touch of a page, and under 64K mTHP the model takes a fault
+//! only on the first touch of each 64K block it can fill.
+//!
+//! Only private anonymous memory is modelled. Every mapping is also kept in a shadow
+//! of the process's address space, so a fault on a file, shared or kernel mapping is
+//! counted by kind rather than dropped, and mmap, munmap, mprotect and mremap split
+//! and replace them as the kernel's VMAs would be.
+
+use super::format::{Event, MapCause, MapKind, Reader, TraceError, PROT_WRITE};
+use crate::mm::madvise::Madv;
+use crate::mm::mm_types::{MmId, VmFlags};
+use crate::mm::Kernel;
+use crate::report::{Counters, Report};
+use crate::sim::{self, Variants};
+use std::collections::BTreeMap;
+use std::io::Read;
+
+/// One mapping of the shadow address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mapping {
+    end: u64,
+    kind: MapKind,
+    prot: u8,
+}
+
+/// A recorded address space: the model mm (for its anonymous memory), the shadow of
+/// every mapping, and the processes using it (CLONE_VM children share it).
+struct Space {
+    mm: MmId,
+    maps: BTreeMap<u64, Mapping>,
+    brk: Option<u64>,
+    /// Where the heap begins (mm->start_brk): its first brk mapping.
+    start_brk: Option<u64>,
+    users: u32,
+}
+
+impl Space {
+    /// Cuts the mappings at `at`, so that one starts there if any covers it.
+    fn split(&mut self, at: u64) {
+        if let Some((&s, &m)) = self.maps.range(..at).next_back() {
+            if m.end > at {
+                self.maps.insert(s, Mapping { end: at, ..m });
+                self.maps.insert(at, m);
+            }
+        }
+    }
+
+    /// The pieces of [start, end), cut at its edges: (start, mapping).
+    fn carve(&mut self, start: u64, end: u64) -> Vec<(u64, Mapping)> {
+        self.split(start);
+        self.split(end);
+        self.maps.range(start..end).map(|(s, m)| (*s, *m)).collect()
+    }
+
+    fn find(&self, addr: u64) -> Option<(u64, Mapping)> {
+        let (s, m) = self.maps.range(..=addr).next_back()?;
+        (m.end > addr).then_some((*s, *m))
+    }
+}
+
+/// Per recorded process: what the trace says and what the model did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ProcLine {
+    pub proc: u32,
+    pub comm: String,
+    /// Recorded faults on private anonymous memory.
+    pub anon_faults: u64,
+    /// Recorded faults on files, shared memory and the kernel's mappings (not modelled).
+    pub other_faults: u64,
+    /// Recorded faults on addresses the trace never mapped.
+    pub unmapped_faults: u64,
+    /// Faults the model took.
+    pub model_faults: u64,
+}
+
+/// The result of a replay: a report as `run` gives, plus the per-process lines.
+#[derive(Debug, serde::Serialize)]
+pub struct Replayed {
+    #[serde(flatten)]
+    pub report: Report,
+    pub processes: Vec<ProcLine>,
+    pub events: u64,
+}
+
+struct Proc {
+    space: usize,
+    line: ProcLine,
+}
+
+struct Replay {
+    k: Kernel,
+    spaces: Vec<Option<Space>>,
+    procs: BTreeMap<u32, Proc>,
+    done: Vec<ProcLine>,
+    /// The mm each CPU last ran (switch_mm on change).
+    on_cpu: Vec<Option<MmId>>,
+    ignored_advice: BTreeMap<u32, u64>,
+    segv: u64,
+    /// Recorded faults the kernel took on user memory for the program.
+    kernel_faults: u64,
+}
+
+/// The madvise advice the model has, by Linux's generic numbers.
+fn madv(advice: u32) -> Option<Madv> {
+    Some(match advice {
+        4 => Madv::DontNeed,
+        8 => Madv::Free,
+        14 => Madv::HugePage,
+        15 => Madv::NoHugePage,
+        20 => Madv::Cold,
+        21 => Madv::PageOut,
+        25 => Madv::Collapse,
+        _ => return None,
+    })
+}
+
+fn vm_flags(prot: u8) -> VmFlags {
+    let mut f = VmFlags::empty();
+    if prot & super::format::PROT_READ != 0 {
+        f |= VmFlags::READ;
+    }
+    if prot & PROT_WRITE != 0 {
+        f |= VmFlags::WRITE;
+    }
+    f
+}
+
+const PAGE: u64 = 4096;
+
+fn page_up(a: u64) -> u64 {
+    a.next_multiple_of(PAGE)
+}
+
+impl Replay {
+    fn fail(&self, msg: String) -> TraceError {
+        TraceError::Bad {
+            path: String::new(),
+            msg,
+        }
+    }
+
+    fn new_space(&mut self) -> Result<usize, TraceError> {
+        let mm = self
+            .k
+            .mm_alloc()
+            .ok_or_else(|| self.fail("the model ran out of memory for a new mm".into()))?;
+        self.spaces.push(Some(Space {
+            mm,
+            maps: BTreeMap::new(),
+            brk: None,
+            start_brk: None,
+            users: 1,
+        }));
+        Ok(self.spaces.len() - 1)
+    }
+
+    fn space(&mut self, proc: u32) -> Option<&mut Space> {
+        let s = self.procs.get(&proc)?.space;
+        self.spaces[s].as_mut()
+    }
+
+    fn put_space(&mut self, s: usize) {
+        let sp = self.spaces[s].as_mut().expect("a live space");
+        sp.users -= 1;
+        if sp.users == 0 {
+            let mm = sp.mm;
+            self.spaces[s] = None;
+            for c in self.on_cpu.iter_mut().filter(|c| **c == Some(mm)) {
+                *c = None;
+            }
+            self.k.exit_mmap(mm);
+        }
+    }
+
+    fn cpu_for(&mut self, proc: u32, mm: MmId) -> usize {
+        let cpu = proc as usize % self.on_cpu.len();
+        if self.on_cpu[cpu] != Some(mm) {
+            self.k.switch_mm(cpu, mm);
+            self.on_cpu[cpu] = Some(mm);
+        }
+        cpu
+    }
+
+    /// Removes [start, end) from the process's address space, model and shadow.
+    fn unmap(&mut self, proc: u32, start: u64, end: u64) {
+        let Some(sp) = self.space(proc) else { return };
+        let pieces = sp.carve(start, end);
+        let mm = sp.mm;
+        for (s, _) in &pieces {
+            sp.maps.remove(s);
+        }
+        if pieces.iter().any(|(_, m)| m.kind.is_anon()) {
+            self.k.do_munmap(mm, start, end);
+        }
+    }
+
+    /// Maps [start, end) as `m`: anonymous pieces in the model too, merged with their
+    /// neighbours as mmap_region would, or for the heap, with the heap only.
+    fn map(&mut self, proc: u32, start: u64, m: Mapping, heap: bool) -> Result<(), TraceError> {
+        let Some(sp) = self.space(proc) else { return Ok(()) };
+        sp.maps.insert(start, m);
+        let floor = if heap { Some(*sp.start_brk.get_or_insert(start)) } else { None };
+        let mm = sp.mm;
+        if m.kind.is_anon() {
+            self.k
+                .do_mmap(mm, start, m.end - start, vm_flags(m.prot))
+                .map_err(|e| self.fail(format!("mmap {start:#x}-{:#x} in the model: {e}", m.end)))?;
+            match floor {
+                Some(f) => self.k.merge_from(mm, f, m.end),
+                None => self.k.merge_around(mm, start, m.end),
+            }
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, e: Event) -> Result<(), TraceError> {
+        match e {
+            Event::Fault {
+                proc,
+                addr,
+                write,
+                kernel,
+            } => {
+                self.kernel_faults += kernel as u64;
+                self.fault(proc, addr, write)
+            }
+            Event::Map {
+                proc,
+                start,
+                len,
+                prot,
+                kind,
+                cause,
+            } => {
+                let end = page_up(start + len);
+                let m = Mapping { end, kind, prot };
+                match cause {
+                    MapCause::Mmap => {
+                        self.unmap(proc, start, end);
+                        self.map(proc, start, m, false)
+                    }
+                    // The heap as it now is: map only what it grew by.
+                    MapCause::Brk => {
+                        let Some(sp) = self.space(proc) else { return Ok(()) };
+                        let mut holes = Vec::new();
+                        let mut at = start;
+                        for (s, x) in sp.maps.range(..end).filter(|(_, x)| x.end > start) {
+                            if *s > at {
+                                holes.push((at, *s));
+                            }
+                            at = at.max(x.end);
+                        }
+                        if at < end {
+                            holes.push((at, end));
+                        }
+                        for (s, e) in holes {
+                            self.map(proc, s, Mapping { end: e, ..m }, true)?;
+                        }
+                        Ok(())
+                    }
+                }
+            }
+            Event::Munmap { proc, start, len } => {
+                self.unmap(proc, start, page_up(start + len));
+                Ok(())
+            }
+            Event::Mprotect { proc, start, len, prot } => {
+                let end = page_up(start + len);
+                let Some(sp) = self.space(proc) else { return Ok(()) };
+                let mm = sp.mm;
+                let pieces = sp.carve(start, end);
+                for (s, m) in &pieces {
+                    sp.maps.insert(*s, Mapping { prot, ..*m });
+                }
+                for (s, m) in pieces.into_iter().filter(|(_, m)| m.kind.is_anon()) {
+                    self.k
+                        .do_mprotect(mm, s, m.end, vm_flags(prot))
+                        .map_err(|e| self.fail(format!("mprotect {s:#x}-{:#x} in the model: {e}", m.end)))?;
+                }
+                Ok(())
+            }
+            Event::Madvise {
+                proc,
+                start,
+                len,
+                advice,
+            } => {
+                let Some(a) = madv(advice) else {
+                    *self.ignored_advice.entry(advice).or_default() += 1;
+                    return Ok(());
+                };
+                let end = page_up(start + len);
+                let Some(sp) = self.space(proc) else { return Ok(()) };
+                let mm = sp.mm;
+                let pieces: Vec<(u64, u64)> = sp
+                    .maps
+                    .range(..end)
+                    .filter(|(s, m)| m.end > start && m.kind.is_anon() && **s < end)
+                    .map(|(s, m)| ((*s).max(start), m.end.min(end)))
+                    .collect();
+                for (s, e) in pieces {
+                    // A collapse the model cannot make is an outcome, as on the host.
+                    let _ = self.k.do_madvise(mm, s, e, a);
+                }
+                Ok(())
+            }
+            Event::Mremap {
+                proc,
+                old,
+                old_len,
+                new,
+                new_len,
+            } => self.mremap(proc, old, page_up(old + old_len), new, page_up(new + new_len)),
+            Event::Brk { proc, brk } => {
+                let Some(sp) = self.space(proc) else { return Ok(()) };
+                let prev = sp.brk.replace(brk);
+                if let Some(prev) = prev.filter(|p| page_up(*p) > page_up(brk)) {
+                    self.unmap(proc, page_up(brk), page_up(prev));
+                }
+                Ok(())
+            }
+            Event::Fork {
+                parent,
+                child,
+                share_mm,
+            } => {
+                let Some(ps) = self.procs.get(&parent).map(|p| p.space) else {
+                    return Ok(());
+                };
+                let space = if share_mm {
+                    self.spaces[ps].as_mut().expect("live").users += 1;
+                    ps
+                } else {
+                    let src = self.spaces[ps].as_ref().expect("live");
+                    let (maps, brk, pmm, start_brk) = (src.maps.clone(), src.brk, src.mm, src.start_brk);
+                    let mm = self
+                        .k
+                        .dup_mmap(pmm)
+                        .ok_or_else(|| self.fail("fork: the model ran out of memory".into()))?;
+                    self.spaces.push(Some(Space {
+                        mm,
+                        maps,
+                        brk,
+                        start_brk,
+                        users: 1,
+                    }));
+                    self.spaces.len() - 1
+                };
+                let comm = self.procs[&parent].line.comm.clone();
+                self.procs.insert(
+                    child,
+                    Proc {
+                        space,
+                        line: ProcLine {
+                            proc: child,
+                            comm,
+                            ..ProcLine::default()
+                        },
+                    },
+                );
+                Ok(())
+            }
+            Event::Exec { proc, comm } => {
+                let space = self.new_space()?;
+                match self.procs.get_mut(&proc) {
+                    Some(p) => {
+                        let old = std::mem::replace(&mut p.space, space);
+                        p.line.comm = comm;
+                        self.put_space(old);
+                    }
+                    None => {
+                        self.procs.insert(
+                            proc,
+                            Proc {
+                                space,
+                                line: ProcLine {
+                                    proc,
+                                    comm,
+                                    ..ProcLine::default()
+                                },
+                            },
+                        );
+                    }
+                }
+                Ok(())
+            }
+            Event::Exit { proc } => {
+                if let Some(p) = self.procs.remove(&proc) {
+                    self.done.push(p.line);
+                    self.put_space(p.space);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn fault(&mut self, proc: u32, addr: u64, write: bool) -> Result<(), TraceError> {
+        let Some(p) = self.procs.get(&proc) else {
+            // A process the trace never introduced: nothing to fault in.
+            return Ok(());
+        };
+        let s = p.space;
+        let sp = self.spaces[s].as_mut().expect("live");
+        let mm = sp.mm;
+        let found = match sp.find(addr) {
+            Some(f) => Some(f),
+            // The stack grows down to a fault below it (expand_stack).
+            None => match sp.maps.range(addr..).next() {
+                Some((&start, &m)) if m.kind == MapKind::Stack => {
+                    let low = addr & !(PAGE - 1);
+                    sp.maps.remove(&start);
+                    sp.maps.insert(low, m);
+                    self.k.expand_downwards(mm, start, low);
+                    Some((low, m))
+                }
+                _ => None,
+            },
+        };
+        let line = &mut self.procs.get_mut(&proc).expect("found").line;
+        match found {
+            Some((_, m)) if m.kind.is_anon() => {
+                line.anon_faults += 1;
+                let before = self.k.mm(mm).min_flt;
+                let cpu = self.cpu_for(proc, mm);
+                if sim::user_access(&mut self.k, mm, cpu, addr, write).is_err() {
+                    self.segv += 1;
+                }
+                let after = self.k.mm(mm).min_flt;
+                if after == before && std::env::var("DBG").is_ok() {
+                    let v = self.k.mm(mm).find_vma(addr);
+                    let sh = self.spaces[s].as_ref().unwrap().find(addr);
+                    eprintln!("nofault {proc} {addr:#x} w={write} vma={:x?} shadow={:x?}", v.map(|v| (v.start, v.end)), sh);
+                }
+                self.procs.get_mut(&proc).expect("found").line.model_faults += after - before;
+            }
+            Some(_) => line.other_faults += 1,
+            None => line.unmapped_faults += 1,
+        }
+        Ok(())
+    }
+
+    fn mremap(&mut self, proc: u32, old: u64, old_end: u64, new: u64, new_end: u64) -> Result<(), TraceError> {
+        let Some(sp) = self.space(proc) else { return Ok(()) };
+        let Some((_, m)) = sp.find(old) else { return Ok(()) };
+        let mm = sp.mm;
+        if new == old {
+            if new_end < old_end {
+                self.unmap(proc, new_end, old_end);
+            } else if new_end > old_end {
+                self.map(proc, old_end, Mapping { end: new_end, ..m }, false)?;
+            }
+            return Ok(());
+        }
+        let len = (old_end - old).min(new_end - new);
+        self.unmap(proc, new, new_end);
+        let sp = self.space(proc).expect("live");
+        let pieces = sp.carve(old, old_end);
+        for (s, _) in &pieces {
+            sp.maps.remove(s);
+        }
+        sp.maps.insert(new, Mapping { end: new_end, ..m });
+        if m.kind.is_anon() {
+            self.k
+                .move_vma(mm, old, old_end, new, new + len, new_end)
+                .map_err(|e| self.fail(format!("mremap {old:#x} -> {new:#x} in the model: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Replays the trace `path` on a model configured by `v`.
+/// The THP knobs start as the trace's header recorded them on the host (a knob the
+/// model's machine lacks, such as a size its granule has not, is left out with a
+/// note); `knobs` are then written over them (`enabled`, `hugepages-64kB/enabled`, ...).
+pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)]) -> Result<Replayed, TraceError> {
+    let mut rd = Reader::new(path, r)?;
+    let mut k = sim::boot_kernel(v);
+    let mut diagnostics = Vec::new();
+    for (knob, value) in &rd.header.thp {
+        if let Err(e) = k.knobs.set(knob, value) {
+            diagnostics.push(format!("recorded THP knob {knob}={value} not applied: {e}"));
+        }
+    }
+    for (knob, value) in knobs {
+        k.knobs.set(knob, value).map_err(|e| TraceError::Bad {
+            path: path.to_string(),
+            msg: format!("THP knob {knob}={value}: {e}"),
+        })?;
+    }
+    let ncpus = k.arch.hw.cpus.len();
+    let mut rp = Replay {
+        k,
+        spaces: Vec::new(),
+        procs: BTreeMap::new(),
+        done: Vec::new(),
+        on_cpu: vec![None; ncpus],
+        ignored_advice: BTreeMap::new(),
+        segv: 0,
+        kernel_faults: 0,
+    };
+    let mut initial = Counters::new();
+    sim::kernel_counters(&rp.k, &mut initial);
+    let mut events = 0u64;
+    let mut kinds: BTreeMap<&'static str, i64> = BTreeMap::new();
+    while let Some(e) = rd.next_event()? {
+        events += 1;
+        *kinds.entry(e.kind()).or_default() += 1;
+        rp.event(e).map_err(|e| match e {
+            TraceError::Bad { msg, .. } => TraceError::Bad {
+                path: path.to_string(),
+                msg: format!("record {events}: {msg}"),
+            },
+            e => e,
+        })?;
+    }
+    let mut lines = std::mem::take(&mut rp.done);
+    lines.extend(rp.procs.values().map(|p| p.line.clone()));
+    lines.sort_by_key(|l| l.proc);
+    let mut fin = Counters::new();
+    sim::kernel_counters(&rp.k, &mut fin);
+    let mut counters: Counters = fin
+        .iter()
+        .map(|(k, v)| (k.clone(), v - initial.get(k).copied().unwrap_or(0)))
+        .collect();
+    let sum = |f: fn(&ProcLine) -> u64| lines.iter().map(f).sum::<u64>() as i64;
+    counters.insert("trace.faults.anon".into(), sum(|l| l.anon_faults));
+    counters.insert("trace.faults.other".into(), sum(|l| l.other_faults));
+    counters.insert("trace.faults.unmapped".into(), sum(|l| l.unmapped_faults));
+    for (kind, n) in kinds {
+        counters.insert(format!("trace.events.{kind}"), n);
+    }
+    counters.insert("trace.faults.kernel".into(), rp.kernel_faults as i64);
+    counters.insert("trace.processes".into(), lines.len() as i64);
+    counters.insert("model.faults".into(), sum(|l| l.model_faults));
+    counters.insert("model.segv".into(), rp.segv as i64);
+    diagnostics.extend(
+        rp.ignored_advice
+            .iter()
+            .map(|(a, n)| format!("madvise advice {a} ({n} calls): not modelled, ignored")),
+    );
+    if rp.segv > 0 {
+        diagnostics.push(format!(
+            "{} recorded faults are access violations in the model (a write to memory it maps read-only)",
+            rp.segv
+        ));
+    }
+    Ok(Replayed {
+        report: Report {
+            source: "model".into(),
+            workload: path.to_string(),
+            variants: v.all().clone(),
+            counters,
+            phases: Vec::new(),
+            layout: BTreeMap::new(),
+            unavailable: BTreeMap::new(),
+            diagnostics,
+            background: None,
+        },
+        processes: lines,
+        events,
+    })
+}
