@@ -16,6 +16,6 @@ pub mod report;
 pub mod reproduce;
 pub mod sim;
 pub mod store;
-pub mod trace;
 pub mod time;
+pub mod trace;
 pub mod workload;

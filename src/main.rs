@@ -43,6 +43,8 @@ enum Command {
     Record(cmd::record::Args),
     /// Drive the model with a recorded trace: faults, mTHP counters, TLB behaviour.
     Replay(cmd::replay::Args),
+    /// Predict a program's faults under mTHP from one recording, and check on the host.
+    Predict(cmd::predict::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::Kernels(a) => cmd::kernels::main(a),
         Command::Record(a) => cmd::record::main(a),
         Command::Replay(a) => cmd::replay::main(a),
+        Command::Predict(a) => cmd::predict::main(a),
     };
     match r {
         Ok(code) => code,

@@ -7,6 +7,7 @@ pub mod compare;
 pub mod kernels;
 pub mod machines;
 pub mod native;
+pub mod predict;
 pub mod record;
 pub mod replay;
 pub mod reproduce;

@@ -79,7 +79,8 @@ pub fn parse_thp(thp: &[String]) -> Result<Vec<(String, String)>, String> {
 /// The per-process table: recorded faults by kind and the model's faults.
 pub fn processes(r: &Replayed) -> String {
     use std::fmt::Write;
-    let mut s = String::from("\nprocesses (recorded faults by mapping kind; the model's faults on anonymous memory):\n");
+    let mut s =
+        String::from("\nprocesses (recorded faults by mapping kind; the model's faults on anonymous memory):\n");
     let _ = writeln!(
         s,
         "  {:>5}  {:<16} {:>12} {:>12} {:>10} {:>12}",
@@ -110,11 +111,17 @@ fn print(path: &str, file: std::fs::File) -> super::CmdResult {
             n += 1;
             writeln!(out, "{n} {e}")?;
         }
-        writeln!(out, "end {}", serde_json::to_string(r.trailer().expect("after the last event"))?)?;
+        writeln!(
+            out,
+            "end {}",
+            serde_json::to_string(r.trailer().expect("after the last event"))?
+        )?;
         Ok(out.flush()?)
     };
     match go() {
-        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {}
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {}
         r => r?,
     }
     Ok(ExitCode::SUCCESS)

@@ -28,6 +28,9 @@ pub struct Vma {
     /// The anon_vma, by id: set by the first fault that maps an anon folio
     /// (anon_vma_prepare); fork copies page tables only of VMAs that have one.
     pub anon_vma: Option<u64>,
+    /// vm_pgoff: the page offset of `start`; an anonymous VMA's is its start page at
+    /// mmap, kept by mremap, so a moved VMA merges only with what continues it.
+    pub pgoff: u64,
 }
 
 impl Vma {
@@ -145,6 +148,7 @@ mod tests {
             end,
             flags: VmFlags::READ | VmFlags::WRITE,
             anon_vma: None,
+            pgoff: start >> 12,
         }
     }
 

@@ -24,6 +24,7 @@ impl Kernel {
         if !self.mm(mm).vmas_in(addr, end).is_empty() {
             return Err(VmaError::Exists);
         }
+        let pgoff = addr >> self.arch.granule().page_shift();
         self.mm_mut(mm).vmas_mut().insert(
             addr,
             Vma {
@@ -31,6 +32,7 @@ impl Kernel {
                 end,
                 flags: flags | VmFlags::MAYREAD | VmFlags::MAYWRITE,
                 anon_vma: None,
+                pgoff,
             },
         );
         Ok(())
@@ -45,6 +47,7 @@ impl Kernel {
             return;
         }
         split_huge_pmd_address(self, mm, &vma, at);
+        let shift = self.arch.granule().page_shift();
         let m = self.mm_mut(mm);
         m.vmas_mut().get_mut(&vma.start).unwrap().end = at;
         m.vmas_mut().insert(
@@ -52,6 +55,7 @@ impl Kernel {
             Vma {
                 start: at,
                 end: vma.end,
+                pgoff: vma.pgoff + ((at - vma.start) >> shift),
                 ..vma
             },
         );
@@ -69,6 +73,7 @@ impl Kernel {
     /// `from`: brk's heap never merges with what lies under mm->start_brk
     /// (vma_prev_limit in sys_brk).
     pub fn merge_from(&mut self, mm: MmId, from: u64, end: u64) {
+        let shift = self.arch.granule().page_shift();
         let m = self.mm_mut(mm).vmas_mut();
         let keys: Vec<u64> = m.range(from..=end).map(|(s, _)| *s).collect();
         let mut cur: Option<u64> = None;
@@ -77,7 +82,8 @@ impl Kernel {
                 let (ce, cf, ca) = (m[&c].end, m[&c].flags, m[&c].anon_vma);
                 let next = m[&k];
                 let anon_ok = ca.is_none() || next.anon_vma.is_none() || ca == next.anon_vma;
-                if ce == next.start && cf == next.flags && anon_ok {
+                let pgoff_ok = m[&c].pgoff + ((ce - c) >> shift) == next.pgoff;
+                if ce == next.start && cf == next.flags && anon_ok && pgoff_ok {
                     m.remove(&k);
                     let cur = m.get_mut(&c).unwrap();
                     cur.end = next.end;

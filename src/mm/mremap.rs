@@ -11,8 +11,10 @@ use crate::arch::arm64::tlbflush::flush_tlb_range;
 impl Kernel {
     /// expand_downwards: the VMA starting at `start` (a stack) now starts at `low`.
     pub fn expand_downwards(&mut self, mm: MmId, start: u64, low: u64) {
+        let shift = self.arch.granule().page_shift();
         let vmas = self.mm_mut(mm).vmas_mut();
         if let Some(mut v) = vmas.remove(&start) {
+            v.pgoff -= (start - low) >> shift;
             v.start = low;
             vmas.insert(low, v);
         }
@@ -20,7 +22,7 @@ impl Kernel {
 
     /// move_vma: mremap(MREMAP_MAYMOVE) of [old, old_end) to [new, new_end), whose
     /// first `moved_end - new` bytes receive the old pages. The new VMA keeps the old
-    /// one's flags and anon_vma (copy_vma); the old range is then unmapped.
+    /// one's flags, anon_vma and page offset (copy_vma); the old range is then unmapped.
     pub fn move_vma(
         &mut self,
         mm: MmId,
@@ -32,7 +34,10 @@ impl Kernel {
     ) -> Result<(), VmaError> {
         let vma = self.mm(mm).find_vma(old).ok_or(VmaError::NotMapped)?;
         self.do_mmap(mm, new, new_end - new, vma.flags)?;
-        self.mm_mut(mm).vmas_mut().get_mut(&new).expect("just mapped").anon_vma = vma.anon_vma;
+        let pgoff = vma.pgoff + ((old - vma.start) >> self.arch.granule().page_shift());
+        let moved = self.mm_mut(mm).vmas_mut().get_mut(&new).expect("just mapped");
+        moved.anon_vma = vma.anon_vma;
+        moved.pgoff = pgoff;
         self.move_page_tables(mm, old, new, moved_end - new);
         self.do_munmap(mm, old, old_end);
         self.merge_around(mm, new, new_end);

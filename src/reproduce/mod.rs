@@ -158,7 +158,7 @@ pub fn reproduce(seeds: &[String], software: &Profile, kernel: Release) -> Resul
         seed001::run(&mut r, software, kernel)?;
     }
     if want("002") {
-        seed002::run(&mut r);
+        seed002::run(&mut r, software, kernel)?;
     }
     if want("003") {
         seed003::run(&mut r, software, kernel)?;

@@ -491,7 +491,7 @@ impl Sim<'_> {
 
 /// The kernel-wide counters of a report: vmstat, mthp, hardware and kernel events.
 pub fn kernel_counters(k: &Kernel, c: &mut Counters) {
-        for e in VmEvent::ALL {
+    for e in VmEvent::ALL {
         c.insert(format!("vmstat.{}", e.name()), k.stat.event(*e));
     }
     for order in k.knobs.anon_orders() {

@@ -9,7 +9,7 @@
 //! page number from the previous fault's: one to three bytes before compression. The
 //! stream is read and written front to back, so neither side holds the trace in memory.
 
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 
 pub const MAGIC: &[u8; 8] = b"FOLIOTRC";
 /// Bumped on any change a reader of the old version would misread.
@@ -79,22 +79,68 @@ pub enum Event {
     /// A page fault on a user address: taken in user mode (page_fault_user), or by
     /// the kernel touching user memory for the process, e.g. read(2) into a fresh
     /// buffer (page_fault_kernel, `kernel`).
-    Fault { proc: u32, addr: u64, write: bool, kernel: bool },
-    Map { proc: u32, start: u64, len: u64, prot: u8, kind: MapKind, cause: MapCause },
-    Munmap { proc: u32, start: u64, len: u64 },
-    Mprotect { proc: u32, start: u64, len: u64, prot: u8 },
+    Fault {
+        proc: u32,
+        addr: u64,
+        write: bool,
+        kernel: bool,
+    },
+    /// `nohuge`: mmap(MAP_STACK), which the kernel maps VM_NOHUGEPAGE (6.7+).
+    Map {
+        proc: u32,
+        start: u64,
+        len: u64,
+        prot: u8,
+        kind: MapKind,
+        cause: MapCause,
+        nohuge: bool,
+    },
+    Munmap {
+        proc: u32,
+        start: u64,
+        len: u64,
+    },
+    Mprotect {
+        proc: u32,
+        start: u64,
+        len: u64,
+        prot: u8,
+    },
     /// madvise(2) with the advice number of the host's ABI.
-    Madvise { proc: u32, start: u64, len: u64, advice: u32 },
+    Madvise {
+        proc: u32,
+        start: u64,
+        len: u64,
+        advice: u32,
+    },
     /// mremap(2) that succeeded, with the address it returned.
-    Mremap { proc: u32, old: u64, old_len: u64, new: u64, new_len: u64 },
+    Mremap {
+        proc: u32,
+        old: u64,
+        old_len: u64,
+        new: u64,
+        new_len: u64,
+    },
     /// brk(2) returned `brk`.
-    Brk { proc: u32, brk: u64 },
+    Brk {
+        proc: u32,
+        brk: u64,
+    },
     /// A new process; `share_mm` for CLONE_VM (vfork, posix_spawn) until it execs.
-    Fork { parent: u32, child: u32, share_mm: bool },
+    Fork {
+        parent: u32,
+        child: u32,
+        share_mm: bool,
+    },
     /// The process (new to the trace, or not) executed a program: a fresh mm.
-    Exec { proc: u32, comm: String },
+    Exec {
+        proc: u32,
+        comm: String,
+    },
     /// The process's last thread exited.
-    Exit { proc: u32 },
+    Exit {
+        proc: u32,
+    },
 }
 
 impl Event {
@@ -102,7 +148,9 @@ impl Event {
     pub fn kind(&self) -> &'static str {
         match self {
             Event::Fault { .. } => "fault",
-            Event::Map { cause: MapCause::Brk, .. } => "brk-map",
+            Event::Map {
+                cause: MapCause::Brk, ..
+            } => "brk-map",
             Event::Map { .. } => "mmap",
             Event::Munmap { .. } => "munmap",
             Event::Mprotect { .. } => "mprotect",
@@ -141,8 +189,16 @@ impl std::fmt::Display for Event {
                 len,
                 prot: p,
                 kind,
+                nohuge,
                 ..
-            } => write!(f, "p{proc} {} {start:#x}+{len:#x} {} {}", self.kind(), prot(*p), kind.name()),
+            } => write!(
+                f,
+                "p{proc} {} {start:#x}+{len:#x} {} {}{}",
+                self.kind(),
+                prot(*p),
+                kind.name(),
+                if *nohuge { " nohugepage" } else { "" }
+            ),
             Event::Munmap { proc, start, len } => write!(f, "p{proc} munmap {start:#x}+{len:#x}"),
             Event::Mprotect {
                 proc,
@@ -291,9 +347,11 @@ impl<W: Write> Writer<W> {
                 prot,
                 kind,
                 cause,
+                nohuge,
             } => {
                 b.push(T_MAP);
-                for v in [*proc as u64, *start, *len, *prot as u64, kind.code(), (*cause == MapCause::Brk) as u64] {
+                let bits = (*cause == MapCause::Brk) as u64 | (*nohuge as u64) << 1;
+                for v in [*proc as u64, *start, *len, *prot as u64, kind.code(), bits] {
                     put(b, v);
                 }
             }
@@ -390,7 +448,11 @@ pub enum TraceError {
 /// Reads records back, front to back.
 pub struct Reader<R: Read> {
     path: String,
-    inp: BufReader<flate2::read::DeflateDecoder<R>>,
+    inp: flate2::read::DeflateDecoder<R>,
+    /// Decompressed bytes not yet decoded: buf[pos..len].
+    buf: Box<[u8]>,
+    pos: usize,
+    len: usize,
     last_proc: u32,
     last_page: u64,
     pub header: Header,
@@ -426,7 +488,10 @@ impl<R: Read> Reader<R> {
         let header: Header = serde_json::from_slice(&json).map_err(|e| bad(format!("header: {e}")))?;
         Ok(Reader {
             path: path.to_string(),
-            inp: BufReader::with_capacity(1 << 20, flate2::read::DeflateDecoder::new(r)),
+            inp: flate2::read::DeflateDecoder::new(r),
+            buf: vec![0; 1 << 18].into_boxed_slice(),
+            pos: 0,
+            len: 0,
             last_proc: u32::MAX,
             last_page: 0,
             header,
@@ -449,15 +514,31 @@ impl<R: Read> Reader<R> {
 
     #[inline]
     fn byte(&mut self) -> Result<u8, TraceError> {
-        let buf = self.inp.fill_buf().map_err(|e| TraceError::Io {
+        if self.pos == self.len {
+            self.refill()?;
+        }
+        let b = self.buf[self.pos];
+        self.pos += 1;
+        Ok(b)
+    }
+
+    #[cold]
+    fn refill(&mut self) -> Result<(), TraceError> {
+        let n = loop {
+            match self.inp.read(&mut self.buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r,
+            }
+        }
+        .map_err(|e| TraceError::Io {
             path: self.path.clone(),
             source: e,
         })?;
-        let Some(&b) = buf.first() else {
+        if n == 0 {
             return Err(self.bad("cut short (no end record): the recording did not finish"));
-        };
-        self.inp.consume(1);
-        Ok(b)
+        }
+        (self.pos, self.len) = (0, n);
+        Ok(())
     }
 
     #[inline]
@@ -509,14 +590,15 @@ impl<R: Read> Reader<R> {
             T_MAP => {
                 let (proc, start, len, prot) = (self.var32()?, self.var()?, self.var()?, self.var()? as u8);
                 let kind = MapKind::from_code(self.var()?).ok_or_else(|| self.bad("unknown mapping kind"))?;
-                let cause = if self.var()? == 1 { MapCause::Brk } else { MapCause::Mmap };
+                let bits = self.var()?;
                 Event::Map {
                     proc,
                     start,
                     len,
                     prot,
                     kind,
-                    cause,
+                    cause: if bits & 1 != 0 { MapCause::Brk } else { MapCause::Mmap },
+                    nohuge: bits & 2 != 0,
                 }
             }
             T_MUNMAP => Event::Munmap {
@@ -611,6 +693,7 @@ mod tests {
                 prot: PROT_READ | PROT_WRITE,
                 kind: MapKind::Stack,
                 cause: MapCause::Mmap,
+                nohuge: true,
             },
             Event::Fault {
                 proc: 0,
@@ -721,7 +804,10 @@ mod tests {
         bytes[8] = 9;
         let err = Reader::new("t", &bytes[..]).err().unwrap().to_string();
         assert!(err.contains("version 9"), "{err}");
-        let err = Reader::new("t", &b"#!/bin/sh\necho hello\n"[..]).err().unwrap().to_string();
+        let err = Reader::new("t", &b"#!/bin/sh\necho hello\n"[..])
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("not a foliolab trace"), "{err}");
     }
 
@@ -737,7 +823,7 @@ mod tests {
             })
             .unwrap();
         }
-        // The first fault carries its process and a long delta; the rest tag + 1 byte.
-        assert_eq!(w.buf.len(), 2 + 7 + 999 * 2);
+        // The first carries its process and a 6-byte delta; the rest a tag and 1 byte.
+        assert_eq!(w.buf.len(), 2 + 6 + 999 * 2);
     }
 }

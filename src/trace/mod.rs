@@ -2,5 +2,6 @@
 //! operations and page faults to a trace, `replay` drives the model with it.
 
 pub mod format;
+pub mod predict;
 pub mod record;
 pub mod replay;

@@ -57,6 +57,7 @@ const CLONE_VM: u64 = 0x100;
 /// The end of x86_64's user address space (47 bits).
 const USER_END: u64 = 1 << 47;
 const MAP_SHARED: u32 = 0x01;
+const MAP_STACK: u64 = 0x20000;
 
 /// The x86_64 syscall numbers recorded.
 mod nr {
@@ -188,14 +189,48 @@ impl Tracepoints {
 /// What one ring record said, with its time; ordered across CPUs before the Tracker.
 #[derive(Debug)]
 enum Rec {
-    Fault { pid: u32, addr: u64, write: bool, kernel: bool },
-    Enter { tid: u32, nr: u64, args: [u64; 3] },
-    Exit { pid: u32, tid: u32, nr: u64, ret: i64 },
-    NewTask { tid: u32, flags: u64 },
-    Map { pid: u32, tid: u32, start: u64, len: u64, prot: u8, kind: MapKind },
-    Exec { pid: u32, comm: String },
-    Fork { pid: u32, ppid: u32, tid: u32 },
-    TaskExit { pid: u32, tid: u32 },
+    Fault {
+        pid: u32,
+        addr: u64,
+        write: bool,
+        kernel: bool,
+    },
+    Enter {
+        tid: u32,
+        nr: u64,
+        args: [u64; 4],
+    },
+    Exit {
+        pid: u32,
+        tid: u32,
+        nr: u64,
+        ret: i64,
+    },
+    NewTask {
+        tid: u32,
+        flags: u64,
+    },
+    Map {
+        pid: u32,
+        tid: u32,
+        start: u64,
+        len: u64,
+        prot: u8,
+        kind: MapKind,
+    },
+    Exec {
+        pid: u32,
+        comm: String,
+    },
+    Fork {
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+    },
+    TaskExit {
+        pid: u32,
+        tid: u32,
+    },
 }
 
 fn u32_at(b: &[u8], off: usize) -> u32 {
@@ -264,7 +299,12 @@ impl Decoder {
                     Rec::Enter {
                         tid,
                         nr: u64_at(raw, tp.enter.off("id")?),
-                        args: [u64_at(raw, a), u64_at(raw, a + 8), u64_at(raw, a + 16)],
+                        args: [
+                            u64_at(raw, a),
+                            u64_at(raw, a + 8),
+                            u64_at(raw, a + 16),
+                            u64_at(raw, a + 24),
+                        ],
                     }
                 } else if ty == tp.exit.id {
                     Rec::Exit {
@@ -336,8 +376,11 @@ struct Tracker<W: io::Write> {
     next_proc: u32,
     /// tid → the address-space syscall it is inside, with its first arguments and,
     /// for mmap, the kind of mapping its MMAP2 record showed.
-    inside: HashMap<u32, (u64, [u64; 3], Option<MapKind>)>,
+    inside: HashMap<u32, (u64, [u64; 4], Option<MapKind>)>,
     clone_flags: HashMap<u32, u64>,
+    /// New processes (by tid) whose task_newtask sample, which perf writes after the
+    /// FORK record, has not come yet: (pid, ppid).
+    pending_fork: HashMap<u32, (u32, u32)>,
 }
 
 impl<W: io::Write> Tracker<W> {
@@ -351,7 +394,40 @@ impl<W: io::Write> Tracker<W> {
         p
     }
 
+    /// A new process `pid`, child of `ppid`, created with `flags`.
+    fn fork(&mut self, pid: u32, ppid: u32, flags: u64) -> Event {
+        let parent = self.proc_of(ppid);
+        // A reused pid whose exit fell in the same round: a new process anyway.
+        self.procs.remove(&pid);
+        let child = self.proc_of(pid);
+        Event::Fork {
+            parent,
+            child,
+            share_mm: flags & CLONE_VM != 0,
+        }
+    }
+
+    /// A record of process `pid` whose fork still waits for its clone flags: the
+    /// task_newtask sample never came, so it is taken for a fork without CLONE_VM.
+    fn settle_fork(&mut self, pid: u32) -> io::Result<()> {
+        if let Some((p, ppid)) = self.pending_fork.remove(&pid) {
+            let e = self.fork(p, ppid, 0);
+            self.out.write(&e)?;
+        }
+        Ok(())
+    }
+
     fn feed(&mut self, r: Rec) -> io::Result<()> {
+        if !self.pending_fork.is_empty() {
+            if let Rec::Fault { pid, .. }
+            | Rec::Exit { pid, .. }
+            | Rec::Map { pid, .. }
+            | Rec::Exec { pid, .. }
+            | Rec::TaskExit { pid, .. } = &r
+            {
+                self.settle_fork(*pid)?;
+            }
+        }
         let e = match r {
             Rec::Fault {
                 pid,
@@ -369,7 +445,7 @@ impl<W: io::Write> Tracker<W> {
                 return Ok(());
             }
             Rec::Exit { pid, tid, nr, ret } => {
-                let Some((enr, [a0, a1, a2], mapped)) = self.inside.remove(&tid) else {
+                let Some((enr, [a0, a1, a2, a3], mapped)) = self.inside.remove(&tid) else {
                     return Ok(());
                 };
                 if enr != nr {
@@ -377,7 +453,11 @@ impl<W: io::Write> Tracker<W> {
                 }
                 let proc = self.proc_of(pid);
                 match nr {
-                    nr::MUNMAP if ret == 0 => Event::Munmap { proc, start: a0, len: a1 },
+                    nr::MUNMAP if ret == 0 => Event::Munmap {
+                        proc,
+                        start: a0,
+                        len: a1,
+                    },
                     nr::MPROTECT | nr::PKEY_MPROTECT if ret == 0 => Event::Mprotect {
                         proc,
                         start: a0,
@@ -407,16 +487,20 @@ impl<W: io::Write> Tracker<W> {
                             prot: a2 as u8,
                             kind,
                             cause: MapCause::Mmap,
+                            nohuge: a3 & MAP_STACK != 0,
                         },
                         None => return Ok(()),
                     },
                     _ => return Ok(()),
                 }
             }
-            Rec::NewTask { tid, flags } => {
-                self.clone_flags.insert(tid, flags);
-                return Ok(());
-            }
+            Rec::NewTask { tid, flags } => match self.pending_fork.remove(&tid) {
+                Some((pid, ppid)) => self.fork(pid, ppid, flags),
+                None => {
+                    self.clone_flags.insert(tid, flags);
+                    return Ok(());
+                }
+            },
             Rec::Map {
                 pid,
                 tid,
@@ -445,6 +529,7 @@ impl<W: io::Write> Tracker<W> {
                     prot,
                     kind,
                     cause,
+                    nohuge: false,
                 }
             }
             Rec::Exec { pid, comm } => Event::Exec {
@@ -452,20 +537,18 @@ impl<W: io::Write> Tracker<W> {
                 comm,
             },
             Rec::Fork { pid, ppid, tid } => {
-                let flags = self.clone_flags.remove(&tid).unwrap_or(0);
                 if pid == ppid {
+                    self.clone_flags.remove(&tid);
                     self.proc_of(pid);
                     self.procs.get_mut(&pid).expect("just found").1 += 1;
                     return Ok(());
                 }
-                let parent = self.proc_of(ppid);
-                // A reused pid whose exit fell in the same round: a new process anyway.
-                self.procs.remove(&pid);
-                let child = self.proc_of(pid);
-                Event::Fork {
-                    parent,
-                    child,
-                    share_mm: flags & CLONE_VM != 0,
+                match self.clone_flags.remove(&tid) {
+                    Some(flags) => self.fork(pid, ppid, flags),
+                    None => {
+                        self.pending_fork.insert(tid, (pid, ppid));
+                        return Ok(());
+                    }
                 }
             }
             Rec::TaskExit { pid, tid } => {
@@ -537,12 +620,18 @@ fn open_rings(tp: &Tracepoints, pid: i32) -> Result<Vec<CpuRings>, RecordError> 
     let mut out = Vec::new();
     for cpu in online_cpus() {
         let open = |attr: &PerfEventAttr, what: &str| {
-            perf_event_open(attr, pid, cpu).map_err(|e| RecordError::Setup(format!("perf_event_open({what}) on cpu {cpu}: {e}")))
+            perf_event_open(attr, pid, cpu)
+                .map_err(|e| RecordError::Setup(format!("perf_event_open({what}) on cpu {cpu}: {e}")))
         };
         let lead = match open(&base(tp.fault.id, side), "exceptions:page_fault_user") {
             Ok(fd) => fd,
             // A CPU that is not online has no events.
-            Err(_) if std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/online")).is_ok_and(|s| s.trim() == "0") => continue,
+            Err(_)
+                if std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/online"))
+                    .is_ok_and(|s| s.trim() == "0") =>
+            {
+                continue
+            }
             Err(e) => return Err(e),
         };
         let ring = Ring::map(lead, RING_PAGES).map_err(|e| RecordError::Setup(format!("cpu {cpu}: {e}")))?;
@@ -558,10 +647,16 @@ fn open_rings(tp: &Tracepoints, pid: i32) -> Result<Vec<CpuRings>, RecordError> 
             // SET_FILTER a NUL-terminated string.
             unsafe {
                 if libc::ioctl(fd.as_raw_fd(), IOC_SET_OUTPUT, ring.fd.as_raw_fd()) != 0 {
-                    return Err(RecordError::Setup(format!("{what}: SET_OUTPUT: {}", io::Error::last_os_error())));
+                    return Err(RecordError::Setup(format!(
+                        "{what}: SET_OUTPUT: {}",
+                        io::Error::last_os_error()
+                    )));
                 }
                 if filtered && libc::ioctl(fd.as_raw_fd(), IOC_SET_FILTER, filter.as_ptr()) != 0 {
-                    return Err(RecordError::Setup(format!("{what}: SET_FILTER: {}", io::Error::last_os_error())));
+                    return Err(RecordError::Setup(format!(
+                        "{what}: SET_FILTER: {}",
+                        io::Error::last_os_error()
+                    )));
                 }
             }
             others.push(fd);
@@ -574,7 +669,11 @@ fn open_rings(tp: &Tracepoints, pid: i32) -> Result<Vec<CpuRings>, RecordError> 
 /// The host's THP knobs: `enabled` and each size's `hugepages-<size>kB/enabled`.
 pub fn thp_knobs(dir: &Path) -> Vec<(String, String)> {
     let mut knobs = Vec::new();
-    let read = |p: &Path| std::fs::read_to_string(p).ok().map(|s| crate::native::knobs::current_value(&s).to_string());
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| crate::native::knobs::current_value(&s).to_string())
+    };
     if let Some(v) = read(&dir.join("enabled")) {
         knobs.push(("enabled".to_string(), v));
     }
@@ -585,7 +684,12 @@ pub fn thp_knobs(dir: &Path) -> Vec<(String, String)> {
         .filter_map(|e| e.file_name().to_str().map(String::from))
         .filter(|n| n.starts_with("hugepages-"))
         .collect();
-    sizes.sort_by_key(|n| n.trim_start_matches("hugepages-").trim_end_matches("kB").parse::<u64>().unwrap_or(0));
+    sizes.sort_by_key(|n| {
+        n.trim_start_matches("hugepages-")
+            .trim_end_matches("kB")
+            .parse::<u64>()
+            .unwrap_or(0)
+    });
     for s in sizes {
         if let Some(v) = read(&dir.join(&s).join("enabled")) {
             knobs.push((format!("{s}/enabled"), v));
@@ -610,7 +714,9 @@ fn spawn_stopped(command: &[String], no_aslr: bool) -> Result<Child, RecordError
     ptrs.push(std::ptr::null());
     let (mut go, mut err) = ([0i32; 2], [0i32; 2]);
     // SAFETY: two-element arrays for pipe2.
-    if unsafe { libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) } != 0 || unsafe { libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    if unsafe { libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+        || unsafe { libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+    {
         return Err(RecordError::Io("pipe".into(), io::Error::last_os_error()));
     }
     // SAFETY: the child only makes async-signal-safe calls on memory prepared above.
@@ -662,7 +768,9 @@ pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
     unsafe { libc::uname(&mut uts) };
     let field = |f: &[libc::c_char]| {
         // SAFETY: utsname fields are NUL-terminated.
-        unsafe { std::ffi::CStr::from_ptr(f.as_ptr()) }.to_string_lossy().into_owned()
+        unsafe { std::ffi::CStr::from_ptr(f.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
     };
     let header = Header {
         command: o.command.to_vec(),
@@ -713,6 +821,7 @@ pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
         next_proc: 0,
         inside: HashMap::new(),
         clone_flags: HashMap::new(),
+        pending_fork: HashMap::new(),
     };
     let io_err = |e: io::Error| RecordError::Io(o.output.display().to_string(), e);
     let mut held: Vec<(u64, u32, u64, Rec)> = Vec::new();

@@ -26,6 +26,8 @@ struct Mapping {
     end: u64,
     kind: MapKind,
     prot: u8,
+    /// VM_NOHUGEPAGE (mmap with MAP_STACK).
+    nohuge: bool,
 }
 
 /// A recorded address space: the model mm (for its anonymous memory), the shadow of
@@ -92,10 +94,53 @@ struct Proc {
     line: ProcLine,
 }
 
+/// The live processes by trace number (numbers are dense: the recorder hands them
+/// out in order).
+#[derive(Default)]
+struct Procs(Vec<Option<Proc>>);
+
+impl Procs {
+    fn get(&self, p: &u32) -> Option<&Proc> {
+        self.0.get(*p as usize)?.as_ref()
+    }
+    fn get_mut(&mut self, p: &u32) -> Option<&mut Proc> {
+        self.0.get_mut(*p as usize)?.as_mut()
+    }
+    fn remove(&mut self, p: &u32) -> Option<Proc> {
+        self.0.get_mut(*p as usize)?.take()
+    }
+    /// Adds process `p`; a number far past those seen is a corrupt trace, refused
+    /// before it can size the table.
+    fn insert(&mut self, p: u32, proc: Proc) -> Result<(), String> {
+        let i = p as usize;
+        if i > self.0.len() + (1 << 16) {
+            return Err(format!("process number {p} is far out of sequence (corrupt trace)"));
+        }
+        if i >= self.0.len() {
+            self.0.resize_with(i + 1, || None);
+        }
+        self.0[i] = Some(proc);
+        Ok(())
+    }
+    fn values(&self) -> impl Iterator<Item = &Proc> {
+        self.0.iter().flatten()
+    }
+}
+
+impl std::ops::Index<&u32> for Procs {
+    type Output = Proc;
+    fn index(&self, p: &u32) -> &Proc {
+        self.get(p).expect("a live process")
+    }
+}
+
 struct Replay {
     k: Kernel,
     spaces: Vec<Option<Space>>,
-    procs: BTreeMap<u32, Proc>,
+    procs: Procs,
+    /// The mapping the last fault found (space, start, mapping): faults run in one
+    /// mapping for long stretches. Every event that changes mappings clears it.
+    hit: Option<(usize, u64, Mapping)>,
     done: Vec<ProcLine>,
     /// The mm each CPU last ran (switch_mm on change).
     on_cpu: Vec<Option<MmId>>,
@@ -204,11 +249,20 @@ impl Replay {
     fn map(&mut self, proc: u32, start: u64, m: Mapping, heap: bool) -> Result<(), TraceError> {
         let Some(sp) = self.space(proc) else { return Ok(()) };
         sp.maps.insert(start, m);
-        let floor = if heap { Some(*sp.start_brk.get_or_insert(start)) } else { None };
+        let floor = if heap {
+            Some(*sp.start_brk.get_or_insert(start))
+        } else {
+            None
+        };
         let mm = sp.mm;
         if m.kind.is_anon() {
+            let nohuge = if m.nohuge {
+                VmFlags::NOHUGEPAGE
+            } else {
+                VmFlags::empty()
+            };
             self.k
-                .do_mmap(mm, start, m.end - start, vm_flags(m.prot))
+                .do_mmap(mm, start, m.end - start, vm_flags(m.prot) | nohuge)
                 .map_err(|e| self.fail(format!("mmap {start:#x}-{:#x} in the model: {e}", m.end)))?;
             match floor {
                 Some(f) => self.k.merge_from(mm, f, m.end),
@@ -219,6 +273,9 @@ impl Replay {
     }
 
     fn event(&mut self, e: Event) -> Result<(), TraceError> {
+        if !matches!(e, Event::Fault { .. }) {
+            self.hit = None;
+        }
         match e {
             Event::Fault {
                 proc,
@@ -236,9 +293,15 @@ impl Replay {
                 prot,
                 kind,
                 cause,
+                nohuge,
             } => {
                 let end = page_up(start + len);
-                let m = Mapping { end, kind, prot };
+                let m = Mapping {
+                    end,
+                    kind,
+                    prot,
+                    nohuge,
+                };
                 match cause {
                     MapCause::Mmap => {
                         self.unmap(proc, start, end);
@@ -352,18 +415,19 @@ impl Replay {
                     self.spaces.len() - 1
                 };
                 let comm = self.procs[&parent].line.comm.clone();
-                self.procs.insert(
-                    child,
-                    Proc {
-                        space,
-                        line: ProcLine {
-                            proc: child,
-                            comm,
-                            ..ProcLine::default()
+                self.procs
+                    .insert(
+                        child,
+                        Proc {
+                            space,
+                            line: ProcLine {
+                                proc: child,
+                                comm,
+                                ..ProcLine::default()
+                            },
                         },
-                    },
-                );
-                Ok(())
+                    )
+                    .map_err(|m| self.fail(m))
             }
             Event::Exec { proc, comm } => {
                 let space = self.new_space()?;
@@ -374,17 +438,19 @@ impl Replay {
                         self.put_space(old);
                     }
                     None => {
-                        self.procs.insert(
-                            proc,
-                            Proc {
-                                space,
-                                line: ProcLine {
-                                    proc,
-                                    comm,
-                                    ..ProcLine::default()
+                        self.procs
+                            .insert(
+                                proc,
+                                Proc {
+                                    space,
+                                    line: ProcLine {
+                                        proc,
+                                        comm,
+                                        ..ProcLine::default()
+                                    },
                                 },
-                            },
-                        );
+                            )
+                            .map_err(|m| self.fail(m))?;
                     }
                 }
                 Ok(())
@@ -407,8 +473,14 @@ impl Replay {
         let s = p.space;
         let sp = self.spaces[s].as_mut().expect("live");
         let mm = sp.mm;
-        let found = match sp.find(addr) {
-            Some(f) => Some(f),
+        let cached = self
+            .hit
+            .filter(|(hs, start, m)| *hs == s && *start <= addr && addr < m.end);
+        let found = match cached.map(|(_, start, m)| (start, m)).or_else(|| sp.find(addr)) {
+            Some(f) => {
+                self.hit = Some((s, f.0, f.1));
+                Some(f)
+            }
             // The stack grows down to a fault below it (expand_stack).
             None => match sp.maps.range(addr..).next() {
                 Some((&start, &m)) if m.kind == MapKind::Stack => {
@@ -416,6 +488,7 @@ impl Replay {
                     sp.maps.remove(&start);
                     sp.maps.insert(low, m);
                     self.k.expand_downwards(mm, start, low);
+                    self.hit = None;
                     Some((low, m))
                 }
                 _ => None,
@@ -434,7 +507,11 @@ impl Replay {
                 if after == before && std::env::var("DBG").is_ok() {
                     let v = self.k.mm(mm).find_vma(addr);
                     let sh = self.spaces[s].as_ref().unwrap().find(addr);
-                    eprintln!("nofault {proc} {addr:#x} w={write} vma={:x?} shadow={:x?}", v.map(|v| (v.start, v.end)), sh);
+                    eprintln!(
+                        "nofault {proc} {addr:#x} w={write} vma={:x?} shadow={:x?}",
+                        v.map(|v| (v.start, v.end)),
+                        sh
+                    );
                 }
                 self.procs.get_mut(&proc).expect("found").line.model_faults += after - before;
             }
@@ -496,7 +573,8 @@ pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)
     let mut rp = Replay {
         k,
         spaces: Vec::new(),
-        procs: BTreeMap::new(),
+        procs: Procs::default(),
+        hit: None,
         done: Vec::new(),
         on_cpu: vec![None; ncpus],
         ignored_advice: BTreeMap::new(),
@@ -564,4 +642,263 @@ pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)
         processes: lines,
         events,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::format::{Header, Trailer, Writer, PROT_READ};
+
+    const RW: u8 = PROT_READ | PROT_WRITE;
+    const A: u64 = 0x7f00_0000_0000;
+
+    fn trace(events: &[Event]) -> Vec<u8> {
+        let h = Header {
+            command: vec!["t".into()],
+            host_kernel: "test".into(),
+            arch: "x86_64".into(),
+            page_size: 4096,
+            thp: vec![("enabled".into(), "never".into())],
+            no_aslr: true,
+        };
+        let mut w = Writer::new(Vec::new(), &h).unwrap();
+        for e in events {
+            w.write(e).unwrap();
+        }
+        w.finish(&Trailer::default()).unwrap()
+    }
+
+    fn map(proc: u32, start: u64, len: u64, kind: MapKind) -> Event {
+        Event::Map {
+            proc,
+            start,
+            len,
+            prot: RW,
+            kind,
+            cause: MapCause::Mmap,
+            nohuge: false,
+        }
+    }
+
+    fn write(proc: u32, addr: u64) -> Event {
+        Event::Fault {
+            proc,
+            addr,
+            write: true,
+            kernel: false,
+        }
+    }
+
+    fn writes(proc: u32, start: u64, pages: u64) -> impl Iterator<Item = Event> {
+        (0..pages).map(move |i| write(proc, start + i * PAGE))
+    }
+
+    fn exec(proc: u32) -> Event {
+        Event::Exec {
+            proc,
+            comm: format!("p{proc}"),
+        }
+    }
+
+    fn run(events: &[Event], knobs: &[(&str, &str)]) -> Replayed {
+        let v = Variants::from_sets(&[]).unwrap();
+        let knobs: Vec<(String, String)> = knobs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        replay("t", &trace(events)[..], &v, &knobs).unwrap()
+    }
+
+    const K64: &[(&str, &str)] = &[("hugepages-64kB/enabled", "always")];
+
+    mod faults {
+        use super::*;
+
+        #[test]
+        fn every_recorded_first_touch_faults_with_order_0_folios() {
+            let mut e = vec![exec(0), map(0, A, 64 * PAGE, MapKind::Anon)];
+            e.extend(writes(0, A, 64));
+            let r = run(&e, &[]);
+            assert_eq!(r.processes[0].model_faults, 64);
+            assert_eq!(r.processes[0].anon_faults, 64);
+        }
+
+        #[test]
+        fn a_64k_folio_absorbs_the_next_15_first_touches() {
+            let mut e = vec![exec(0), map(0, A, 64 * PAGE, MapKind::Anon)];
+            e.extend(writes(0, A, 64));
+            let r = run(&e, K64);
+            assert_eq!(r.processes[0].model_faults, 4);
+            assert_eq!(r.report.counters["mthp.64kB.anon_fault_alloc"], 4);
+        }
+
+        #[test]
+        fn faults_on_files_and_unmapped_addresses_are_counted_not_modelled() {
+            let e = [
+                exec(0),
+                map(0, A, 4 * PAGE, MapKind::File),
+                write(0, A),
+                write(0, A + 100 * PAGE),
+            ];
+            let r = run(&e, &[]);
+            let p = &r.processes[0];
+            assert_eq!(
+                (p.anon_faults, p.other_faults, p.unmapped_faults, p.model_faults),
+                (0, 1, 1, 0)
+            );
+        }
+
+        #[test]
+        fn the_stack_grows_down_to_a_fault_below_it() {
+            let top = A + 64 * PAGE;
+            let mut e = vec![exec(0), map(0, top - 4 * PAGE, 4 * PAGE, MapKind::Stack)];
+            e.extend(writes(0, top - 16 * PAGE, 16));
+            let r = run(&e, &[]);
+            assert_eq!((r.processes[0].unmapped_faults, r.processes[0].model_faults), (0, 16));
+        }
+    }
+
+    mod mappings {
+        use super::*;
+
+        #[test]
+        fn an_mmap_over_a_mapping_replaces_its_pages() {
+            let mut e = vec![exec(0), map(0, A, 16 * PAGE, MapKind::Anon)];
+            e.extend(writes(0, A, 16));
+            e.push(map(0, A, 16 * PAGE, MapKind::Anon));
+            e.extend(writes(0, A, 16));
+            assert_eq!(run(&e, &[]).processes[0].model_faults, 32);
+        }
+
+        #[test]
+        fn mremap_moves_the_pages_so_the_new_place_does_not_fault() {
+            let mut e = vec![exec(0), map(0, A, 16 * PAGE, MapKind::Anon)];
+            e.extend(writes(0, A, 16));
+            let new = A + 0x10_0000;
+            e.push(Event::Mremap {
+                proc: 0,
+                old: A,
+                old_len: 16 * PAGE,
+                new,
+                new_len: 32 * PAGE,
+            });
+            e.extend(writes(0, new, 32));
+            let r = run(&e, &[]);
+            // Only the 16 pages it grew by fault; nothing is left at the old place.
+            assert_eq!(r.processes[0].model_faults, 32);
+            e.push(write(0, A));
+            assert_eq!(run(&e, &[]).processes[0].unmapped_faults, 1);
+        }
+
+        #[test]
+        fn the_heap_does_not_merge_with_the_mapping_below_it() {
+            // bss [A, A+8p) then the heap from A+8p: a 64K block across the edge is not
+            // within one VMA, so its first touch takes an order-0 folio (sys_brk's
+            // vma_prev_limit, mm->start_brk).
+            let heap = |len| Event::Map {
+                proc: 0,
+                start: A + 8 * PAGE,
+                len,
+                prot: RW,
+                kind: MapKind::Anon,
+                cause: MapCause::Brk,
+                nohuge: false,
+            };
+            let mut e = vec![
+                exec(0),
+                map(0, A, 8 * PAGE, MapKind::Anon),
+                heap(8 * PAGE),
+                heap(24 * PAGE),
+            ];
+            e.extend(writes(0, A, 16));
+            let r = run(&e, K64);
+            assert_eq!(r.processes[0].model_faults, 16);
+        }
+
+        #[test]
+        fn brk_shrinking_unmaps_the_heap_top() {
+            let e = [
+                exec(0),
+                Event::Brk { proc: 0, brk: A },
+                Event::Map {
+                    proc: 0,
+                    start: A,
+                    len: 16 * PAGE,
+                    prot: RW,
+                    kind: MapKind::Anon,
+                    cause: MapCause::Brk,
+                    nohuge: false,
+                },
+                Event::Brk {
+                    proc: 0,
+                    brk: A + 16 * PAGE,
+                },
+                Event::Brk {
+                    proc: 0,
+                    brk: A + 8 * PAGE,
+                },
+                write(0, A + 12 * PAGE),
+            ];
+            assert_eq!(run(&e, &[]).processes[0].unmapped_faults, 1);
+        }
+
+        #[test]
+        fn madvise_dontneed_empties_the_range() {
+            let mut e = vec![exec(0), map(0, A, 16 * PAGE, MapKind::Anon)];
+            e.extend(writes(0, A, 16));
+            e.push(Event::Madvise {
+                proc: 0,
+                start: A,
+                len: 8 * PAGE,
+                advice: 4,
+            });
+            e.extend(writes(0, A, 16));
+            assert_eq!(run(&e, &[]).processes[0].model_faults, 24);
+        }
+    }
+
+    mod processes {
+        use super::*;
+
+        #[test]
+        fn a_forked_child_copies_on_write_and_a_clone_vm_child_shares() {
+            let mut e = vec![exec(0), map(0, A, 4 * PAGE, MapKind::Anon)];
+            e.extend(writes(0, A, 4));
+            e.push(Event::Fork {
+                parent: 0,
+                child: 1,
+                share_mm: true,
+            });
+            e.extend(writes(1, A, 4));
+            e.push(Event::Fork {
+                parent: 0,
+                child: 2,
+                share_mm: false,
+            });
+            e.extend(writes(2, A, 4));
+            let r = run(&e, &[]);
+            let faults: Vec<u64> = r.processes.iter().map(|p| p.model_faults).collect();
+            // The CLONE_VM child's writes hit the parent's pages; the fork child's copy.
+            assert_eq!(faults, [4, 0, 4]);
+        }
+
+        #[test]
+        fn exec_gives_a_fresh_address_space_and_exit_frees_it() {
+            let mut e = vec![exec(0), map(0, A, 4 * PAGE, MapKind::Anon)];
+            e.extend(writes(0, A, 4));
+            e.push(exec(0));
+            e.push(write(0, A));
+            e.push(Event::Exit { proc: 0 });
+            let r = run(&e, &[]);
+            assert_eq!(r.processes[0].unmapped_faults, 1);
+            assert_eq!(r.processes[0].comm, "p0");
+            assert_eq!(r.report.counters["kernel.folio_free"], 4);
+        }
+
+        #[test]
+        fn a_process_number_far_out_of_sequence_is_refused() {
+            let v = Variants::from_sets(&[]).unwrap();
+            let err = replay("t", &trace(&[exec(4_000_000_000)])[..], &v, &[])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("t: record 1: process number 4000000000"), "{err}");
+        }
+    }
 }
