@@ -342,3 +342,64 @@ fn each_kernel_puts_the_releases_side_by_side() {
         error_line(&args);
     }
 }
+
+#[test]
+fn a_file_that_is_not_a_trace_is_refused_by_replay() {
+    let path = workload("not-a-trace.trc", b"mmap buf 1M\ntouch buf\n");
+    assert_eq!(
+        error_line(&["replay", &path]),
+        format!("foliolab: {path}: not a foliolab trace (no FOLIOTRC magic)")
+    );
+    assert!(error_line(&["replay", "/nonexistent/t.trc"]).contains("/nonexistent/t.trc: No such file"));
+}
+
+#[test]
+fn a_trace_cut_short_is_refused_at_the_record_it_stops_in() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/sqlite3-cc-O2.trc");
+    let bytes = std::fs::read(trace).unwrap();
+    let path = workload("cut.trc", &bytes[..bytes.len() / 2]);
+    let line = error_line(&["replay", "--no-store", &path]);
+    assert!(
+        line.starts_with(&format!("foliolab: {path}: record ")) && line.contains("cut short"),
+        "{line}"
+    );
+    // A flipped byte in the compressed body is an error too, never a panic.
+    let mut bad = bytes.clone();
+    let at = bad.len() / 3;
+    bad[at] ^= 0xff;
+    let path = workload("flipped.trc", &bad);
+    assert!(error_line(&["replay", "--no-store", &path]).starts_with(&format!("foliolab: {path}: ")));
+}
+
+#[test]
+fn replay_refuses_a_knob_the_model_lacks() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/sqlite3-cc-O2.trc");
+    let line = error_line(&[
+        "replay",
+        "--no-store",
+        trace.to_str().unwrap(),
+        "--thp",
+        "hugepages-48kB/enabled=always",
+    ]);
+    assert!(line.contains("THP knob hugepages-48kB/enabled=always"), "{line}");
+    assert!(error_line(&["replay", trace.to_str().unwrap(), "--thp", "enabled"]).contains("expected KNOB=VALUE"));
+}
+
+#[test]
+fn record_of_a_missing_program_is_a_clear_error() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIP record_of_a_missing_program_is_a_clear_error: not root");
+        return;
+    }
+    let out = workload("missing.trc", b"");
+    let line = error_line(&["record", "-o", &out, "--", "/nonexistent/program"]);
+    assert_eq!(
+        line,
+        "foliolab: record: /nonexistent/program: No such file or directory (os error 2)"
+    );
+    assert!(
+        !std::path::Path::new(&out).exists(),
+        "a failed recording leaves no trace file"
+    );
+}

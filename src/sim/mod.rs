@@ -155,12 +155,18 @@ fn host_bytes_needed(w: &Workload, cfg: &MachineConfig) -> u64 {
     let (mut bytes, mut mmaps, mut children) = (0, 0, Vec::new());
     walk(&w.stmts, &mut bytes, &mut mmaps, &mut children);
     let procs = children.len() as u64 + 1;
+    let frames = (bytes >> cfg.granule.page_shift()).saturating_mul(procs);
+    host_bytes_for(cfg, frames, mmaps * procs)
+}
+
+/// The most host memory a model run can take when it maps at most `frames` frames
+/// (capped by the machine's RAM) in `mmaps` regions: each frame costs its struct page
+/// in the memmap, and a mapped one its share of a pte table.
+pub fn host_bytes_for(cfg: &MachineConfig, frames: u64, mmaps: u64) -> u64 {
     let g = cfg.granule;
-    let frames = (bytes >> g.page_shift())
-        .saturating_mul(procs)
-        .min(cfg.ram_bytes >> g.page_shift());
+    let frames = frames.min(cfg.ram_bytes >> g.page_shift());
     // A pte table per PTRS_PER_PTE frames, and one per level for each region's ends.
-    let tables = frames.div_ceil(g.ptrs_per_table() as u64) + (mmaps * procs + 1) * 2 * 4;
+    let tables = frames.div_ceil(g.ptrs_per_table() as u64) + (mmaps + 1) * 2 * 4;
     let memmap = frames.saturating_mul(std::mem::size_of::<Page>() as u64);
     memmap.saturating_add(PhysMem::host_bytes_needed(g, cfg.ram_bytes, tables, true))
 }

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //!   | "FOLIOTRC" | version u32 le | header length u32 le | header (JSON) |
-//!   | deflate stream of records ... | End record |
+//!   | zlib stream of records ... | End record |
 //! ```
+//! zlib's Adler-32 at the end of the stream catches a corrupt body that still inflates.
 //! Records are a tag byte and LEB128 varints. A fault, nearly every record of a real
 //! program, is one tag byte (write bit, same-process bit) and the zigzag delta of its
 //! page number from the previous fault's: one to three bytes before compression. The
@@ -144,23 +145,32 @@ pub enum Event {
 }
 
 impl Event {
-    /// The record's name in reports (`trace.events.<kind>`).
-    pub fn kind(&self) -> &'static str {
+    /// The records' names in reports (`trace.events.<kind>`), by `kind_index`.
+    pub const KINDS: [&'static str; 11] = [
+        "fault", "brk-map", "mmap", "munmap", "mprotect", "madvise", "mremap", "brk", "fork", "exec", "exit",
+    ];
+
+    pub fn kind_index(&self) -> usize {
         match self {
-            Event::Fault { .. } => "fault",
+            Event::Fault { .. } => 0,
             Event::Map {
                 cause: MapCause::Brk, ..
-            } => "brk-map",
-            Event::Map { .. } => "mmap",
-            Event::Munmap { .. } => "munmap",
-            Event::Mprotect { .. } => "mprotect",
-            Event::Madvise { .. } => "madvise",
-            Event::Mremap { .. } => "mremap",
-            Event::Brk { .. } => "brk",
-            Event::Fork { .. } => "fork",
-            Event::Exec { .. } => "exec",
-            Event::Exit { .. } => "exit",
+            } => 1,
+            Event::Map { .. } => 2,
+            Event::Munmap { .. } => 3,
+            Event::Mprotect { .. } => 4,
+            Event::Madvise { .. } => 5,
+            Event::Mremap { .. } => 6,
+            Event::Brk { .. } => 7,
+            Event::Fork { .. } => 8,
+            Event::Exec { .. } => 9,
+            Event::Exit { .. } => 10,
         }
+    }
+
+    /// The record's name in reports.
+    pub fn kind(&self) -> &'static str {
+        Self::KINDS[self.kind_index()]
     }
 }
 
@@ -288,9 +298,9 @@ fn unzigzag(v: u64) -> i64 {
     (v >> 1) as i64 ^ -((v & 1) as i64)
 }
 
-/// Streams records into a file through deflate.
+/// Streams records into a file through zlib.
 pub struct Writer<W: Write> {
-    out: flate2::write::DeflateEncoder<BufWriter<W>>,
+    out: flate2::write::ZlibEncoder<BufWriter<W>>,
     buf: Vec<u8>,
     last_proc: u32,
     last_page: u64,
@@ -306,7 +316,7 @@ impl<W: Write> Writer<W> {
         w.write_all(&json)?;
         Ok(Writer {
             // Level 1: recording must keep up with the program; level 6 saves ~10% more.
-            out: flate2::write::DeflateEncoder::new(BufWriter::with_capacity(1 << 20, w), flate2::Compression::new(1)),
+            out: flate2::write::ZlibEncoder::new(BufWriter::with_capacity(1 << 20, w), flate2::Compression::new(1)),
             buf: Vec::with_capacity(64 << 10),
             last_proc: u32::MAX,
             last_page: 0,
@@ -448,7 +458,7 @@ pub enum TraceError {
 /// Reads records back, front to back.
 pub struct Reader<R: Read> {
     path: String,
-    inp: flate2::read::DeflateDecoder<R>,
+    inp: flate2::read::ZlibDecoder<R>,
     /// Decompressed bytes not yet decoded: buf[pos..len].
     buf: Box<[u8]>,
     pos: usize,
@@ -488,7 +498,7 @@ impl<R: Read> Reader<R> {
         let header: Header = serde_json::from_slice(&json).map_err(|e| bad(format!("header: {e}")))?;
         Ok(Reader {
             path: path.to_string(),
-            inp: flate2::read::DeflateDecoder::new(r),
+            inp: flate2::read::ZlibDecoder::new(r),
             buf: vec![0; 1 << 18].into_boxed_slice(),
             pos: 0,
             len: 0,
@@ -530,9 +540,14 @@ impl<R: Read> Reader<R> {
                 r => break r,
             }
         }
-        .map_err(|e| TraceError::Io {
-            path: self.path.clone(),
-            source: e,
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
+                self.bad(&format!("the compressed stream is cut short or corrupt ({e})"))
+            }
+            _ => TraceError::Io {
+                path: self.path.clone(),
+                source: e,
+            },
         })?;
         if n == 0 {
             return Err(self.bad("cut short (no end record): the recording did not finish"));

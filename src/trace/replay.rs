@@ -13,6 +13,7 @@
 
 use super::format::{Event, MapCause, MapKind, Reader, TraceError, PROT_WRITE};
 use crate::mm::madvise::Madv;
+use crate::mm::memory::FaultError;
 use crate::mm::mm_types::{MmId, VmFlags};
 use crate::mm::Kernel;
 use crate::report::{Counters, Report};
@@ -148,6 +149,8 @@ struct Replay {
     segv: u64,
     /// Recorded faults the kernel took on user memory for the program.
     kernel_faults: u64,
+    /// The model's RAM, as set, for errors.
+    ram: String,
 }
 
 /// The madvise advice the model has, by Linux's generic numbers.
@@ -176,6 +179,8 @@ fn vm_flags(prot: u8) -> VmFlags {
 }
 
 const PAGE: u64 = 4096;
+/// The end of the user address space the model gives a process (48-bit VA).
+const USER_END: u64 = 1 << 47;
 
 fn page_up(a: u64) -> u64 {
     a.next_multiple_of(PAGE)
@@ -275,6 +280,28 @@ impl Replay {
     fn event(&mut self, e: Event) -> Result<(), TraceError> {
         if !matches!(e, Event::Fault { .. }) {
             self.hit = None;
+            let ranges = match e {
+                Event::Map { start, len, .. }
+                | Event::Munmap { start, len, .. }
+                | Event::Mprotect { start, len, .. }
+                | Event::Madvise { start, len, .. } => [(start, len), (0, 0)],
+                Event::Mremap {
+                    old,
+                    old_len,
+                    new,
+                    new_len,
+                    ..
+                } => [(old, old_len), (new, new_len)],
+                Event::Brk { brk, .. } => [(brk, 0), (0, 0)],
+                _ => [(0, 0); 2],
+            };
+            for (start, len) in ranges {
+                if start.checked_add(len).is_none_or(|end| end > USER_END) {
+                    return Err(self.fail(format!(
+                        "range {start:#x}+{len:#x} is beyond the user address space (corrupt trace)"
+                    )));
+                }
+            }
         }
         match e {
             Event::Fault {
@@ -312,7 +339,8 @@ impl Replay {
                         let Some(sp) = self.space(proc) else { return Ok(()) };
                         let mut holes = Vec::new();
                         let mut at = start;
-                        for (s, x) in sp.maps.range(..end).filter(|(_, x)| x.end > start) {
+                        let from = sp.maps.range(..=start).next_back().map_or(start, |(s, _)| *s);
+                        for (s, x) in sp.maps.range(from..end).filter(|(_, x)| x.end > start) {
                             if *s > at {
                                 holes.push((at, *s));
                             }
@@ -360,10 +388,11 @@ impl Replay {
                 let end = page_up(start + len);
                 let Some(sp) = self.space(proc) else { return Ok(()) };
                 let mm = sp.mm;
+                let from = sp.maps.range(..=start).next_back().map_or(start, |(s, _)| *s);
                 let pieces: Vec<(u64, u64)> = sp
                     .maps
-                    .range(..end)
-                    .filter(|(s, m)| m.end > start && m.kind.is_anon() && **s < end)
+                    .range(from..end)
+                    .filter(|(_, m)| m.end > start && m.kind.is_anon())
                     .map(|(s, m)| ((*s).max(start), m.end.min(end)))
                     .collect();
                 for (s, e) in pieces {
@@ -466,6 +495,7 @@ impl Replay {
     }
 
     fn fault(&mut self, proc: u32, addr: u64, write: bool) -> Result<(), TraceError> {
+        let addr = addr.min(USER_END);
         let Some(p) = self.procs.get(&proc) else {
             // A process the trace never introduced: nothing to fault in.
             return Ok(());
@@ -500,19 +530,17 @@ impl Replay {
                 line.anon_faults += 1;
                 let before = self.k.mm(mm).min_flt;
                 let cpu = self.cpu_for(proc, mm);
-                if sim::user_access(&mut self.k, mm, cpu, addr, write).is_err() {
-                    self.segv += 1;
+                match sim::user_access(&mut self.k, mm, cpu, addr, write) {
+                    Ok(()) => {}
+                    Err(FaultError::Segv(_)) => self.segv += 1,
+                    Err(e @ FaultError::Oom(_)) => {
+                        return Err(self.fail(format!(
+                            "the model ran {e} with ram={} (the recorded program used more): raise --set ram",
+                            self.ram
+                        )))
+                    }
                 }
                 let after = self.k.mm(mm).min_flt;
-                if after == before && std::env::var("DBG").is_ok() {
-                    let v = self.k.mm(mm).find_vma(addr);
-                    let sh = self.spaces[s].as_ref().unwrap().find(addr);
-                    eprintln!(
-                        "nofault {proc} {addr:#x} w={write} vma={:x?} shadow={:x?}",
-                        v.map(|v| (v.start, v.end)),
-                        sh
-                    );
-                }
                 self.procs.get_mut(&proc).expect("found").line.model_faults += after - before;
             }
             Some(_) => line.other_faults += 1,
@@ -556,6 +584,17 @@ impl Replay {
 /// note); `knobs` are then written over them (`enabled`, `hugepages-64kB/enabled`, ...).
 pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)]) -> Result<Replayed, TraceError> {
     let mut rd = Reader::new(path, r)?;
+    // A trace may touch all of the model's RAM: refuse a machine the host cannot back.
+    let cfg = v.machine();
+    crate::hostmem::check_fits(
+        &format!("replaying {path} on a model with ram={}", v.get("ram")),
+        sim::host_bytes_for(&cfg, u64::MAX, 1 << 16),
+        crate::hostmem::mem_available(),
+    )
+    .map_err(|msg| TraceError::Bad {
+        path: path.to_string(),
+        msg: format!("{msg}: lower --set ram"),
+    })?;
     let mut k = sim::boot_kernel(v);
     let mut diagnostics = Vec::new();
     for (knob, value) in &rd.header.thp {
@@ -580,14 +619,15 @@ pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)
         ignored_advice: BTreeMap::new(),
         segv: 0,
         kernel_faults: 0,
+        ram: v.get("ram").to_string(),
     };
     let mut initial = Counters::new();
     sim::kernel_counters(&rp.k, &mut initial);
     let mut events = 0u64;
-    let mut kinds: BTreeMap<&'static str, i64> = BTreeMap::new();
+    let mut kinds = [0i64; Event::KINDS.len()];
     while let Some(e) = rd.next_event()? {
         events += 1;
-        *kinds.entry(e.kind()).or_default() += 1;
+        kinds[e.kind_index()] += 1;
         rp.event(e).map_err(|e| match e {
             TraceError::Bad { msg, .. } => TraceError::Bad {
                 path: path.to_string(),
@@ -609,7 +649,7 @@ pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)
     counters.insert("trace.faults.anon".into(), sum(|l| l.anon_faults));
     counters.insert("trace.faults.other".into(), sum(|l| l.other_faults));
     counters.insert("trace.faults.unmapped".into(), sum(|l| l.unmapped_faults));
-    for (kind, n) in kinds {
+    for (kind, n) in Event::KINDS.iter().zip(kinds).filter(|(_, n)| *n != 0) {
         counters.insert(format!("trace.events.{kind}"), n);
     }
     counters.insert("trace.faults.kernel".into(), rp.kernel_faults as i64);
