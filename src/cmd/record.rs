@@ -32,9 +32,11 @@ pub fn main(a: Args) -> super::CmdResult {
     };
     let t = &r.trailer;
     eprintln!(
-        "foliolab: recorded {} events in {:.2} s into {} ({} bytes, {:.2} bytes/event); the program exited {}",
+        "foliolab: recorded {} events in {:.2} s (the program's CPU {:.2} s, the recorder's {:.2} s) into {} ({} bytes, {:.2} bytes/event); the program exited {}",
         t.events,
         t.wall_ns as f64 / 1e9,
+        t.cpu_ns as f64 / 1e9,
+        t.recorder_cpu_ns as f64 / 1e9,
         a.output.display(),
         r.bytes,
         r.bytes as f64 / t.events.max(1) as f64,

@@ -280,6 +280,12 @@ pub struct Trailer {
     pub wall_ns: u64,
     /// The program's exit status (128 + signal if killed).
     pub status: i32,
+    /// CPU time (user + system) of the program and the children it waited for, and
+    /// of the recorder itself.
+    #[serde(default)]
+    pub cpu_ns: u64,
+    #[serde(default)]
+    pub recorder_cpu_ns: u64,
 }
 
 fn put(out: &mut Vec<u8>, mut v: u64) {

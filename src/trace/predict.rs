@@ -93,9 +93,13 @@ pub struct Outcome {
 #[derive(Debug, serde::Serialize)]
 pub struct Prediction {
     pub command: Vec<String>,
-    /// Wall time of the program unrecorded, and recorded, with every size off.
+    /// Wall and CPU time of the program unrecorded, and recorded, with every size off;
+    /// the recorder's own CPU time.
     pub plain_wall_ns: u64,
     pub recorded_wall_ns: u64,
+    pub plain_cpu_ns: u64,
+    pub recorded_cpu_ns: u64,
+    pub recorder_cpu_ns: u64,
     pub trace_bytes: u64,
     pub events: u64,
     pub replay_ns: Vec<u64>,
@@ -119,9 +123,10 @@ fn anon_fault_alloc(thp: &Path, sizes: &[u64]) -> Vec<(u64, i64)> {
         .collect()
 }
 
-/// Runs `command` unrecorded with ASLR off and returns its wall time.
-fn run_plain(command: &[String]) -> Result<u64, String> {
+/// Runs `command` unrecorded with ASLR off: its wall and CPU time.
+fn run_plain(command: &[String]) -> Result<(u64, u64), String> {
     use std::os::unix::process::CommandExt;
+    let cpu = record::cpu_ns(libc::RUSAGE_CHILDREN);
     let start = std::time::Instant::now();
     let mut c = std::process::Command::new(&command[0]);
     c.args(&command[1..]);
@@ -136,7 +141,10 @@ fn run_plain(command: &[String]) -> Result<u64, String> {
     if !st.success() {
         return Err(format!("{}: exited {st}", command.join(" ")));
     }
-    Ok(start.elapsed().as_nanos() as u64)
+    Ok((
+        start.elapsed().as_nanos() as u64,
+        record::cpu_ns(libc::RUSAGE_CHILDREN) - cpu,
+    ))
 }
 
 fn replay_file(path: &Path, v: &Variants, knobs: &[(String, String)]) -> Result<(Replayed, u64), String> {
@@ -165,7 +173,7 @@ pub fn predict(
     };
     let off = Setting::parse("off")?;
     write(&off.knobs(&sizes)?)?;
-    let plain_wall_ns = run_plain(command)?;
+    let (plain_wall_ns, plain_cpu_ns) = run_plain(command)?;
     let trace = |name: &str| -> PathBuf { dir.join(format!("{name}.trc")) };
     let rec = |path: &Path| {
         record::record(
@@ -230,6 +238,9 @@ pub fn predict(
         command: command.to_vec(),
         plain_wall_ns,
         recorded_wall_ns: base.trailer.wall_ns,
+        plain_cpu_ns,
+        recorded_cpu_ns: base.trailer.cpu_ns,
+        recorder_cpu_ns: base.trailer.recorder_cpu_ns,
         trace_bytes: base.bytes,
         events: base.trailer.events,
         replay_ns,
@@ -265,10 +276,18 @@ impl Prediction {
         let _ = writeln!(s, "program: {}", self.command.join(" "));
         let _ = writeln!(
             s,
-            "record overhead: {:.2} s unrecorded, {:.2} s recorded ({:+.1}%); trace {} bytes for {} events ({:.2} bytes/event)",
+            "record overhead: wall {:.2} s unrecorded, {:.2} s recorded ({:+.1}%); the program's CPU {:.2} s and {:.2} s ({:+.1}%), the recorder's own {:.2} s",
             secs(self.plain_wall_ns),
             secs(self.recorded_wall_ns),
             error_pct(self.recorded_wall_ns, self.plain_wall_ns),
+            secs(self.plain_cpu_ns),
+            secs(self.recorded_cpu_ns),
+            error_pct(self.recorded_cpu_ns, self.plain_cpu_ns),
+            secs(self.recorder_cpu_ns),
+        );
+        let _ = writeln!(
+            s,
+            "trace: {} bytes for {} events ({:.2} bytes/event)",
             self.trace_bytes,
             self.events,
             self.trace_bytes as f64 / self.events.max(1) as f64

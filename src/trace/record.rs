@@ -751,6 +751,21 @@ fn spawn_stopped(command: &[String], no_aslr: bool) -> Result<Child, RecordError
     })
 }
 
+/// User + system time of a rusage.
+pub fn rusage_ns(ru: &libc::rusage) -> u64 {
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// getrusage(`who`) as user + system nanoseconds.
+pub fn cpu_ns(who: libc::c_int) -> u64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(who, &mut ru) };
+    rusage_ns(&ru)
+}
+
 /// Records `o.command` into `o.output`.
 pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
     if !cfg!(target_arch = "x86_64") {
@@ -829,6 +844,9 @@ pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
     let mut prev_round_max = 0u64;
     let mut buf = Vec::new();
     let mut status = None;
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let self_cpu = cpu_ns(libc::RUSAGE_SELF);
     loop {
         let done = status.is_some();
         let mut round_max = 0u64;
@@ -861,8 +879,8 @@ pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
             break;
         }
         let mut st = 0;
-        // SAFETY: polling our own child.
-        if unsafe { libc::waitpid(child.pid, &mut st, libc::WNOHANG) } == child.pid {
+        // SAFETY: polling our own child; ru is a valid rusage to fill.
+        if unsafe { libc::wait4(child.pid, &mut st, libc::WNOHANG, &mut ru) } == child.pid {
             status = Some(if libc::WIFSIGNALED(st) {
                 128 + libc::WTERMSIG(st)
             } else {
@@ -892,6 +910,8 @@ pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
         events: t.out.events(),
         wall_ns,
         status: status.unwrap_or(0),
+        cpu_ns: rusage_ns(&ru),
+        recorder_cpu_ns: cpu_ns(libc::RUSAGE_SELF) - self_cpu,
     };
     let file = t.out.finish(&trailer).map_err(io_err)?;
     let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
