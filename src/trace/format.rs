@@ -780,6 +780,8 @@ mod tests {
             events: events.len() as u64,
             wall_ns: 5,
             status: 0,
+            cpu_ns: 4,
+            recorder_cpu_ns: 1,
         })
         .unwrap()
     }

@@ -179,6 +179,8 @@ fn vm_flags(prot: u8) -> VmFlags {
 }
 
 const PAGE: u64 = 4096;
+/// setup_arg_pages' stack_expand: what exec adds below the argument pages.
+const STACK_EXPAND: u64 = 128 << 10;
 /// The end of the user address space the model gives a process (48-bit VA).
 const USER_END: u64 = 1 << 47;
 
@@ -330,6 +332,31 @@ impl Replay {
                     nohuge,
                 };
                 match cause {
+                    // The stack grown by a fault below it (expand_downwards reports it).
+                    MapCause::Mmap if kind == MapKind::Stack && self.stack_of(proc, end).is_some() => {
+                        let low = self.stack_of(proc, end).expect("just found");
+                        if start < low {
+                            self.grow_stack(proc, low, start);
+                        }
+                        Ok(())
+                    }
+                    // exec's stack: the arguments and environment are already in its
+                    // top pages, put there by get_user_pages (no fault the trace
+                    // records), and setup_arg_pages grew it by 128K below them.
+                    MapCause::Mmap if kind == MapKind::Stack && len > STACK_EXPAND => {
+                        self.unmap(proc, start, end);
+                        let args = start + STACK_EXPAND;
+                        self.map(proc, args, m, false)?;
+                        let mm = self.space(proc).expect("just mapped").mm;
+                        self.k
+                            .mm_populate(mm, args, end)
+                            .map_err(|e| self.fail(format!("exec's argument pages in the model: {e}")))?;
+                        self.k.expand_downwards(mm, args, start);
+                        let sp = self.space(proc).expect("just mapped");
+                        sp.maps.remove(&args);
+                        sp.maps.insert(start, m);
+                        Ok(())
+                    }
                     MapCause::Mmap => {
                         self.unmap(proc, start, end);
                         self.map(proc, start, m, false)
@@ -494,6 +521,23 @@ impl Replay {
         }
     }
 
+    /// The start of the process's stack mapping that ends at `end`, if it has one.
+    fn stack_of(&mut self, proc: u32, end: u64) -> Option<u64> {
+        let sp = self.space(proc)?;
+        let (s, m) = sp.maps.range(..end).next_back()?;
+        (m.kind == MapKind::Stack && m.end == end).then_some(*s)
+    }
+
+    /// expand_downwards of the stack mapping starting at `start`, model and shadow.
+    fn grow_stack(&mut self, proc: u32, start: u64, low: u64) {
+        let Some(sp) = self.space(proc) else { return };
+        let Some(m) = sp.maps.remove(&start) else { return };
+        sp.maps.insert(low, m);
+        let mm = sp.mm;
+        self.k.expand_downwards(mm, start, low);
+        self.hit = None;
+    }
+
     fn fault(&mut self, proc: u32, addr: u64, write: bool) -> Result<(), TraceError> {
         let addr = addr.min(USER_END);
         let Some(p) = self.procs.get(&proc) else {
@@ -515,10 +559,7 @@ impl Replay {
             None => match sp.maps.range(addr..).next() {
                 Some((&start, &m)) if m.kind == MapKind::Stack => {
                     let low = addr & !(PAGE - 1);
-                    sp.maps.remove(&start);
-                    sp.maps.insert(low, m);
-                    self.k.expand_downwards(mm, start, low);
-                    self.hit = None;
+                    self.grow_stack(proc, start, low);
                     Some((low, m))
                 }
                 _ => None,
@@ -783,6 +824,21 @@ mod tests {
                 (p.anon_faults, p.other_faults, p.unmapped_faults, p.model_faults),
                 (0, 1, 1, 0)
             );
+        }
+
+        #[test]
+        fn exec_stack_argument_pages_are_present_and_growth_keeps_the_stack() {
+            let top = A + 1024 * PAGE;
+            let stack = |len| map(0, top - len, len, MapKind::Stack);
+            // 128K below two pages of arguments; then grown by 4 pages.
+            let mut e = vec![exec(0), stack(STACK_EXPAND + 2 * PAGE)];
+            e.extend(writes(0, top - 4 * PAGE, 4));
+            e.push(stack(STACK_EXPAND + 6 * PAGE));
+            e.extend(writes(0, top - 4 * PAGE, 4));
+            let r = run(&e, &[]);
+            // The argument pages never fault; the two below them fault once each.
+            assert_eq!(r.processes[0].model_faults, 2);
+            assert_eq!(r.processes[0].anon_faults, 8);
         }
 
         #[test]
