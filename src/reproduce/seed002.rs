@@ -89,6 +89,10 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
         large_ns / 1e6
     ));
     notes.push("wall time: the model times the kernel's work only; the build's user time is not modelled".into());
+    notes.push(
+        "kernel time: the model's is the anonymous-memory work it models (faults, zap, teardown at exit); the seed's also holds syscalls, file I/O and exec, which large anonymous folios leave alone, so the model's change is the larger"
+            .into(),
+    );
     notes.sort();
     notes.dedup();
     r.notes.insert(SEED.into(), notes);
