@@ -7,7 +7,8 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {
     /// An mTHP setting to predict and measure: sizes set to always, joined by `+`
-    /// (default: 64K and 16K+64K).
+    /// (default: 64K and 16K+64K); `off`, the program run again as recorded, always
+    /// comes first.
     #[arg(long = "mthp", value_name = "64K|16K+64K|...")]
     pub mthp: Vec<String>,
     /// Keep the traces in DIR (default: a temporary directory, removed afterwards).
@@ -28,7 +29,11 @@ pub fn main(a: Args) -> super::CmdResult {
     } else {
         a.mthp.clone()
     };
-    let settings = names.iter().map(|s| Setting::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    // `off` first: the program run again as recorded, its own run-to-run variation.
+    let settings = std::iter::once("off")
+        .chain(names.iter().map(String::as_str).filter(|n| *n != "off"))
+        .map(Setting::parse)
+        .collect::<Result<Vec<_>, _>>()?;
     let tmp = std::env::temp_dir().join(format!("foliolab-predict-{}", std::process::id()));
     let dir = a.dir.clone().unwrap_or_else(|| tmp.clone());
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -155,7 +155,8 @@ fn replay_file(path: &Path, v: &Variants, knobs: &[(String, String)]) -> Result<
 }
 
 /// Records `command` with every size off and under each setting, predicting each.
-/// Traces go to `dir` as `off.trc` and `<setting>.trc`.
+/// Traces go to `dir` as `off.trc` (the recording replayed) and
+/// `<setting>.measured.trc`.
 pub fn predict(
     command: &[String],
     settings: &[Setting],
@@ -198,7 +199,7 @@ pub fn predict(
     for s in settings {
         write(&s.knobs(&sizes)?)?;
         let before = anon_fault_alloc(thp, &s.sizes_kb);
-        let r = rec(&trace(&s.name))?;
+        let r = rec(&trace(&format!("{}.measured", s.name)))?;
         let after = anon_fault_alloc(thp, &s.sizes_kb);
         write(&off.knobs(&sizes)?)?;
         let host: Vec<(u64, i64)> = after.iter().zip(&before).map(|(a, b)| (a.0, a.1 - b.1)).collect();
@@ -210,7 +211,7 @@ pub fn predict(
     for (s, (rec, host)) in settings.iter().zip(measured) {
         let (pred, ns) = replay_file(&trace("off"), v, &s.knobs(&sizes)?)?;
         replay_ns.push(ns);
-        let (meas, _) = replay_file(&trace(&s.name), v, &[])?;
+        let (meas, _) = replay_file(&trace(&format!("{}.measured", s.name)), v, &[])?;
         outcomes.push(Outcome {
             setting: s.name.clone(),
             alloc_predicted: s
@@ -257,18 +258,7 @@ fn error_pct(pred: u64, meas: u64) -> f64 {
 }
 
 impl Prediction {
-    /// Whether every process's prediction equals its measurement.
-    pub fn exact(&self) -> bool {
-        self.outcomes.iter().all(|o| {
-            o.predicted.len() == o.measured.len()
-                && o.predicted
-                    .iter()
-                    .zip(&o.measured)
-                    .all(|(p, m)| p.model_faults == m.anon_faults)
-        })
-    }
-
-    /// The table: one row per setting and process, then the totals.
+    /// The table: one row per setting and command, then the totals.
     pub fn render(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
@@ -304,50 +294,48 @@ impl Prediction {
         }
         let _ = writeln!(
             s,
-            "\nanonymous faults: predicted by replaying the trace recorded with every size off; measured running under the setting\n"
+            "\nanonymous faults: predicted by replaying the trace recorded with every size off; measured running under the setting\n(off: the program run again as recorded, so its error is the program's own run-to-run variation)\n"
         );
         let _ = writeln!(
             s,
-            "{:<10} {:>5} {:<16} {:>12} {:>12} {:>9}",
-            "mTHP", "proc", "comm", "predicted", "measured", "error"
+            "{:<10} {:<16} {:>5} {:>12} {:>12} {:>9}",
+            "mTHP", "command", "procs", "predicted", "measured", "error"
         );
         for o in &self.outcomes {
-            if o.predicted.len() != o.measured.len() {
-                let _ = writeln!(
-                    s,
-                    "{:<10} the measured run had {} processes, the recording {}: compared in total only",
-                    o.setting,
-                    o.measured.len(),
-                    o.predicted.len()
-                );
-            } else {
-                for (p, m) in o.predicted.iter().zip(&o.measured) {
-                    let _ = writeln!(
-                        s,
-                        "{:<10} {:>5} {:<16} {:>12} {:>12} {:>8.2}%",
-                        o.setting,
-                        p.proc,
-                        p.comm,
-                        p.model_faults,
-                        m.anon_faults,
-                        error_pct(p.model_faults, m.anon_faults)
-                    );
+            // By command: a parallel build runs its processes in another order each
+            // time, so the n-th process of one run need not be the n-th of the other.
+            let mut by: Vec<(String, u64, u64, u64)> = Vec::new();
+            for (lines, measured) in [(&o.predicted, false), (&o.measured, true)] {
+                for l in lines.iter() {
+                    let i = match by.iter().position(|b| b.0 == l.comm) {
+                        Some(i) => i,
+                        None => {
+                            by.push((l.comm.clone(), 0, 0, 0));
+                            by.len() - 1
+                        }
+                    };
+                    if measured {
+                        by[i].3 += l.anon_faults;
+                    } else {
+                        by[i].1 += 1;
+                        by[i].2 += l.model_faults;
+                    }
                 }
             }
-            let (pt, mt): (u64, u64) = (
-                o.predicted.iter().map(|l| l.model_faults).sum(),
-                o.measured.iter().map(|l| l.anon_faults).sum(),
-            );
-            let _ = writeln!(
-                s,
-                "{:<10} {:>5} {:<16} {:>12} {:>12} {:>8.2}%",
-                o.setting,
-                "all",
-                "",
-                pt,
-                mt,
-                error_pct(pt, mt)
-            );
+            let (pt, mt) = (by.iter().map(|b| b.2).sum(), by.iter().map(|b| b.3).sum());
+            by.push(("all".into(), o.predicted.len() as u64, pt, mt));
+            for (comm, procs, p, m) in by {
+                let _ = writeln!(
+                    s,
+                    "{:<10} {:<16} {:>5} {:>12} {:>12} {:>8.2}%",
+                    o.setting,
+                    comm,
+                    procs,
+                    p,
+                    m,
+                    error_pct(p, m)
+                );
+            }
         }
         let _ = writeln!(
             s,
