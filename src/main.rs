@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         Command::Machines(a) => cmd::machines::main(a),
         Command::Kernels(a) => cmd::kernels::main(a),
         Command::Record(a) => cmd::record::main(a),
-        Command::Replay(a) => cmd::replay::main(a),
+        Command::Replay(a) => cmd::replay::main(a, &cli.store),
         Command::Predict(a) => cmd::predict::main(a),
     };
     match r {

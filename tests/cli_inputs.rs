@@ -403,3 +403,21 @@ fn record_of_a_missing_program_is_a_clear_error() {
         "a failed recording leaves no trace file"
     );
 }
+
+#[test]
+fn replay_each_thp_puts_the_settings_side_by_side() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/sqlite3-cc-O2.trc");
+    let trace = trace.to_str().unwrap();
+    let out = foliolab(&["replay", "--no-store", trace, "--each", "thp=off,64K"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let faults = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("model.faults"))
+        .unwrap();
+    // The reference build: 105093 anonymous faults with order-0 folios, 23575 with 64K.
+    let cells: Vec<&str> = faults.split_whitespace().collect();
+    assert_eq!(cells[..3], ["model.faults", "105093", "23575"], "{faults}");
+    assert!(error_line(&["replay", trace, "--each", "thp=off,48K"]).contains("no 48kB size here"));
+    assert!(error_line(&["replay", trace, "--each", "thp=64K"]).contains("expected at least two values"));
+}

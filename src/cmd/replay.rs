@@ -1,4 +1,5 @@
-//! `foliolab replay TRACE [--set ...] [--kernel K] [--machine M] [--json]`.
+//! `foliolab replay TRACE [--set ...] [--thp ...] [--kernel K] [--machine M]
+//! [--each KEY=V1,V2,...] [--json | --print]`.
 
 use crate::sim::{kernels, variants, Variants};
 use crate::trace::replay::{self, Replayed};
@@ -22,6 +23,14 @@ pub struct Args {
     /// Add modeled time on a machine profile (`foliolab machines`, or a .toml path).
     #[arg(long, value_name = "NAME|PATH.toml")]
     pub machine: Option<String>,
+    /// Replay once per value of KEY and print the replays side by side: `thp` takes mTHP
+    /// settings (`off`, `64K`, `16K+64K`: the sizes set to always, every other never),
+    /// `kernel` releases, any other KEY a variant's values.
+    #[arg(long, value_name = "KEY=V1,V2[,...]", conflicts_with = "print")]
+    pub each: Option<String>,
+    /// With --each, also show the counters every replay agrees on.
+    #[arg(long, requires = "each")]
+    pub all: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -30,7 +39,7 @@ pub struct Args {
     pub print: bool,
 }
 
-pub fn main(a: Args) -> super::CmdResult {
+pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let machine = crate::time::Machine::load(a.machine.as_deref(), &a.sets)?;
     let sets = machine.as_ref().map_or(&a.sets, |m| &m.sets);
     let kernel = a.kernel.unwrap_or(*kernels::KERNELS.last().expect("a preset"));
@@ -40,14 +49,11 @@ pub fn main(a: Args) -> super::CmdResult {
     if a.print {
         return print(&a.trace, file);
     }
-    let start = std::time::Instant::now();
-    let r = replay::replay(&a.trace, file, &v, &knobs)?;
-    let secs = start.elapsed().as_secs_f64();
-    eprintln!(
-        "foliolab: replayed {} events in {secs:.2} s ({:.1} M events/s)",
-        r.events,
-        r.events as f64 / secs / 1e6
-    );
+    drop(file);
+    if let Some(each) = &a.each {
+        return main_each(&a, each, sets, &v, &knobs, machine.as_ref(), db);
+    }
+    let r = replay_one(&a.trace, &v, &knobs, machine.as_ref(), db)?;
     if a.json {
         let mut j = serde_json::to_value(&r)?;
         if let Some(m) = &machine {
@@ -62,6 +68,99 @@ pub fn main(a: Args) -> super::CmdResult {
         None => crate::cmd::run::summary(&r.report),
     };
     super::emit(&(text + &processes(&r)))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One replay of `trace`, timed on stderr and kept in the results store.
+fn replay_one(
+    trace: &str,
+    v: &Variants,
+    knobs: &[(String, String)],
+    machine: Option<&crate::time::Machine>,
+    db: &super::StoreArgs,
+) -> Result<Replayed, Box<dyn std::error::Error>> {
+    let file = std::fs::File::open(trace).map_err(|e| format!("{trace}: {e}"))?;
+    let start = std::time::Instant::now();
+    let r = replay::replay(trace, file, v, knobs)?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "foliolab: replayed {} events in {secs:.2} s ({:.1} M events/s)",
+        r.events,
+        r.events as f64 / secs / 1e6
+    );
+    let result = match machine {
+        Some(m) => crate::time::annotate(&r.report, &crate::time::model(&m.profile, &r.report), &m.applied),
+        None => serde_json::to_value(&r.report)?,
+    };
+    let knob_text: Vec<String> = knobs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    super::record(
+        db,
+        &crate::store::NewRun {
+            kind: "replay",
+            workload: Some((trace, &knob_text.join(" "))),
+            machine: machine.map(|m| m.profile.name.as_str()),
+            host_kernel: None,
+            wall_ms: secs * 1e3,
+            result,
+        },
+    );
+    Ok(r)
+}
+
+/// `--each KEY=V1,V2,...`: a replay per value, side by side.
+fn main_each(
+    a: &Args,
+    each: &str,
+    sets: &[String],
+    v: &Variants,
+    knobs: &[(String, String)],
+    machine: Option<&crate::time::Machine>,
+    db: &super::StoreArgs,
+) -> super::CmdResult {
+    type Column = (String, Variants, Vec<(String, String)>);
+    let (title, columns): (String, Vec<Column>) = if let Some(list) = each.strip_prefix("thp=") {
+        let g = v.machine().granule;
+        let k = crate::mm::thp_sysfs::ThpKnobs::new(g);
+        let sizes: Vec<u64> = k.anon_orders().map(|o| k.size_kb(o)).collect();
+        let names: Vec<&str> = list.split(',').collect();
+        if names.len() < 2 {
+            return Err(format!("--each {each}: expected at least two values").into());
+        }
+        let columns = names
+            .iter()
+            .map(|n| {
+                let s = crate::trace::predict::Setting::parse(n)?;
+                let mut col = knobs.to_vec();
+                col.extend(s.knobs(&sizes)?);
+                Ok((n.to_string(), v.clone(), col))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        ("thp: the mTHP sizes set to always (every other never)".into(), columns)
+    } else if each.starts_with("kernel=") {
+        let (title, cols) = super::run::each_kernel(each, a.kernel.is_some(), sets)?;
+        (title, cols.into_iter().map(|(l, v)| (l, v, knobs.to_vec())).collect())
+    } else {
+        let (key, values) = super::run::parse_each(each, sets)?;
+        let columns = values
+            .iter()
+            .map(|value| {
+                let mut v = v.clone();
+                v.set(key.name, value).map(|()| (value.to_string(), v, knobs.to_vec()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        (format!("{}: {}", key.name, key.about), columns)
+    };
+    let mut runs = Vec::with_capacity(columns.len());
+    for (label, v, knobs) in columns {
+        runs.push((label, replay_one(&a.trace, &v, &knobs, machine, db)?));
+    }
+    if a.json {
+        let runs: Vec<&Replayed> = runs.iter().map(|(_, r)| r).collect();
+        super::emit(&(serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))? + "\n"))?;
+    } else {
+        let reports: Vec<(String, crate::report::Report)> = runs.into_iter().map(|(l, r)| (l, r.report)).collect();
+        super::emit(&crate::compare::compare(&title, &reports, a.all))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -113,7 +113,11 @@ fn write_html(
 
 /// `--each kernel=K1,K2[,...]`: a column per release preset (not with `--kernel`), the
 /// user's `--set`s over each.
-fn each_kernel(each: &str, kernel_given: bool, sets: &[String]) -> Result<(String, Vec<(String, Variants)>), String> {
+pub(crate) fn each_kernel(
+    each: &str,
+    kernel_given: bool,
+    sets: &[String],
+) -> Result<(String, Vec<(String, Variants)>), String> {
     if kernel_given {
         return Err("--each kernel=...: also given with --kernel".into());
     }
@@ -142,7 +146,7 @@ fn each_kernel(each: &str, kernel_given: bool, sets: &[String]) -> Result<(Strin
 }
 
 /// `--each KEY=V1,V2[,...]`: a known key not also given with `--set`, and its values.
-fn parse_each<'e>(each: &'e str, sets: &[String]) -> Result<(&'static variants::Key, Vec<&'e str>), String> {
+pub(crate) fn parse_each<'e>(each: &'e str, sets: &[String]) -> Result<(&'static variants::Key, Vec<&'e str>), String> {
     let (name, list) = each
         .split_once('=')
         .ok_or_else(|| format!("--each {each}: expected KEY=V1,V2[,...]"))?;
