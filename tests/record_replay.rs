@@ -150,3 +150,44 @@ fn predictions_under_mthp_equal_the_host_per_process() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn ctrl_c_ends_the_program_and_the_trace_is_still_complete() {
+    use std::os::unix::process::CommandExt;
+    if let Some(why) = skip_unless_root() {
+        println!("SKIP ctrl_c_ends_the_program_and_the_trace_is_still_complete: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("foliolab-sigint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trc = dir.join("sleep.trc");
+    // Its own process group, as a terminal's foreground job: Ctrl-C reaches every member.
+    let mut rec = Command::new(bin())
+        .args(["record", "-o", trc.to_str().unwrap(), "--", "sleep", "30"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    // Signal once the program has exec'd (the recording is on by then: it starts at
+    // the exec): a child of the recorder whose comm is sleep.
+    let start = std::time::Instant::now();
+    let execd = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // pid (comm) state ppid ...
+            stat.contains("(sleep) ")
+                && stat.rsplit(") ").next().and_then(|r| r.split_whitespace().nth(1)) == Some(&rec.id().to_string())
+        })
+    };
+    while !execd() {
+        assert!(start.elapsed().as_secs() < 20, "the program never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SAFETY: signalling the recorder's own process group.
+    assert_eq!(unsafe { libc::kill(-(rec.id() as i32), libc::SIGINT) }, 0);
+    assert!(rec.wait().unwrap().success(), "the recorder must finish the trace");
+    let text = run_ok(&["replay", "--print", trc.to_str().unwrap()]);
+    let end = text.lines().last().unwrap();
+    assert!(end.starts_with("end ") && end.contains("\"status\":130"), "{end}");
+    assert!(text.contains(" exec sleep"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -698,6 +698,29 @@ pub fn thp_knobs(dir: &Path) -> Vec<(String, String)> {
     knobs
 }
 
+/// SIGINT ignored while alive; the previous disposition restored on drop.
+struct IgnoreSigint(libc::sigaction);
+
+impl IgnoreSigint {
+    fn new() -> IgnoreSigint {
+        // SAFETY: all-zero sigactions are valid to fill; SIG_IGN needs no handler.
+        unsafe {
+            let mut ign: libc::sigaction = std::mem::zeroed();
+            ign.sa_sigaction = libc::SIG_IGN;
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGINT, &ign, &mut old);
+            IgnoreSigint(old)
+        }
+    }
+}
+
+impl Drop for IgnoreSigint {
+    fn drop(&mut self) {
+        // SAFETY: restoring the disposition saved in new.
+        unsafe { libc::sigaction(libc::SIGINT, &self.0, std::ptr::null_mut()) };
+    }
+}
+
 /// Forks the program stopped on a pipe, so the events exist before it execs.
 struct Child {
     pid: i32,
@@ -796,6 +819,9 @@ pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
         no_aslr: o.no_aslr,
     };
     let out = Writer::new(file, &header).map_err(|e| RecordError::Io(o.output.display().to_string(), e))?;
+    // Ctrl-C is for the program (as under perf record or time): it ends it, and the
+    // trace still gets its end record, with status 130. The disposition is put back.
+    let _sigint = IgnoreSigint::new();
     let child = spawn_stopped(o.command, o.no_aslr)?;
     let kill = |e: RecordError| {
         // SAFETY: the child is ours and has not been reaped.
