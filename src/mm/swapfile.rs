@@ -1,0 +1,443 @@
+//! mm/swapfile.c: a swap device's slots and its cluster allocator, as 6.18 has them,
+//! for a zram-like device: a solid-state block device (so each CPU keeps a cluster per
+//! order, and large folios may get slots) that never discards.
+//!
+//! ```text
+//!  slot   0      1 ...  511 | 512 ... 1023 | 1024 ...        (4K pages, THP_SWAP)
+//!        [hdr][           ] [             ] [         ]
+//!         cluster 0           cluster 1       cluster 2 ...
+//!  lists: free (empty clusters), nonfull[order] (freed into), frag[order]
+//!         (allocated from, not full), full
+//! ```
+//! A cluster serves one order at a time, set by its first allocation; an allocation
+//! of order o takes a free, naturally aligned run of 2^o slots. folio_alloc_swap tries
+//! this CPU's cluster for the order first (swap_alloc_fast), then nonfull[order], one
+//! free cluster, one frag[order] cluster and, for order 0, any cluster of a higher
+//! order (cluster_alloc_swap_entry). The header slot 0 starts cluster 0 on nonfull[0].
+
+use std::collections::VecDeque;
+
+/// The swap cache holds the slot (the folio being written, or read back).
+pub const SWAP_HAS_CACHE: u8 = 0x40;
+/// An unusable slot: the header.
+const SWAP_MAP_BAD: u8 = 0x3f;
+/// The largest reference count a slot's map byte holds before continuation pages.
+const SWAP_MAP_MAX: u8 = 0x3e;
+
+/// Which list a cluster is on (its `flags`); `None` while a CPU's allocation holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum List {
+    None,
+    Free,
+    Nonfull,
+    Frag,
+    Full,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cluster {
+    /// Slots in use (allocated, or unusable).
+    count: u32,
+    /// The order it serves (0 once empty again).
+    order: u8,
+    list: List,
+}
+
+/// One swapon'd device (swap_info_struct).
+pub struct SwapInfo {
+    /// swap_map: per slot its references and SWAP_HAS_CACHE, 0 when free.
+    map: Vec<u8>,
+    /// SWAPFILE_CLUSTER: a PMD's worth of slots with THP_SWAP, else 256.
+    cluster_slots: u64,
+    clusters: Vec<Cluster>,
+    free: VecDeque<u32>,
+    nonfull: Vec<VecDeque<u32>>,
+    frag: Vec<VecDeque<u32>>,
+    full: VecDeque<u32>,
+    /// percpu_swap_cluster.offset[order] of each CPU: where its next allocation of
+    /// that order looks first (0: none).
+    percpu: Vec<Vec<u64>>,
+    /// Slots in use, the header excluded.
+    pub inuse_pages: u64,
+}
+
+impl SwapInfo {
+    /// swapon of a device of `pages` pages (the header included), with clusters of
+    /// `cluster_slots` and orders below `nr_orders`, for `ncpus` CPUs.
+    pub fn swapon(pages: u64, cluster_slots: u64, nr_orders: usize, ncpus: usize) -> Result<SwapInfo, String> {
+        if pages < 2 {
+            return Err(format!("a swap device of {pages} pages has no slot beyond its header"));
+        }
+        let nr_clusters = pages.div_ceil(cluster_slots);
+        let mut clusters = vec![
+            Cluster {
+                count: 0,
+                order: 0,
+                list: List::None,
+            };
+            nr_clusters as usize
+        ];
+        // setup_clusters: the header, and the slots past the end of the last cluster,
+        // count as used, so their clusters start on nonfull[0].
+        clusters[0].count += 1;
+        let tail = nr_clusters * cluster_slots - pages;
+        clusters[nr_clusters as usize - 1].count += tail as u32;
+        let mut si = SwapInfo {
+            map: vec![0; pages as usize],
+            cluster_slots,
+            clusters,
+            free: VecDeque::new(),
+            nonfull: vec![VecDeque::new(); nr_orders],
+            frag: vec![VecDeque::new(); nr_orders],
+            full: VecDeque::new(),
+            percpu: vec![vec![0; nr_orders]; ncpus],
+            inuse_pages: 0,
+        };
+        si.map[0] = SWAP_MAP_BAD;
+        for i in 0..nr_clusters as u32 {
+            if si.clusters[i as usize].count > 0 {
+                si.move_cluster(i, List::Nonfull);
+            } else {
+                si.move_cluster(i, List::Free);
+            }
+        }
+        Ok(si)
+    }
+
+    /// Slots the device has, the header included.
+    pub fn max(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// The list of `kind` for clusters of `order`.
+    fn list_mut(&mut self, kind: List, order: u8) -> Option<&mut VecDeque<u32>> {
+        match kind {
+            List::Free => Some(&mut self.free),
+            List::Nonfull => Some(&mut self.nonfull[order as usize]),
+            List::Frag => Some(&mut self.frag[order as usize]),
+            List::Full => Some(&mut self.full),
+            List::None => None,
+        }
+    }
+
+    /// move_cluster: take `ci` off its list (if any) and append it to `to`.
+    fn move_cluster(&mut self, ci: u32, to: List) {
+        self.take_off_list(ci);
+        let order = self.clusters[ci as usize].order;
+        if let Some(l) = self.list_mut(to, order) {
+            l.push_back(ci);
+        }
+        self.clusters[ci as usize].list = to;
+    }
+
+    fn take_off_list(&mut self, ci: u32) {
+        let c = self.clusters[ci as usize];
+        if let Some(l) = self.list_mut(c.list, c.order) {
+            let pos = l
+                .iter()
+                .position(|&x| x == ci)
+                .expect("a cluster on the list its flag names");
+            l.remove(pos);
+        }
+        self.clusters[ci as usize].list = List::None;
+    }
+
+    /// isolate_lock_cluster: the first cluster of a list, taken off it.
+    fn isolate(&mut self, kind: List, order: u8) -> Option<u32> {
+        let ci = *self.list_mut(kind, order)?.front()?;
+        self.take_off_list(ci);
+        Some(ci)
+    }
+
+    fn cluster_of(&self, offset: u64) -> u32 {
+        (offset / self.cluster_slots) as u32
+    }
+
+    /// cluster_is_usable: any cluster for order 0; an empty one or one of this order
+    /// for a large allocation.
+    fn usable(&self, ci: u32, order: u8) -> bool {
+        let c = self.clusters[ci as usize];
+        order == 0 || c.count == 0 || c.order == order
+    }
+
+    /// relocate_cluster after an allocation: free, frag or full by its count.
+    fn relocate(&mut self, ci: u32) {
+        let c = self.clusters[ci as usize];
+        if c.count == 0 {
+            if c.list != List::Free {
+                self.free_cluster(ci);
+            }
+        } else if (c.count as u64) < self.cluster_slots {
+            if c.list != List::Frag {
+                self.move_cluster(ci, List::Frag);
+            }
+        } else if c.list != List::Full {
+            self.move_cluster(ci, List::Full);
+        }
+    }
+
+    /// __free_cluster: back to the tail of the free list, serving no order.
+    fn free_cluster(&mut self, ci: u32) {
+        self.take_off_list(ci);
+        self.clusters[ci as usize].order = 0;
+        self.move_cluster(ci, List::Free);
+    }
+
+    /// alloc_swap_scan_cluster: the first free aligned run of 2^order slots in `ci` at
+    /// or after `offset`; relocates the cluster and points `cpu`'s offset for the order
+    /// past the run (or nowhere once the cluster is full or scanned to its end).
+    fn scan_cluster(&mut self, cpu: usize, ci: u32, mut offset: u64, order: u8) -> Option<u64> {
+        let nr = 1u64 << order;
+        let start = ci as u64 * self.cluster_slots;
+        let end = (start + self.cluster_slots).min(self.max());
+        let mut found = None;
+        let mut next = 0;
+        let c = self.clusters[ci as usize];
+        if end >= nr && c.count as u64 + nr <= self.cluster_slots {
+            let last = end - nr;
+            while offset <= last {
+                let empty = self.clusters[ci as usize].count == 0;
+                if empty
+                    || self.map[offset as usize..(offset + nr) as usize]
+                        .iter()
+                        .all(|&m| m == 0)
+                {
+                    // cluster_alloc_range: the first allocation sets the cluster's order.
+                    let cl = &mut self.clusters[ci as usize];
+                    if cl.count == 0 {
+                        cl.order = order;
+                    }
+                    cl.count += nr as u32;
+                    self.map[offset as usize..(offset + nr) as usize].fill(SWAP_HAS_CACHE);
+                    self.inuse_pages += nr;
+                    found = Some(offset);
+                    offset += nr;
+                    if (self.clusters[ci as usize].count as u64) < self.cluster_slots && offset <= last {
+                        next = offset;
+                    }
+                    break;
+                }
+                offset += nr;
+            }
+        }
+        self.relocate(ci);
+        self.percpu[cpu][order as usize] = next;
+        found
+    }
+
+    /// alloc_swap_scan_list: isolate clusters of a list in turn (all of them, or just
+    /// the first) until one yields a run.
+    fn scan_list(&mut self, cpu: usize, kind: List, list_order: u8, order: u8, all: bool) -> Option<u64> {
+        loop {
+            let ci = self.isolate(kind, list_order)?;
+            let offset = ci as u64 * self.cluster_slots;
+            if let Some(found) = self.scan_cluster(cpu, ci, offset, order) {
+                return Some(found);
+            }
+            if !all {
+                return None;
+            }
+        }
+    }
+
+    /// folio_alloc_swap's slot search for a folio of `order` reclaimed on `cpu`:
+    /// swap_alloc_fast, then cluster_alloc_swap_entry. The slots come back with the
+    /// swap cache holding them. None when no run of the order is left.
+    pub fn folio_alloc_swap(&mut self, cpu: usize, order: u8) -> Option<u64> {
+        if (1u64 << order) > self.cluster_slots {
+            return None;
+        }
+        let offset = self.percpu[cpu][order as usize];
+        if offset != 0 {
+            let ci = self.cluster_of(offset);
+            if self.usable(ci, order) {
+                let from = if self.clusters[ci as usize].count == 0 {
+                    ci as u64 * self.cluster_slots
+                } else {
+                    offset
+                };
+                // The cluster stays on whatever list it is on; relocate moves it.
+                if let Some(found) = self.scan_cluster(cpu, ci, from, order) {
+                    return Some(found);
+                }
+            }
+        }
+        self.cluster_alloc_swap_entry(cpu, order)
+    }
+
+    /// cluster_alloc_swap_entry for a non-discarding solid-state device.
+    fn cluster_alloc_swap_entry(&mut self, cpu: usize, order: u8) -> Option<u64> {
+        let pmd_order = self.cluster_slots.trailing_zeros() as u8;
+        if order < pmd_order {
+            if let Some(f) = self.scan_list(cpu, List::Nonfull, order, order, true) {
+                return Some(f);
+            }
+        }
+        if let Some(f) = self.scan_list(cpu, List::Free, 0, order, false) {
+            return Some(f);
+        }
+        if order < pmd_order {
+            if let Some(f) = self.scan_list(cpu, List::Frag, order, order, false) {
+                return Some(f);
+            }
+        }
+        if order > 0 {
+            return None;
+        }
+        // Order 0 takes a slot from clusters of any higher order.
+        for o in 1..self.nonfull.len() as u8 {
+            if let Some(f) = self.scan_list(cpu, List::Frag, o, 0, true) {
+                return Some(f);
+            }
+            if let Some(f) = self.scan_list(cpu, List::Nonfull, o, 0, true) {
+                return Some(f);
+            }
+        }
+        None
+    }
+
+    /// swap_duplicate: one more pte refers to the slot (fork).
+    pub fn swap_duplicate(&mut self, offset: u64) {
+        let m = &mut self.map[offset as usize];
+        assert!(
+            *m & !SWAP_HAS_CACHE < SWAP_MAP_MAX,
+            "slot {offset}: count continuation is not modelled"
+        );
+        *m += 1;
+    }
+
+    /// A pte's reference to the slot is gone (zap, or swap-in).
+    pub fn swap_entry_put(&mut self, offset: u64) {
+        let m = &mut self.map[offset as usize];
+        assert!(*m & !SWAP_HAS_CACHE > 0, "slot {offset}: no reference to drop");
+        *m -= 1;
+        self.free_if_unused(offset);
+    }
+
+    /// The swap cache lets go of `nr` slots from `offset` (the folio written out and
+    /// freed, or read back and mapped).
+    pub fn swapcache_clear(&mut self, offset: u64, nr: u64) {
+        for o in offset..offset + nr {
+            let m = &mut self.map[o as usize];
+            assert!(*m & SWAP_HAS_CACHE != 0, "slot {o}: not in the swap cache");
+            *m &= !SWAP_HAS_CACHE;
+            self.free_if_unused(o);
+        }
+    }
+
+    /// References (not counting the swap cache) to the slot.
+    pub fn swap_count(&self, offset: u64) -> u8 {
+        self.map[offset as usize] & !SWAP_HAS_CACHE
+    }
+
+    /// swap_entries_free: a slot with nothing left is free, and its cluster moves to
+    /// nonfull[order] (or the free list when empty).
+    fn free_if_unused(&mut self, offset: u64) {
+        if self.map[offset as usize] != 0 {
+            return;
+        }
+        let ci = self.cluster_of(offset);
+        self.clusters[ci as usize].count -= 1;
+        self.inuse_pages -= 1;
+        if self.clusters[ci as usize].count == 0 {
+            self.free_cluster(ci);
+        } else if self.clusters[ci as usize].list != List::Nonfull {
+            self.move_cluster(ci, List::Nonfull);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zram device of `mib` MiB, 4K pages, 512-slot clusters, orders 0..=9, 2 CPUs.
+    fn zram(mib: u64) -> SwapInfo {
+        SwapInfo::swapon(mib << 8, 512, 10, 2).unwrap()
+    }
+
+    #[test]
+    fn the_first_order0_slot_follows_the_header_in_cluster_0() {
+        let mut si = zram(128);
+        assert_eq!(si.folio_alloc_swap(0, 0), Some(1));
+        assert_eq!(si.folio_alloc_swap(0, 0), Some(2));
+        // Another CPU has no cluster yet: cluster 0 is this CPU's (off every list), so
+        // it starts a free one.
+        assert_eq!(si.folio_alloc_swap(1, 0), Some(512));
+        assert_eq!(si.inuse_pages, 3);
+    }
+
+    #[test]
+    fn a_64k_folio_gets_an_aligned_run_of_a_free_cluster() {
+        let mut si = zram(128);
+        assert_eq!(si.folio_alloc_swap(0, 4), Some(512));
+        assert_eq!(si.folio_alloc_swap(0, 4), Some(528));
+        // Order 0 does not share the order-4 cluster while others are left.
+        assert_eq!(si.folio_alloc_swap(0, 0), Some(1));
+    }
+
+    #[test]
+    fn a_pmd_folio_needs_a_whole_free_cluster() {
+        let mut si = zram(2);
+        // 512 slots: one cluster, the header's, never wholly free.
+        assert_eq!(si.folio_alloc_swap(0, 9), None);
+        let mut si = zram(4);
+        assert_eq!(si.folio_alloc_swap(0, 9), Some(512));
+        assert_eq!(si.folio_alloc_swap(0, 9), None);
+    }
+
+    #[test]
+    fn a_full_device_refuses_and_a_freed_slot_is_reused() {
+        let mut si = zram(2);
+        for want in 1..512 {
+            assert_eq!(si.folio_alloc_swap(0, 0), Some(want));
+        }
+        assert_eq!(si.folio_alloc_swap(0, 0), None);
+        si.swapcache_clear(100, 1);
+        assert_eq!(si.inuse_pages, 510);
+        assert_eq!(si.folio_alloc_swap(0, 0), Some(100));
+    }
+
+    #[test]
+    fn a_slot_stays_until_its_last_reference_and_the_cache_are_gone() {
+        let mut si = zram(8);
+        let s = si.folio_alloc_swap(0, 0).unwrap();
+        si.swap_duplicate(s); // the pte written by try_to_unmap
+        si.swap_duplicate(s); // a fork
+        si.swapcache_clear(s, 1); // written out, folio freed
+        assert_eq!(si.swap_count(s), 2);
+        si.swap_entry_put(s);
+        assert_eq!(si.inuse_pages, 1);
+        si.swap_entry_put(s);
+        assert_eq!(si.inuse_pages, 0);
+    }
+
+    #[test]
+    fn an_emptied_cluster_serves_another_order() {
+        let mut si = zram(8);
+        let s = si.folio_alloc_swap(0, 4).unwrap();
+        assert_eq!(s, 512);
+        si.swapcache_clear(s, 16);
+        // Cluster 1 is empty again, at the tail of the free list behind 2 and 3.
+        assert_eq!(si.folio_alloc_swap(0, 9), Some(1024));
+        assert_eq!(si.folio_alloc_swap(0, 9), Some(1536));
+        assert_eq!(si.folio_alloc_swap(0, 9), Some(512));
+    }
+
+    #[test]
+    fn order0_takes_slots_from_a_higher_order_cluster_when_nothing_else_is_left() {
+        let mut si = zram(4);
+        assert_eq!(si.folio_alloc_swap(0, 4), Some(512));
+        for want in 1..512 {
+            assert_eq!(si.folio_alloc_swap(1, 0), Some(want));
+        }
+        // Cluster 0 is full; order 0 steals from the order-4 cluster's free slots.
+        assert_eq!(si.folio_alloc_swap(1, 0), Some(528));
+        for _ in 529..1024 {
+            assert!(si.folio_alloc_swap(1, 0).is_some());
+        }
+        assert_eq!(si.inuse_pages, 1023);
+        assert_eq!(si.folio_alloc_swap(1, 0), None);
+        assert_eq!(si.folio_alloc_swap(0, 4), None);
+    }
+}
