@@ -22,6 +22,11 @@ impl std::fmt::Debug for Pte {
 
 /// When !VALID, nG marks a present PROT_NONE pte (PTE_PRESENT_INVALID).
 const PTE_PRESENT_INVALID: Attr = Attr::NG;
+/// Swap ptes (arch/arm64/include/asm/pgtable.h, 6.10+): the offset's position and
+/// width, and the software bit that says the swapped page was PageAnonExclusive.
+const SWP_OFFSET_SHIFT: u32 = 12;
+const SWP_OFFSET_BITS: u32 = 50;
+const PTE_SWP_EXCLUSIVE: u64 = 1 << 2;
 /// Linux's PTE_WRITE is the DBM bit.
 const PTE_WRITE: Attr = Attr::DBM;
 const PTE_DIRTY: Attr = Attr::SW_DIRTY;
@@ -91,6 +96,35 @@ impl Pte {
     #[inline]
     pub fn pte_present(self) -> bool {
         self.pte_valid() || self.has(PTE_PRESENT_INVALID)
+    }
+    /// swp_entry_to_pte for swap type 0 (6.10+ layout): the offset in bits 12-61, the
+    /// type in bits 6-10, PTE_SWP_EXCLUSIVE in bit 2; valid (bit 0) and
+    /// PTE_PRESENT_INVALID (bit 11) clear, so the pte is neither none nor present.
+    pub fn swp_entry_to_pte(offset: u64, exclusive: bool) -> Pte {
+        assert!(offset < 1 << SWP_OFFSET_BITS, "swap offset {offset:#x} out of range");
+        let mut v = offset << SWP_OFFSET_SHIFT;
+        if exclusive {
+            v |= PTE_SWP_EXCLUSIVE;
+        }
+        Pte(Desc(v))
+    }
+    /// is_swap_pte: a swap entry (the model has no migration or marker entries).
+    #[inline]
+    pub fn is_swap_pte(self) -> bool {
+        !self.pte_none() && !self.pte_present()
+    }
+    /// swp_offset(pte_to_swp_entry(pte)).
+    #[inline]
+    pub fn pte_swp_offset(self) -> u64 {
+        (self.raw() >> SWP_OFFSET_SHIFT) & ((1 << SWP_OFFSET_BITS) - 1)
+    }
+    #[inline]
+    pub fn pte_swp_exclusive(self) -> bool {
+        self.raw() & PTE_SWP_EXCLUSIVE != 0
+    }
+    #[inline]
+    pub fn pte_swp_clear_exclusive(self) -> Pte {
+        Pte(Desc(self.raw() & !PTE_SWP_EXCLUSIVE))
     }
     #[inline]
     pub fn pte_pfn(self, g: Granule) -> Pfn {
@@ -636,6 +670,21 @@ mod tests {
     use super::*;
 
     const G: Granule = Granule::K4;
+
+    #[test]
+    fn a_swap_pte_is_neither_none_nor_present_and_keeps_its_offset() {
+        // Type 0, offset 1, exclusive: 0x1004 in 6.10+'s layout.
+        let p = Pte::swp_entry_to_pte(1, true);
+        assert_eq!(p.raw(), 0x1004);
+        assert!(p.is_swap_pte() && !p.pte_none() && !p.pte_present() && !p.pte_valid());
+        assert!(p.pte_swp_exclusive() && !p.pte_swp_clear_exclusive().pte_swp_exclusive());
+        let far = Pte::swp_entry_to_pte((1 << 50) - 1, false);
+        assert_eq!(far.pte_swp_offset(), (1 << 50) - 1);
+        assert!(far.is_swap_pte());
+        // A PROT_NONE pte is present, not a swap entry.
+        let none = Pte::pfn_pte(Pfn(5), PgProt::READONLY, G).pte_modify(PgProt::NONE);
+        assert!(!none.is_swap_pte());
+    }
 
     #[test]
     fn anon_write_fault_pte_is_young_dirty_and_hardware_writable() {
