@@ -20,6 +20,9 @@ struct Seen {
     folio_mm_maps: BTreeMap<(u64, MmId), i32>,
     /// Page-table pages reachable from some pgd.
     tables: u64,
+    /// Swap ptes per slot, and per mm.
+    swap_refs: BTreeMap<u64, u8>,
+    swap_ptes: BTreeMap<MmId, i64>,
 }
 
 impl Kernel {
@@ -43,6 +46,10 @@ impl Kernel {
             if rss != m.rss_anon {
                 return Err(format!("mm {id}: rss_anon {} but {rss} pages mapped", m.rss_anon));
             }
+            let swapped = seen.swap_ptes.get(&id).copied().unwrap_or(0);
+            if swapped != m.rss_swap {
+                return Err(format!("mm {id}: rss_swap {} but {swapped} swap ptes", m.rss_swap));
+            }
             let deposited = m.deposited.len() as i64;
             if ptes + deposited != m.nr_ptes || pmds != m.nr_pmds {
                 return Err(format!(
@@ -64,7 +71,34 @@ impl Kernel {
                 prev_end = v.end;
             }
         }
+        self.check_swap(&seen)?;
         self.check_folios(&seen)
+    }
+
+    /// Every slot's count is the swap ptes that hold it (nothing stays in the swap
+    /// cache between ops: zram writes and reads synchronously).
+    fn check_swap(&self, seen: &Seen) -> Result<(), String> {
+        let Some(si) = &self.swap else {
+            return match seen.swap_refs.keys().next() {
+                Some(o) => Err(format!("a swap pte for slot {o} without a swap device")),
+                None => Ok(()),
+            };
+        };
+        let mut inuse = 0;
+        for offset in 1..si.max() {
+            let want = seen.swap_refs.get(&offset).copied().unwrap_or(0);
+            if si.swap_count(offset) != want {
+                return Err(format!(
+                    "swap slot {offset}: count {} but {want} swap ptes",
+                    si.swap_count(offset)
+                ));
+            }
+            inuse += (want > 0) as u64;
+        }
+        if inuse != si.inuse_pages {
+            return Err(format!("swap: {} slots in use but {inuse} referenced", si.inuse_pages));
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -131,6 +165,10 @@ impl Kernel {
                         self.seen_pte(mm, pfn, seen);
                         *rss += 1;
                     }
+                }
+                DescKind::Invalid if level == 3 && Pte(d).is_swap_pte() => {
+                    *seen.swap_refs.entry(Pte(d).pte_swp_offset()).or_default() += 1;
+                    *seen.swap_ptes.entry(mm).or_default() += 1;
                 }
                 DescKind::Invalid if !d.is_none() => {
                     return Err(format!("mm {mm}: unexpected non-present entry {d:?} at {va:#x}"));

@@ -74,6 +74,9 @@ impl Kernel {
             let pte = self.arch.ptep_get(amm, src_pte);
             let nr = if pte.pte_none() {
                 1
+            } else if pte.is_swap_pte() {
+                self.copy_swap_pte(dst, dst_pte, src_pte, pte, addr);
+                1
             } else {
                 let max_nr = ((end - addr) / ps) as usize;
                 self.copy_present_ptes(dst, src, dst_pte, src_pte, pte, addr, max_nr)
@@ -83,6 +86,24 @@ impl Kernel {
             addr += nr as u64 * ps;
         }
         true
+    }
+
+    /// copy_nonpresent_pte for a swap entry: one more reference to the slot, and an
+    /// exclusive entry becomes shared in the parent too.
+    fn copy_swap_pte(&mut self, dst: MmId, dst_pte: PtePtr, src_pte: PtePtr, pte: Pte, addr: u64) {
+        self.swap
+            .as_mut()
+            .expect("a swap pte without a swap device")
+            .swap_duplicate(pte.pte_swp_offset());
+        let pte = if pte.pte_swp_exclusive() {
+            let shared = pte.pte_swp_clear_exclusive();
+            self.arch.__set_pte(addr, src_pte, shared);
+            shared
+        } else {
+            pte
+        };
+        self.arch.__set_pte(addr, dst_pte, pte);
+        self.mm_mut(dst).rss_swap += 1;
     }
 
     /// copy_present_ptes: a large folio is copied in one batch (folio_pte_batch with

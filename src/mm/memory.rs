@@ -38,6 +38,8 @@ pub enum FaultError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VmFault {
     Done,
+    /// Done, after reading the page from the swap device (VM_FAULT_MAJOR).
+    Major,
     Fallback,
     Oom,
 }
@@ -67,6 +69,11 @@ impl Kernel {
         self.stat.count_vm_event(VmEvent::PgFault);
         match ret {
             VmFault::Oom => Err(FaultError::Oom(addr)),
+            VmFault::Major => {
+                self.mm_mut(mm).maj_flt += 1;
+                self.stat.count_vm_event(VmEvent::PgMajFault);
+                Ok(())
+            }
             _ => {
                 self.mm_mut(mm).min_flt += 1;
                 if self.inject_extra_fault {
@@ -141,6 +148,9 @@ impl Kernel {
             return self.do_anonymous_page(mm, vma, pmd, addr, write);
         }
         let ptep = pte.unwrap();
+        if orig.is_swap_pte() {
+            return self.do_swap_page(mm, vma, ptep, addr, write, orig);
+        }
         // Under the PTL: the pte must not have changed.
         let cur = self.arch.ptep_get(amm, ptep);
         if !cur.pte_same(orig) {
@@ -156,6 +166,52 @@ impl Kernel {
         entry = entry.pte_mkyoung();
         self.arch.ptep_set_access_flags(amm, addr, ptep, entry, write);
         VmFault::Done
+    }
+
+    /// do_swap_page on a zram-like (SWP_SYNCHRONOUS_IO) device, order 0: the folio
+    /// skips the swap cache, is read (PSWPIN, or from the zeromap: SWPIN_ZERO), mapped
+    /// and, in a VM_WRITE VMA, writable on a read fault too (6.12+), and its slot
+    /// reference dropped. A major fault. Not yet modelled: a slot a forked mm still
+    /// shares (count 2) goes through the swap cache in the kernel, one folio for both;
+    /// here each mm reads its own.
+    fn do_swap_page(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, write: bool, orig: Pte) -> VmFault {
+        let g = self.arch.granule();
+        let offset = orig.pte_swp_offset();
+        let exclusive = orig.pte_swp_exclusive();
+        self.anon_vma_prepare(mm, vma);
+        let Some(folio) = self.folio_alloc(0) else {
+            return VmFault::Oom;
+        };
+        let si = self.swap.as_mut().expect("a swap pte without a swap device");
+        let zero = si.is_zero(offset);
+        if zero {
+            self.stat.count_vm_event(VmEvent::SwpinZero);
+            self.arch.clear_pages(1);
+        } else {
+            self.stat.count_vm_event(VmEvent::Pswpin);
+        }
+        self.memmap.page_mut(folio).nonzero = !zero;
+        let si = self.swap.as_mut().expect("checked");
+        si.swap_entry_put(offset);
+        let amm = self.arch_mm(mm);
+        let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
+        // The folio is this mm's own (it never entered the swap cache): writable.
+        if vma.flags.contains(VmFlags::WRITE) {
+            pte = pte.pte_mkwrite();
+        }
+        if write {
+            pte = pte.pte_mkdirty();
+        }
+        self.folio_add_new_anon_rmap(folio, mm, addr & !(g.page_size() - 1), false);
+        if !exclusive {
+            // Shared with a forked mm: not exclusive, as the swap entry was not.
+            self.memmap.page_mut(folio).flags.remove(PageFlags::ANON_EXCLUSIVE);
+        }
+        let m = self.mm_mut(mm);
+        m.rss_anon += 1;
+        m.rss_swap -= 1;
+        self.arch.set_ptes(amm, addr, ptep, pte, 1, Some((folio, 1)));
+        VmFault::Major
     }
 
     /// pte_range_none: every pte of [ptep, ptep + nr) is none.
@@ -415,6 +471,9 @@ impl Kernel {
         if ptent.pte_none() {
             return (1, false);
         }
+        if ptent.is_swap_pte() {
+            return (self.zap_swap_ptes(mm, amm, pte, ptent, addr, 1), false);
+        }
         let ptent = self.arch.ptep_get_and_clear(amm, addr, pte);
         tlb.remove_tlb_entries(addr, 1, g.page_size());
         let pfn = ptent.pte_pfn(g);
@@ -425,6 +484,34 @@ impl Kernel {
         *rss -= 1;
         self.folio_remove_rmap_ptes(folio, pfn, 1, mm);
         (1, self.__tlb_remove_folio_pages(tlb, folio, 1))
+    }
+
+    /// zap_nonpresent_ptes for swap entries: swap_pte_batch (consecutive slots, the
+    /// same exclusive bit), free_swap_and_cache_nr, clear_not_present_full_ptes. No
+    /// TLB work: nothing was cached for a non-present pte. Returns the ptes cleared.
+    fn zap_swap_ptes(&mut self, mm: MmId, amm: ArchMm, ptep: PtePtr, first: Pte, addr: u64, max_nr: usize) -> usize {
+        let ps = self.arch.granule().page_size();
+        let offset = first.pte_swp_offset();
+        let mut nr = 1;
+        while nr < max_nr {
+            let p = self.arch.ptep_get(amm, ptep.add(nr));
+            if !p.is_swap_pte()
+                || p.pte_swp_offset() != offset + nr as u64
+                || p.pte_swp_exclusive() != first.pte_swp_exclusive()
+            {
+                break;
+            }
+            nr += 1;
+        }
+        let si = self.swap.as_mut().expect("a swap pte without a swap device");
+        for i in 0..nr as u64 {
+            si.swap_entry_put(offset + i);
+        }
+        self.mm_mut(mm).rss_swap -= nr as i64;
+        for i in 0..nr {
+            self.arch.__set_pte(addr + i as u64 * ps, ptep.add(i), Pte::NONE);
+        }
+        nr
     }
 
     /// do_zap_pte_range: skip a run of none ptes, then zap one present batch.
@@ -457,6 +544,11 @@ impl Kernel {
             if max_nr == 0 {
                 return (skipped, false);
             }
+        }
+        if ptent.is_swap_pte() {
+            let at = addr + skipped as u64 * ps;
+            let nr = self.zap_swap_ptes(mm, amm, pte.add(skipped), ptent, at, max_nr);
+            return (skipped + nr, false);
         }
         let (nr, full) = self.zap_present_ptes(
             tlb,

@@ -61,6 +61,8 @@ pub struct MmStruct {
     vmacache: Cell<Option<Vma>>,
     /// MM_ANONPAGES.
     pub rss_anon: i64,
+    /// MM_SWAPENTS: ptes holding a swap entry.
+    pub rss_swap: i64,
     /// Page-table pages below the pgd, for the invariant checks.
     pub nr_ptes: i64,
     pub nr_pmds: i64,
@@ -68,6 +70,8 @@ pub struct MmStruct {
     pub deposited: BTreeMap<u64, Pfn>,
     /// The owning task's minor faults (each model process has one mm).
     pub min_flt: u64,
+    /// Its major faults (a swap-in from the device).
+    pub maj_flt: u64,
     /// tlb_flush_batched: pending generations of deferred reclaim flushes (seed 001).
     pub tlb_flush_pending: u64,
     pub tlb_flush_done: u64,
@@ -83,10 +87,12 @@ impl MmStruct {
             vmas: BTreeMap::new(),
             vmacache: Cell::new(None),
             rss_anon: 0,
+            rss_swap: 0,
             nr_ptes: 0,
             nr_pmds: 0,
             deposited: BTreeMap::new(),
             min_flt: 0,
+            maj_flt: 0,
             tlb_flush_pending: 0,
             tlb_flush_done: 0,
         }

@@ -115,6 +115,8 @@ pub struct Kernel {
     pgtable_hint: crate::hw::WalkHint,
     /// Storage for the next mmu_gather's page list (see `tlb_gather_mmu`).
     gather_pages: mmu_gather::GatherPages,
+    /// The swap device (swapon), if any: a zram-like one, written synchronously.
+    pub swap: Option<swapfile::SwapInfo>,
     /// Direct reclaim runs (the kernel's allocstall_<zone> events; kept out of reports,
     /// since which zone's counter moves depends on the machine's zone layout).
     pub nr_direct_reclaim: u64,
@@ -165,6 +167,7 @@ impl Kernel {
             pgtable_hint: Default::default(),
             gather_pages: Default::default(),
             nr_direct_reclaim: 0,
+            swap: None,
             next_asid: 1,
             next_anon_vma: 1,
         }

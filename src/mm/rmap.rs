@@ -285,6 +285,14 @@ impl Kernel {
         }
     }
 
+    /// try_to_unmap_flush_dirty: before a folio is written out, wait for the TLBIs of
+    /// the ptes cleared so far if one was dirty (a CPU could still write through it).
+    pub fn try_to_unmap_flush_dirty(&mut self) {
+        if self.tlb_ubc.writable {
+            self.try_to_unmap_flush();
+        }
+    }
+
     /// try_to_unmap_flush: wait for every TLBI reclaim issued (before the folios go).
     pub fn try_to_unmap_flush(&mut self) {
         if !self.tlb_ubc.flush_required {
@@ -317,6 +325,74 @@ impl Kernel {
                 return;
             }
         }
+    }
+
+    /// try_to_unmap of a swap-backed anon folio whose slots start at `slot`: every
+    /// pte of it, in every mm, becomes a swap entry.
+    pub fn try_to_unmap_swap(&mut self, folio: Pfn, flags: TtuFlags, slot: u64) {
+        for mm in 0..self.mms.len() {
+            if self.mms[mm].is_some() && !self.try_to_unmap_one_swap(folio, mm, flags, slot) {
+                return;
+            }
+        }
+    }
+
+    /// try_to_unmap_one for a swap-backed anon folio: pte by pte (folio_unmap_pte_batch
+    /// batches only lazyfree folios), each cleared with its TLBI deferred or flushed,
+    /// its dirt moved to the folio, and replaced by the entry of its slot
+    /// (swap_duplicate), exclusive if the page was (which it then no longer is).
+    fn try_to_unmap_one_swap(&mut self, folio: Pfn, mm: MmId, flags: TtuFlags, slot: u64) -> bool {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let amm = self.arch_mm(mm);
+        if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
+            let haddr = self.memmap.page(folio).index << g.page_shift();
+            if let Some(pmd) = self.pmd_offset(mm, haddr) {
+                let d = self.pxd_get(2, pmd);
+                if pmd_trans_huge(d) && d.pfn(g) == folio {
+                    let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
+                    __split_huge_pmd(self, mm, &vma, pmd, haddr);
+                }
+            }
+        }
+        for i in 0..self.memmap.folio_nr_pages(folio) {
+            let page = Pfn(folio.0 + i);
+            let addr = self.memmap.page(page).index << g.page_shift();
+            let pte = self.pte_offset(mm, addr).map(|p| (p, self.arch.ptep_get(amm, p)));
+            let Some((ptep, _)) = pte.filter(|(_, v)| v.pte_present() && v.pte_pfn(g) == page) else {
+                continue;
+            };
+            let vma = self.mm(mm).find_vma(addr).expect("a pte outside any VMA");
+            if vma.flags.contains(VmFlags::LOCKED) {
+                return false;
+            }
+            let pteval = if self.should_defer_flush(flags) {
+                let v = self.arch.get_and_clear_full_ptes(amm, addr, ptep, 1, false);
+                self.set_tlb_ubc_flush_pending(mm, v, addr, addr + ps);
+                v
+            } else {
+                self.arch.ptep_clear_flush(amm, addr, ptep)
+            };
+            if pteval.pte_dirty() {
+                self.memmap.folio_set(folio, PageFlags::DIRTY);
+            }
+            let offset = slot + i;
+            self.swap
+                .as_mut()
+                .expect("swap-out without a device")
+                .swap_duplicate(offset);
+            let p = self.memmap.page_mut(page);
+            let exclusive = p.flags.contains(PageFlags::ANON_EXCLUSIVE);
+            p.flags.remove(PageFlags::ANON_EXCLUSIVE);
+            self.arch
+                .__set_pte(addr, ptep, Pte::swp_entry_to_pte(offset, exclusive));
+            let m = self.mm_mut(mm);
+            m.rss_anon -= 1;
+            m.rss_swap += 1;
+            self.folio_remove_rmap_ptes(folio, page, 1, mm);
+            self.folio_put_refs(folio, 1);
+        }
+        true
     }
 
     /// try_to_migrate (unmap_folio, for a split): every mapping of `folio`, in every
@@ -430,7 +506,7 @@ impl Kernel {
         let nr_pages = self.memmap.folio_nr_pages(folio);
         debug_assert!(
             !self.memmap.folio_test(folio, PageFlags::SWAPBACKED),
-            "no swap: only lazyfree"
+            "a swap-backed folio is unmapped by try_to_unmap_swap"
         );
         if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
             let haddr = self.memmap.page(folio).index << g.page_shift();

@@ -59,6 +59,8 @@ pub struct SwapInfo {
     percpu: Vec<Vec<u64>>,
     /// Slots in use, the header excluded.
     pub inuse_pages: u64,
+    /// The zeromap: slots whose page was all zeroes, never written to the device.
+    zeromap: Vec<bool>,
 }
 
 impl SwapInfo {
@@ -92,6 +94,7 @@ impl SwapInfo {
             full: VecDeque::new(),
             percpu: vec![vec![0; nr_orders]; ncpus],
             inuse_pages: 0,
+            zeromap: vec![false; pages as usize],
         };
         si.map[0] = SWAP_MAP_BAD;
         for i in 0..nr_clusters as u32 {
@@ -325,6 +328,15 @@ impl SwapInfo {
         }
     }
 
+    /// swap_zeromap_folio_set / clear: whether the slot's page was all zeroes.
+    pub fn set_zero(&mut self, offset: u64, zero: bool) {
+        self.zeromap[offset as usize] = zero;
+    }
+
+    pub fn is_zero(&self, offset: u64) -> bool {
+        self.zeromap[offset as usize]
+    }
+
     /// References (not counting the swap cache) to the slot.
     pub fn swap_count(&self, offset: u64) -> u8 {
         self.map[offset as usize] & !SWAP_HAS_CACHE
@@ -439,5 +451,29 @@ mod tests {
         assert_eq!(si.inuse_pages, 1023);
         assert_eq!(si.folio_alloc_swap(1, 0), None);
         assert_eq!(si.folio_alloc_swap(0, 4), None);
+    }
+}
+
+impl super::Kernel {
+    /// swapon of a zram-like device of `bytes` (SWP_SOLIDSTATE, SWP_SYNCHRONOUS_IO):
+    /// clusters of a PMD's worth of slots with THP_SWAP (arm64: 4K pages only), else 256.
+    pub fn sys_swapon(&mut self, bytes: u64) -> Result<(), String> {
+        if self.swap.is_some() {
+            return Err("swapon: a swap device is already on".into());
+        }
+        let g = self.arch.granule();
+        let cluster = if g.page_size() == 4096 {
+            1u64 << g.pmd_order()
+        } else {
+            256
+        };
+        let ncpus = self.arch.hw.cpus.len();
+        self.swap = Some(SwapInfo::swapon(
+            bytes >> g.page_shift(),
+            cluster,
+            g.pmd_order() as usize + 1,
+            ncpus,
+        )?);
+        Ok(())
     }
 }

@@ -2,10 +2,10 @@
 //! (reclaim_pages -> shrink_folio_list), direct reclaim when an allocation fails, and
 //! the shrinkers on demand (drop_slab).
 //!
-//! The model has no swap device, like the validation host: a swap-backed anon folio
+//! Without a swap device (the validation host's default) a swap-backed anon folio
 //! cannot be written out, so reclaim only splits large ones (swpout_fallback) and
-//! activates every piece, which stays mapped; lazyfree (MADV_FREE) folios that are
-//! still clean are discarded.
+//! activates every piece, which stays mapped; with one (`swapon`) it is swapped out.
+//! Lazyfree (MADV_FREE) folios that are still clean are discarded.
 
 use super::folio::PageFlags;
 use super::huge_memory::{can_split_folio, deferred_split_scan, split_folio_to_list};
@@ -60,8 +60,11 @@ impl Kernel {
             return false;
         }
         if f.contains(PageFlags::ANON | PageFlags::SWAPBACKED) {
-            self.pageout_without_swap(folio, list);
-            return false;
+            if self.swap.is_none() {
+                self.pageout_without_swap(folio, list);
+                return false;
+            }
+            return self.pageout_to_swap(folio, list);
         }
         if self.memmap.folio_mapcount(folio) > 0 {
             let mut flags = TtuFlags::BATCH_FLUSH;
@@ -79,6 +82,76 @@ impl Kernel {
         let nr = self.memmap.folio_nr_pages(folio);
         self.stat.count_vm_events(VmEvent::PgLazyFreed, nr as i64);
         true
+    }
+
+    /// shrink_folio_list for a swap-backed anon folio with a swap device: slots for
+    /// the whole folio, or (none free in a run that large) split it and go on with the
+    /// head at order 0 (swpout_fallback); unmap it to swap entries; write it out,
+    /// unless all zeroes (the zeromap: swpout_zero, no I/O); then, zram being
+    /// synchronous, it leaves the swap cache and is freed in the same pass. True when
+    /// it can be freed.
+    fn pageout_to_swap(&mut self, folio: Pfn, list: &mut Vec<Pfn>) -> bool {
+        let pmd_order = self.arch.granule().pmd_order();
+        let mut order = self.memmap.folio_order(folio);
+        if order > 0 && !can_split_folio(self, folio, 1) {
+            return false;
+        }
+        let f = self.memmap.page(folio).flags;
+        if order > 0 && f.contains(PageFlags::DEFERRED | PageFlags::PARTIALLY_MAPPED) {
+            if !split_folio_to_list(self, folio, list) {
+                return false;
+            }
+            order = 0;
+        }
+        let si = self.swap.as_mut().expect("checked by the caller");
+        let slot = match si.folio_alloc_swap(0, order as u8) {
+            Some(s) => s,
+            None if order > 0 => {
+                if !split_folio_to_list(self, folio, list) {
+                    return false;
+                }
+                if order == pmd_order {
+                    self.stat.count_vm_event(VmEvent::ThpSwpoutFallback);
+                }
+                self.stat.count_mthp_stat(order, MthpStat::SwpoutFallback);
+                order = 0;
+                match self.swap.as_mut().expect("checked").folio_alloc_swap(0, 0) {
+                    Some(s) => s,
+                    None => return false,
+                }
+            }
+            None => return false,
+        };
+        let nr = 1u64 << order;
+        self.memmap.folio_set(folio, PageFlags::DIRTY);
+        let mut flags = TtuFlags::BATCH_FLUSH;
+        if order == pmd_order {
+            flags |= TtuFlags::SPLIT_HUGE_PMD;
+        }
+        self.try_to_unmap_swap(folio, flags, slot);
+        if self.memmap.folio_mapcount(folio) > 0 {
+            // Still mapped (mlocked): back to the LRU, out of the swap cache.
+            self.swap.as_mut().expect("checked").swapcache_clear(slot, nr);
+            return false;
+        }
+        self.try_to_unmap_flush_dirty();
+        let zero = (0..nr).all(|i| !self.memmap.page(Pfn(folio.0 + i)).nonzero);
+        let si = self.swap.as_mut().expect("checked");
+        for i in 0..nr {
+            si.set_zero(slot + i, zero);
+        }
+        if zero {
+            self.stat.count_vm_events(VmEvent::SwpoutZero, nr as i64);
+        } else {
+            self.stat.count_vm_events(VmEvent::Pswpout, nr as i64);
+            self.stat.count_mthp_stat(order, MthpStat::Swpout);
+            if order == pmd_order {
+                self.stat.count_vm_event(VmEvent::ThpSwpout);
+            }
+        }
+        self.memmap.folio_clear(folio, PageFlags::DIRTY);
+        self.swap.as_mut().expect("checked").swapcache_clear(slot, nr);
+        self.memmap.folio_ref_count(folio) == 1
     }
 
     /// A swap-backed anon folio when folio_alloc_swap fails (there is no swap): a
@@ -171,6 +244,89 @@ mod tests {
             .unwrap();
         for a in (BASE..BASE + len).step_by(K4 as usize) {
             user_access(k, mm, 0, a, true).unwrap();
+        }
+    }
+
+    mod swap {
+        use super::*;
+
+        const MB: u64 = 1 << 20;
+
+        #[test]
+        fn pageout_writes_order_0_folios_out_and_a_read_fault_brings_each_back_writable() {
+            let (mut k, mm) = boot(MachineConfig::default(), &[]);
+            k.sys_swapon(16 * MB).unwrap();
+            written(&mut k, mm, MB, VmFlags::NOHUGEPAGE);
+            let free = k.buddy.free_pages;
+            k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+            assert_clean(&k);
+            assert_eq!(k.stat.event(VmEvent::Pswpout), 256);
+            assert_eq!(k.buddy.free_pages, free + 256);
+            assert_eq!((k.mm(mm).rss_anon, k.mm(mm).rss_swap), (0, 256));
+            assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Swap));
+            for a in (BASE..BASE + MB).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, false).unwrap();
+            }
+            assert_clean(&k);
+            assert_eq!(k.stat.event(VmEvent::Pswpin), 256);
+            assert_eq!(k.stat.event(VmEvent::PgMajFault), 256);
+            assert_eq!((k.mm(mm).maj_flt, k.mm(mm).rss_swap), (256, 0));
+            assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0);
+            // Writable on the read fault (6.12+): the writes that follow do not fault.
+            let faults = k.stat.event(VmEvent::PgFault);
+            for a in (BASE..BASE + MB).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, true).unwrap();
+            }
+            assert_eq!(k.stat.event(VmEvent::PgFault), faults);
+        }
+
+        #[test]
+        fn a_64k_folio_goes_out_whole_and_munmap_frees_its_slots() {
+            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            k.sys_swapon(16 * MB).unwrap();
+            written(&mut k, mm, MB, VmFlags::empty());
+            k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+            assert_clean(&k);
+            assert_eq!(k.stat.mthp(4, MthpStat::Swpout), 16);
+            assert_eq!(k.stat.mthp(4, MthpStat::SwpoutFallback), 0);
+            assert_eq!(k.stat.event(VmEvent::Pswpout), 256);
+            assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 256);
+            k.do_munmap(mm, BASE, BASE + MB);
+            assert_clean(&k);
+            assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0);
+            assert_eq!(k.mm(mm).rss_swap, 0);
+        }
+
+        #[test]
+        fn a_device_too_small_for_a_64k_run_splits_the_folio() {
+            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            // 8 slots after the header: no aligned run of 16.
+            k.sys_swapon(9 * K4).unwrap();
+            written(&mut k, mm, 64 << 10, VmFlags::empty());
+            k.do_madvise(mm, BASE, BASE + (64 << 10), Madv::PageOut).unwrap();
+            assert_clean(&k);
+            assert_eq!(k.stat.mthp(4, MthpStat::SwpoutFallback), 1);
+            assert_eq!(k.stat.event(VmEvent::Pswpout), 8);
+            assert_eq!((k.mm(mm).rss_anon, k.mm(mm).rss_swap), (8, 8));
+        }
+
+        #[test]
+        fn fork_shares_the_slots_and_each_mm_reads_its_page_back() {
+            let (mut k, mm) = boot(MachineConfig::default(), &[]);
+            k.sys_swapon(16 * MB).unwrap();
+            written(&mut k, mm, 64 << 10, VmFlags::NOHUGEPAGE);
+            k.do_madvise(mm, BASE, BASE + (64 << 10), Madv::PageOut).unwrap();
+            let child = k.dup_mmap(mm).unwrap();
+            assert_clean(&k);
+            assert_eq!(k.swap.as_ref().unwrap().swap_count(1), 2);
+            assert_eq!(k.mm(child).rss_swap, 16);
+            k.switch_mm(1, child);
+            user_access(&mut k, child, 1, BASE, false).unwrap();
+            assert_eq!(k.swap.as_ref().unwrap().swap_count(1), 1);
+            k.exit_mmap(child);
+            k.do_munmap(mm, BASE, BASE + (64 << 10));
+            assert_clean(&k);
+            assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0);
         }
     }
 

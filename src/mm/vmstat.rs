@@ -33,6 +33,12 @@ named_enum!(
         ThpCollapseAlloc => "thp_collapse_alloc",
         ThpSwpoutFallback => "thp_swpout_fallback",
         PgLazyFreed => "pglazyfreed",
+        PgMajFault => "pgmajfault",
+        Pswpin => "pswpin",
+        Pswpout => "pswpout",
+        SwpinZero => "swpin_zero",
+        SwpoutZero => "swpout_zero",
+        ThpSwpout => "thp_swpout",
     }
 );
 

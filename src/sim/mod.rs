@@ -537,6 +537,24 @@ pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool)
 }
 
 impl Kernel {
+    /// Whether `addr`'s pte holds a swap entry (no events counted).
+    fn is_swapped(&self, mm: MmId, addr: u64) -> bool {
+        use crate::hw::DescKind;
+        let g = self.arch.granule();
+        let mem = &self.arch.hw.mem;
+        let mut table = self.mm(mm).pgd_table;
+        for level in g.start_level()..3 {
+            match mem.read(table, g.index(addr, level)).kind(level, g) {
+                DescKind::Table(pa) => match mem.table_id_of(pa) {
+                    Some(t) => table = t,
+                    None => return false,
+                },
+                _ => return false,
+            }
+        }
+        crate::arch::arm64::pgtable::Pte(mem.read(table, g.index(addr, 3))).is_swap_pte()
+    }
+
     /// The pfn a user address translates to in the page tables (no events counted).
     pub fn page_table_pfn(&self, mm: MmId, addr: u64) -> Option<crate::hw::Pfn> {
         use crate::hw::DescKind;
@@ -565,7 +583,9 @@ impl Kernel {
 
     /// What maps `addr` (for layouts): read without counting events.
     pub fn page_kind(&self, mm: MmId, addr: u64) -> Option<PageKind> {
-        let pfn = self.page_table_pfn(mm, addr)?;
+        let Some(pfn) = self.page_table_pfn(mm, addr) else {
+            return self.is_swapped(mm, addr).then_some(PageKind::Swap);
+        };
         let folio = self.memmap.folio_of(pfn);
         if self.is_zero_pfn(pfn) || self.huge_zero_folio == Some(folio) {
             return Some(PageKind::Zero);
