@@ -9,7 +9,7 @@ use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
 use super::Kernel;
 use crate::arch::arm64::pgtable::pmd_trans_huge;
-use crate::arch::arm64::pgtable::PtePtr;
+use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::hw::Pfn;
 
 /// The madvise advice values the model implements.
@@ -104,6 +104,15 @@ impl Kernel {
         while addr < end {
             let mut ptent = self.arch.ptep_get(amm, ptep);
             let pfn = ptent.pte_pfn(g);
+            if ptent.is_swap_pte() {
+                // The data is to be discarded: its slot goes now (free_swap_and_cache_nr).
+                self.swap
+                    .as_mut()
+                    .expect("a swap pte without a swap device")
+                    .swap_entry_put(ptent.pte_swp_offset());
+                self.mm_mut(mm).rss_swap -= 1;
+                self.arch.__set_pte(addr, ptep, Pte::NONE);
+            }
             if !ptent.pte_present() || self.is_zero_pfn(pfn) {
                 ptep = ptep.add(1);
                 addr += ps;

@@ -311,6 +311,21 @@ mod tests {
         }
 
         #[test]
+        fn madvise_free_of_swapped_out_memory_frees_its_slots() {
+            let (mut k, mm) = boot(MachineConfig::default(), &[]);
+            k.sys_swapon(16 * MB).unwrap();
+            written(&mut k, mm, 64 << 10, VmFlags::NOHUGEPAGE);
+            k.do_madvise(mm, BASE, BASE + (64 << 10), Madv::PageOut).unwrap();
+            k.do_madvise(mm, BASE, BASE + (32 << 10), Madv::Free).unwrap();
+            assert_clean(&k);
+            assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 8);
+            // The freed half reads back as fresh zero-page mappings, not swap-ins.
+            user_access(&mut k, mm, 0, BASE, false).unwrap();
+            assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Zero));
+            assert_eq!(k.stat.event(VmEvent::Pswpin), 0);
+        }
+
+        #[test]
         fn fork_shares_the_slots_and_each_mm_reads_its_page_back() {
             let (mut k, mm) = boot(MachineConfig::default(), &[]);
             k.sys_swapon(16 * MB).unwrap();
