@@ -88,7 +88,10 @@ fn batched_runner(
     std::time::Duration,
     Vec<Option<std::time::Duration>>,
 ) {
-    let misfit: Vec<Option<String>> = workloads.iter().map(|w| crate::sim::granule_misfit(w, page)).collect();
+    let misfit: Vec<Option<String>> = workloads
+        .iter()
+        .map(|w| crate::sim::granule_misfit(w, page).or_else(|| crate::native::qemu::unsupported(w)))
+        .collect();
     let fit: Vec<Workload> = workloads
         .iter()
         .zip(&misfit)

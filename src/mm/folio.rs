@@ -46,6 +46,8 @@ bitflags! {
         const INUSE = 1 << 12;
         /// Head only: FOLIO_MM_IDS_SHARED_BIT, "maybe mapped by more than one mm".
         const MAYBE_SHARED = 1 << 13;
+        /// In the swap cache (slots allocated for it, reclaim writing it out).
+        const SWAPCACHE = 1 << 14;
     }
 }
 

@@ -375,6 +375,10 @@ pub fn deferred_split_folio(k: &mut Kernel, folio: Pfn, partially_mapped: bool) 
     if !partially_mapped && !k.knobs.shrink_underused {
         return;
     }
+    // Reclaim is handling a folio in the swap cache: not the shrinker's too.
+    if k.memmap.folio_test(folio, PageFlags::SWAPCACHE) {
+        return;
+    }
     if partially_mapped && !k.memmap.folio_test(folio, PageFlags::PARTIALLY_MAPPED) {
         k.memmap.folio_set(folio, PageFlags::PARTIALLY_MAPPED);
         if order == k.arch.granule().pmd_order() {

@@ -168,31 +168,65 @@ impl Kernel {
         VmFault::Done
     }
 
-    /// do_swap_page on a zram-like (SWP_SYNCHRONOUS_IO) device, order 0: the folio
-    /// skips the swap cache, is read (PSWPIN, or from the zeromap: SWPIN_ZERO), mapped
-    /// and, in a VM_WRITE VMA, writable on a read fault too (6.12+), and its slot
-    /// reference dropped. A major fault. Not yet modelled: a slot a forked mm still
-    /// shares (count 2) goes through the swap cache in the kernel, one folio for both;
-    /// here each mm reads its own.
+    /// do_swap_page on a zram-like (SWP_SYNCHRONOUS_IO) device, the skip-swapcache
+    /// path: a folio of the largest order alloc_swap_folio allows (order 0 when the
+    /// slot is still shared with a forked mm) is read (PSWPIN, or from the zeromap:
+    /// SWPIN_ZERO), mapped, in a VM_WRITE VMA writable on a read fault too (6.12+),
+    /// and its slot references dropped. A major fault. Not yet modelled: a slot a
+    /// forked mm still shares goes through the swap cache and its readahead in the
+    /// kernel; here each mm reads its own page.
     fn do_swap_page(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, write: bool, orig: Pte) -> VmFault {
         let g = self.arch.granule();
+        let ps = g.page_size();
         let offset = orig.pte_swp_offset();
         let exclusive = orig.pte_swp_exclusive();
         self.anon_vma_prepare(mm, vma);
-        let Some(folio) = self.folio_alloc(0) else {
-            return VmFault::Oom;
-        };
-        let si = self.swap.as_mut().expect("a swap pte without a swap device");
-        let zero = si.is_zero(offset);
-        if zero {
-            self.stat.count_vm_event(VmEvent::SwpinZero);
-            self.arch.clear_pages(1);
+        let shared = self
+            .swap
+            .as_ref()
+            .expect("a swap pte without a swap device")
+            .swap_count(offset)
+            > 1;
+        let mut orders = if shared {
+            0
         } else {
-            self.stat.count_vm_event(VmEvent::Pswpin);
-        }
-        self.memmap.page_mut(folio).nonzero = !zero;
+            self.swapin_orders(mm, vma, ptep, addr, orig)
+        };
+        let (folio, order) = loop {
+            if orders == 0 {
+                match self.folio_alloc(0) {
+                    Some(f) => break (f, 0),
+                    None => return VmFault::Oom,
+                }
+            }
+            let order = 63 - orders.leading_zeros();
+            if let Some(f) = self.folio_alloc(order) {
+                break (f, order);
+            }
+            self.stat.count_mthp_stat(order, MthpStat::SwpinFallback);
+            orders &= !(1 << order);
+        };
+        let nr = 1u64 << order;
+        let start = addr & !((ps << order) - 1);
+        let first = offset - ((addr - start) >> g.page_shift());
+        let first_ptep = ptep.add(0).align_down(nr as usize);
         let si = self.swap.as_mut().expect("checked");
-        si.swap_entry_put(offset);
+        let zero = si.is_zero(first);
+        for i in 0..nr {
+            si.swap_entry_put(first + i);
+        }
+        if zero {
+            self.stat.count_vm_events(VmEvent::SwpinZero, nr as i64);
+            self.arch.clear_pages(nr);
+        } else {
+            self.stat.count_vm_events(VmEvent::Pswpin, nr as i64);
+            if order > 0 {
+                self.stat.count_mthp_stat(order, MthpStat::Swpin);
+            }
+        }
+        for i in 0..nr {
+            self.memmap.page_mut(Pfn(folio.0 + i)).nonzero = !zero;
+        }
         let amm = self.arch_mm(mm);
         let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
         // The folio is this mm's own (it never entered the swap cache): writable.
@@ -202,16 +236,66 @@ impl Kernel {
         if write {
             pte = pte.pte_mkdirty();
         }
-        self.folio_add_new_anon_rmap(folio, mm, addr & !(g.page_size() - 1), false);
+        self.folio_ref_add(folio, nr as i32 - 1);
+        self.folio_add_new_anon_rmap(folio, mm, start, false);
         if !exclusive {
             // Shared with a forked mm: not exclusive, as the swap entry was not.
-            self.memmap.page_mut(folio).flags.remove(PageFlags::ANON_EXCLUSIVE);
+            for i in 0..nr {
+                self.memmap
+                    .page_mut(Pfn(folio.0 + i))
+                    .flags
+                    .remove(PageFlags::ANON_EXCLUSIVE);
+            }
         }
         let m = self.mm_mut(mm);
-        m.rss_anon += 1;
-        m.rss_swap -= 1;
-        self.arch.set_ptes(amm, addr, ptep, pte, 1, Some((folio, 1)));
+        m.rss_anon += nr as i64;
+        m.rss_swap -= nr as i64;
+        self.arch
+            .set_ptes(amm, start, first_ptep, pte, nr as usize, Some((folio, nr)));
         VmFault::Major
+    }
+
+    /// alloc_swap_folio's choice of orders (242d12c98174, 6.12): those allowed below
+    /// PMD order and suitable for the VMA, whose slot lines up with the address
+    /// (thp_swap_suitable_orders), from the highest down to the first whose range
+    /// can_swapin_thp: every pte a swap entry of the next slot with the same bits, the
+    /// slots alike in the zeromap. The orders left, as a bitmask.
+    fn swapin_orders(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> u64 {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let below_pmd = (1u64 << g.pmd_order()) - 1;
+        let mut orders = self.thp_vma_allowable_orders(vma) & below_pmd;
+        orders = self.thp_vma_suitable_orders(vma, addr, orders);
+        let offset = orig.pte_swp_offset();
+        let vpn = addr >> g.page_shift();
+        orders &= !(0..64u32)
+            .filter(|o| orders & (1 << o) != 0 && vpn % (1 << o) != offset % (1 << o))
+            .fold(0u64, |m, o| m | (1 << o));
+        let amm = self.arch_mm(mm);
+        while orders != 0 {
+            let order = 63 - orders.leading_zeros();
+            let nr = 1usize << order;
+            let start = addr & !((ps << order) - 1);
+            let idx = ((addr - start) / ps) as u64;
+            let first = offset - idx;
+            let base = ptep.align_down(nr);
+            let si = self.swap.as_ref().expect("checked");
+            let zero = si.is_zero(first);
+            let ok = (0..nr).all(|i| {
+                let p = self.arch.ptep_get(amm, base.add(i));
+                let si = self.swap.as_ref().expect("checked");
+                p.is_swap_pte()
+                    && p.pte_swp_offset() == first + i as u64
+                    && p.pte_swp_exclusive() == orig.pte_swp_exclusive()
+                    && si.is_zero(first + i as u64) == zero
+                    && si.swap_count(first + i as u64) > 0
+            });
+            if ok {
+                return orders;
+            }
+            orders &= !(1 << order);
+        }
+        0
     }
 
     /// pte_range_none: every pte of [ptep, ptep + nr) is none.

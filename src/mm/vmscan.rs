@@ -123,7 +123,7 @@ impl Kernel {
             None => return false,
         };
         let nr = 1u64 << order;
-        self.memmap.folio_set(folio, PageFlags::DIRTY);
+        self.memmap.folio_set(folio, PageFlags::DIRTY | PageFlags::SWAPCACHE);
         let mut flags = TtuFlags::BATCH_FLUSH;
         if order == pmd_order {
             flags |= TtuFlags::SPLIT_HUGE_PMD;
@@ -132,6 +132,7 @@ impl Kernel {
         if self.memmap.folio_mapcount(folio) > 0 {
             // Still mapped (mlocked): back to the LRU, out of the swap cache.
             self.swap.as_mut().expect("checked").swapcache_clear(slot, nr);
+            self.memmap.folio_clear(folio, PageFlags::SWAPCACHE);
             return false;
         }
         self.try_to_unmap_flush_dirty();
@@ -149,7 +150,7 @@ impl Kernel {
                 self.stat.count_vm_event(VmEvent::ThpSwpout);
             }
         }
-        self.memmap.folio_clear(folio, PageFlags::DIRTY);
+        self.memmap.folio_clear(folio, PageFlags::DIRTY | PageFlags::SWAPCACHE);
         self.swap.as_mut().expect("checked").swapcache_clear(slot, nr);
         self.memmap.folio_ref_count(folio) == 1
     }

@@ -50,6 +50,8 @@ named_enum!(
         AnonFaultFallbackCharge => "anon_fault_fallback_charge",
         Swpout => "swpout",
         SwpoutFallback => "swpout_fallback",
+        Swpin => "swpin",
+        SwpinFallback => "swpin_fallback",
         Split => "split",
         SplitFailed => "split_failed",
         SplitDeferred => "split_deferred",

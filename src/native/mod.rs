@@ -13,6 +13,7 @@ pub(crate) mod perf;
 mod proto;
 pub mod qemu;
 mod stats;
+pub mod swap;
 mod worker;
 
 pub use knobs::{current_value, KnobError, KnobGuard, KNOB_LOCK};
@@ -122,6 +123,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         }],
         diagnostics: Vec::new(),
         op_time: Duration::ZERO,
+        swap: None,
     };
     o.start_main()?;
     o.stmts(&w.stmts)?;
@@ -168,6 +170,8 @@ struct Orchestrator<'a> {
     diagnostics: Vec<String>,
     /// Time inside the ops' counter windows, when other processes' work is counted too.
     op_time: Duration,
+    /// The workload's swap device (`swapon`), taken down when the run ends.
+    swap: Option<swap::ZramSwap>,
 }
 
 /// The faults the runner's own processes took inside op windows (the copy-on-write
@@ -288,6 +292,11 @@ impl Orchestrator<'_> {
                 let t = Instant::now();
                 std::fs::write(self.drop_caches, "2")
                     .map_err(|e| self.err(s, format!("shrink: writing {}: {e}", self.drop_caches.display())))?;
+                (0, 0, t.elapsed().as_nanos() as u64)
+            }
+            Op::Swapon { size } => {
+                let t = Instant::now();
+                self.swap = Some(swap::ZramSwap::on(*size).map_err(|e| self.err(s, e))?);
                 (0, 0, t.elapsed().as_nanos() as u64)
             }
             op => {

@@ -130,6 +130,18 @@ impl Target {
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
 pub const NOT_APPLICABLE: &str = "not applicable on ";
 
+/// What the guest runner cannot do yet for `w`: a swap device (`swapon`).
+pub fn unsupported(w: &Workload) -> Option<String> {
+    fn find(stmts: &[Stmt]) -> Option<u32> {
+        stmts.iter().find_map(|s| match &s.op {
+            Op::Swapon { .. } => Some(s.pos.line),
+            Op::Repeat { body, .. } => find(body),
+            _ => None,
+        })
+    }
+    find(&w.stmts).map(|line| format!("its runner has no swap device yet (swapon at line {line})"))
+}
+
 /// The reason, if `error` (a per-workload error of `run_batch`) says the workload does
 /// not apply to the target.
 pub fn not_applicable(error: &str) -> Option<&str> {
@@ -306,6 +318,7 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
             Op::Set { knob, value } => format!("set {knob} {value}"),
             Op::Mark { label } => format!("mark {label}"),
             Op::Shrink => "shrink".into(),
+            Op::Swapon { size } => format!("swapon {size}"),
             Op::Mmap {
                 region,
                 size,

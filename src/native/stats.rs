@@ -28,6 +28,11 @@ pub const VMSTAT_KEYS: &[&str] = &[
     "thp_swpout",
     "thp_swpout_fallback",
     "pglazyfreed",
+    "pswpin",
+    "pswpout",
+    "swpin_zero",
+    "swpout_zero",
+    "pgmajfault",
 ];
 
 /// Open counter files and the names their values go under.

@@ -305,7 +305,13 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
                 let (a, len) = span(region, range);
                 check(libc::munlock(a as *const _, len as usize))
             }
-            Op::Set { .. } | Op::Mark { .. } | Op::Shrink | Op::Fork { .. } | Op::Exit | Op::Repeat { .. } => {
+            Op::Set { .. }
+            | Op::Mark { .. }
+            | Op::Shrink
+            | Op::Swapon { .. }
+            | Op::Fork { .. }
+            | Op::Exit
+            | Op::Repeat { .. } => {
                 unreachable!("{} is not a worker op", op.keyword())
             }
         }

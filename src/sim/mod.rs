@@ -398,6 +398,10 @@ impl Sim<'_> {
                 self.k.drop_slab();
                 Ok(())
             }
+            Op::Swapon { size } => {
+                self.syscall(1);
+                self.k.sys_swapon(*size).map_err(|e| self.fail(s.pos, e))
+            }
             Op::Munmap { region, range } => {
                 let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));
                 let (mm, cpu) = self.proc(&s.proc_name);

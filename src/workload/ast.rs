@@ -117,6 +117,11 @@ pub enum Op {
     /// `shrink`: run the THP deferred split shrinker over its whole queue, as
     /// /proc/sys/vm/drop_caches (2) does through drop_slab (an extension of the spec).
     Shrink,
+    /// `swapon SIZE`: a zram swap device of SIZE bytes, on for the rest of the
+    /// workload (an extension of the spec); MADV_PAGEOUT then swaps anon memory out.
+    Swapon {
+        size: u64,
+    },
     Repeat {
         n: u64,
         body: Vec<Stmt>,
@@ -141,6 +146,7 @@ impl Op {
             Op::Fork { .. } => "fork",
             Op::Exit => "exit",
             Op::Shrink => "shrink",
+            Op::Swapon { .. } => "swapon",
             Op::Repeat { .. } => "repeat",
             Op::Mark { .. } => "mark",
         }

@@ -108,11 +108,14 @@ struct Proc {
 #[derive(Clone, PartialEq, Eq)]
 struct State {
     procs: BTreeMap<String, Proc>,
+    /// The line of the `swapon`, once one has run.
+    swapon: Option<u32>,
 }
 
 pub(crate) fn check(path: &str, nodes: &[Node]) -> Result<(), WorkloadError> {
     let mut st = State {
         procs: BTreeMap::from([(MAIN.to_string(), Proc::default())]),
+        swapon: None,
     };
     Checker { path }.run(&mut st, nodes)
 }
@@ -152,6 +155,15 @@ impl Checker<'_> {
             }
             return Ok(());
         }
+        if let Op::Swapon { size } = stmt.op {
+            if let Some(line) = st.swapon {
+                return Err(self.err(stmt.pos, format!("a swap device is already on (swapon at line {line})")));
+            }
+            if size < 2 * 4096 {
+                return Err(self.err(stmt.pos, "a swap device needs a header page and a slot (8K at least)"));
+            }
+            st.swapon = Some(stmt.pos.line);
+        }
         let proc_pos = at.proc.unwrap_or(stmt.pos);
         let name = &stmt.proc_name;
         let proc = match st.procs.get_mut(name) {
@@ -170,7 +182,7 @@ impl Checker<'_> {
             Some(p) => p,
         };
         match &stmt.op {
-            Op::Set { .. } | Op::Mark { .. } | Op::Shrink => {}
+            Op::Set { .. } | Op::Mark { .. } | Op::Shrink | Op::Swapon { .. } => {}
             Op::Mmap { region, size, ro, .. } => {
                 if let Some(r) = proc.regions.get(region) {
                     return Err(self.err(

@@ -411,6 +411,12 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 Op::Shrink
             }
+            "swapon" => {
+                let t = self.arg(&mut a, "a swap device size")?;
+                let size = self.size(t, t.text, "swap device size")?;
+                self.finish(&a)?;
+                Op::Swapon { size }
+            }
             "mark" => {
                 let t = self.arg(&mut a, "a label")?;
                 self.finish(&a)?;
