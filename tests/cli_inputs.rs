@@ -421,3 +421,17 @@ fn replay_each_thp_puts_the_settings_side_by_side() {
     assert!(error_line(&["replay", trace, "--each", "thp=off,48K"]).contains("no 48kB size here"));
     assert!(error_line(&["replay", trace, "--each", "thp=64K"]).contains("expected at least two values"));
 }
+
+#[test]
+fn a_second_swapon_or_one_too_small_is_refused_at_its_line() {
+    let (path, line) = run_error("two-swapons.wl", b"swapon 64M\nmmap buf 1M\nswapon 64M\n");
+    assert_eq!(
+        line,
+        format!("foliolab: {path}:3:1: a swap device is already on (swapon at line 1)")
+    );
+    let (path, line) = run_error("tiny-swap.wl", b"swapon 4K\n");
+    assert_eq!(
+        line,
+        format!("foliolab: {path}:1:1: a swap device needs a header page and a slot (8K at least)")
+    );
+}

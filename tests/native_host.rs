@@ -330,3 +330,60 @@ fn validate_fails_a_model_broken_by_one_fault() {
         assert_eq!(broken[0]["diff"], -1, "{}", c["workload"]);
     }
 }
+
+#[test]
+fn sigterm_mid_run_takes_the_zram_swap_device_down() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP sigterm_mid_run_takes_the_zram_swap_device_down: {why}");
+        return;
+    }
+    let disksize = Path::new("/sys/block/zram0/disksize");
+    match std::fs::read_to_string(disksize) {
+        Ok(s) if s.trim() == "0" => {}
+        other => {
+            eprintln!("SKIP sigterm_mid_run_takes_the_zram_swap_device_down: no unused zram0 ({other:?})");
+            return;
+        }
+    }
+    let _lock = knob_lock();
+    let wl = std::env::temp_dir().join(format!("foliolab-swap-{}.wl", std::process::id()));
+    std::fs::write(
+        &wl,
+        "swapon 64M\nmmap buf 4M nohugepage\nrepeat 1000000\n  touch buf\n  madvise buf 0 4M pageout\nend\n",
+    )
+    .unwrap();
+    let mut child = Command::new(bin())
+        .arg("native")
+        .arg(&wl)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let swapped_on = || std::fs::read_to_string("/proc/swaps").unwrap().contains("/dev/zram0 ");
+    let start = Instant::now();
+    while !swapped_on() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the run never swapped zram0 on"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the workload ended before the signal"
+    );
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGTERM)
+    );
+    std::fs::remove_file(&wl).unwrap();
+    assert!(!swapped_on(), "zram0 is still a swap device");
+    assert_eq!(
+        std::fs::read_to_string(disksize).unwrap().trim(),
+        "0",
+        "zram0 was not reset"
+    );
+}
