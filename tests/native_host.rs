@@ -117,6 +117,34 @@ fn known_fault_counts_on_this_host() {
     assert_eq!(knob_snapshot(), before, "knobs restored after normal runs");
 }
 
+/// Runs `foliolab native WL`, waits until `started` (`what`, for the message), lets it
+/// run a little, sends SIGTERM, and checks that the signal ended it.
+fn sigterm_once(wl: &Path, what: &str, started: impl Fn() -> bool) {
+    let mut child = Command::new(bin())
+        .arg("native")
+        .arg(wl)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !started() {
+        assert!(start.elapsed() < Duration::from_secs(30), "the run never {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the workload ended before the signal"
+    );
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGTERM)
+    );
+}
+
 #[test]
 fn sigterm_mid_run_restores_every_knob() {
     if let Some(why) = skip_reason() {
@@ -132,33 +160,11 @@ fn sigterm_mid_run_restores_every_knob() {
          repeat 1000000\n  touch buf\n  madvise buf 0 64M dontneed\nend\n",
     )
     .unwrap();
-    let mut child = Command::new(bin())
-        .arg("native")
-        .arg(&wl)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Wait until the run has written its knobs, then stop it.
-    let start = Instant::now();
-    while std::fs::read_to_string(Path::new(THP).join("hugepages-64kB/enabled"))
-        .unwrap()
-        .contains("[never]")
-    {
-        assert!(start.elapsed() < Duration::from_secs(30), "the run never set its knobs");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the workload ended before the signal"
-    );
-    // SAFETY: signalling a child we spawned.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(libc::SIGTERM)
-    );
+    sigterm_once(&wl, "set its knobs", || {
+        !std::fs::read_to_string(Path::new(THP).join("hugepages-64kB/enabled"))
+            .unwrap()
+            .contains("[never]")
+    });
     std::fs::remove_file(&wl).unwrap();
     assert_eq!(knob_snapshot(), before);
 }
@@ -352,33 +358,8 @@ fn sigterm_mid_run_takes_the_zram_swap_device_down() {
         "swapon 64M\nmmap buf 4M nohugepage\nrepeat 1000000\n  touch buf\n  madvise buf 0 4M pageout\nend\n",
     )
     .unwrap();
-    let mut child = Command::new(bin())
-        .arg("native")
-        .arg(&wl)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
     let swapped_on = || std::fs::read_to_string("/proc/swaps").unwrap().contains("/dev/zram0 ");
-    let start = Instant::now();
-    while !swapped_on() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the run never swapped zram0 on"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the workload ended before the signal"
-    );
-    // SAFETY: signalling a child we spawned.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(libc::SIGTERM)
-    );
+    sigterm_once(&wl, "swapped zram0 on", swapped_on);
     std::fs::remove_file(&wl).unwrap();
     assert!(!swapped_on(), "zram0 is still a swap device");
     assert_eq!(

@@ -337,6 +337,19 @@ impl Kernel {
         }
     }
 
+    /// TTU_SPLIT_HUGE_PMD: split `mm`'s pmd mapping of `folio`, if it has one.
+    fn split_folio_pmd(&mut self, folio: Pfn, mm: MmId) {
+        let g = self.arch.granule();
+        let haddr = self.memmap.page(folio).index << g.page_shift();
+        if let Some(pmd) = self.pmd_offset(mm, haddr) {
+            let d = self.pxd_get(2, pmd);
+            if pmd_trans_huge(d) && d.pfn(g) == folio {
+                let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
+                __split_huge_pmd(self, mm, &vma, pmd, haddr);
+            }
+        }
+    }
+
     /// try_to_unmap_one for a swap-backed anon folio: pte by pte (folio_unmap_pte_batch
     /// batches only lazyfree folios), each cleared with its TLBI deferred or flushed,
     /// its dirt moved to the folio, and replaced by the entry of its slot
@@ -346,14 +359,7 @@ impl Kernel {
         let ps = g.page_size();
         let amm = self.arch_mm(mm);
         if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
-            let haddr = self.memmap.page(folio).index << g.page_shift();
-            if let Some(pmd) = self.pmd_offset(mm, haddr) {
-                let d = self.pxd_get(2, pmd);
-                if pmd_trans_huge(d) && d.pfn(g) == folio {
-                    let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
-                    __split_huge_pmd(self, mm, &vma, pmd, haddr);
-                }
-            }
+            self.split_folio_pmd(folio, mm);
         }
         for i in 0..self.memmap.folio_nr_pages(folio) {
             let page = Pfn(folio.0 + i);
@@ -509,14 +515,7 @@ impl Kernel {
             "a swap-backed folio is unmapped by try_to_unmap_swap"
         );
         if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
-            let haddr = self.memmap.page(folio).index << g.page_shift();
-            if let Some(pmd) = self.pmd_offset(mm, haddr) {
-                let d = self.pxd_get(2, pmd);
-                if pmd_trans_huge(d) && d.pfn(g) == folio {
-                    let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
-                    __split_huge_pmd(self, mm, &vma, pmd, haddr);
-                }
-            }
+            self.split_folio_pmd(folio, mm);
         }
         let mut i = 0;
         let mut first = true;
