@@ -276,7 +276,7 @@ impl Kernel {
             let order = 63 - orders.leading_zeros();
             let nr = 1usize << order;
             let start = addr & !((ps << order) - 1);
-            let idx = ((addr - start) / ps) as u64;
+            let idx = (addr - start) / ps;
             let first = offset - idx;
             let base = ptep.align_down(nr);
             let si = self.swap.as_ref().expect("checked");

@@ -359,6 +359,30 @@ impl SwapInfo {
     }
 }
 
+impl super::Kernel {
+    /// swapon of a zram-like device of `bytes` (SWP_SOLIDSTATE, SWP_SYNCHRONOUS_IO):
+    /// clusters of a PMD's worth of slots with THP_SWAP (arm64: 4K pages only), else 256.
+    pub fn sys_swapon(&mut self, bytes: u64) -> Result<(), String> {
+        if self.swap.is_some() {
+            return Err("swapon: a swap device is already on".into());
+        }
+        let g = self.arch.granule();
+        let cluster = if g.page_size() == 4096 {
+            1u64 << g.pmd_order()
+        } else {
+            256
+        };
+        let ncpus = self.arch.hw.cpus.len();
+        self.swap = Some(SwapInfo::swapon(
+            bytes >> g.page_shift(),
+            cluster,
+            g.pmd_order() as usize + 1,
+            ncpus,
+        )?);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,29 +475,5 @@ mod tests {
         assert_eq!(si.inuse_pages, 1023);
         assert_eq!(si.folio_alloc_swap(1, 0), None);
         assert_eq!(si.folio_alloc_swap(0, 4), None);
-    }
-}
-
-impl super::Kernel {
-    /// swapon of a zram-like device of `bytes` (SWP_SOLIDSTATE, SWP_SYNCHRONOUS_IO):
-    /// clusters of a PMD's worth of slots with THP_SWAP (arm64: 4K pages only), else 256.
-    pub fn sys_swapon(&mut self, bytes: u64) -> Result<(), String> {
-        if self.swap.is_some() {
-            return Err("swapon: a swap device is already on".into());
-        }
-        let g = self.arch.granule();
-        let cluster = if g.page_size() == 4096 {
-            1u64 << g.pmd_order()
-        } else {
-            256
-        };
-        let ncpus = self.arch.hw.cpus.len();
-        self.swap = Some(SwapInfo::swapon(
-            bytes >> g.page_shift(),
-            cluster,
-            g.pmd_order() as usize + 1,
-            ncpus,
-        )?);
-        Ok(())
     }
 }
