@@ -45,11 +45,10 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let kernel = a.kernel.unwrap_or(*kernels::KERNELS.last().expect("a preset"));
     let v = Variants::from_sets(&kernels::with_preset(kernel, kernels::Scope::Run, sets))?;
     let knobs = parse_thp(&a.thp)?;
-    let file = std::fs::File::open(&a.trace).map_err(|e| format!("{}: {e}", a.trace))?;
     if a.print {
+        let file = std::fs::File::open(&a.trace).map_err(|e| format!("{}: {e}", a.trace))?;
         return print(&a.trace, file);
     }
-    drop(file);
     if let Some(each) = &a.each {
         return main_each(&a, each, sets, &v, &knobs, machine.as_ref(), db);
     }

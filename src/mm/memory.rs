@@ -209,7 +209,7 @@ impl Kernel {
         let nr = 1u64 << order;
         let start = addr & !((ps << order) - 1);
         let first = offset - ((addr - start) >> g.page_shift());
-        let first_ptep = ptep.add(0).align_down(nr as usize);
+        let first_ptep = ptep.align_down(nr as usize);
         let si = self.swap.as_mut().expect("checked");
         let zero = si.is_zero(first);
         for i in 0..nr {
@@ -268,9 +268,12 @@ impl Kernel {
         orders = self.thp_vma_suitable_orders(vma, addr, orders);
         let offset = orig.pte_swp_offset();
         let vpn = addr >> g.page_shift();
-        orders &= !(0..64u32)
-            .filter(|o| orders & (1 << o) != 0 && vpn % (1 << o) != offset % (1 << o))
-            .fold(0u64, |m, o| m | (1 << o));
+        // thp_swap_suitable_orders: the slot's place in a run matches the page's.
+        for o in 1..g.pmd_order() {
+            if vpn % (1 << o) != offset % (1 << o) {
+                orders &= !(1u64 << o);
+            }
+        }
         let amm = self.arch_mm(mm);
         while orders != 0 {
             let order = 63 - orders.leading_zeros();
@@ -281,14 +284,13 @@ impl Kernel {
             let base = ptep.align_down(nr);
             let si = self.swap.as_ref().expect("checked");
             let zero = si.is_zero(first);
+            let arch = &mut self.arch;
             let ok = (0..nr).all(|i| {
-                let p = self.arch.ptep_get(amm, base.add(i));
-                let si = self.swap.as_ref().expect("checked");
+                let p = arch.ptep_get(amm, base.add(i));
                 p.is_swap_pte()
                     && p.pte_swp_offset() == first + i as u64
                     && p.pte_swp_exclusive() == orig.pte_swp_exclusive()
                     && si.is_zero(first + i as u64) == zero
-                    && si.swap_count(first + i as u64) > 0
             });
             if ok {
                 return orders;

@@ -109,7 +109,7 @@ pub struct Prediction {
 fn anon_fault_alloc(thp: &Path, sizes: &[u64]) -> Vec<(u64, i64)> {
     sizes
         .iter()
-        .map(|kb| {
+        .map(|&kb| {
             let p = thp.join(format!("hugepages-{kb}kB/stats/anon_fault_alloc"));
             (
                 kb,
@@ -119,7 +119,6 @@ fn anon_fault_alloc(thp: &Path, sizes: &[u64]) -> Vec<(u64, i64)> {
                     .unwrap_or(0),
             )
         })
-        .map(|(kb, v)| (*kb, v))
         .collect()
 }
 

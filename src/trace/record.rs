@@ -83,23 +83,16 @@ pub enum RecordError {
     Io(String, io::Error),
 }
 
-/// A tracepoint's id and the offsets of the fields read from its raw data.
+/// A tracepoint's id and the offsets, in its raw data, of the two fields read from
+/// it: resolved once, so that decoding a sample looks nothing up.
 struct Tracepoint {
     id: u64,
-    fields: HashMap<String, usize>,
+    at: [usize; 2],
 }
 
-impl Tracepoint {
-    fn off(&self, name: &str) -> Result<usize, RecordError> {
-        self.fields
-            .get(name)
-            .copied()
-            .ok_or_else(|| RecordError::Setup(format!("tracepoint {} has no field {name}", self.id)))
-    }
-}
-
-/// Reads `events/<group>/<name>/{id,format}` under a tracefs mount.
-fn read_tracepoint(tracefs: &Path, event: &str) -> Result<Tracepoint, RecordError> {
+/// Reads `events/<group>/<name>/{id,format}` under a tracefs mount, and the offsets of
+/// `fields`.
+fn read_tracepoint(tracefs: &Path, event: &str, fields: [&str; 2]) -> Result<Tracepoint, RecordError> {
     let dir = tracefs.join("events").join(event);
     let id = std::fs::read_to_string(dir.join("id"))
         .map_err(|e| RecordError::Setup(format!("tracepoint {event}: {e} (this kernel lacks it?)")))?;
@@ -109,7 +102,7 @@ fn read_tracepoint(tracefs: &Path, event: &str) -> Result<Tracepoint, RecordErro
         .map_err(|_| RecordError::Setup(format!("tracepoint {event}: id {id:?}")))?;
     let format =
         std::fs::read_to_string(dir.join("format")).map_err(|e| RecordError::Io(format!("{event} format"), e))?;
-    let mut fields = HashMap::new();
+    let mut found = HashMap::new();
     for line in format.lines() {
         // `field:unsigned long address;	offset:8;	size:8;	signed:0;`
         let Some(decl) = line.trim().strip_prefix("field:") else {
@@ -122,13 +115,22 @@ fn read_tracepoint(tracefs: &Path, event: &str) -> Result<Tracepoint, RecordErro
             .find_map(|p| p.trim().strip_prefix("offset:"))
             .and_then(|o| o.parse().ok());
         if let Some(off) = off {
-            fields.insert(name.to_string(), off);
+            found.insert(name.to_string(), off);
         }
     }
-    Ok(Tracepoint { id, fields })
+    let off = |f: &str| {
+        found
+            .get(f)
+            .copied()
+            .ok_or_else(|| RecordError::Setup(format!("tracepoint {event} has no field {f}")))
+    };
+    Ok(Tracepoint {
+        id,
+        at: [off(fields[0])?, off(fields[1])?],
+    })
 }
 
-/// The four tracepoints, read from a tracefs mount; if none is mounted, one is mounted
+/// The five tracepoints, read from a tracefs mount; if none is mounted, one is mounted
 /// on a private directory for the reading and unmounted right after.
 struct Tracepoints {
     fault: Tracepoint,
@@ -147,11 +149,11 @@ impl Tracepoints {
         });
         let read = |dir: &Path| -> Result<Tracepoints, RecordError> {
             Ok(Tracepoints {
-                fault: read_tracepoint(dir, "exceptions/page_fault_user")?,
-                kfault: read_tracepoint(dir, "exceptions/page_fault_kernel")?,
-                enter: read_tracepoint(dir, "raw_syscalls/sys_enter")?,
-                exit: read_tracepoint(dir, "raw_syscalls/sys_exit")?,
-                newtask: read_tracepoint(dir, "task/task_newtask")?,
+                fault: read_tracepoint(dir, "exceptions/page_fault_user", ["address", "error_code"])?,
+                kfault: read_tracepoint(dir, "exceptions/page_fault_kernel", ["address", "error_code"])?,
+                enter: read_tracepoint(dir, "raw_syscalls/sys_enter", ["id", "args"])?,
+                exit: read_tracepoint(dir, "raw_syscalls/sys_exit", ["id", "ret"])?,
+                newtask: read_tracepoint(dir, "task/task_newtask", ["pid", "clone_flags"])?,
             })
         };
         if let Some(dir) = mounted {
@@ -281,8 +283,8 @@ impl Decoder {
                 let ty = u16::from_ne_bytes([raw[0], raw[1]]) as u64;
                 let tp = &self.tp;
                 let r = if ty == tp.fault.id || ty == tp.kfault.id {
-                    let addr = u64_at(raw, tp.fault.off("address")?);
-                    let code = u64_at(raw, tp.fault.off("error_code")?);
+                    let f = if ty == tp.fault.id { &tp.fault } else { &tp.kfault };
+                    let (addr, code) = (u64_at(raw, f.at[0]), u64_at(raw, f.at[1]));
                     // A kernel-mode fault counts only on a user address.
                     if ty == tp.kfault.id && addr >= USER_END {
                         return Ok(None);
@@ -295,10 +297,10 @@ impl Decoder {
                         kernel: ty == tp.kfault.id,
                     }
                 } else if ty == tp.enter.id {
-                    let a = tp.enter.off("args")?;
+                    let a = tp.enter.at[1];
                     Rec::Enter {
                         tid,
-                        nr: u64_at(raw, tp.enter.off("id")?),
+                        nr: u64_at(raw, tp.enter.at[0]),
                         args: [
                             u64_at(raw, a),
                             u64_at(raw, a + 8),
@@ -310,13 +312,13 @@ impl Decoder {
                     Rec::Exit {
                         pid,
                         tid,
-                        nr: u64_at(raw, tp.exit.off("id")?),
-                        ret: u64_at(raw, tp.exit.off("ret")?) as i64,
+                        nr: u64_at(raw, tp.exit.at[0]),
+                        ret: u64_at(raw, tp.exit.at[1]) as i64,
                     }
                 } else if ty == tp.newtask.id {
                     Rec::NewTask {
-                        tid: u32_at(raw, tp.newtask.off("pid")?),
-                        flags: u64_at(raw, tp.newtask.off("clone_flags")?),
+                        tid: u32_at(raw, tp.newtask.at[0]),
+                        flags: u64_at(raw, tp.newtask.at[1]),
                     }
                 } else {
                     return Err(RecordError::Setup(format!("sample of unknown tracepoint {ty}")));
