@@ -1,10 +1,12 @@
 //! Property test: random sequences of fork, exit, touch, mprotect, madvise
 //! (dontneed, free, collapse, cold, pageout), munmap and deferred-split shrinker runs
-//! over up to three processes, under either seed 001 TLB-flush variant and on a
-//! machine small enough for direct reclaim, keep every kernel and architectural
-//! invariant.
+//! over up to three processes, each touching from any of eight CPUs (as its threads
+//! would), under either seed 001 TLB-flush variant, arm64's or x86's shootdown, with
+//! or without a swap device, and on a machine small enough for direct reclaim, keep
+//! every kernel and architectural invariant (the checker stays silent).
 //! 200 cases x 500 ops = 100,000 ops per run.
 
+use foliolab::arch::TlbFlavour;
 use foliolab::hw::check::Violation;
 use foliolab::hw::{Attr, MachineConfig, Tlbi};
 use foliolab::mm::madvise::Madv;
@@ -35,6 +37,7 @@ enum Op {
     },
     Touch {
         proc: usize,
+        cpu: usize,
         slot: u64,
         first: u64,
         pages: u64,
@@ -74,7 +77,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         1 => (prop::sample::select(vec![16u64, 64, 128, 2048]), any::<bool>()).prop_map(|(size_kb, always)| Op::Knob { size_kb, always }),
         2 => (s.clone(), 1..1536u64, any::<bool>()).prop_map(|(slot, pages, huge)| Op::Mmap { slot, pages, huge }),
-        8 => (p.clone(), s.clone(), 0..1536u64, 1..512u64, any::<bool>()).prop_map(|(proc, slot, first, pages, write)| Op::Touch { proc, slot, first, pages, write }),
+        8 => (p.clone(), 0..8usize, s.clone(), 0..1536u64, 1..512u64, any::<bool>()).prop_map(|(proc, cpu, slot, first, pages, write)| Op::Touch { proc, cpu, slot, first, pages, write }),
         2 => (p.clone(), s.clone(), 0..1536u64, 1..512u64, 0..3u8).prop_map(|(proc, slot, first, pages, prot)| Op::Mprotect { proc, slot, first, pages, prot }),
         3 => (p.clone(), s.clone(), 0..1536u64, 1..1024u64, 0..5u8).prop_map(|(proc, slot, first, pages, advice)| Op::Madvise { proc, slot, first, pages, advice }),
         1 => (p.clone(), s, 0..1536u64, 1..1536u64).prop_map(|(proc, slot, first, pages)| Op::Munmap { proc, slot, first, pages }),
@@ -131,17 +134,18 @@ impl World {
             }
             Op::Touch {
                 proc,
+                cpu,
                 slot,
                 first,
                 pages,
                 write,
             } => {
-                if let Some((p, mm, s, e)) = self.target(proc, slot, first, pages) {
-                    self.k.switch_mm(p, mm);
+                if let Some((_, mm, s, e)) = self.target(proc, slot, first, pages) {
+                    self.k.switch_mm(cpu, mm);
                     let mut a = s;
                     while a < e {
                         // Holes and protections refuse with SIGSEGV; that is fine here.
-                        let _ = user_access(&mut self.k, mm, p, a, write);
+                        let _ = user_access(&mut self.k, mm, cpu, a, write);
                         a += PAGE;
                     }
                 }
@@ -208,7 +212,14 @@ impl World {
 }
 
 /// Run `ops` on a fresh kernel, checking every invariant after each op.
-fn check_sequence(ops: &[Op], contpte: bool, deferred: bool, small: bool) -> Result<(), TestCaseError> {
+fn check_sequence(
+    ops: &[Op],
+    contpte: bool,
+    deferred: bool,
+    small: bool,
+    x86: bool,
+    swap: bool,
+) -> Result<(), TestCaseError> {
     // 16 MiB: three processes' regions (up to 6 MiB each) run it into direct reclaim.
     let ram_bytes = if small { 16 << 20 } else { 1 << 30 };
     let cfg = MachineConfig {
@@ -222,7 +233,11 @@ fn check_sequence(ops: &[Op], contpte: bool, deferred: bool, small: bool) -> Res
     } else {
         TlbBatchVariant::Sync
     };
+    k.arch.tlb_flush = if x86 { TlbFlavour::X86 } else { TlbFlavour::Arm64 };
     k.arch.hw.checks = true;
+    if swap {
+        k.sys_swapon(64 << 20).unwrap();
+    }
     let mm = k.mm_alloc().unwrap();
     k.switch_mm(0, mm);
     let mut w = World {
@@ -284,7 +299,7 @@ proptest! {
     #![proptest_config(Config { cases: 200, failure_persistence: Some(Box::new(FileFailurePersistence::Off)), ..Config::default() })]
 
     #[test]
-    fn fork_exit_mprotect_free_pageout_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>(), deferred in any::<bool>(), small in any::<bool>()) {
-        check_sequence(&ops, contpte, deferred, small)?;
+    fn fork_exit_mprotect_free_pageout_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>(), deferred in any::<bool>(), small in any::<bool>(), x86 in any::<bool>(), swap in any::<bool>()) {
+        check_sequence(&ops, contpte, deferred, small, x86, swap)?;
     }
 }

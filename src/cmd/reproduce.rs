@@ -140,6 +140,7 @@ pub fn text(r: &Reproduction) -> String {
             noted.push(seed);
         }
     }
+    s += &per_page_text(r);
     for (seed, notes) in &r.notes {
         if notes.is_empty() {
             continue;
@@ -150,6 +151,33 @@ pub fn text(r: &Reproduction) -> String {
         }
     }
     s + &format!("\nreproduced in {:.1} s\n", r.elapsed_s)
+}
+
+/// Seed 001's per-page figures: a table per experiment, a line per flavour, machine
+/// size and variant.
+fn per_page_text(r: &Reproduction) -> String {
+    let mut s = String::new();
+    let mut experiments: Vec<(&str, &str)> = Vec::new();
+    for p in &r.per_page {
+        if !experiments.contains(&(&p.seed, &p.experiment)) {
+            experiments.push((&p.seed, &p.experiment));
+        }
+    }
+    for (seed, exp) in experiments {
+        s += &format!("\nseed {seed}: per page, {exp}\n");
+        s += &format!(
+            "{:<8}{:>5}  {:<9}{:>8}{:>8}{:>8}{:>9}{:>12}  {}\n",
+            "flavour", "cpus", "variant", "TLBIs", "IPIs", "waits", "flushes", "flush ns", "costed on"
+        );
+        for p in r.per_page.iter().filter(|p| p.seed == seed && p.experiment == exp) {
+            let ns = p.flush_ns.map_or("n/a".to_string(), |v| format!("{v:.1}"));
+            s += &format!(
+                "{:<8}{:>5}  {:<9}{:>8.3}{:>8.3}{:>8.3}{:>9.3}{:>12}  {}\n",
+                p.flavour, p.cpus, p.variant, p.tlbi, p.ipi, p.waits, p.flushes, ns, p.machine
+            );
+        }
+    }
+    s
 }
 
 /// A figure with as many digits as it deserves.

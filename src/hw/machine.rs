@@ -112,6 +112,16 @@ pub enum Tlbi {
     },
 }
 
+/// A TLB maintenance instruction without the IS suffix: it reaches only the TLB of
+/// the CPU that issues it, and that CPU's DSB NSH completes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalTlbi {
+    /// TLBI VALE1: by VA and ASID, last level.
+    Vale1 { asid: Asid, va: VirtAddr },
+    /// TLBI ASIDE1: every non-global entry of an ASID.
+    Aside1 { asid: Asid },
+}
+
 /// Pages covered by a range TLBI operand.
 pub const fn tlbi_range_pages(scale: u8, num: u8) -> u64 {
     (num as u64 + 1) << (5 * scale as u32 + 1)
@@ -319,6 +329,38 @@ impl Machine {
         self.ev.inc(Event::TlbiTotal);
         let n: u64 = self.cpus.iter_mut().map(|c| c.tlb.invalidate(&scope)).sum();
         self.ev.add(Event::TlbInvalidated, n);
+    }
+
+    /// Issue a local TLBI on `cpu` and complete it with a DSB NSH: the way a CPU
+    /// invalidates its own TLB when it was told to by an IPI rather than by a
+    /// broadcast (the x86 flavour's INVLPG and CR3 write on arm64 hardware).
+    pub fn tlbi_local(&mut self, cpu: usize, op: LocalTlbi) {
+        let (ev, scope) = match op {
+            LocalTlbi::Vale1 { asid, va } => (
+                Event::TlbiVale1,
+                TlbiScope::Va {
+                    asid: Some(asid),
+                    first: va.0,
+                    last: va.0,
+                },
+            ),
+            LocalTlbi::Aside1 { asid } => (Event::TlbiAside1, TlbiScope::Asid(asid)),
+        };
+        self.ev.inc(ev);
+        self.ev.inc(Event::TlbiTotal);
+        self.sync_checks();
+        let c = &mut self.cpus[cpu];
+        let n = c.tlb.invalidate(&scope);
+        self.ev.add(Event::TlbInvalidated, n);
+        self.ev.inc(Event::DsbNsh);
+        c.tlb.complete_pending(&mut self.res);
+    }
+
+    /// An inter-processor interrupt from one CPU to another (an SGI through the
+    /// GIC); what the target does on taking it is the kernel's business.
+    pub fn send_ipi(&mut self, from: usize, to: usize) {
+        debug_assert_ne!(from, to, "an IPI to oneself");
+        self.ev.inc(Event::Ipi);
     }
 
     // ---- EL0 accesses ------------------------------------------------------

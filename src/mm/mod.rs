@@ -111,6 +111,8 @@ pub struct Kernel {
     pub rmap_page_api: bool,
     /// Testing only (`inject=extra-fault`): account the next fault twice.
     pub inject_extra_fault: bool,
+    /// Testing only (`inject=drop-flush`): try_to_unmap_flush forgets its flush.
+    pub inject_drop_flush: bool,
     /// The tables the last software walk went through (a host-side memo).
     pgtable_hint: crate::hw::WalkHint,
     /// Storage for the next mmu_gather's page list (see `tlb_gather_mmu`).
@@ -163,6 +165,7 @@ impl Kernel {
             collapse_copy_per_pte: false,
             collapse_ro_refuse: false,
             inject_extra_fault: false,
+            inject_drop_flush: false,
             tlb_ubc: rmap::TlbUbc::default(),
             pgtable_hint: Default::default(),
             gather_pages: Default::default(),
@@ -226,7 +229,7 @@ impl Kernel {
     pub fn switch_mm(&mut self, cpu: usize, mm: MmId) {
         let g = self.arch.granule();
         let (pgd, asid) = (self.mm(mm).pgd, self.mm(mm).asid);
-        self.arch.hw.switch_mm(cpu, pgd.to_phys(g), asid);
+        self.arch.switch_mm(cpu, pgd.to_phys(g), asid);
     }
 
     #[inline]

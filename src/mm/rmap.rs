@@ -10,7 +10,6 @@ use super::vmstat::MthpStat;
 use super::Kernel;
 use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
-use crate::arch::arm64::tlbflush::{arch_flush_tlb_batched_pending, arch_tlbbatch_add_pending, arch_tlbbatch_flush};
 use crate::hw::Pfn;
 use crate::kcount::KernelEvent;
 
@@ -277,7 +276,7 @@ impl Kernel {
         }
         let asid = self.mm(mm).asid;
         self.arch.kc.inc(KernelEvent::ArchTlbbatchAddPending);
-        arch_tlbbatch_add_pending(&mut self.arch.hw, asid, start, end);
+        self.arch.arch_tlbbatch_add_pending(asid, start, end);
         self.tlb_ubc.flush_required = true;
         self.mm_mut(mm).tlb_flush_pending += 1;
         if pteval.pte_dirty() {
@@ -298,8 +297,12 @@ impl Kernel {
         if !self.tlb_ubc.flush_required {
             return;
         }
+        if self.inject_drop_flush {
+            self.tlb_ubc = TlbUbc::default();
+            return;
+        }
         self.arch.kc.inc(KernelEvent::ArchTlbbatchFlush);
-        arch_tlbbatch_flush(&mut self.arch.hw);
+        self.arch.arch_tlbbatch_flush();
         self.tlb_ubc = TlbUbc::default();
     }
 
@@ -311,7 +314,7 @@ impl Kernel {
         if m.tlb_flush_pending != m.tlb_flush_done {
             self.arch.kc.inc(KernelEvent::ArchFlushTlbBatchedPending);
             let asid = self.mm(mm).asid;
-            arch_flush_tlb_batched_pending(&mut self.arch.hw, asid);
+            self.arch.arch_flush_tlb_batched_pending(asid);
             let m = self.mm_mut(mm);
             m.tlb_flush_done = m.tlb_flush_pending;
         }

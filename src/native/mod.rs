@@ -75,6 +75,17 @@ pub fn run(w: &Workload) -> Result<Report, NativeError> {
 }
 
 pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> {
+    if let Some(s) = crate::workload::model_only(&w.stmts) {
+        return Err(NativeError::Op {
+            path: w.path.clone(),
+            line: s.pos.line,
+            col: s.pos.col,
+            msg: format!(
+                "'{}' runs only in the model: the host runner's workers are single-threaded processes",
+                s.op.keyword()
+            ),
+        });
+    }
     let guard = KnobGuard::arm(&paths.thp, &paths.lock)?;
     let mut unavailable = BTreeMap::new();
     for (knob, why) in &guard.missing {

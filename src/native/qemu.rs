@@ -139,6 +139,13 @@ pub fn unsupported(w: &Workload) -> Option<String> {
             _ => None,
         })
     }
+    if let Some(s) = crate::workload::model_only(&w.stmts) {
+        return Some(format!(
+            "'{}' (line {}) runs only in the model",
+            s.op.keyword(),
+            s.pos.line
+        ));
+    }
     find(&w.stmts).map(|line| format!("its runner has no swap device yet (swapon at line {line})"))
 }
 
@@ -319,6 +326,9 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
             Op::Mark { label } => format!("mark {label}"),
             Op::Shrink => "shrink".into(),
             Op::Swapon { size } => format!("swapon {size}"),
+            Op::Thread { .. } | Op::ThreadsAll | Op::Cpu { .. } => {
+                unreachable!("{} is refused by run_batch_on", st.op.keyword())
+            }
             Op::Mmap {
                 region,
                 size,
@@ -688,6 +698,17 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
         .ok_or_else(|| QemuError::Run("the host is not a QEMU target".into()))?;
     if let Some(why) = missing(target) {
         return Err(QemuError::NotSetUp(why));
+    }
+    for w in workloads {
+        if let Some(s) = crate::workload::model_only(&w.stmts) {
+            return Err(QemuError::Run(format!(
+                "{}:{}:{}: '{}' runs only in the model",
+                w.path,
+                s.pos.line,
+                s.pos.col,
+                s.op.keyword()
+            )));
+        }
     }
     let cache = cache_dir();
     let run_err = |what: &str, e: std::io::Error| QemuError::Run(format!("{what}: {e}"));

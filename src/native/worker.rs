@@ -311,6 +311,9 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
             | Op::Swapon { .. }
             | Op::Fork { .. }
             | Op::Exit
+            | Op::Thread { .. }
+            | Op::ThreadsAll
+            | Op::Cpu { .. }
             | Op::Repeat { .. } => {
                 unreachable!("{} is not a worker op", op.keyword())
             }

@@ -47,12 +47,39 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+/// Seed 001's figures per page reclaimed or migrated: one run's flush work divided by
+/// its pages, on one shootdown flavour, machine size and variant.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PerPage {
+    pub seed: String,
+    pub experiment: String,
+    /// `arm64` (broadcast TLBI) or `x86` (IPIs).
+    pub flavour: String,
+    pub cpus: usize,
+    pub variant: String,
+    pub pages: u64,
+    /// TLBIs of every kind, broadcast or local.
+    pub tlbi: f64,
+    pub ipi: f64,
+    /// Waits for invalidation to complete: DSB ISH (arm64), or IPI rounds, each
+    /// waiting for its targets (x86).
+    pub waits: f64,
+    /// Flush calls: ptep_clear_flush, arch_tlbbatch_flush, arch_flush_tlb_batched_pending.
+    pub flushes: f64,
+    /// The machine profile the time is modeled with.
+    pub machine: String,
+    /// Modeled time of the flush work per page (None: an event has no cost).
+    pub flush_ns: Option<f64>,
+}
+
 /// Everything `reproduce` found.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Reproduction {
     pub rows: Vec<Row>,
     pub breakdowns: Vec<Breakdown>,
     pub series: Vec<Series>,
+    #[serde(default)]
+    pub per_page: Vec<PerPage>,
     /// Per seed, what the reader must know (refused costs, missing counters ...).
     pub notes: BTreeMap<String, Vec<String>>,
     pub elapsed_s: f64,

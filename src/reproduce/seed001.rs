@@ -4,7 +4,8 @@
 //! the cycles of a page-out microbenchmark on an 8-core Snapdragon 888 and a ~100-core
 //! Kunpeng 920, and the benchmark's speed-up on the Snapdragon.
 
-use super::{pct, phase_counts, same_sign, Breakdown, Costs, Reproduction, Row};
+use super::{pct, phase_counts, same_sign, Breakdown, Costs, PerPage, Reproduction, Row};
+use crate::report::Counters;
 use crate::sim::kernels::Release;
 use crate::time::Profile;
 use crate::workload::parse_str;
@@ -18,6 +19,111 @@ const FLUSH_EVENTS: &[&str] = &[
     "arch.dsb.ish",
     "kernel.ptep_clear_flush",
 ];
+
+/// The per-page experiments: the workload, and the vmstat counter of its pages.
+const PER_PAGE: &[(&str, &str, &str, &str)] = &[
+    (
+        "reclaim: swap-out of written pages to zram",
+        "workloads/seed001-swapout-threads.wl",
+        include_str!("../../workloads/seed001-swapout-threads.wl"),
+        "vmstat.pswpout",
+    ),
+    (
+        "reclaim: discard of lazyfree pages",
+        "workloads/seed001-lazyfree-threads.wl",
+        include_str!("../../workloads/seed001-lazyfree-threads.wl"),
+        "vmstat.pglazyfreed",
+    ),
+];
+
+/// The events of the flush work, by flavour: what the per-page time sums.
+const ARM64_FLUSH: &[&str] = &[
+    "arch.tlbi.vale1is",
+    "arch.tlbi.vae1is",
+    "arch.tlbi.aside1is",
+    "arch.dsb.ish",
+    "arch.dsb.ishst",
+];
+const X86_FLUSH: &[&str] = &["arch.ipi", "arch.tlbi.vale1", "arch.tlbi.aside1", "arch.dsb.nsh"];
+
+/// The machine each flavour and size is costed on: seed 001's own two for arm64; this
+/// host's calibration for x86, the only machine with a measured IPI.
+fn per_page_machine(flavour: &str, cpus: usize) -> &'static str {
+    match (flavour, cpus) {
+        ("x86", _) => "calibrated",
+        (_, 8) => "snapdragon-888",
+        _ => "kunpeng-920",
+    }
+}
+
+/// Seed 001's per-page figures: each experiment on 8 and 128 CPUs, with arm64's and
+/// x86's shootdown, before and after.
+fn per_page(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<Vec<String>, String> {
+    let mut notes = vec![
+        "per page: the process has a thread running on every CPU (`threads all`); with a single thread x86 sends no IPI at all (the mm is on one CPU), while arm64 broadcasts the same TLBIs".to_string(),
+        "per page on 128 CPUs, arm64: costed with kunpeng-920's measured TLBI and DSB, taken on a machine of about 100 cores; no public figure gives their growth with the CPU count (costs.md §1b), so the 128-CPU time is that machine's".to_string(),
+    ];
+    let c = |counts: &Counters, k: &str| counts.get(k).copied().unwrap_or(0) as f64;
+    for (experiment, path, src, pages_key) in PER_PAGE {
+        let w = parse_str(path, src).map_err(|e| e.to_string())?;
+        for flavour in ["arm64", "x86"] {
+            for cpus in [8usize, 128] {
+                let machine = per_page_machine(flavour, cpus);
+                let costs = Costs::for_seed(machine, SEED, software)?;
+                for variant in ["sync", "deferred"] {
+                    let n = cpus.to_string();
+                    let sets = [("tlb-batch", variant), ("tlb-flush", flavour), ("cpus", n.as_str())];
+                    let counts = phase_counts(&w, kernel, &sets, "pageout")?;
+                    let pages = c(&counts, pages_key);
+                    if pages == 0.0 {
+                        return Err(format!("{path}: no page reclaimed ({pages_key} is 0)"));
+                    }
+                    let tlbi = c(&counts, "arch.tlbi.total");
+                    let waits = c(&counts, "arch.dsb.ish") + c(&counts, "kernel.flush_tlb_multi");
+                    let flushes = [
+                        "kernel.ptep_clear_flush",
+                        "kernel.arch_tlbbatch_flush",
+                        "kernel.arch_flush_tlb_batched_pending",
+                    ]
+                    .iter()
+                    .map(|k| c(&counts, k))
+                    .sum::<f64>();
+                    let events = if flavour == "x86" { X86_FLUSH } else { ARM64_FLUSH };
+                    let (_, by) = costs.time_ns(&counts);
+                    let uncosted: Vec<&str> = events
+                        .iter()
+                        .copied()
+                        .filter(|e| c(&counts, e) > 0.0 && !by.contains_key(*e))
+                        .collect();
+                    let flush_ns = uncosted
+                        .is_empty()
+                        .then(|| events.iter().filter_map(|e| by.get(*e)).sum::<f64>() / pages);
+                    if !uncosted.is_empty() {
+                        notes.push(format!(
+                            "per page, {flavour} on {machine}: no cost for {}, so no time",
+                            uncosted.join(", ")
+                        ));
+                    }
+                    r.per_page.push(PerPage {
+                        seed: SEED.into(),
+                        experiment: experiment.to_string(),
+                        flavour: flavour.into(),
+                        cpus,
+                        variant: variant.into(),
+                        pages: pages as u64,
+                        tlbi: tlbi / pages,
+                        ipi: c(&counts, "arch.ipi") / pages,
+                        waits: waits / pages,
+                        flushes: flushes / pages,
+                        machine: machine.into(),
+                        flush_ns,
+                    });
+                }
+            }
+        }
+    }
+    Ok(notes)
+}
 
 pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<(), String> {
     let w = parse_str("workloads/seed001-pageout-order0.wl", WORKLOAD).map_err(|e| e.to_string())?;
@@ -102,6 +208,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
         variant: "deferred".into(),
         by_event_ns: by_def,
     });
+    notes.extend(per_page(r, software, kernel)?);
     notes.sort();
     notes.dedup();
     r.notes.insert(SEED.into(), notes);

@@ -39,10 +39,20 @@ struct Proc {
     regions: BTreeMap<String, Region>,
 }
 
+/// A thread of a process (`thread`, `threads all`): the CPU it runs on.
+struct Thread {
+    owner: String,
+    cpu: usize,
+}
+
 struct Sim<'w> {
     k: Kernel,
     w: &'w Workload,
     procs: BTreeMap<String, Proc>,
+    /// Named threads (`thread NAME`), by name.
+    threads: BTreeMap<String, Thread>,
+    /// The unnamed threads of `threads all`.
+    spinners: Vec<Thread>,
     /// Processes created so far (a new one runs on cpu `count % ncpus`).
     nr_procs: usize,
     /// Faults of exited processes, by name (a name may be reused after exit).
@@ -78,6 +88,8 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         k,
         w,
         procs,
+        threads: BTreeMap::new(),
+        spinners: Vec::new(),
         nr_procs: 1,
         exited_minflt: BTreeMap::new(),
         phases: Vec::new(),
@@ -112,6 +124,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     let mut k = Kernel::boot(v.machine());
     k.zap = v.zap();
     k.tlb_batch = v.tlb_batch();
+    k.arch.tlb_flush = v.tlb_flush();
     k.arch.contpte = v.contpte();
     k.arch.ptep_get = v.ptep_get();
     k.arch.flush_range_nosync_split = v.get("flush-range-nosync") == "split";
@@ -131,6 +144,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.rmap_page_api = v.get("rmap-api") == "page";
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
+    k.inject_drop_flush = v.inject_drop_flush();
     k
 }
 
@@ -286,7 +300,8 @@ impl Sim<'_> {
                         .do_madvise(mm, *addr, addr + size, Madv::NoHugePage)
                         .map_err(|e| self.fail(s.pos, e))?;
                 }
-                self.procs.get_mut(&s.proc_name).unwrap().regions.insert(
+                let owner = self.owner(&s.proc_name).to_string();
+                self.procs.get_mut(&owner).unwrap().regions.insert(
                     region.clone(),
                     Region {
                         addr: *addr,
@@ -374,7 +389,7 @@ impl Sim<'_> {
                     .k
                     .dup_mmap(mm)
                     .ok_or_else(|| self.fail(s.pos, "fork: out of memory"))?;
-                let regions = self.procs[&s.proc_name].regions.clone();
+                let regions = self.procs[self.owner(&s.proc_name)].regions.clone();
                 let cpu = self.nr_procs % self.k.arch.hw.cpus.len();
                 self.nr_procs += 1;
                 self.procs.insert(
@@ -389,9 +404,60 @@ impl Sim<'_> {
             }
             Op::Exit => {
                 self.syscall(1);
+                if let Some(t) = self.threads.remove(&s.proc_name) {
+                    self.leave_cpu(t.cpu);
+                    return Ok(());
+                }
                 let p = self.procs.remove(&s.proc_name).expect("a live process");
                 *self.exited_minflt.entry(s.proc_name.clone()).or_default() += self.k.mm(p.mm).min_flt;
                 self.k.exit_mmap(p.mm);
+                // exit_group: its threads go with it.
+                let cpus: Vec<usize> = self.tasks_of(&s.proc_name).chain([p.cpu]).collect();
+                self.threads.retain(|_, t| t.owner != s.proc_name);
+                self.spinners.retain(|t| t.owner != s.proc_name);
+                for cpu in cpus {
+                    self.leave_cpu(cpu);
+                }
+                Ok(())
+            }
+            Op::Thread { name } => {
+                let (mm, _) = self.proc(&s.proc_name);
+                self.syscall(1);
+                let cpu = self.nr_procs % self.k.arch.hw.cpus.len();
+                self.nr_procs += 1;
+                let owner = self.owner(&s.proc_name).to_string();
+                self.threads.insert(name.clone(), Thread { owner, cpu });
+                self.k.switch_mm(cpu, mm);
+                Ok(())
+            }
+            Op::ThreadsAll => {
+                let (mm, _) = self.proc(&s.proc_name);
+                let owner = self.owner(&s.proc_name).to_string();
+                for cpu in 0..self.k.arch.hw.cpus.len() {
+                    if !self.tasks_of(&owner).any(|c| c == cpu) {
+                        self.syscall(1);
+                        self.spinners.push(Thread {
+                            owner: owner.clone(),
+                            cpu,
+                        });
+                        self.k.switch_mm(cpu, mm);
+                    }
+                }
+                Ok(())
+            }
+            Op::Cpu { cpu } => {
+                let (mm, old) = self.proc(&s.proc_name);
+                let (cpu, ncpus) = (*cpu as usize, self.k.arch.hw.cpus.len());
+                if cpu >= ncpus {
+                    return Err(self.fail(s.pos, format!("cpu {cpu}: the machine has {ncpus} CPUs (set cpus=N)")));
+                }
+                self.syscall(1);
+                match self.threads.get_mut(&s.proc_name) {
+                    Some(t) => t.cpu = cpu,
+                    None => self.procs.get_mut(&s.proc_name).unwrap().cpu = cpu,
+                }
+                self.k.switch_mm(cpu, mm);
+                self.leave_cpu(old);
                 Ok(())
             }
             Op::Shrink => {
@@ -408,7 +474,8 @@ impl Sim<'_> {
                 self.k.switch_mm(cpu, mm);
                 self.syscall(1);
                 self.k.do_munmap(mm, start, end);
-                let p = self.procs.get_mut(&s.proc_name).unwrap();
+                let owner = self.owner(&s.proc_name).to_string();
+                let p = self.procs.get_mut(&owner).unwrap();
                 let r = &p.regions[region];
                 if start == r.addr && end == r.addr + r.size {
                     p.regions.remove(region);
@@ -425,13 +492,43 @@ impl Sim<'_> {
         self.k.arch.kc.add(KernelEvent::Syscall, n);
     }
 
+    /// The process a task name belongs to (itself, unless it names a thread).
+    fn owner<'a>(&'a self, name: &'a str) -> &'a str {
+        self.threads.get(name).map_or(name, |t| &t.owner)
+    }
+
+    /// The mm a task runs and the CPU it runs on.
     fn proc(&self, name: &str) -> (MmId, usize) {
-        let p = &self.procs[name];
-        (p.mm, p.cpu)
+        let mm = self.procs[self.owner(name)].mm;
+        let cpu = self.threads.get(name).map_or_else(|| self.procs[name].cpu, |t| t.cpu);
+        (mm, cpu)
+    }
+
+    /// The CPUs of a process's tasks: itself and its threads.
+    fn tasks_of<'a>(&'a self, owner: &'a str) -> impl Iterator<Item = usize> + 'a {
+        let threads = self
+            .threads
+            .values()
+            .chain(&self.spinners)
+            .filter(move |t| t.owner == owner);
+        self.procs
+            .get(owner)
+            .map(|p| p.cpu)
+            .into_iter()
+            .chain(threads.map(|t| t.cpu))
+    }
+
+    /// A task left `cpu`: with no other task there, it goes idle.
+    fn leave_cpu(&mut self, cpu: usize) {
+        let busy = self.procs.values().map(|p| p.cpu).any(|c| c == cpu)
+            || self.threads.values().chain(&self.spinners).any(|t| t.cpu == cpu);
+        if !busy {
+            self.k.arch.cpu_idle(cpu);
+        }
     }
 
     fn range(&self, proc_name: &str, region: &str, r: Option<(u64, u64)>) -> (u64, u64) {
-        let reg = &self.procs[proc_name].regions[region];
+        let reg = &self.procs[self.owner(proc_name)].regions[region];
         match r {
             Some((off, len)) => (reg.addr + off, reg.addr + off + len),
             None => (reg.addr, reg.addr + reg.size),

@@ -714,3 +714,103 @@ mod kernel_counters {
         }
     }
 }
+
+/// Threads on chosen CPUs and the two shootdown flavours of reclaim's flushes.
+mod shootdown {
+    use crate::report::Report;
+    use crate::sim::{run, SimError, Variants};
+    use crate::workload::parse_str;
+
+    fn run_with(src: &str, sets: &[&str]) -> Result<Report, SimError> {
+        let w = parse_str("test.wl", src).unwrap();
+        let mut sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        sets.push("checks=on".into());
+        run(&w, &Variants::from_sets(&sets).unwrap())
+    }
+
+    /// The counts of phase `label` for `keys` (0 if absent).
+    fn phase(r: &Report, label: &str, keys: &[&str]) -> Vec<i64> {
+        let p = r.phases.iter().find(|p| p.label == label).expect("phase");
+        keys.iter().map(|k| p.counters.get(*k).copied().unwrap_or(0)).collect()
+    }
+
+    const KEYS: &[&str] = &[
+        "arch.tlbi.vale1is",
+        "arch.dsb.ish",
+        "arch.ipi",
+        "arch.tlbi.vale1",
+        "arch.tlbi.aside1",
+        "kernel.flush_tlb_multi",
+    ];
+
+    /// 64 lazyfree pages that a thread on another CPU has read (so that CPU's TLB
+    /// holds them), paged out by main.
+    const PAGEOUT_BY_MAIN: &str = "mmap a 256K nohugepage\ntouch a\nmadvise a 0 256K free\nthread t\n@t touch a 0 256K read\nmark pageout\nmadvise a 0 256K pageout\n";
+
+    #[test]
+    fn arm64_broadcasts_one_tlbi_per_page_whatever_the_threads() {
+        for cpus in ["2", "8", "128"] {
+            let sync = run_with(PAGEOUT_BY_MAIN, &["tlb-batch=sync", &format!("cpus={cpus}")]).unwrap();
+            assert_eq!(phase(&sync, "pageout", KEYS), [64, 64, 0, 0, 0, 0], "cpus={cpus}");
+            let def = run_with(PAGEOUT_BY_MAIN, &["tlb-batch=deferred", &format!("cpus={cpus}")]).unwrap();
+            // The TLBIs unwaited; a DSB per 31 folios freed and one at the end.
+            assert_eq!(phase(&def, "pageout", KEYS), [64, 3, 0, 0, 0, 0], "cpus={cpus}");
+        }
+    }
+
+    #[test]
+    fn x86_sends_an_ipi_per_page_to_the_thread_and_one_round_when_batched() {
+        let sync = run_with(PAGEOUT_BY_MAIN, &["tlb-batch=sync", "tlb-flush=x86"]).unwrap();
+        // Per page: an IPI to t's CPU, an INVLPG there and one here.
+        assert_eq!(phase(&sync, "pageout", KEYS), [0, 0, 64, 128, 0, 64]);
+        let def = run_with(PAGEOUT_BY_MAIN, &["tlb-batch=deferred", "tlb-flush=x86"]).unwrap();
+        // A round per 31 folios freed and one at the end: an IPI to t's CPU, a full
+        // flush there and here.
+        assert_eq!(phase(&def, "pageout", KEYS), [0, 0, 3, 0, 6, 3]);
+    }
+
+    #[test]
+    fn x86_ipis_grow_with_the_cpus_the_mm_runs_on_and_arm64_tlbis_do_not() {
+        let src = "mmap a 256K nohugepage\ntouch a\nmadvise a 0 256K free\nthreads all\nmark pageout\nmadvise a 0 256K pageout\n";
+        for (cpus, ipis) in [(8, 7), (128, 127)] {
+            let c = format!("cpus={cpus}");
+            let x86 = run_with(src, &["tlb-batch=sync", "tlb-flush=x86", &c]).unwrap();
+            assert_eq!(phase(&x86, "pageout", &KEYS[2..3]), [64 * ipis], "{c}");
+            let x86d = run_with(src, &["tlb-batch=deferred", "tlb-flush=x86", &c]).unwrap();
+            assert_eq!(phase(&x86d, "pageout", &KEYS[2..3]), [3 * ipis], "{c}");
+            let arm = run_with(src, &["tlb-batch=sync", &c]).unwrap();
+            assert_eq!(phase(&arm, "pageout", &KEYS[..3]), [64, 64, 0], "{c}");
+        }
+    }
+
+    #[test]
+    fn a_cpu_that_left_the_mm_gets_one_trimming_ipi_then_none() {
+        // t (CPU 1) moves to CPU 5 and exits there; CPUs 1 and 5 stay in mm_cpumask
+        // until the mm's first remote flush trims them. u runs the mm on CPU 2.
+        let src = "mmap a 64K nohugepage\ntouch a\nmadvise a 0 64K free\nthread t\nthread u\n@t cpu 5\n@t exit\nmark first\nmadvise a 4K 4K pageout\nmark second\nmadvise a 8K 4K pageout\n";
+        let r = run_with(src, &["tlb-batch=sync", "tlb-flush=x86"]).unwrap();
+        assert_eq!(phase(&r, "first", &["arch.ipi", "kernel.flush_tlb_func"]), [3, 2]);
+        assert_eq!(phase(&r, "second", &["arch.ipi", "kernel.flush_tlb_func"]), [1, 2]);
+    }
+
+    #[test]
+    fn dropping_the_final_flush_leaves_stale_translations_under_both_flavours() {
+        for flavour in ["arm64", "x86"] {
+            let sets = ["tlb-batch=deferred", &format!("tlb-flush={flavour}")];
+            run_with(PAGEOUT_BY_MAIN, &sets).unwrap();
+            let mut dropped = sets.to_vec();
+            dropped.push("inject=drop-flush");
+            let err = run_with(PAGEOUT_BY_MAIN, &dropped).unwrap_err().to_string();
+            assert!(err.contains("stale translation"), "{flavour}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_cpu_beyond_the_machine_is_an_error_at_its_line() {
+        let err = run_with("thread t\n@t cpu 9\n", &["cpus=8"]).unwrap_err().to_string();
+        assert!(
+            err.contains("test.wl:2:") && err.contains("the machine has 8 CPUs"),
+            "{err}"
+        );
+    }
+}

@@ -2,6 +2,7 @@
 //! with `--set key=value`.
 
 use crate::arch::arm64::pgtable::PtepGetVariant;
+use crate::arch::TlbFlavour;
 use crate::hw::{Granule, MachineConfig};
 use crate::mm::rmap::TlbBatchVariant;
 use crate::mm::ZapVariant;
@@ -30,6 +31,12 @@ pub const KEYS: &[Key] = &[
         default: "deferred",
         values: "sync|deferred",
         about: "seed 001: try_to_unmap_one flushes each cleared pte with its own TLBI and DSB (sync) or queues the TLBIs and waits once in try_to_unmap_flush (deferred)",
+    },
+    Key {
+        name: "tlb-flush",
+        default: "arm64",
+        values: "arm64|x86",
+        about: "the shootdown of reclaim's and migration's flushes (ptep_clear_flush, the batched flush, flush_tlb_batched_pending): arm64's broadcast TLBIs and DSB ISH, or x86's IPIs to the CPUs of mm_cpumask with a pending cpumask and one IPI round per batch",
     },
     Key {
         name: "contpte",
@@ -196,8 +203,8 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "inject",
         default: "none",
-        values: "none|extra-fault",
-        about: "testing only: extra-fault breaks the model by one fault (its first fault is accounted twice), so `validate` must fail",
+        values: "none|extra-fault|drop-flush",
+        about: "testing only: extra-fault breaks the model by one fault (its first fault is accounted twice), so `validate` must fail; drop-flush makes try_to_unmap_flush do nothing, so reclaim frees folios that TLBs still map and the checker must fire",
     },
 ];
 
@@ -320,6 +327,7 @@ impl Variants {
         let ok = match k {
             "zap" => matches!(val, "per-pte" | "batched"),
             "tlb-batch" => matches!(val, "sync" | "deferred"),
+            "tlb-flush" => matches!(val, "arm64" | "x86"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "prot-flush" => matches!(val, "always" | "elide"),
             "cow-reuse" => matches!(val, "large" | "order0"),
@@ -334,7 +342,7 @@ impl Variants {
             "rmap-api" => matches!(val, "folio" | "page"),
             "bbml2-elide" => matches!(val, "on" | "off"),
             "mthp" | "shrink-underused" | "split-zeropage" => matches!(val, "on" | "off"),
-            "inject" => matches!(val, "none" | "extra-fault"),
+            "inject" => matches!(val, "none" | "extra-fault" | "drop-flush"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
             "cpus" => val.parse::<usize>().is_ok_and(|n| (1..=256).contains(&n)),
@@ -376,6 +384,13 @@ impl Variants {
             ZapVariant::PerPte
         } else {
             ZapVariant::Batched
+        }
+    }
+    pub fn tlb_flush(&self) -> TlbFlavour {
+        if self.get("tlb-flush") == "x86" {
+            TlbFlavour::X86
+        } else {
+            TlbFlavour::Arm64
         }
     }
     pub fn tlb_batch(&self) -> TlbBatchVariant {
@@ -436,6 +451,9 @@ impl Variants {
     /// The testing-only breakage `inject=extra-fault`.
     pub fn inject_extra_fault(&self) -> bool {
         self.get("inject") == "extra-fault"
+    }
+    pub fn inject_drop_flush(&self) -> bool {
+        self.get("inject") == "drop-flush"
     }
     pub fn ptep_get(&self) -> PtepGetVariant {
         match self.get("ptep_get") {

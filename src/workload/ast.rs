@@ -114,6 +114,21 @@ pub enum Op {
         child: String,
     },
     Exit,
+    /// `thread NAME`: a thread of the current process, sharing its address space and
+    /// placed on a CPU as a new process is; `@NAME` runs ops in it, `exit` ends it
+    /// alone (an extension of the spec).
+    Thread {
+        name: String,
+    },
+    /// `threads all`: an unnamed thread of the current process on every CPU none of
+    /// its tasks runs on, running (not idle) to the end, so that the mm is live on
+    /// every CPU of the machine (an extension of the spec).
+    ThreadsAll,
+    /// `cpu N`: the current task moves to CPU N (sched_setaffinity), an extension of
+    /// the spec.
+    Cpu {
+        cpu: u32,
+    },
     /// `shrink`: run the THP deferred split shrinker over its whole queue, as
     /// /proc/sys/vm/drop_caches (2) does through drop_slab (an extension of the spec).
     Shrink,
@@ -145,6 +160,9 @@ impl Op {
             Op::Munlock { .. } => "munlock",
             Op::Fork { .. } => "fork",
             Op::Exit => "exit",
+            Op::Thread { .. } => "thread",
+            Op::ThreadsAll => "threads",
+            Op::Cpu { .. } => "cpu",
             Op::Shrink => "shrink",
             Op::Swapon { .. } => "swapon",
             Op::Repeat { .. } => "repeat",

@@ -105,9 +105,17 @@ struct Proc {
     exited: Option<u32>,
 }
 
+/// A named thread: its process, and the line of its `exit`.
+#[derive(Clone, PartialEq, Eq)]
+struct Thread {
+    owner: String,
+    exited: Option<u32>,
+}
+
 #[derive(Clone, PartialEq, Eq)]
 struct State {
     procs: BTreeMap<String, Proc>,
+    threads: BTreeMap<String, Thread>,
     /// The line of the `swapon`, once one has run.
     swapon: Option<u32>,
 }
@@ -115,6 +123,7 @@ struct State {
 pub(crate) fn check(path: &str, nodes: &[Node]) -> Result<(), WorkloadError> {
     let mut st = State {
         procs: BTreeMap::from([(MAIN.to_string(), Proc::default())]),
+        threads: BTreeMap::new(),
         swapon: None,
     };
     Checker { path }.run(&mut st, nodes)
@@ -165,7 +174,26 @@ impl Checker<'_> {
             st.swapon = Some(stmt.pos.line);
         }
         let proc_pos = at.proc.unwrap_or(stmt.pos);
-        let name = &stmt.proc_name;
+        // A thread's ops act on its process's address space.
+        let (name, thread) = match st.threads.get(&stmt.proc_name) {
+            Some(Thread { exited: Some(line), .. }) => {
+                return Err(self.err(
+                    proc_pos,
+                    format!("thread '{}' exited at line {line}", Echo(&stmt.proc_name)),
+                ))
+            }
+            Some(t) => (t.owner.clone(), Some(stmt.proc_name.clone())),
+            None => (stmt.proc_name.clone(), None),
+        };
+        if let Op::Fork { child: new } | Op::Thread { name: new } = &stmt.op {
+            let live_thread = st.threads.get(new).is_some_and(|t| t.exited.is_none());
+            let live_proc = st.procs.get(new).is_some_and(|p| p.exited.is_none());
+            if live_thread || live_proc {
+                let what = if live_thread { "thread" } else { "process" };
+                return Err(self.err(at.name, format!("{what} '{}' already exists", Echo(new))));
+            }
+        }
+        let name = &name;
         let proc = match st.procs.get_mut(name) {
             None => {
                 return Err(self.err(
@@ -182,7 +210,16 @@ impl Checker<'_> {
             Some(p) => p,
         };
         match &stmt.op {
-            Op::Set { .. } | Op::Mark { .. } | Op::Shrink | Op::Swapon { .. } => {}
+            Op::Set { .. } | Op::Mark { .. } | Op::Shrink | Op::Swapon { .. } | Op::ThreadsAll | Op::Cpu { .. } => {}
+            Op::Thread { name: t } => {
+                st.threads.insert(
+                    t.clone(),
+                    Thread {
+                        owner: name.clone(),
+                        exited: None,
+                    },
+                );
+            }
             Op::Mmap { region, size, ro, .. } => {
                 if let Some(r) = proc.regions.get(region) {
                     return Err(self.err(
@@ -264,21 +301,25 @@ impl Checker<'_> {
                     exited: None,
                     ..proc.clone()
                 };
-                match st.procs.get(child) {
-                    Some(Proc { exited: None, .. }) => {
-                        return Err(self.err(
-                            at.name,
-                            format!("process '{child}' already exists", child = Echo(child)),
-                        ))
-                    }
-                    _ => st.procs.insert(child.clone(), copy),
-                };
+                st.procs.insert(child.clone(), copy);
             }
             Op::Exit => {
-                *proc = Proc {
-                    exited: Some(stmt.pos.line),
-                    ..Proc::default()
-                };
+                let line = Some(stmt.pos.line);
+                if let Some(t) = thread {
+                    st.threads.get_mut(&t).expect("a live thread").exited = line;
+                } else {
+                    *proc = Proc {
+                        exited: line,
+                        ..Proc::default()
+                    };
+                    for t in st
+                        .threads
+                        .values_mut()
+                        .filter(|t| &t.owner == name && t.exited.is_none())
+                    {
+                        t.exited = line;
+                    }
+                }
             }
             Op::Repeat { .. } => unreachable!("handled above"),
         }

@@ -7,3 +7,13 @@ pub mod parse;
 
 pub use ast::{Advice, Op, Pos, Prot, Range, Stmt, Workload, WorkloadError};
 pub use parse::{parse_file, parse_str};
+
+/// The first op only the model runs (threads and CPU placement; the host runners'
+/// workers are single-threaded processes placed by the scheduler), if any.
+pub fn model_only(stmts: &[Stmt]) -> Option<&Stmt> {
+    stmts.iter().find_map(|s| match &s.op {
+        Op::Thread { .. } | Op::ThreadsAll | Op::Cpu { .. } => Some(s),
+        Op::Repeat { body, .. } => model_only(body),
+        _ => None,
+    })
+}

@@ -407,6 +407,41 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 Op::Exit
             }
+            "thread" => {
+                let t = self.arg(&mut a, "a thread name")?;
+                if !valid_name(t.text) {
+                    return Err(self.err(t.pos, format!("invalid thread name '{}'", Echo(t.text))));
+                }
+                at.name = t.pos;
+                self.finish(&a)?;
+                Op::Thread {
+                    name: t.text.to_string(),
+                }
+            }
+            "threads" => {
+                let t = self.arg(&mut a, "'all'")?;
+                if t.text != "all" {
+                    return Err(self.err(t.pos, format!("unexpected '{}' (expected 'all')", Echo(t.text))));
+                }
+                self.finish(&a)?;
+                Op::ThreadsAll
+            }
+            "cpu" => {
+                let t = self.arg(&mut a, "a CPU number")?;
+                let cpu = t
+                    .text
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&c| (c as usize) < crate::cpumask::NR_CPUS)
+                    .ok_or_else(|| {
+                        self.err(
+                            t.pos,
+                            format!("invalid CPU '{}' (0 to {})", Echo(t.text), crate::cpumask::NR_CPUS - 1),
+                        )
+                    })?;
+                self.finish(&a)?;
+                Op::Cpu { cpu }
+            }
             "shrink" => {
                 self.finish(&a)?;
                 Op::Shrink
@@ -846,5 +881,17 @@ mod tests {
     fn file_errors_name_the_file() {
         let e = parse_file("/nonexistent/x.wl").unwrap_err();
         assert!(e.to_string().starts_with("/nonexistent/x.wl:0:0: cannot read"), "{e}");
+    }
+
+    #[test]
+    fn threads_share_their_process_and_end_alone_or_with_it() {
+        parse("mmap a 4K\nthread t\n@t touch a\n@t exit\nthread t\n@t cpu 3\nthreads all\nexit\n");
+        fails("thread t\nthread t\n", 2, 8, "thread 't' already exists");
+        fails("fork c\nthread c\n", 2, 8, "process 'c' already exists");
+        fails("thread t\n@t exit\n@t touch a\n", 3, 1, "thread 't' exited at line 2");
+        fails("thread t\nexit\n@t cpu 1\n", 3, 1, "thread 't' exited at line 2");
+        fails("threads some\n", 1, 9, "expected 'all'");
+        fails("cpu 256\n", 1, 5, "invalid CPU '256'");
+        fails("thread 9t\n", 1, 8, "invalid thread name");
     }
 }

@@ -5,6 +5,8 @@
 
 use super::contpte;
 use super::tlbflush;
+use crate::arch::x86::tlb::X86Tlb;
+use crate::arch::TlbFlavour;
 use crate::hw::descriptor::{Attr, SH_INNER};
 use crate::hw::{Asid, Desc, Event, Granule, Machine, Pfn, PhysAddr, TableId};
 use crate::kcount::{KernelEvent, KernelEvents};
@@ -311,18 +313,27 @@ pub struct Arch {
     pub kc: KernelEvents,
     /// The last mod1 trace looked up in seed 004's table, and its count.
     pub mod1_insn_memo: (u64, Option<u32>),
+    /// Whose TLB shootdown the generic flush hooks use (`tlb-flush`).
+    pub tlb_flush: TlbFlavour,
+    /// smp_processor_id(): the CPU the kernel runs on (the last switch_mm's).
+    pub cpu: usize,
+    /// The x86 flavour's state (kept, and unused, under arm64's).
+    pub x86: X86Tlb,
 }
 
 impl Arch {
     pub fn new(hw: Machine) -> Arch {
         Arch {
-            hw,
             contpte: true,
             ptep_get: PtepGetVariant::EarlyExit,
             flush_range_nosync_split: true,
             bbml2_elide: true,
             kc: KernelEvents::default(),
             mod1_insn_memo: (u64::MAX, None),
+            tlb_flush: TlbFlavour::Arm64,
+            cpu: 0,
+            x86: X86Tlb::new(hw.cpus.len()),
+            hw,
         }
     }
 
@@ -520,7 +531,7 @@ impl Arch {
         self.kc.inc(KernelEvent::PtepClearFlush);
         let old = self.ptep_get_and_clear(mm, addr, ptep);
         if old.pte_valid() {
-            tlbflush::flush_tlb_page(&mut self.hw, mm.asid, addr);
+            self.flush_tlb_page(mm.asid, addr);
         }
         old
     }
