@@ -30,6 +30,10 @@ pub struct Args {
     /// Print the fit and the held-out errors as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Measure only x86's TLB shootdown (IPI, INVLPG, full flush) and put its costs
+    /// into the existing profile at --out (or the host profile), keeping the others.
+    #[arg(long)]
+    pub shootdown_only: bool,
 }
 
 /// The calibration workloads, built into the binary.
@@ -98,7 +102,61 @@ fn both(w: &Workload) -> Result<(Report, Report), String> {
     Ok((model, host))
 }
 
+/// The profile entries of x86's shootdown, measured here; if the host cannot measure
+/// them, NONE entries saying why.
+fn shootdown_costs(what: &str) -> (Vec<crate::time::profile::Cost>, String) {
+    match crate::time::ipi::measure() {
+        Ok(m) => {
+            let line = format!(
+                "shootdown: IPI round {:.1} ns, remote INVLPG {:.1} ns, remote full flush {:.1} ns ({:.3} shootdowns received per drop)",
+                m.ipi_ns, m.invlpg_ns, m.flush_all_ns, m.received_per_drop
+            );
+            (crate::time::ipi::costs(&m, what), line)
+        }
+        Err(why) => {
+            let none = crate::time::profile::Cost {
+                events: vec!["arch.ipi".into(), "arch.tlbi.vale1".into(), "arch.tlbi.aside1".into()],
+                ns: None,
+                quality: crate::time::Quality::None,
+                source: format!("foliolab calibrate on {what}"),
+                rows: Vec::new(),
+                note: Some(why.clone()),
+                derived_from_seed: None,
+                seed_relation: None,
+            };
+            (vec![none], format!("shootdown: not measured: {why}"))
+        }
+    }
+}
+
+/// Replace `p`'s costs of the events in `new` with `new`.
+fn put_costs(p: &mut crate::time::Profile, new: Vec<crate::time::profile::Cost>) {
+    let events: Vec<&String> = new.iter().flat_map(|c| &c.events).collect();
+    p.cost.retain(|c| !c.events.iter().any(|e| events.contains(&e)));
+    p.cost.extend(new);
+}
+
+/// `--shootdown-only`: the shootdown costs into an existing profile.
+fn shootdown_only(a: &Args) -> super::CmdResult {
+    let path = match &a.out {
+        Some(p) => p.clone(),
+        None => crate::time::profile::host_path().ok_or("no HOME or XDG_DATA_HOME for the host profile")?,
+    };
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e} (run a full calibrate first)", path.display()))?;
+    let mut p = crate::time::Profile::parse(&text)?;
+    let (costs, line) = shootdown_costs(&host_description());
+    put_costs(&mut p, costs);
+    p.check()?;
+    std::fs::write(&path, toml::to_string(&p)?).map_err(|e| format!("{}: {e}", path.display()))?;
+    super::emit(&format!("{line}\nwritten to {}\n", path.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn main(a: Args) -> super::CmdResult {
+    if a.shootdown_only {
+        return shootdown_only(&a);
+    }
     let mut suite: Vec<String> = std::fs::read_dir(&a.suite)
         .map_err(|e| format!("--suite {}: {e}", a.suite))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -171,7 +229,10 @@ pub fn main(a: Args) -> super::CmdResult {
         median * 100.0,
         worst * 100.0
     );
-    let profile = host_profile(&a.name, &costs, &what, host_clock_ghz(), &note);
+    let mut profile = host_profile(&a.name, &costs, &what, host_clock_ghz(), &note);
+    let (shootdown, shootdown_line) = shootdown_costs(&what);
+    put_costs(&mut profile, shootdown);
+    eprintln!("{shootdown_line}");
     let path = match a.out {
         Some(p) => p,
         None => crate::time::profile::host_path().ok_or("no HOME or XDG_DATA_HOME for the host profile")?,

@@ -36,13 +36,14 @@ const PER_PAGE: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
-/// The events of the flush work, by flavour: what the per-page time sums.
+/// The events of the flush work, by flavour: what the per-page time sums. The
+/// profiles charge a flush's DSB ISHST to its DSB ISH (kunpeng-920's measurement
+/// covers both), so it is not summed on its own.
 const ARM64_FLUSH: &[&str] = &[
     "arch.tlbi.vale1is",
     "arch.tlbi.vae1is",
     "arch.tlbi.aside1is",
     "arch.dsb.ish",
-    "arch.dsb.ishst",
 ];
 const X86_FLUSH: &[&str] = &["arch.ipi", "arch.tlbi.vale1", "arch.tlbi.aside1", "arch.dsb.nsh"];
 

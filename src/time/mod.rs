@@ -4,6 +4,7 @@
 //! every host; nanoseconds are only produced for output.
 
 pub mod calibrate;
+pub mod ipi;
 pub mod profile;
 
 pub use profile::{Lookup, Profile, Quality};
