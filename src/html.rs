@@ -618,6 +618,7 @@ pub fn reproduce_page(r: &Reproduction) -> String {
         .map(|x| x.seed.as_str())
         .chain(r.breakdowns.iter().map(|b| b.seed.as_str()))
         .chain(r.series.iter().map(|s| s.seed.as_str()))
+        .chain(r.per_page.iter().map(|p| p.seed.as_str()))
         .chain(r.notes.keys().map(String::as_str))
         .collect();
     seeds.sort();
@@ -652,6 +653,7 @@ pub fn reproduce_page(r: &Reproduction) -> String {
         for e in &exps {
             let _ = writeln!(page.body, "<h3>{}</h3>{}", esc(e.name), e.table());
         }
+        per_page_tables(&mut page, seed, &r.per_page);
         page.body.push_str("<div class=\"charts\">");
         for machine in firsts(exps.iter().flat_map(|e| e.machines.iter().copied())) {
             change_chart(&mut page, seed, machine, &exps);
@@ -690,6 +692,35 @@ pub fn reproduce_page(r: &Reproduction) -> String {
         page.body.push_str("</div></section>\n");
     }
     page.finish("foliolab reproduce")
+}
+
+/// Seed 001's per-page figures: a table per experiment, a row per flavour, machine
+/// size and variant.
+fn per_page_tables(page: &mut Page, seed: &str, rows: &[crate::reproduce::PerPage]) {
+    let mine: Vec<&crate::reproduce::PerPage> = rows.iter().filter(|p| p.seed == seed).collect();
+    for exp in firsts(mine.iter().map(|p| p.experiment.as_str())) {
+        let _ = write!(
+            page.body,
+            "<h3>per page, {}</h3><table><tr><th>flavour</th><th>CPUs</th><th>variant</th><th>TLBIs</th><th>IPIs</th><th>waits</th><th>flushes</th><th>flush ns</th><th>costed on</th></tr>",
+            esc(exp)
+        );
+        for p in mine.iter().filter(|p| p.experiment == exp) {
+            let ns = p.flush_ns.map_or("n/a".to_string(), |v| format!("{v:.1}"));
+            let _ = write!(
+                page.body,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{ns}</td><td>{}</td></tr>",
+                esc(&p.flavour),
+                p.cpus,
+                esc(&p.variant),
+                p.tlbi,
+                p.ipi,
+                p.waits,
+                p.flushes,
+                esc(&p.machine)
+            );
+        }
+        page.body.push_str("</table>\n");
+    }
 }
 
 /// A curve named for the seed or the model takes their colour, darker for each further

@@ -4,7 +4,7 @@
 //! browser half prints SKIP; the page itself is still checked.
 
 use foliolab::html;
-use foliolab::reproduce::{Breakdown, Reproduction, Row, Series};
+use foliolab::reproduce::{Breakdown, PerPage, Reproduction, Row, Series};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -200,10 +200,25 @@ fn fixture() -> Reproduction {
                 .collect(),
         })
         .collect();
+    let per_page = vec![PerPage {
+        seed: "001".into(),
+        experiment: "reclaim: discard of lazyfree pages".into(),
+        flavour: "x86".into(),
+        cpus: 128,
+        variant: "sync".into(),
+        pages: 4096,
+        tlbi: 128.0,
+        ipi: 127.0,
+        waits: 1.0,
+        flushes: 1.0,
+        machine: "calibrated".into(),
+        flush_ns: None,
+    }];
     Reproduction {
         rows,
         breakdowns,
         series,
+        per_page,
         notes: BTreeMap::from([(
             "003".to_string(),
             vec!["Ampere Altra Metal: no profile for the 512G machine's fixmap costs".to_string()],
@@ -228,12 +243,16 @@ fn reproduce_page_renders_every_chart_in_a_browser() {
         text.contains("n/a") && text.contains("✓") && text.contains("−35.4%"),
         "{text}"
     );
+    assert!(
+        text.contains("<h3>per page, reclaim: discard of lazyfree pages</h3>") && text.contains("<td>127.000</td>")
+    );
     let Some(exe) = chromium() else {
         println!("SKIP reproduce_page_renders_every_chart_in_a_browser: chromium is not on PATH");
         return;
     };
     let shot = render(&exe, &page, &dir, 3000);
     check_charts(&shot.dom, 7);
+    assert!(shot.dom.contains("per page, reclaim: discard of lazyfree pages"));
     let [seed, model] = pixels(&shot.png, &[SEED_RGB, MODEL_RGB])[..] else {
         unreachable!()
     };
