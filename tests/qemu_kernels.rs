@@ -12,7 +12,7 @@ use foliolab::workload::parse_file;
 
 /// Suite workloads that apply to 6.1 (all of them agree with its preset): THP faults,
 /// splits, collapse, the huge zero page, fork of a PMD THP, MADV_FREE and reclaim,
-/// mprotect, order-0 zap.
+/// mprotect, order-0 zap, order-0 swap on zram.
 const AGREE_61: &[&str] = &[
     "tests/validation/collapse_base_pages.wl",
     "tests/validation/collapse_zero_and_shared.wl",
@@ -23,6 +23,10 @@ const AGREE_61: &[&str] = &[
     "tests/validation/pmd_partial_munmap.wl",
     "tests/validation/shrink_pmd_munmap.wl",
     "workloads/seed000-munmap-order0.wl",
+    "tests/validation/swap_order0.wl",
+    "tests/validation/swap_free.wl",
+    "tests/validation/swap_mprotect.wl",
+    "tests/validation/swap_mlock.wl",
     // Each of these needs one of the 6.1 variants (`foliolab kernels`):
     "tests/validation/free_split_zero_pages.wl",
     "tests/validation/free_pmd_partial.wl",

@@ -582,7 +582,13 @@ pub fn split_folio_to_list(k: &mut Kernel, folio: Pfn, list: &mut Vec<Pfn>) -> b
     if !split_folio(k, folio, 1) {
         return false;
     }
-    for i in 1..nr {
+    // The list's tail is taken first: in address order, the last page comes first.
+    let tails: Box<dyn Iterator<Item = u64>> = if k.split_list_reversed {
+        Box::new((1..nr).rev())
+    } else {
+        Box::new(1..nr)
+    };
+    for i in tails {
         let page = Pfn(folio.0 + i);
         if k.memmap.folio_ref_count(page) > 0 {
             k.folio_ref_add(page, 1);

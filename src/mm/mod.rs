@@ -94,6 +94,11 @@ pub struct Kernel {
     /// A collapse whose ptes are all write-protected fails with SCAN_PAGE_RO (6.12);
     /// 6.18 collapses non-writable anon ranges too.
     pub collapse_ro_refuse: bool,
+    /// split_folio_to_list queues the tail pages last first (__split_huge_page, up to
+    /// 6.14); since 00527733d0dc8 (6.15) in address order.
+    pub split_list_reversed: bool,
+    /// The swap allocator takes a free cluster before a nonfull one (up to 6.17).
+    pub swap_free_first: bool,
     /// remap_page maps the zero-filled pages of a split anon THP to the shared zero
     /// page (RMP_USE_SHARED_ZEROPAGE, b1f202060afe, 6.12); before, every page stays.
     pub split_zeropage: bool,
@@ -164,6 +169,8 @@ impl Kernel {
             lazyfree_unmap_per_pte: false,
             collapse_copy_per_pte: false,
             collapse_ro_refuse: false,
+            split_list_reversed: false,
+            swap_free_first: false,
             inject_extra_fault: false,
             inject_drop_flush: false,
             tlb_ubc: rmap::TlbUbc::default(),

@@ -371,6 +371,12 @@ impl Kernel {
             let Some((ptep, _)) = pte.filter(|(_, v)| v.pte_present() && v.pte_pfn(g) == page) else {
                 continue;
             };
+            // A second read of each pte before it is cleared (page_vma_mapped_walk's
+            // map_pte for the first, its next_pte loop for the rest): the 6.12 guest
+            // counts three contpte_ptep_get per 64K folio paged out to swap, one of
+            // them madvise's (measured: 48 for 16 folios; the source shows a third
+            // read here too, try_to_unmap_one's, that the guest does not count).
+            self.arch.ptep_get(amm, ptep);
             let vma = self.mm(mm).find_vma(addr).expect("a pte outside any VMA");
             if vma.flags.contains(VmFlags::LOCKED) {
                 return false;

@@ -61,6 +61,9 @@ pub struct SwapInfo {
     pub inuse_pages: u64,
     /// The zeromap: slots whose page was all zeroes, never written to the device.
     zeromap: Vec<bool>,
+    /// A drained CPU cluster is followed by a free cluster before a nonfull one (up
+    /// to 6.17); 9a42aed48421 (6.18) prefers nonfull ones on a device without discard.
+    pub free_first: bool,
 }
 
 impl SwapInfo {
@@ -95,6 +98,7 @@ impl SwapInfo {
             percpu: vec![vec![0; nr_orders]; ncpus],
             inuse_pages: 0,
             zeromap: vec![false; pages as usize],
+            free_first: false,
         };
         si.map[0] = SWAP_MAP_BAD;
         for i in 0..nr_clusters as u32 {
@@ -271,13 +275,20 @@ impl SwapInfo {
     /// cluster_alloc_swap_entry for a non-discarding solid-state device.
     fn cluster_alloc_swap_entry(&mut self, cpu: usize, order: u8) -> Option<u64> {
         let pmd_order = self.cluster_slots.trailing_zeros() as u8;
+        if self.free_first {
+            if let Some(f) = self.scan_list(cpu, List::Free, 0, order, false) {
+                return Some(f);
+            }
+        }
         if order < pmd_order {
             if let Some(f) = self.scan_list(cpu, List::Nonfull, order, order, true) {
                 return Some(f);
             }
         }
-        if let Some(f) = self.scan_list(cpu, List::Free, 0, order, false) {
-            return Some(f);
+        if !self.free_first {
+            if let Some(f) = self.scan_list(cpu, List::Free, 0, order, false) {
+                return Some(f);
+            }
         }
         if order < pmd_order {
             if let Some(f) = self.scan_list(cpu, List::Frag, order, order, false) {
@@ -360,6 +371,12 @@ impl SwapInfo {
 }
 
 impl super::Kernel {
+    /// CONFIG_THP_SWAP: arm64 selects ARCH_WANTS_THP_SWAP only with 4K pages, so with
+    /// 16K or 64K a large folio is split before it is swapped out.
+    pub fn thp_swap(&self) -> bool {
+        self.arch.granule().page_size() == 4096
+    }
+
     /// swapon of a zram-like device of `bytes` (SWP_SOLIDSTATE, SWP_SYNCHRONOUS_IO):
     /// clusters of a PMD's worth of slots with THP_SWAP (arm64: 4K pages only), else 256.
     pub fn sys_swapon(&mut self, bytes: u64) -> Result<(), String> {
@@ -367,18 +384,11 @@ impl super::Kernel {
             return Err("swapon: a swap device is already on".into());
         }
         let g = self.arch.granule();
-        let cluster = if g.page_size() == 4096 {
-            1u64 << g.pmd_order()
-        } else {
-            256
-        };
+        let cluster = if self.thp_swap() { 1u64 << g.pmd_order() } else { 256 };
         let ncpus = self.arch.hw.cpus.len();
-        self.swap = Some(SwapInfo::swapon(
-            bytes >> g.page_shift(),
-            cluster,
-            g.pmd_order() as usize + 1,
-            ncpus,
-        )?);
+        let mut si = SwapInfo::swapon(bytes >> g.page_shift(), cluster, g.pmd_order() as usize + 1, ncpus)?;
+        si.free_first = self.swap_free_first;
+        self.swap = Some(si);
         Ok(())
     }
 }

@@ -103,8 +103,13 @@ impl Kernel {
             }
             order = 0;
         }
+        // folio_alloc_swap: a large folio's slots only with THP_SWAP.
+        let thp_swap = self.thp_swap();
         let si = self.swap.as_mut().expect("checked by the caller");
-        let slot = match si.folio_alloc_swap(0, order as u8) {
+        let slot = match (order == 0 || thp_swap)
+            .then(|| si.folio_alloc_swap(0, order as u8))
+            .flatten()
+        {
             Some(s) => s,
             None if order > 0 => {
                 if !split_folio_to_list(self, folio, list) {

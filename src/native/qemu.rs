@@ -10,7 +10,7 @@
 //! before the run, outside any window), then `step ...` per op in execution order,
 //! repeats expanded, with absolute addresses:
 //! ```text
-//! step set KNOB VALUE | step mark LABEL | step shrink
+//! step set KNOB VALUE | step mark LABEL | step shrink | step swapon SIZE
 //! step mmap PROC REGION ADDR SIZE HUGEPAGE NOHUGEPAGE POPULATE RO
 //! step touch PROC ADDR LEN WRITE STRIDE | step madvise PROC ADDR LEN ADVICE STEP
 //! step munmap PROC REGION ADDR LEN WHOLE | step mprotect PROC ADDR LEN none|r|rw
@@ -130,23 +130,10 @@ impl Target {
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
 pub const NOT_APPLICABLE: &str = "not applicable on ";
 
-/// What the guest runner cannot do yet for `w`: a swap device (`swapon`).
+/// What the guest runner cannot do for `w`: threads and CPU placement.
 pub fn unsupported(w: &Workload) -> Option<String> {
-    fn find(stmts: &[Stmt]) -> Option<u32> {
-        stmts.iter().find_map(|s| match &s.op {
-            Op::Swapon { .. } => Some(s.pos.line),
-            Op::Repeat { body, .. } => find(body),
-            _ => None,
-        })
-    }
-    if let Some(s) = crate::workload::model_only(&w.stmts) {
-        return Some(format!(
-            "'{}' (line {}) runs only in the model",
-            s.op.keyword(),
-            s.pos.line
-        ));
-    }
-    find(&w.stmts).map(|line| format!("its runner has no swap device yet (swapon at line {line})"))
+    crate::workload::model_only(&w.stmts)
+        .map(|s| format!("'{}' (line {}) runs only in the model", s.op.keyword(), s.pos.line))
 }
 
 /// The reason, if `error` (a per-workload error of `run_batch`) says the workload does
@@ -284,6 +271,7 @@ pub fn missing(target: Target) -> Option<String> {
     .iter()
     .map(|f| cache.join(f))
     .find(|p| !p.is_file())
+    .or_else(|| Some(cache.join(flavour).join("modules")).filter(|p| !p.is_dir()))
     .map(|p| format!("{} is missing", p.display()))
 }
 
@@ -325,7 +313,7 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
             Op::Set { knob, value } => format!("set {knob} {value}"),
             Op::Mark { label } => format!("mark {label}"),
             Op::Shrink => "shrink".into(),
-            Op::Swapon { size } => format!("swapon {size}"),
+            Op::Swapon { size } => format!("swapon {size:x}"),
             Op::Thread { .. } | Op::ThreadsAll | Op::Cpu { .. } => {
                 unreachable!("{} is refused by run_batch_on", st.op.keyword())
             }
@@ -739,6 +727,19 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
         files.push(name);
     }
     std::fs::write(dir.join("root/jobs"), jobs).map_err(|e| run_err("jobs", e))?;
+    // zram and the modules it needs, in load order, for a `swapon`.
+    let modules = cache.join(flavour).join("modules");
+    let mut names: Vec<String> = std::fs::read_dir(&modules)
+        .map_err(|e| QemuError::NotSetUp(format!("{}: {e}", modules.display())))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    std::fs::create_dir_all(dir.join("root/modules")).map_err(|e| run_err("modules", e))?;
+    files.push("modules".into());
+    for n in names {
+        std::fs::copy(modules.join(&n), dir.join("root/modules").join(&n)).map_err(|e| run_err("modules", e))?;
+        files.push(format!("modules/{n}"));
+    }
     std::fs::copy(cache.join("runner"), dir.join("root/init")).map_err(|e| run_err("runner", e))?;
     let initrd = dir.join("initrd.cpio");
     cpio(&dir.join("root"), &files, &initrd)?;

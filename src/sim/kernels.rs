@@ -186,6 +186,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "split-list",
+        before: "reversed",
+        after: "in-order",
+        release: Release(6, 15),
+        commit: "00527733d0dc8",
+        what: "a split folio's tail pages go on reclaim's list in address order (__split_unmapped_folio), so a large folio that falls back to order-0 swap-out gets descending slots",
+    },
+    Change {
+        scope: Scope::Run,
         key: "mprotect-batch",
         before: "per-pte",
         after: "batched",
@@ -219,6 +228,15 @@ pub const CHANGES: &[Change] = &[
         release: Release(6, 17),
         commit: "093ae7a033cf",
         what: "seed 004: contpte_ptep_get stops once young and dirty are known",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "swap-alloc",
+        before: "free-first",
+        after: "nonfull-first",
+        release: Release(6, 18),
+        commit: "9a42aed48421",
+        what: "the swap allocator of a device without discard takes a nonfull cluster before a free one",
     },
     Change {
         scope: Scope::Run,

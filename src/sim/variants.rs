@@ -87,6 +87,18 @@ pub const KEYS: &[Key] = &[
         about: "__collapse_huge_page_copy_succeeded clears and unmaps the old ptes a folio at a time (batched, 6.17+: 4ea3594a4741) or one at a time, unfolding each contpte block and leaving each large folio partially mapped (per-pte, 6.12)",
     },
     Key {
+        name: "split-list",
+        default: "in-order",
+        values: "in-order|reversed",
+        about: "a split puts a large folio's tail pages on reclaim's list in address order, so shrink_folio_list (which takes from the tail) swaps them out last page first (in-order, 6.15+: 00527733d0dc8), or last page first, so they get ascending slots (reversed, up to 6.14, e.g. the 6.12 guest)",
+    },
+    Key {
+        name: "swap-alloc",
+        default: "nonfull-first",
+        values: "nonfull-first|free-first",
+        about: "when a CPU's swap cluster is drained, the allocator of a device without discard takes a nonfull cluster first (nonfull-first, 6.18: 9a42aed48421) or a free one (free-first, up to 6.17, e.g. the 6.12 guest, whose first slots then start at the second cluster)",
+    },
+    Key {
         name: "collapse-ro",
         default: "allow",
         values: "allow|refuse",
@@ -335,6 +347,8 @@ impl Variants {
             "huge-zero-wp" => matches!(val, "thp" | "split"),
             "lazyfree-unmap" | "collapse-copy" => matches!(val, "batched" | "per-pte"),
             "collapse-ro" => matches!(val, "allow" | "refuse"),
+            "split-list" => matches!(val, "in-order" | "reversed"),
+            "swap-alloc" => matches!(val, "nonfull-first" | "free-first"),
             "pageout-young" => matches!(val, "ignore" | "clear"),
             "flush-range-nosync" => matches!(val, "split" | "unsplit"),
             "pmd-freeze-rmap" => matches!(val, "none" | "per-page"),
@@ -427,6 +441,9 @@ impl Variants {
         self.get("collapse-copy") == "per-pte"
     }
     /// A collapse of a range with no writable pte fails (SCAN_PAGE_RO), as before 6.18.
+    pub fn split_list_reversed(&self) -> bool {
+        self.get("split-list") == "reversed"
+    }
     pub fn collapse_ro_refuse(&self) -> bool {
         self.get("collapse-ro") == "refuse"
     }

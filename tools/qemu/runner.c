@@ -986,6 +986,67 @@ static int set_knob(const char *knob, const char *value)
 	return write_file(path, value);
 }
 
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* Whether this workload's `swapon` put zram0 to use (taken down after it). */
+static int swap_on;
+
+/*
+ * The `swapon` step's preparation, outside its window: load zram and what it
+ * needs (the initramfs's /modules, named in load order by scripts/setup-qemu),
+ * size zram0 and write a swap header (version 1, the last page, the magic at the
+ * end of the first page). 0, or -4 with the reason in msg.
+ */
+static int zram_prepare(uint64_t size)
+{
+	static char names[16][NAME];
+	size_t page = page_size();
+	uint32_t version = 1, last = size / page - 1;
+	char value[32], *header;
+	struct dirent *e;
+	int n = 0, fd;
+	DIR *d = opendir("/modules");
+
+	if (!d) {
+		snprintf(msg, sizeof(msg), "no zram modules in the initramfs (run scripts/setup-qemu)");
+		return -4;
+	}
+	while ((e = readdir(d)) && n < 16)
+		if (e->d_name[0] != '.' && strlen(e->d_name) < NAME)
+			memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
+	qsort(names, n, NAME, by_name);
+	for (int i = 0; i < n; i++) {
+		fd = openat(dirfd(d), names[i], O_RDONLY);
+		if (fd < 0 || (syscall(SYS_finit_module, fd, "", 0) && errno != EEXIST)) {
+			closedir(d);
+			snprintf(msg, sizeof(msg), "loading %s: %s", names[i], strerror(errno));
+			return -4;
+		}
+		close(fd);
+	}
+	closedir(d);
+	snprintf(value, sizeof(value), "%llu", (unsigned long long)size);
+	if (write_file("/sys/block/zram0/disksize", value)) {
+		snprintf(msg, sizeof(msg), "zram0 disksize %s: %s", value, strerror(errno));
+		return -4;
+	}
+	header = calloc(1, page);
+	memcpy(header + 1024, &version, 4);
+	memcpy(header + 1028, &last, 4);
+	memcpy(header + page - 10, "SWAPSPACE2", 10);
+	fd = open("/dev/zram0", O_WRONLY);
+	if (fd < 0 || write(fd, header, page) != (ssize_t)page || fsync(fd)) {
+		snprintf(msg, sizeof(msg), "the swap header on /dev/zram0: %s", strerror(errno));
+		return -4;
+	}
+	close(fd);
+	free(header);
+	return 0;
+}
+
 /* Process pid's state letter and minor faults from /proc/PID/stat; 0 if gone. */
 static char stat_of(pid_t pid, long long *minflt)
 {
@@ -1060,6 +1121,11 @@ static int parse_step(char *line, struct step *st)
 		return sscanf(line, "%63s", st->a) == 1 ? 0 : -1;
 	if (!strcmp(st->kind, "shrink"))
 		return 0;
+	if (!strcmp(st->kind, "swapon")) {
+		n = sscanf(line, "%llx", &l);
+		st->len = l;
+		return n == 1 ? 0 : -1;
+	}
 	if (!strcmp(st->kind, "mmap")) {
 		n = sscanf(line, "%63s %63s %llx %llx %d %d %d %d", st->proc, st->a, &a, &l, &st->hugepage,
 			   &st->nohugepage, &st->populate, &st->ro);
@@ -1223,6 +1289,17 @@ static void run_workload(void)
 			START_MARK();
 			r = write_file("/proc/sys/vm/drop_caches", "2") ? -2 : 0;
 			STOP_MARK();
+		} else if (!strcmp(st->kind, "swapon")) {
+			/* Device setup: swapon(2)'s own kernel mappings (the vmalloc'd
+			 * swap_map, a percpu chunk), which the model does not have, stay
+			 * outside the window; /proc/vmstat still brackets the step. */
+			r = zram_prepare(st->len);
+			if (!r) {
+				r = syscall(SYS_swapon, "/dev/zram0", 0) ? -2 : 0;
+				swap_on = !r;
+			}
+			START_MARK();
+			STOP_MARK();
 		} else if (p < 0 || !pids[p]) {
 			r = -3;
 			ABORT_MARK();
@@ -1348,6 +1425,12 @@ out:
 		close(socks[p][0]);
 		if (pids[p])
 			wait_gone(pidfd_of(pids[p]));
+	}
+	/* The next workload of the batch finds zram0 unused, as the first did. */
+	if (swap_on) {
+		syscall(SYS_swapoff, "/dev/zram0");
+		write_file("/sys/block/zram0/reset", "1");
+		swap_on = 0;
 	}
 	close_counters();
 }
