@@ -149,7 +149,7 @@ impl Kernel {
         }
         let ptep = pte.unwrap();
         if orig.is_swap_pte() {
-            return self.do_swap_page(mm, vma, ptep, addr, write, orig);
+            return self.do_swap_page(mm, vma, pmd, ptep, addr, write, orig);
         }
         // Under the PTL: the pte must not have changed.
         let cur = self.arch.ptep_get(amm, ptep);
@@ -168,91 +168,139 @@ impl Kernel {
         VmFault::Done
     }
 
-    /// do_swap_page on a zram-like (SWP_SYNCHRONOUS_IO) device, the skip-swapcache
-    /// path: a folio of the largest order alloc_swap_folio allows (order 0 when the
-    /// slot is still shared with a forked mm) is read (PSWPIN, or from the zeromap:
-    /// SWPIN_ZERO), mapped, in a VM_WRITE VMA writable on a read fault too (6.12+),
-    /// and its slot references dropped. A major fault. Not yet modelled: a slot a
-    /// forked mm still shares goes through the swap cache and its readahead in the
-    /// kernel; here each mm reads its own page.
-    fn do_swap_page(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, write: bool, orig: Pte) -> VmFault {
+    /// do_swap_page on a zram-like (SWP_SYNCHRONOUS_IO) device. A folio still in the
+    /// swap cache is mapped without I/O (a minor fault; a readahead hit). Otherwise a
+    /// slot only this pte holds skips the swap cache: a folio of the largest order
+    /// alloc_swap_folio allows is read and the slots freed at once; a slot a forked mm
+    /// still shares is read through the swap cache with readahead (swapin_readahead),
+    /// and stays cached while a pte holds it. Either read is a major fault. The pte is
+    /// writable (in a VM_WRITE VMA, read faults too, 6.12+) when the page is certainly
+    /// this mm's: read without the cache, exclusive by its swap pte, or freed from the
+    /// cache by a write fault (should_try_to_free_swap); else a write goes on to
+    /// do_wp_page.
+    #[allow(clippy::too_many_arguments)]
+    fn do_swap_page(
+        &mut self,
+        mm: MmId,
+        vma: &Vma,
+        pmd: PmdPtr,
+        ptep: PtePtr,
+        addr: u64,
+        write: bool,
+        orig: Pte,
+    ) -> VmFault {
         let g = self.arch.granule();
         let ps = g.page_size();
+        let addr = addr & !(ps - 1);
         let offset = orig.pte_swp_offset();
-        let exclusive = orig.pte_swp_exclusive();
         self.anon_vma_prepare(mm, vma);
+        let cached = self.swap_cache_get_folio(offset);
+        if let Some(folio) = cached {
+            self.swap_update_readahead(folio, mm, vma, addr);
+        }
         let shared = self
             .swap
             .as_ref()
             .expect("a swap pte without a swap device")
             .swap_count(offset)
             > 1;
-        let mut orders = if shared {
-            0
-        } else {
-            self.swapin_orders(mm, vma, ptep, addr, orig)
+        let (folio, swapcache, ret) = match cached {
+            Some(folio) => (folio, true, VmFault::Done),
+            None if !shared => match self.alloc_swap_folio(mm, vma, ptep, addr, orig) {
+                Some(folio) => (folio, false, VmFault::Major),
+                None => return VmFault::Oom,
+            },
+            None => match self.swap_vma_readahead(mm, vma, pmd, offset, addr) {
+                Some(folio) => (folio, true, VmFault::Major),
+                None => return VmFault::Oom,
+            },
         };
-        let (folio, order) = loop {
-            if orders == 0 {
-                match self.folio_alloc(0) {
-                    Some(f) => break (f, 0),
-                    None => return VmFault::Oom,
-                }
-            }
-            let order = 63 - orders.leading_zeros();
-            if let Some(f) = self.folio_alloc(order) {
-                break (f, order);
-            }
-            self.stat.count_mthp_stat(order, MthpStat::SwpinFallback);
-            orders &= !(1 << order);
-        };
-        let nr = 1u64 << order;
-        let start = addr & !((ps << order) - 1);
+        let nr = self.memmap.folio_nr_pages(folio);
+        let start = addr & !((ps << (nr.trailing_zeros())) - 1);
         let first = offset - ((addr - start) >> g.page_shift());
-        let first_ptep = ptep.align_down(nr as usize);
+        if !swapcache {
+            self.swap_read_folio(folio, first);
+        }
+        // A pte of a swap-cache folio is exclusive if its swap pte was; a folio read
+        // without the cache is this mm's alone.
+        let exclusive = !swapcache || orig.pte_swp_exclusive();
         let si = self.swap.as_mut().expect("checked");
-        let zero = si.is_zero(first);
         for i in 0..nr {
             si.swap_entry_put(first + i);
         }
-        if zero {
-            self.stat.count_vm_events(VmEvent::SwpinZero, nr as i64);
-            self.arch.clear_pages(nr);
-        } else {
-            self.stat.count_vm_events(VmEvent::Pswpin, nr as i64);
-            if order > 0 {
-                self.stat.count_mthp_stat(order, MthpStat::Swpin);
-            }
-        }
-        for i in 0..nr {
-            self.memmap.page_mut(Pfn(folio.0 + i)).nonzero = !zero;
-        }
-        let amm = self.arch_mm(mm);
-        let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
-        // The folio is this mm's own (it never entered the swap cache): writable.
-        if vma.flags.contains(VmFlags::WRITE) {
-            pte = pte.pte_mkwrite();
-        }
-        if write {
-            pte = pte.pte_mkdirty();
-        }
-        self.folio_ref_add(folio, nr as i32 - 1);
-        self.folio_add_new_anon_rmap(folio, mm, start, false);
-        if !exclusive {
-            // Shared with a forked mm: not exclusive, as the swap entry was not.
-            for i in 0..nr {
-                self.memmap
-                    .page_mut(Pfn(folio.0 + i))
-                    .flags
-                    .remove(PageFlags::ANON_EXCLUSIVE);
-            }
+        if self.should_try_to_free_swap(folio, vma, write) {
+            self.folio_free_swap(folio);
         }
         let m = self.mm_mut(mm);
         m.rss_anon += nr as i64;
         m.rss_swap -= nr as i64;
+        let amm = self.arch_mm(mm);
+        let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
+        let reuse = exclusive || self.memmap.folio_ref_count(folio) == 1;
+        let mut wp = write;
+        if reuse && vma.flags.contains(VmFlags::WRITE) {
+            pte = pte.pte_mkwrite();
+            if write {
+                pte = pte.pte_mkdirty();
+                wp = false;
+            }
+        }
+        self.folio_ref_add(folio, nr as i32 - 1);
+        if self.memmap.folio_test(folio, PageFlags::ANON) {
+            self.folio_add_anon_rmap_ptes(folio, folio, nr, mm, reuse);
+        } else {
+            self.folio_add_new_anon_rmap(folio, mm, start, false);
+            if !reuse {
+                for i in 0..nr {
+                    self.memmap
+                        .page_mut(Pfn(folio.0 + i))
+                        .flags
+                        .remove(PageFlags::ANON_EXCLUSIVE);
+                }
+            }
+        }
+        let first_ptep = ptep.align_down(nr as usize);
         self.arch
             .set_ptes(amm, start, first_ptep, pte, nr as usize, Some((folio, nr)));
-        VmFault::Major
+        if wp {
+            let pte = self.arch.ptep_get(amm, ptep);
+            if self.do_wp_page(mm, vma, ptep, addr, pte) == VmFault::Oom {
+                return VmFault::Oom;
+            }
+        }
+        ret
+    }
+
+    /// should_try_to_free_swap: after a swap-in from the cache, whether to drop the
+    /// folio from it now: swap is full, the VMA or folio is mlocked, or a write fault
+    /// holds the only references besides the cache's (then it may be reused).
+    fn should_try_to_free_swap(&self, folio: Pfn, vma: &Vma, write: bool) -> bool {
+        if !self.memmap.folio_test(folio, PageFlags::SWAPCACHE) {
+            return false;
+        }
+        let si = self.swap.as_ref().expect("a swap cache without a device");
+        if si.vm_swap_full() || vma.flags.contains(VmFlags::LOCKED) || self.memmap.folio_test(folio, PageFlags::MLOCKED)
+        {
+            return true;
+        }
+        let nr = self.memmap.folio_nr_pages(folio) as i32;
+        write && self.memmap.folio_ref_count(folio) == 1 + nr
+    }
+
+    /// alloc_swap_folio: a folio for the skip-swapcache path, of the largest order
+    /// swapin_orders leaves that can be allocated (swpin_fallback for each that
+    /// cannot), else order 0. None when out of memory.
+    fn alloc_swap_folio(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> Option<Pfn> {
+        let mut orders = self.swapin_orders(mm, vma, ptep, addr, orig);
+        while orders != 0 {
+            let order = 63 - orders.leading_zeros();
+            if let Some(f) = self.folio_alloc(order) {
+                return Some(f);
+            }
+            self.stat.count_mthp_stat(order, MthpStat::SwpinFallback);
+            orders &= !(1 << order);
+        }
+        self.folio_alloc(0)
     }
 
     /// alloc_swap_folio's choice of orders (242d12c98174, 6.12): those allowed below
@@ -415,7 +463,8 @@ impl Kernel {
         self.wp_page_copy(mm, vma, ptep, addr, orig)
     }
 
-    /// wp_can_reuse_anon_folio: a small folio when ours is its only reference; a large
+    /// wp_can_reuse_anon_folio: a small folio when ours is its only reference (once
+    /// out of the swap cache); a large
     /// one (__wp_can_reuse_large_anon_folio, 6.15+) when more than one page is mapped,
     /// only by this mm, and every reference is a mapping.
     ///
@@ -428,8 +477,16 @@ impl Kernel {
     /// one page, and the old folio goes partially mapped onto the deferred split queue.
     /// A PMD-mapped THP is unaffected (do_huge_pmd_wp_page reuses it when the pmd is its
     /// only reference, else splits the pmd and comes back here through the ptes).
-    fn wp_can_reuse_anon_folio(&self, folio: Pfn) -> bool {
+    fn wp_can_reuse_anon_folio(&mut self, folio: Pfn) -> bool {
         if self.memmap.folio_order(folio) == 0 {
+            // The swap cache's reference may go with it, if no pte holds its slot.
+            let swapcache = self.memmap.folio_test(folio, PageFlags::SWAPCACHE);
+            if self.memmap.folio_ref_count(folio) > 1 + swapcache as i32 {
+                return false;
+            }
+            if swapcache {
+                self.folio_free_swap(folio);
+            }
             return self.memmap.folio_ref_count(folio) == 1;
         }
         if self.cow_reuse_order0 {
@@ -475,6 +532,7 @@ impl Kernel {
         self.arch.set_ptes(amm, addr, ptep, entry, 1, Some((new, 1)));
         if let Some(old) = old {
             self.folio_remove_rmap_ptes(old, old_pfn, 1, mm);
+            self.free_swap_cache(old);
             self.folio_put(old);
         }
         VmFault::Done
@@ -589,10 +647,7 @@ impl Kernel {
             }
             nr += 1;
         }
-        let si = self.swap.as_mut().expect("a swap pte without a swap device");
-        for i in 0..nr as u64 {
-            si.swap_entry_put(offset + i);
-        }
+        self.free_swap_and_cache_nr(offset, nr as u64);
         self.mm_mut(mm).rss_swap -= nr as i64;
         for i in 0..nr {
             self.arch.__set_pte(addr + i as u64 * ps, ptep.add(i), Pte::NONE);
