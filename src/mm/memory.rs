@@ -55,7 +55,7 @@ pub fn vm_page_prot(vma: &Vma) -> PgProt {
 
 impl Kernel {
     /// handle_mm_fault with arm64's do_page_fault access checks in front and
-    /// mm_account_fault behind (pgfault and the task's min_flt).
+    /// mm_account_fault behind (pgfault and the task's min_flt or maj_flt).
     pub fn handle_mm_fault(&mut self, mm: MmId, addr: u64, write: bool) -> Result<(), FaultError> {
         self.arch.kc.inc(KernelEvent::HandleMmFault);
         let Some(vma) = self.mm(mm).find_vma(addr) else {
@@ -71,7 +71,6 @@ impl Kernel {
             VmFault::Oom => Err(FaultError::Oom(addr)),
             VmFault::Major => {
                 self.mm_mut(mm).maj_flt += 1;
-                self.stat.count_vm_event(VmEvent::PgMajFault);
                 Ok(())
             }
             _ => {
@@ -177,9 +176,10 @@ impl Kernel {
     /// writable (in a VM_WRITE VMA, read faults too, 6.12+) when the page is certainly
     /// this mm's: read without the cache, exclusive by its swap pte, or freed from the
     /// cache by a write fault (should_try_to_free_swap); else a write goes on to
-    /// do_wp_page.
+    /// do_wp_page. A read counts PGMAJFAULT here, also for a swap-in outside a fault
+    /// (khugepaged's); the task's maj_flt is mm_account_fault's.
     #[allow(clippy::too_many_arguments)]
-    fn do_swap_page(
+    pub fn do_swap_page(
         &mut self,
         mm: MmId,
         vma: &Vma,
@@ -215,6 +215,9 @@ impl Kernel {
                 None => return VmFault::Oom,
             },
         };
+        if ret == VmFault::Major {
+            self.stat.count_vm_event(VmEvent::PgMajFault);
+        }
         let nr = self.memmap.folio_nr_pages(folio);
         let start = addr & !((ps << (nr.trailing_zeros())) - 1);
         let first = offset - ((addr - start) >> g.page_shift());
