@@ -1,8 +1,9 @@
 //! Property test: random sequences of fork, exit, touch, mprotect, madvise
 //! (dontneed, free, collapse, cold, pageout), munmap and deferred-split shrinker runs
-//! over up to three processes, under either seed 001 TLB-flush variant and on a
-//! machine small enough for direct reclaim, keep every kernel and architectural
-//! invariant.
+//! over up to three processes, under either seed 001 TLB-flush variant, on a machine
+//! small enough for direct reclaim, and with or without a swap device (pageout then
+//! swaps, and slots shared by fork go through the swap cache), keep every kernel and
+//! architectural invariant.
 //! 200 cases x 500 ops = 100,000 ops per run.
 
 use foliolab::hw::check::Violation;
@@ -208,7 +209,7 @@ impl World {
 }
 
 /// Run `ops` on a fresh kernel, checking every invariant after each op.
-fn check_sequence(ops: &[Op], contpte: bool, deferred: bool, small: bool) -> Result<(), TestCaseError> {
+fn check_sequence(ops: &[Op], contpte: bool, deferred: bool, small: bool, swap: bool) -> Result<(), TestCaseError> {
     // 16 MiB: three processes' regions (up to 6 MiB each) run it into direct reclaim.
     let ram_bytes = if small { 16 << 20 } else { 1 << 30 };
     let cfg = MachineConfig {
@@ -223,6 +224,9 @@ fn check_sequence(ops: &[Op], contpte: bool, deferred: bool, small: bool) -> Res
         TlbBatchVariant::Sync
     };
     k.arch.hw.checks = true;
+    if swap {
+        k.sys_swapon(64 << 20).unwrap();
+    }
     let mm = k.mm_alloc().unwrap();
     k.switch_mm(0, mm);
     let mut w = World {
@@ -284,7 +288,7 @@ proptest! {
     #![proptest_config(Config { cases: 200, failure_persistence: Some(Box::new(FileFailurePersistence::Off)), ..Config::default() })]
 
     #[test]
-    fn fork_exit_mprotect_free_pageout_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>(), deferred in any::<bool>(), small in any::<bool>()) {
-        check_sequence(&ops, contpte, deferred, small)?;
+    fn fork_exit_mprotect_free_pageout_and_splits_keep_every_invariant(ops in prop::collection::vec(op(), 500), contpte in any::<bool>(), deferred in any::<bool>(), small in any::<bool>(), swap in any::<bool>()) {
+        check_sequence(&ops, contpte, deferred, small, swap)?;
     }
 }
