@@ -310,7 +310,8 @@ impl Kernel {
     /// PMD order and suitable for the VMA, whose slot lines up with the address
     /// (thp_swap_suitable_orders), from the highest down to the first whose range
     /// can_swapin_thp: every pte a swap entry of the next slot with the same bits, the
-    /// slots alike in the zeromap. The orders left, as a bitmask.
+    /// slots alike in the zeromap and none in the swap cache (non_swapcache_batch). The
+    /// orders left, as a bitmask.
     fn swapin_orders(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> u64 {
         let g = self.arch.granule();
         let ps = g.page_size();
@@ -342,6 +343,7 @@ impl Kernel {
                     && p.pte_swp_offset() == first + i as u64
                     && p.pte_swp_exclusive() == orig.pte_swp_exclusive()
                     && si.is_zero(first + i as u64) == zero
+                    && !si.has_cache(first + i as u64)
             });
             if ok {
                 return orders;
@@ -991,6 +993,29 @@ mod tests {
         write(&mut k, mm, BASE, 64 << 10);
         assert_clean(&k);
         assert!((0..16).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(4))));
+    }
+
+    /// swap_fork_64k_cached.wl: with the child gone the parent's slots have count 1
+    /// again, but five of the first folio's are still cached: a fault there reads order
+    /// 0, one in an uncached folio reads it whole.
+    #[test]
+    fn a_large_swap_in_needs_none_of_its_slots_in_the_swap_cache() {
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        k.sys_swapon(64 << 20).unwrap();
+        k.do_mmap(mm, BASE, 256 << 10, rw()).unwrap();
+        write(&mut k, mm, BASE, 256 << 10);
+        k.do_madvise(mm, BASE, BASE + (256 << 10), crate::mm::madvise::Madv::PageOut)
+            .unwrap();
+        let child = k.dup_mmap(mm).unwrap();
+        k.switch_mm(1, child);
+        user_access(&mut k, child, 1, BASE, false).unwrap();
+        k.exit_mmap(child);
+        user_access(&mut k, mm, 0, BASE + 8 * K4, false).unwrap();
+        user_access(&mut k, mm, 0, BASE + (64 << 10), false).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.page_kind(mm, BASE + 8 * K4), Some(PageKind::Order(0)));
+        assert_eq!(k.page_kind(mm, BASE + (64 << 10)), Some(PageKind::Order(4)));
+        assert_eq!(k.stat.mthp(4, MthpStat::Swpin), 1);
     }
 
     /// fork_pmd_thp.wl: both pmds of a forked PMD THP are split by the first writes;
