@@ -116,6 +116,11 @@ impl Kernel {
             if si.cache.folio(slot) != Some(f) {
                 return Err(format!("swap cache: {f:?} at slot {slot}, which caches another"));
             }
+            // do_swap_page maps order-0 cached folios only: readahead reads order 0, and
+            // reclaim frees the large folios it writes out in the same pass.
+            if self.memmap.folio_order(f) > 0 {
+                return Err(format!("swap cache: large folio {f:?} at slot {slot} between ops"));
+            }
         }
         if inuse != si.inuse_pages {
             return Err(format!("swap: {} slots in use but {inuse} referenced", si.inuse_pages));

@@ -177,7 +177,9 @@ impl Kernel {
     /// this mm's: read without the cache, exclusive by its swap pte, or freed from the
     /// cache by a write fault (should_try_to_free_swap); else a write goes on to
     /// do_wp_page. A read counts PGMAJFAULT here, also for a swap-in outside a fault
-    /// (khugepaged's); the task's maj_flt is mm_account_fault's.
+    /// (khugepaged's); the task's maj_flt is mm_account_fault's. A cached folio is
+    /// order 0 (check_invariants holds it to that), so the kernel's mapping of a whole
+    /// large cached folio has no counterpart here.
     #[allow(clippy::too_many_arguments)]
     pub fn do_swap_page(
         &mut self,
