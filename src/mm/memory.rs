@@ -267,11 +267,8 @@ impl Kernel {
         let first_ptep = ptep.align_down(nr as usize);
         self.arch
             .set_ptes(amm, start, first_ptep, pte, nr as usize, Some((folio, nr)));
-        if wp {
-            let pte = self.arch.ptep_get(amm, ptep);
-            if self.do_wp_page(mm, vma, ptep, addr, pte) == VmFault::Oom {
-                return VmFault::Oom;
-            }
+        if wp && self.do_wp_page(mm, vma, ptep, addr, pte) == VmFault::Oom {
+            return VmFault::Oom;
         }
         ret
     }
