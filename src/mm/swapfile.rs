@@ -549,6 +549,21 @@ mod tests {
     }
 
     #[test]
+    fn swap_is_full_past_half_its_slots_cached_ones_included() {
+        // 1023 usable slots: full once fewer than 511.5 are free.
+        let mut si = zram(4);
+        for _ in 0..511 {
+            si.folio_alloc_swap(0, 0).unwrap();
+        }
+        assert!(!si.vm_swap_full());
+        // The slot is allocated until the swap cache lets it go too.
+        let s = si.folio_alloc_swap(0, 0).unwrap();
+        assert!(si.vm_swap_full());
+        si.swapcache_clear(s, 1);
+        assert!(!si.vm_swap_full());
+    }
+
+    #[test]
     fn an_emptied_cluster_serves_another_order() {
         let mut si = zram(8);
         let s = si.folio_alloc_swap(0, 4).unwrap();
