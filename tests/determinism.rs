@@ -22,6 +22,7 @@ fn two_runs_give_identical_json() {
             "tests/validation/dontneed_step_64k.wl",
             &["tlbi-range=on", "kpti=on"][..],
         ),
+        ("tests/validation/swap_fork_both.wl", &["checks=on"][..]),
     ] {
         let a = json(p, sets);
         let b = std::thread::spawn({

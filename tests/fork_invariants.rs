@@ -2,8 +2,9 @@
 //! (dontneed, free, collapse, cold, pageout), munmap and deferred-split shrinker runs
 //! over up to three processes, each touching from any of eight CPUs (as its threads
 //! would), under either seed 001 TLB-flush variant, arm64's or x86's shootdown, with
-//! or without a swap device, and on a machine small enough for direct reclaim, keep
-//! every kernel and architectural invariant (the checker stays silent).
+//! or without a swap device (pageout then swaps, and slots shared by fork go through
+//! the swap cache), and on a machine small enough for direct reclaim, keep every
+//! kernel and architectural invariant (the checker stays silent).
 //! 200 cases x 500 ops = 100,000 ops per run.
 
 use foliolab::arch::TlbFlavour;

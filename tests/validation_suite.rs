@@ -1,7 +1,7 @@
 //! The model against the host results saved beside every workload of the validation
 //! suite (tests/validation/<name>.host.json, recorded with `foliolab native` on Linux
 //! 6.18). Per-process faults and layouts must match exactly, and so must the split and
-//! swap-out counters the workloads drive (`cmd::validate::EXACT_GLOBAL`).
+//! swap counters the workloads drive (`cmd::validate::exact_global`).
 
 use foliolab::cmd::validate::compare;
 use foliolab::report::Report;

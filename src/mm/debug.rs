@@ -75,8 +75,8 @@ impl Kernel {
         self.check_folios(&seen)
     }
 
-    /// Every slot's count is the swap ptes that hold it (nothing stays in the swap
-    /// cache between ops: zram writes and reads synchronously).
+    /// Every slot's count is the swap ptes that hold it; a slot is marked cached
+    /// exactly when a folio in the swap cache holds it, and that folio covers it.
     fn check_swap(&self, seen: &Seen) -> Result<(), String> {
         let Some(si) = &self.swap else {
             return match seen.swap_refs.keys().next() {
@@ -93,7 +93,34 @@ impl Kernel {
                     si.swap_count(offset)
                 ));
             }
-            inuse += (want > 0) as u64;
+            let cached = si.cache.folio(offset);
+            if si.has_cache(offset) != cached.is_some() {
+                return Err(format!(
+                    "swap slot {offset}: SWAP_HAS_CACHE but cached folio {cached:?}"
+                ));
+            }
+            if let Some(f) = cached {
+                let first = si.cache.swap_of(f);
+                let nr = self.memmap.folio_nr_pages(f);
+                if !first.is_some_and(|s| (s..s + nr).contains(&offset))
+                    || !self.memmap.folio_test(f, PageFlags::SWAPCACHE | PageFlags::SWAPBACKED)
+                {
+                    return Err(format!(
+                        "swap slot {offset}: cached {f:?} at {first:?} does not cover it"
+                    ));
+                }
+            }
+            inuse += (want > 0 || cached.is_some()) as u64;
+        }
+        for (f, slot) in si.cache.iter() {
+            if si.cache.folio(slot) != Some(f) {
+                return Err(format!("swap cache: {f:?} at slot {slot}, which caches another"));
+            }
+            // do_swap_page maps order-0 cached folios only: readahead reads order 0, and
+            // reclaim frees the large folios it writes out in the same pass.
+            if self.memmap.folio_order(f) > 0 {
+                return Err(format!("swap cache: large folio {f:?} at slot {slot} between ops"));
+            }
         }
         if inuse != si.inuse_pages {
             return Err(format!("swap: {} slots in use but {inuse} referenced", si.inuse_pages));
@@ -326,6 +353,16 @@ impl Kernel {
         for h in seen.pmd_maps.keys() {
             heads.entry(*h).or_default();
         }
+        // Folios in the swap cache are in use, mapped or not.
+        let cached: BTreeMap<u64, i32> = self
+            .swap
+            .iter()
+            .flat_map(|si| si.cache.iter())
+            .map(|(f, _)| (f.0, self.memmap.folio_nr_pages(f) as i32))
+            .collect();
+        for h in cached.keys() {
+            heads.entry(*h).or_default();
+        }
         let mut nr_anon: BTreeMap<u32, i64> = BTreeMap::new();
         let mut partial: BTreeMap<u32, i64> = BTreeMap::new();
         for (h, (maps, pages_mapped)) in &heads {
@@ -333,18 +370,28 @@ impl Kernel {
             let hp = self.memmap.page(f);
             let order = self.memmap.folio_order(f);
             let pmd = seen.pmd_maps.get(h).copied().unwrap_or(0);
-            if !hp.flags.contains(PageFlags::ANON) {
+            let mapcount = maps + pmd;
+            if mapcount > 0 && !hp.flags.contains(PageFlags::ANON) {
                 return Err(format!("folio {f:?} is mapped but not anon"));
             }
-            let mapcount = maps + pmd;
+            if hp.flags.contains(PageFlags::SWAPCACHE) != cached.contains_key(h) {
+                return Err(format!(
+                    "folio {f:?}: flags {:?} disagree with the swap cache",
+                    hp.flags
+                ));
+            }
             if self.memmap.folio_mapcount(f) != mapcount {
                 return Err(format!(
                     "folio {f:?}: folio_mapcount {} but {mapcount} mappings",
                     self.memmap.folio_mapcount(f)
                 ));
             }
-            if hp.refcount != mapcount {
-                return Err(format!("folio {f:?}: refcount {} but {mapcount} mappings", hp.refcount));
+            let cache_refs = cached.get(h).copied().unwrap_or(0);
+            if hp.refcount != mapcount + cache_refs {
+                return Err(format!(
+                    "folio {f:?}: refcount {} but {mapcount} mappings and {cache_refs} swap cache references",
+                    hp.refcount
+                ));
             }
             if order > 0 {
                 self.check_folio_pages(f)?;
@@ -367,7 +414,9 @@ impl Kernel {
                     }
                 }
             }
-            *nr_anon.entry(order).or_default() += 1;
+            if hp.flags.contains(PageFlags::ANON) {
+                *nr_anon.entry(order).or_default() += 1;
+            }
         }
         for order in self.knobs.anon_orders() {
             let want = nr_anon.get(&order).copied().unwrap_or(0);

@@ -46,8 +46,11 @@ bitflags! {
         const INUSE = 1 << 12;
         /// Head only: FOLIO_MM_IDS_SHARED_BIT, "maybe mapped by more than one mm".
         const MAYBE_SHARED = 1 << 13;
-        /// In the swap cache (slots allocated for it, reclaim writing it out).
+        /// In the swap cache (slots allocated for it, reclaim writing it out, or read
+        /// back while a forked mm's pte still holds the slot).
         const SWAPCACHE = 1 << 14;
+        /// PG_readahead: swap readahead read it for a page not yet faulted on.
+        const READAHEAD = 1 << 15;
     }
 }
 

@@ -1,8 +1,11 @@
 //! mm/khugepaged.c, the MADV_COLLAPSE half: collapse the pte-mapped pages under a pmd
-//! into a new PMD-mapped THP. MADV_COLLAPSE ignores the sysfs knobs (but not
-//! VM_NOHUGEPAGE) and khugepaged's max_ptes_none / max_ptes_shared limits.
+//! into a new PMD-mapped THP, swapping in what is swapped out first. MADV_COLLAPSE
+//! ignores the sysfs knobs (but not VM_NOHUGEPAGE) and khugepaged's max_ptes_none /
+//! max_ptes_swap / max_ptes_shared limits.
 
+use super::folio::PageFlags;
 use super::huge_memory::map_anon_folio_pmd_nopf;
+use super::memory::VmFault;
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::mmap::VmaError;
 use super::vmstat::VmEvent;
@@ -11,10 +14,11 @@ use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::tlbflush::flush_tlb_range;
 use crate::hw::{Desc, DescKind, Pfn};
 
-/// The scan results the model distinguishes (enum scan_result).
+/// The scan results the model distinguishes (enum scan_result); a success carries
+/// the swap ptes found (`unmapped`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scan {
-    Succeed,
+    Succeed(usize),
     PmdMapped,
     Fail,
 }
@@ -34,11 +38,10 @@ impl Kernel {
         let mut addr = (start + pmd_size - 1) & !(pmd_size - 1);
         let hend = end & !(pmd_size - 1);
         while addr < hend {
-            if vma.start <= addr
-                && addr + pmd_size <= vma.end
-                && self.hpage_collapse_scan_pmd(mm, addr) == Scan::Succeed
-            {
-                self.collapse_huge_page(mm, vma, addr);
+            if vma.start <= addr && addr + pmd_size <= vma.end {
+                if let Scan::Succeed(unmapped) = self.hpage_collapse_scan_pmd(mm, addr) {
+                    self.collapse_huge_page(mm, vma, addr, unmapped);
+                }
             }
             addr += pmd_size;
         }
@@ -46,7 +49,8 @@ impl Kernel {
     }
 
     /// hpage_collapse_scan_pmd: a pte table whose mapped pages are anon folios with no
-    /// references beyond their mappings. 6.18 no longer needs a writable pte; with
+    /// references beyond their mappings and the swap cache's (folio_expected_ref_count),
+    /// and any number of swap ptes. 6.18 no longer needs a writable pte; with
     /// `collapse_ro_refuse` (before "mm: drop all references of writable and
     /// SCAN_PAGE_RO", 6.18) a range none of whose pages is mapped writable fails
     /// (SCAN_PAGE_RO): khugepaged would otherwise make a read-only range writable.
@@ -65,18 +69,26 @@ impl Kernel {
         let ptep = self.pte_offset_map(pmd, haddr).expect("a pte table");
         let amm = self.arch_mm(mm);
         let mut writable = false;
+        let mut unmapped = 0;
         for i in 0..1usize << g.pmd_order() {
             let pte = self.arch.ptep_get(amm, ptep.add(i));
+            if pte.is_swap_pte() {
+                unmapped += 1;
+                continue;
+            }
             if pte.pte_none() || self.is_zero_pfn(pte.pte_pfn(g)) {
                 continue;
             }
-            if !pte.pte_present() {
-                return Scan::Fail;
-            }
             writable |= pte.pte_write();
             let folio = self.memmap.folio_of(pte.pte_pfn(g));
-            if !self.memmap.folio_test(folio, super::folio::PageFlags::ANON)
-                || self.memmap.folio_ref_count(folio) != self.memmap.folio_mapcount(folio)
+            let f = self.memmap.page(folio).flags;
+            let cache_refs = if f.contains(PageFlags::SWAPCACHE) {
+                self.memmap.folio_nr_pages(folio) as i32
+            } else {
+                0
+            };
+            if !f.contains(PageFlags::ANON)
+                || self.memmap.folio_ref_count(folio) != self.memmap.folio_mapcount(folio) + cache_refs
             {
                 return Scan::Fail;
             }
@@ -84,20 +96,47 @@ impl Kernel {
         if self.collapse_ro_refuse && !writable {
             return Scan::Fail;
         }
-        Scan::Succeed
+        Scan::Succeed(unmapped)
     }
 
-    /// collapse_huge_page: allocate the THP, pmdp_collapse_flush, copy and unmap the
-    /// old pages (__collapse_huge_page_copy_succeeded: a folio's ptes at a time since
-    /// 4ea3594a4741, 6.17; one at a time with `collapse_copy_per_pte`), deposit the
-    /// emptied pte table and map the THP.
-    fn collapse_huge_page(&mut self, mm: MmId, vma: &Vma, haddr: u64) {
+    /// __collapse_huge_page_swapin: do_swap_page (a read, not a fault: no task fault
+    /// counts) for each swap pte of the range, in address order; a large or readahead
+    /// swap-in maps later ones on the way. False when a swap-in ran out of memory.
+    fn __collapse_huge_page_swapin(&mut self, mm: MmId, vma: &Vma, haddr: u64) -> bool {
+        let g = self.arch.granule();
+        let pmd = self.pmd_offset(mm, haddr).expect("scanned pmd");
+        let ptep = self.pte_offset_map(pmd, haddr).expect("scanned pte table");
+        let amm = self.arch_mm(mm);
+        for i in 0..1usize << g.pmd_order() {
+            let pte = self.arch.ptep_get(amm, ptep.add(i));
+            if !pte.is_swap_pte() {
+                continue;
+            }
+            let addr = haddr + i as u64 * g.page_size();
+            if self.do_swap_page(mm, vma, pmd, ptep.add(i), addr, false, pte) == VmFault::Oom {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// collapse_huge_page: allocate the THP, swap in the `unmapped` swap ptes,
+    /// pmdp_collapse_flush, copy and unmap the old pages
+    /// (__collapse_huge_page_copy_succeeded: a folio's ptes at a time since
+    /// 4ea3594a4741, 6.17; one at a time with `collapse_copy_per_pte`; each old folio
+    /// then leaves the swap cache if nothing holds its slots), deposit the emptied pte
+    /// table and map the THP.
+    fn collapse_huge_page(&mut self, mm: MmId, vma: &Vma, haddr: u64, unmapped: usize) {
         let g = self.arch.granule();
         let ps = g.page_size();
         let Some(folio) = self.folio_alloc(g.pmd_order()) else {
             return;
         };
         self.stat.count_vm_event(VmEvent::ThpCollapseAlloc);
+        if unmapped > 0 && !self.__collapse_huge_page_swapin(mm, vma, haddr) {
+            self.folio_put(folio);
+            return;
+        }
         let pmd = self.pmd_offset(mm, haddr).expect("scanned pmd");
         let ptep = self.pte_offset_map(pmd, haddr).expect("scanned pte table");
         let table = self.arch.hw.mem.table_pfn(ptep.table);
@@ -141,6 +180,7 @@ impl Kernel {
                 self.memmap.page_mut(Pfn(folio.0 + i as u64)).nonzero = nonzero;
                 self.arch.pte_clear(amm, addr, ptep.add(i));
                 self.folio_remove_rmap_ptes(src, pfn, 1, mm);
+                self.free_swap_cache(src);
                 self.folio_put_refs(src, 1);
                 i += 1;
                 continue;
@@ -158,6 +198,7 @@ impl Kernel {
             }
             self.arch.clear_full_ptes(amm, addr, ptep.add(i), nr, false);
             self.folio_remove_rmap_ptes(src, pfn, nr as u64, mm);
+            self.free_swap_cache(src);
             self.folio_put_refs(src, nr as i32);
             i += nr;
         }
@@ -238,6 +279,29 @@ mod tests {
             let reads = k.arch.kc.get(KernelEvent::ContptePtepGet) - kc.get(KernelEvent::ContptePtepGet);
             assert_eq!(reads, 3 * 512 + 32, "per_pte {per_pte}");
         }
+    }
+
+    /// Swapped-out pages are swapped in first, as reads outside a fault: pgmajfault
+    /// counts them, the task's fault counts do not.
+    #[test]
+    fn collapse_swaps_in_the_swapped_out_pages_first() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        k.sys_swapon(64 << 20).unwrap();
+        k.do_mmap(mm, BASE, PMD, rw()).unwrap();
+        for a in (BASE..BASE + PMD).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        k.do_madvise(mm, BASE, BASE + PMD / 2, Madv::PageOut).unwrap();
+        let faults = (k.mm(mm).min_flt, k.mm(mm).maj_flt);
+        k.do_madvise(mm, BASE, BASE + PMD, Madv::Collapse).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(9)));
+        // Sixteen whole 64K folios came back, one major each.
+        assert_eq!(k.stat.mthp(4, MthpStat::Swpin), 16);
+        assert_eq!(k.stat.event(VmEvent::Pswpin), 256);
+        assert_eq!(k.stat.event(VmEvent::PgMajFault), 16);
+        assert_eq!((k.mm(mm).min_flt, k.mm(mm).maj_flt), faults);
+        assert_eq!((k.mm(mm).rss_swap, k.swap.as_ref().unwrap().inuse_pages), (0, 0));
     }
 
     /// Pages shared with a child after fork are mapped read-only: 6.18 collapses them

@@ -105,11 +105,8 @@ impl Kernel {
             let mut ptent = self.arch.ptep_get(amm, ptep);
             let pfn = ptent.pte_pfn(g);
             if ptent.is_swap_pte() {
-                // The data is to be discarded: its slot goes now (free_swap_and_cache_nr).
-                self.swap
-                    .as_mut()
-                    .expect("a swap pte without a swap device")
-                    .swap_entry_put(ptent.pte_swp_offset());
+                // The data is to be discarded: its slot goes now.
+                self.free_swap_and_cache_nr(ptent.pte_swp_offset(), 1);
                 self.mm_mut(mm).rss_swap -= 1;
                 self.arch.__set_pte(addr, ptep, Pte::NONE);
             }
@@ -141,13 +138,22 @@ impl Kernel {
                     continue;
                 }
             }
-            if self.memmap.folio_test(folio, PageFlags::DIRTY) {
+            if self
+                .memmap
+                .page(folio)
+                .flags
+                .intersects(PageFlags::DIRTY | PageFlags::SWAPCACHE)
+            {
                 let large = self.memmap.folio_order(folio) > 0;
-                let skip = if large {
+                let mut skip = if large {
                     self.memmap.folio_mapcount(folio) as u64 != self.memmap.folio_nr_pages(folio)
                 } else {
                     self.folio_maybe_mapped_shared(folio)
                 };
+                // A folio another pte's slot still holds must stay swap-backed.
+                if !skip && self.memmap.folio_test(folio, PageFlags::SWAPCACHE) {
+                    skip = !self.folio_free_swap(folio);
+                }
                 if skip {
                     ptep = ptep.add(nr);
                     addr += nr as u64 * ps;

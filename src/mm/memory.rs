@@ -55,7 +55,7 @@ pub fn vm_page_prot(vma: &Vma) -> PgProt {
 
 impl Kernel {
     /// handle_mm_fault with arm64's do_page_fault access checks in front and
-    /// mm_account_fault behind (pgfault and the task's min_flt).
+    /// mm_account_fault behind (pgfault and the task's min_flt or maj_flt).
     pub fn handle_mm_fault(&mut self, mm: MmId, addr: u64, write: bool) -> Result<(), FaultError> {
         self.arch.kc.inc(KernelEvent::HandleMmFault);
         let Some(vma) = self.mm(mm).find_vma(addr) else {
@@ -71,7 +71,6 @@ impl Kernel {
             VmFault::Oom => Err(FaultError::Oom(addr)),
             VmFault::Major => {
                 self.mm_mut(mm).maj_flt += 1;
-                self.stat.count_vm_event(VmEvent::PgMajFault);
                 Ok(())
             }
             _ => {
@@ -149,7 +148,7 @@ impl Kernel {
         }
         let ptep = pte.unwrap();
         if orig.is_swap_pte() {
-            return self.do_swap_page(mm, vma, ptep, addr, write, orig);
+            return self.do_swap_page(mm, vma, pmd, ptep, addr, write, orig);
         }
         // Under the PTL: the pte must not have changed.
         let cur = self.arch.ptep_get(amm, ptep);
@@ -168,98 +167,150 @@ impl Kernel {
         VmFault::Done
     }
 
-    /// do_swap_page on a zram-like (SWP_SYNCHRONOUS_IO) device, the skip-swapcache
-    /// path: a folio of the largest order alloc_swap_folio allows (order 0 when the
-    /// slot is still shared with a forked mm) is read (PSWPIN, or from the zeromap:
-    /// SWPIN_ZERO), mapped, in a VM_WRITE VMA writable on a read fault too (6.12+),
-    /// and its slot references dropped. A major fault. Not yet modelled: a slot a
-    /// forked mm still shares goes through the swap cache and its readahead in the
-    /// kernel; here each mm reads its own page.
-    fn do_swap_page(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, write: bool, orig: Pte) -> VmFault {
+    /// do_swap_page on a zram-like (SWP_SYNCHRONOUS_IO) device. A folio still in the
+    /// swap cache is mapped without I/O (a minor fault; a readahead hit). Otherwise a
+    /// slot only this pte holds skips the swap cache: a folio of the largest order
+    /// alloc_swap_folio allows is read and the slots freed at once; a slot a forked mm
+    /// still shares is read through the swap cache with readahead (swapin_readahead),
+    /// and stays cached while a pte holds it. Either read is a major fault. The pte is
+    /// writable (in a VM_WRITE VMA, read faults too, 6.12+) when the page is certainly
+    /// this mm's: read without the cache, exclusive by its swap pte, or freed from the
+    /// cache by a write fault (should_try_to_free_swap); else a write goes on to
+    /// do_wp_page. A read counts PGMAJFAULT here, also for a swap-in outside a fault
+    /// (khugepaged's); the task's maj_flt is mm_account_fault's. A cached folio is
+    /// order 0 (check_invariants holds it to that), so the kernel's mapping of a whole
+    /// large cached folio has no counterpart here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn do_swap_page(
+        &mut self,
+        mm: MmId,
+        vma: &Vma,
+        pmd: PmdPtr,
+        ptep: PtePtr,
+        addr: u64,
+        write: bool,
+        orig: Pte,
+    ) -> VmFault {
         let g = self.arch.granule();
         let ps = g.page_size();
+        let addr = addr & !(ps - 1);
         let offset = orig.pte_swp_offset();
-        let exclusive = orig.pte_swp_exclusive();
         self.anon_vma_prepare(mm, vma);
+        let cached = self.swap_cache_get_folio(offset);
+        if let Some(folio) = cached {
+            self.swap_update_readahead(folio, mm, vma, addr);
+        }
         let shared = self
             .swap
             .as_ref()
             .expect("a swap pte without a swap device")
             .swap_count(offset)
             > 1;
-        let mut orders = if shared {
-            0
-        } else {
-            self.swapin_orders(mm, vma, ptep, addr, orig)
+        let (folio, swapcache, ret) = match cached {
+            Some(folio) => (folio, true, VmFault::Done),
+            None if !shared => match self.alloc_swap_folio(mm, vma, ptep, addr, orig) {
+                Some(folio) => (folio, false, VmFault::Major),
+                None => return VmFault::Oom,
+            },
+            None => match self.swap_vma_readahead(mm, vma, pmd, offset, addr) {
+                Some(folio) => (folio, true, VmFault::Major),
+                None => return VmFault::Oom,
+            },
         };
-        let (folio, order) = loop {
-            if orders == 0 {
-                match self.folio_alloc(0) {
-                    Some(f) => break (f, 0),
-                    None => return VmFault::Oom,
-                }
-            }
-            let order = 63 - orders.leading_zeros();
-            if let Some(f) = self.folio_alloc(order) {
-                break (f, order);
-            }
-            self.stat.count_mthp_stat(order, MthpStat::SwpinFallback);
-            orders &= !(1 << order);
-        };
-        let nr = 1u64 << order;
-        let start = addr & !((ps << order) - 1);
+        if ret == VmFault::Major {
+            self.stat.count_vm_event(VmEvent::PgMajFault);
+        }
+        let nr = self.memmap.folio_nr_pages(folio);
+        let start = addr & !((ps << (nr.trailing_zeros())) - 1);
         let first = offset - ((addr - start) >> g.page_shift());
-        let first_ptep = ptep.align_down(nr as usize);
+        if !swapcache {
+            self.swap_read_folio(folio, first);
+        }
+        // A pte of a swap-cache folio is exclusive if its swap pte was; a folio read
+        // without the cache is this mm's alone.
+        let exclusive = !swapcache || orig.pte_swp_exclusive();
         let si = self.swap.as_mut().expect("checked");
-        let zero = si.is_zero(first);
         for i in 0..nr {
             si.swap_entry_put(first + i);
         }
-        if zero {
-            self.stat.count_vm_events(VmEvent::SwpinZero, nr as i64);
-            self.arch.clear_pages(nr);
-        } else {
-            self.stat.count_vm_events(VmEvent::Pswpin, nr as i64);
-            if order > 0 {
-                self.stat.count_mthp_stat(order, MthpStat::Swpin);
-            }
-        }
-        for i in 0..nr {
-            self.memmap.page_mut(Pfn(folio.0 + i)).nonzero = !zero;
-        }
-        let amm = self.arch_mm(mm);
-        let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
-        // The folio is this mm's own (it never entered the swap cache): writable.
-        if vma.flags.contains(VmFlags::WRITE) {
-            pte = pte.pte_mkwrite();
-        }
-        if write {
-            pte = pte.pte_mkdirty();
-        }
-        self.folio_ref_add(folio, nr as i32 - 1);
-        self.folio_add_new_anon_rmap(folio, mm, start, false);
-        if !exclusive {
-            // Shared with a forked mm: not exclusive, as the swap entry was not.
-            for i in 0..nr {
-                self.memmap
-                    .page_mut(Pfn(folio.0 + i))
-                    .flags
-                    .remove(PageFlags::ANON_EXCLUSIVE);
-            }
+        if self.should_try_to_free_swap(folio, vma, write) {
+            self.folio_free_swap(folio);
         }
         let m = self.mm_mut(mm);
         m.rss_anon += nr as i64;
         m.rss_swap -= nr as i64;
+        let amm = self.arch_mm(mm);
+        let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
+        let reuse = exclusive || self.memmap.folio_ref_count(folio) == 1;
+        let mut wp = write;
+        if reuse && vma.flags.contains(VmFlags::WRITE) {
+            pte = pte.pte_mkwrite();
+            if write {
+                pte = pte.pte_mkdirty();
+                wp = false;
+            }
+        }
+        self.folio_ref_add(folio, nr as i32 - 1);
+        if self.memmap.folio_test(folio, PageFlags::ANON) {
+            self.folio_add_anon_rmap_ptes(folio, folio, nr, mm, reuse);
+        } else {
+            self.folio_add_new_anon_rmap(folio, mm, start, false);
+            if !reuse {
+                for i in 0..nr {
+                    self.memmap
+                        .page_mut(Pfn(folio.0 + i))
+                        .flags
+                        .remove(PageFlags::ANON_EXCLUSIVE);
+                }
+            }
+        }
+        let first_ptep = ptep.align_down(nr as usize);
         self.arch
             .set_ptes(amm, start, first_ptep, pte, nr as usize, Some((folio, nr)));
-        VmFault::Major
+        if wp && self.do_wp_page(mm, vma, ptep, addr, pte) == VmFault::Oom {
+            return VmFault::Oom;
+        }
+        ret
+    }
+
+    /// should_try_to_free_swap: after a swap-in from the cache, whether to drop the
+    /// folio from it now: swap is full, the VMA or folio is mlocked, or a write fault
+    /// holds the only references besides the cache's (then it may be reused).
+    fn should_try_to_free_swap(&self, folio: Pfn, vma: &Vma, write: bool) -> bool {
+        if !self.memmap.folio_test(folio, PageFlags::SWAPCACHE) {
+            return false;
+        }
+        let si = self.swap.as_ref().expect("a swap cache without a device");
+        if si.vm_swap_full() || vma.flags.contains(VmFlags::LOCKED) || self.memmap.folio_test(folio, PageFlags::MLOCKED)
+        {
+            return true;
+        }
+        let nr = self.memmap.folio_nr_pages(folio) as i32;
+        write && self.memmap.folio_ref_count(folio) == 1 + nr
+    }
+
+    /// alloc_swap_folio: a folio for the skip-swapcache path, of the largest order
+    /// swapin_orders leaves that can be allocated (swpin_fallback for each that
+    /// cannot), else order 0. None when out of memory.
+    fn alloc_swap_folio(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> Option<Pfn> {
+        let mut orders = self.swapin_orders(mm, vma, ptep, addr, orig);
+        while orders != 0 {
+            let order = 63 - orders.leading_zeros();
+            if let Some(f) = self.folio_alloc(order) {
+                return Some(f);
+            }
+            self.stat.count_mthp_stat(order, MthpStat::SwpinFallback);
+            orders &= !(1 << order);
+        }
+        self.folio_alloc(0)
     }
 
     /// alloc_swap_folio's choice of orders (242d12c98174, 6.12): those allowed below
     /// PMD order and suitable for the VMA, whose slot lines up with the address
     /// (thp_swap_suitable_orders), from the highest down to the first whose range
     /// can_swapin_thp: every pte a swap entry of the next slot with the same bits, the
-    /// slots alike in the zeromap. The orders left, as a bitmask.
+    /// slots alike in the zeromap and none in the swap cache (non_swapcache_batch). The
+    /// orders left, as a bitmask.
     fn swapin_orders(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> u64 {
         let g = self.arch.granule();
         let ps = g.page_size();
@@ -291,6 +342,7 @@ impl Kernel {
                     && p.pte_swp_offset() == first + i as u64
                     && p.pte_swp_exclusive() == orig.pte_swp_exclusive()
                     && si.is_zero(first + i as u64) == zero
+                    && !si.has_cache(first + i as u64)
             });
             if ok {
                 return orders;
@@ -415,7 +467,8 @@ impl Kernel {
         self.wp_page_copy(mm, vma, ptep, addr, orig)
     }
 
-    /// wp_can_reuse_anon_folio: a small folio when ours is its only reference; a large
+    /// wp_can_reuse_anon_folio: a small folio when ours is its only reference (once
+    /// out of the swap cache); a large
     /// one (__wp_can_reuse_large_anon_folio, 6.15+) when more than one page is mapped,
     /// only by this mm, and every reference is a mapping.
     ///
@@ -428,8 +481,16 @@ impl Kernel {
     /// one page, and the old folio goes partially mapped onto the deferred split queue.
     /// A PMD-mapped THP is unaffected (do_huge_pmd_wp_page reuses it when the pmd is its
     /// only reference, else splits the pmd and comes back here through the ptes).
-    fn wp_can_reuse_anon_folio(&self, folio: Pfn) -> bool {
+    fn wp_can_reuse_anon_folio(&mut self, folio: Pfn) -> bool {
         if self.memmap.folio_order(folio) == 0 {
+            // The swap cache's reference may go with it, if no pte holds its slot.
+            let swapcache = self.memmap.folio_test(folio, PageFlags::SWAPCACHE);
+            if self.memmap.folio_ref_count(folio) > 1 + swapcache as i32 {
+                return false;
+            }
+            if swapcache {
+                self.folio_free_swap(folio);
+            }
             return self.memmap.folio_ref_count(folio) == 1;
         }
         if self.cow_reuse_order0 {
@@ -475,6 +536,7 @@ impl Kernel {
         self.arch.set_ptes(amm, addr, ptep, entry, 1, Some((new, 1)));
         if let Some(old) = old {
             self.folio_remove_rmap_ptes(old, old_pfn, 1, mm);
+            self.free_swap_cache(old);
             self.folio_put(old);
         }
         VmFault::Done
@@ -589,10 +651,7 @@ impl Kernel {
             }
             nr += 1;
         }
-        let si = self.swap.as_mut().expect("a swap pte without a swap device");
-        for i in 0..nr as u64 {
-            si.swap_entry_put(offset + i);
-        }
+        self.free_swap_and_cache_nr(offset, nr as u64);
         self.mm_mut(mm).rss_swap -= nr as i64;
         for i in 0..nr {
             self.arch.__set_pte(addr + i as u64 * ps, ptep.add(i), Pte::NONE);
@@ -933,6 +992,29 @@ mod tests {
         write(&mut k, mm, BASE, 64 << 10);
         assert_clean(&k);
         assert!((0..16).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(4))));
+    }
+
+    /// swap_fork_64k_cached.wl: with the child gone the parent's slots have count 1
+    /// again, but five of the first folio's are still cached: a fault there reads order
+    /// 0, one in an uncached folio reads it whole.
+    #[test]
+    fn a_large_swap_in_needs_none_of_its_slots_in_the_swap_cache() {
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+        k.sys_swapon(64 << 20).unwrap();
+        k.do_mmap(mm, BASE, 256 << 10, rw()).unwrap();
+        write(&mut k, mm, BASE, 256 << 10);
+        k.do_madvise(mm, BASE, BASE + (256 << 10), crate::mm::madvise::Madv::PageOut)
+            .unwrap();
+        let child = k.dup_mmap(mm).unwrap();
+        k.switch_mm(1, child);
+        user_access(&mut k, child, 1, BASE, false).unwrap();
+        k.exit_mmap(child);
+        user_access(&mut k, mm, 0, BASE + 8 * K4, false).unwrap();
+        user_access(&mut k, mm, 0, BASE + (64 << 10), false).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.page_kind(mm, BASE + 8 * K4), Some(PageKind::Order(0)));
+        assert_eq!(k.page_kind(mm, BASE + (64 << 10)), Some(PageKind::Order(4)));
+        assert_eq!(k.stat.mthp(4, MthpStat::Swpin), 1);
     }
 
     /// fork_pmd_thp.wl: both pmds of a forked PMD THP are split by the first writes;

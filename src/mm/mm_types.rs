@@ -31,6 +31,9 @@ pub struct Vma {
     /// vm_pgoff: the page offset of `start`; an anonymous VMA's is its start page at
     /// mmap, kept by mremap, so a moved VMA merges only with what continues it.
     pub pgoff: u64,
+    /// swap_readahead_info: swap readahead's state (swap_state.rs), copied by fork
+    /// and splits as vm_area_dup copies it.
+    pub swap_readahead_info: u64,
 }
 
 impl Vma {
@@ -155,6 +158,7 @@ mod tests {
             flags: VmFlags::READ | VmFlags::WRITE,
             anon_vma: None,
             pgoff: start >> 12,
+            swap_readahead_info: 0,
         }
     }
 

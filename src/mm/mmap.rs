@@ -33,6 +33,7 @@ impl Kernel {
                 flags: flags | VmFlags::MAYREAD | VmFlags::MAYWRITE,
                 anon_vma: None,
                 pgoff,
+                swap_readahead_info: 0,
             },
         );
         Ok(())

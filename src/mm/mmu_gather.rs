@@ -209,6 +209,10 @@ impl Kernel {
         for t in tlb.tables.drain(..) {
             self.pgtable_free(t);
         }
+        // free_pages_and_swap_cache: an unmapped folio leaves the swap cache first.
+        for g in &tlb.pages {
+            self.free_swap_cache(g.folio);
+        }
         self.folios_put_refs(tlb.pages.drain(..).map(|g| (g.folio, g.nr as i32)));
         tlb.batch_nr.iter_mut().for_each(|n| *n = 0);
         tlb.active = 0;

@@ -19,6 +19,7 @@ pub mod mremap;
 pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;
+pub mod swap_state;
 pub mod swapfile;
 pub mod thp_sysfs;
 pub mod vmscan;

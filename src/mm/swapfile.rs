@@ -15,6 +15,9 @@
 //! free cluster, one frag[order] cluster and, for order 0, any cluster of a higher
 //! order (cluster_alloc_swap_entry). The header slot 0 starts cluster 0 on nonfull[0].
 
+use super::folio::PageFlags;
+use super::swap_state::SwapCache;
+use crate::hw::Pfn;
 use std::collections::VecDeque;
 
 /// The swap cache holds the slot (the folio being written, or read back).
@@ -64,6 +67,8 @@ pub struct SwapInfo {
     /// A drained CPU cluster is followed by a free cluster before a nonfull one (up
     /// to 6.17); 9a42aed48421 (6.18) prefers nonfull ones on a device without discard.
     pub free_first: bool,
+    /// The folios caching slots (swap_state.rs).
+    pub cache: SwapCache,
 }
 
 impl SwapInfo {
@@ -99,6 +104,7 @@ impl SwapInfo {
             inuse_pages: 0,
             zeromap: vec![false; pages as usize],
             free_first: false,
+            cache: SwapCache::default(),
         };
         si.map[0] = SWAP_MAP_BAD;
         for i in 0..nr_clusters as u32 {
@@ -328,6 +334,37 @@ impl SwapInfo {
         self.free_if_unused(offset);
     }
 
+    /// swapcache_prepare for one slot a pte still holds: the swap cache claims it
+    /// (SWAP_HAS_CACHE), for the folio about to be read into it.
+    pub fn swapcache_prepare(&mut self, offset: u64) {
+        let m = &mut self.map[offset as usize];
+        assert!(
+            *m & !SWAP_HAS_CACHE > 0 && *m & SWAP_HAS_CACHE == 0,
+            "slot {offset}: unused or already cached"
+        );
+        *m |= SWAP_HAS_CACHE;
+    }
+
+    /// swap_only_has_cache: no pte holds any of the `nr` slots from `offset`, the
+    /// swap cache alone does.
+    fn only_has_cache(&self, offset: u64, nr: u64) -> bool {
+        self.map[offset as usize..(offset + nr) as usize]
+            .iter()
+            .all(|&m| m == SWAP_HAS_CACHE)
+    }
+
+    /// Whether the swap cache holds the slot.
+    pub fn has_cache(&self, offset: u64) -> bool {
+        self.map[offset as usize] & SWAP_HAS_CACHE != 0
+    }
+
+    /// vm_swap_full: more than half the device's slots in use, when reclaim and
+    /// swap-in stop keeping slots for folios that are also in memory.
+    pub fn vm_swap_full(&self) -> bool {
+        let total = self.max() - 1;
+        (total - self.inuse_pages) * 2 < total
+    }
+
     /// The swap cache lets go of `nr` slots from `offset` (the folio written out and
     /// freed, or read back and mapped).
     pub fn swapcache_clear(&mut self, offset: u64, nr: u64) {
@@ -375,6 +412,69 @@ impl super::Kernel {
     /// 16K or 64K a large folio is split before it is swapped out.
     pub fn thp_swap(&self) -> bool {
         self.arch.granule().page_size() == 4096
+    }
+
+    /// folio_swapped: a pte still holds one of the slots of a folio in the swap cache.
+    fn folio_swapped(&self, folio: Pfn) -> bool {
+        let si = self.swap.as_ref().expect("a swap cache without a device");
+        let slot = si.cache.swap_of(folio).expect("a folio in the swap cache");
+        (slot..slot + self.memmap.folio_nr_pages(folio)).any(|s| si.swap_count(s) > 0)
+    }
+
+    /// folio_free_swap: a folio in the swap cache whose slots no pte holds leaves it
+    /// (the slots are freed) and is dirty, its only copy now in memory. Whether it did.
+    pub fn folio_free_swap(&mut self, folio: Pfn) -> bool {
+        if !self.memmap.folio_test(folio, PageFlags::SWAPCACHE) || self.folio_swapped(folio) {
+            return false;
+        }
+        self.swap_cache_del_folio(folio);
+        self.memmap.folio_set(folio, PageFlags::DIRTY);
+        true
+    }
+
+    /// free_swap_and_cache_nr: `nr` ptes from the one holding `offset` let go of their
+    /// slots (zap, MADV_FREE); a slot then held by the swap cache alone has its folio
+    /// reclaimed if nothing maps it or swap is full (__try_to_reclaim_swap with
+    /// TTRS_UNMAPPED | TTRS_FULL).
+    pub fn free_swap_and_cache_nr(&mut self, offset: u64, nr: u64) {
+        let si = self.swap.as_mut().expect("a swap pte without a swap device");
+        let mut any_only_cache = false;
+        for o in offset..offset + nr {
+            si.swap_entry_put(o);
+            any_only_cache |= si.only_has_cache(o, 1);
+        }
+        if !any_only_cache {
+            return;
+        }
+        let mut o = offset;
+        while o < offset + nr {
+            let si = self.swap.as_ref().expect("checked");
+            let step = match si.only_has_cache(o, 1).then(|| si.cache.folio(o)).flatten() {
+                Some(folio) => {
+                    let n = self.memmap.folio_nr_pages(folio);
+                    self.__try_to_reclaim_swap(folio);
+                    // Folios sit naturally aligned in swap: on to the next boundary.
+                    (o + 1).next_multiple_of(n) - o
+                }
+                None => 1,
+            };
+            o += step;
+        }
+    }
+
+    /// __try_to_reclaim_swap (TTRS_UNMAPPED | TTRS_FULL): drop `folio` from the swap
+    /// cache if nothing maps it (or swap is full) and no pte holds any of its slots.
+    fn __try_to_reclaim_swap(&mut self, folio: Pfn) {
+        let si = self.swap.as_ref().expect("a swap cache without a device");
+        let slot = si.cache.swap_of(folio).expect("a folio in the swap cache");
+        let nr = self.memmap.folio_nr_pages(folio);
+        let need = self.memmap.folio_mapcount(folio) == 0 || si.vm_swap_full();
+        if need && si.only_has_cache(slot, nr) {
+            self.folio_ref_add(folio, 1);
+            self.swap_cache_del_folio(folio);
+            self.memmap.folio_set(folio, PageFlags::DIRTY);
+            self.folio_put(folio);
+        }
     }
 
     /// swapon of a zram-like device of `bytes` (SWP_SOLIDSTATE, SWP_SYNCHRONOUS_IO):
@@ -456,6 +556,21 @@ mod tests {
         assert_eq!(si.inuse_pages, 1);
         si.swap_entry_put(s);
         assert_eq!(si.inuse_pages, 0);
+    }
+
+    #[test]
+    fn swap_is_full_past_half_its_slots_cached_ones_included() {
+        // 1023 usable slots: full once fewer than 511.5 are free.
+        let mut si = zram(4);
+        for _ in 0..511 {
+            si.folio_alloc_swap(0, 0).unwrap();
+        }
+        assert!(!si.vm_swap_full());
+        // The slot is allocated until the swap cache lets it go too.
+        let s = si.folio_alloc_swap(0, 0).unwrap();
+        assert!(si.vm_swap_full());
+        si.swapcache_clear(s, 1);
+        assert!(!si.vm_swap_full());
     }
 
     #[test]

@@ -84,80 +84,95 @@ impl Kernel {
         true
     }
 
-    /// shrink_folio_list for a swap-backed anon folio with a swap device: slots for
-    /// the whole folio, or (none free in a run that large) split it and go on with the
-    /// head at order 0 (swpout_fallback); unmap it to swap entries; write it out,
-    /// unless all zeroes (the zeromap: swpout_zero, no I/O); then, zram being
-    /// synchronous, it leaves the swap cache and is freed in the same pass. True when
-    /// it can be freed.
+    /// shrink_folio_list for a swap-backed anon folio with a swap device: unless it is
+    /// in the swap cache already (read back for a forked mm), slots for the whole
+    /// folio, or (none free in a run that large) split it and go on with the head at
+    /// order 0 (swpout_fallback), and the folio joins the swap cache dirty; unmap it
+    /// to swap entries; write it out if dirty, unless all zeroes (the zeromap:
+    /// swpout_zero, no I/O); then, zram being synchronous, it leaves the swap cache and
+    /// is freed in the same pass (__remove_mapping) unless someone else holds it. True
+    /// when it can be freed.
     fn pageout_to_swap(&mut self, folio: Pfn, list: &mut Vec<Pfn>) -> bool {
         let pmd_order = self.arch.granule().pmd_order();
         let mut order = self.memmap.folio_order(folio);
-        if order > 0 && !can_split_folio(self, folio, 1) {
-            return false;
-        }
-        let f = self.memmap.page(folio).flags;
-        if order > 0 && f.contains(PageFlags::DEFERRED | PageFlags::PARTIALLY_MAPPED) {
-            if !split_folio_to_list(self, folio, list) {
-                return false;
-            }
-            order = 0;
-        }
-        // folio_alloc_swap: a large folio's slots only with THP_SWAP.
-        let thp_swap = self.thp_swap();
-        let si = self.swap.as_mut().expect("checked by the caller");
-        let slot = match (order == 0 || thp_swap)
-            .then(|| si.folio_alloc_swap(0, order as u8))
-            .flatten()
-        {
-            Some(s) => s,
-            None if order > 0 => {
-                if !split_folio_to_list(self, folio, list) {
+        let cached = self.swap.as_ref().expect("checked by the caller").cache.swap_of(folio);
+        let slot = match cached {
+            Some(slot) => slot,
+            None => {
+                if order > 0 && !can_split_folio(self, folio, 1) {
                     return false;
                 }
-                if order == pmd_order {
-                    self.stat.count_vm_event(VmEvent::ThpSwpoutFallback);
+                let f = self.memmap.page(folio).flags;
+                if order > 0 && f.contains(PageFlags::DEFERRED | PageFlags::PARTIALLY_MAPPED) {
+                    if !split_folio_to_list(self, folio, list) {
+                        return false;
+                    }
+                    order = 0;
                 }
-                self.stat.count_mthp_stat(order, MthpStat::SwpoutFallback);
-                order = 0;
-                match self.swap.as_mut().expect("checked").folio_alloc_swap(0, 0) {
+                // folio_alloc_swap: a large folio's slots only with THP_SWAP.
+                let thp_swap = self.thp_swap();
+                let si = self.swap.as_mut().expect("checked by the caller");
+                let slot = match (order == 0 || thp_swap)
+                    .then(|| si.folio_alloc_swap(0, order as u8))
+                    .flatten()
+                {
                     Some(s) => s,
+                    None if order > 0 => {
+                        if !split_folio_to_list(self, folio, list) {
+                            return false;
+                        }
+                        if order == pmd_order {
+                            self.stat.count_vm_event(VmEvent::ThpSwpoutFallback);
+                        }
+                        self.stat.count_mthp_stat(order, MthpStat::SwpoutFallback);
+                        order = 0;
+                        match self.swap.as_mut().expect("checked").folio_alloc_swap(0, 0) {
+                            Some(s) => s,
+                            None => return false,
+                        }
+                    }
                     None => return false,
-                }
+                };
+                self.swap_cache_add_folio(folio, slot);
+                self.memmap.folio_set(folio, PageFlags::DIRTY);
+                slot
             }
-            None => return false,
         };
         let nr = 1u64 << order;
-        self.memmap.folio_set(folio, PageFlags::DIRTY | PageFlags::SWAPCACHE);
         let mut flags = TtuFlags::BATCH_FLUSH;
         if order == pmd_order {
             flags |= TtuFlags::SPLIT_HUGE_PMD;
         }
         self.try_to_unmap_swap(folio, flags, slot);
         if self.memmap.folio_mapcount(folio) > 0 {
-            // Still mapped (mlocked): back to the LRU, out of the swap cache.
-            self.swap.as_mut().expect("checked").swapcache_clear(slot, nr);
-            self.memmap.folio_clear(folio, PageFlags::SWAPCACHE);
+            // Still mapped (mlocked): activate_locked lets go of the swap cache.
+            self.folio_free_swap(folio);
             return false;
         }
-        self.try_to_unmap_flush_dirty();
-        let zero = (0..nr).all(|i| !self.memmap.page(Pfn(folio.0 + i)).nonzero);
-        let si = self.swap.as_mut().expect("checked");
-        for i in 0..nr {
-            si.set_zero(slot + i, zero);
-        }
-        if zero {
-            self.stat.count_vm_events(VmEvent::SwpoutZero, nr as i64);
-        } else {
-            self.stat.count_vm_events(VmEvent::Pswpout, nr as i64);
-            self.stat.count_mthp_stat(order, MthpStat::Swpout);
-            if order == pmd_order {
-                self.stat.count_vm_event(VmEvent::ThpSwpout);
+        if self.memmap.folio_test(folio, PageFlags::DIRTY) {
+            self.try_to_unmap_flush_dirty();
+            let zero = (0..nr).all(|i| !self.memmap.page(Pfn(folio.0 + i)).nonzero);
+            let si = self.swap.as_mut().expect("checked");
+            for i in 0..nr {
+                si.set_zero(slot + i, zero);
             }
+            if zero {
+                self.stat.count_vm_events(VmEvent::SwpoutZero, nr as i64);
+            } else {
+                self.stat.count_vm_events(VmEvent::Pswpout, nr as i64);
+                self.stat.count_mthp_stat(order, MthpStat::Swpout);
+                if order == pmd_order {
+                    self.stat.count_vm_event(VmEvent::ThpSwpout);
+                }
+            }
+            self.memmap.folio_clear(folio, PageFlags::DIRTY);
         }
-        self.memmap.folio_clear(folio, PageFlags::DIRTY | PageFlags::SWAPCACHE);
-        self.swap.as_mut().expect("checked").swapcache_clear(slot, nr);
-        self.memmap.folio_ref_count(folio) == 1
+        // __remove_mapping: only the isolation's and the swap cache's references left.
+        if self.memmap.folio_ref_count(folio) != 1 + nr as i32 {
+            return false;
+        }
+        self.swap_cache_del_folio(folio);
+        true
     }
 
     /// A swap-backed anon folio when folio_alloc_swap fails (there is no swap): a
@@ -332,7 +347,7 @@ mod tests {
         }
 
         #[test]
-        fn fork_shares_the_slots_and_each_mm_reads_its_page_back() {
+        fn fork_shares_the_slots_until_both_mms_let_go() {
             let (mut k, mm) = boot(MachineConfig::default(), &[]);
             k.sys_swapon(16 * MB).unwrap();
             written(&mut k, mm, 64 << 10, VmFlags::NOHUGEPAGE);

@@ -39,6 +39,8 @@ named_enum!(
         SwpinZero => "swpin_zero",
         SwpoutZero => "swpout_zero",
         ThpSwpout => "thp_swpout",
+        SwapRa => "swap_ra",
+        SwapRaHit => "swap_ra_hit",
     }
 );
 

@@ -9,8 +9,10 @@ use std::path::Path;
 
 /// The /proc/vmstat counters reported as `vmstat.<name>`: page faults, THP fault
 /// allocation and fallback, splits (whole, deferred, underused, PMD), collapse, the huge
-/// zero page, THP swap-out and lazyfree pages discarded by reclaim. System-wide counters such as pgfree or pgalloc_* are left
-/// out: other processes on the host move them by far more than a workload does.
+/// zero page, THP swap-out and lazyfree pages discarded by reclaim, swap-in and
+/// swap-out and swap readahead (swap_ra, swap_ra_hit). System-wide counters such as
+/// pgfree or pgalloc_* are left out: other processes on the host move them by far more
+/// than a workload does.
 pub const VMSTAT_KEYS: &[&str] = &[
     "pgfault",
     "thp_fault_alloc",
@@ -33,6 +35,8 @@ pub const VMSTAT_KEYS: &[&str] = &[
     "swpin_zero",
     "swpout_zero",
     "pgmajfault",
+    "swap_ra",
+    "swap_ra_hit",
 ];
 
 /// Open counter files and the names their values go under.
