@@ -392,10 +392,10 @@ impl Kernel {
             used += self.memmap.folio_nr_pages(z);
         }
         let total = self.memmap.nr_pages() - 16;
-        if self.buddy.free_pages + used != total {
+        if self.nr_free_pages() + used != total {
             return Err(format!(
                 "leak: {} free + {used} in use != {total} pages",
-                self.buddy.free_pages
+                self.nr_free_pages()
             ));
         }
         // Every large folio in use holds exactly one counts slot.

@@ -159,10 +159,10 @@ mod zap {
     fn munmap_frees_every_page_and_table() {
         for zap in [ZapVariant::PerPte, ZapVariant::Batched] {
             let (mut k, mm) = populated(zap, "hugepages-64kB/enabled");
-            let free = k.buddy.free_pages;
+            let free = k.nr_free_pages();
             k.do_munmap(mm, BASE, BASE + (16 << 20));
             // 4096 data pages, 8 pte tables, the pmd and pud tables come back.
-            assert_eq!(k.buddy.free_pages - free, 4096 + 8 + 2, "{zap:?}");
+            assert_eq!(k.nr_free_pages() - free, 4096 + 8 + 2, "{zap:?}");
             assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 0);
             assert_eq!(k.mm(mm).rss_anon, 0);
             assert_clean(&k);
@@ -272,7 +272,7 @@ mod fork_exit {
         let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
         k.do_mmap(mm, BASE, 1 << 20, rw()).unwrap();
         touch(&mut k, mm, BASE, 1 << 20, true);
-        let free_before = k.buddy.free_pages;
+        let free_before = k.nr_free_pages();
         let child = k.dup_mmap(mm).unwrap();
         k.switch_mm(1, child);
         assert_clean(&k);
@@ -288,20 +288,20 @@ mod fork_exit {
         assert!(!k.folio_maybe_mapped_shared(head));
         assert_eq!(touch(&mut k, mm, BASE, 64 << 10, true), 16);
         assert_eq!(k.page_table_pfn(mm, BASE), Some(head));
-        assert_eq!(k.buddy.free_pages, free_before);
+        assert_eq!(k.nr_free_pages(), free_before);
         assert_clean(&k);
     }
 
     #[test]
     fn exit_of_the_last_mm_frees_every_page_and_table() {
         let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
-        let free = k.buddy.free_pages;
+        let free = k.nr_free_pages();
         k.do_mmap(mm, BASE, 4 << 20, rw() | VmFlags::HUGEPAGE).unwrap();
         touch(&mut k, mm, BASE, 3 << 20, true);
         k.exit_mmap(mm);
         assert_clean(&k);
         // The pgd was allocated before `free` was read.
-        assert_eq!(k.buddy.free_pages, free + 1);
+        assert_eq!(k.nr_free_pages(), free + 1);
         assert_eq!(k.stat.mthp(9, MthpStat::NrAnon), 0);
     }
 
@@ -328,13 +328,13 @@ mod fork_exit {
         touch(&mut k, mm, BASE, 1 << 20, true);
         k.do_madvise(mm, BASE + 8 * K4, BASE + 24 * K4, Madv::DontNeed).unwrap();
         assert_eq!(k.stat.mthp(4, MthpStat::NrAnonPartiallyMapped), 2);
-        let free = k.buddy.free_pages;
+        let free = k.nr_free_pages();
         assert_eq!(deferred_split_scan(&mut k), 2);
         assert_clean(&k);
         assert_eq!(k.stat.mthp(4, MthpStat::Split), 2);
         assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 14);
         assert_eq!(k.stat.mthp(4, MthpStat::NrAnonPartiallyMapped), 0);
-        assert_eq!(k.buddy.free_pages, free + 16);
+        assert_eq!(k.nr_free_pages(), free + 16);
         assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(0)));
         assert_eq!(k.ds_queue.len, 0);
     }
