@@ -166,6 +166,10 @@ impl Kernel {
                         *rss += 1;
                     }
                 }
+                // Migration entries live only inside the op that made them.
+                DescKind::Invalid if Pte(d).is_migration_entry() => {
+                    return Err(format!("mm {mm}: migration entry {d:?} left at {va:#x}"));
+                }
                 DescKind::Invalid if level == 3 && Pte(d).is_swap_pte() => {
                     *seen.swap_refs.entry(Pte(d).pte_swp_offset()).or_default() += 1;
                     *seen.swap_ptes.entry(mm).or_default() += 1;

@@ -10,6 +10,7 @@ pub mod khugepaged;
 pub mod madvise;
 pub mod memblock;
 pub mod memory;
+pub mod migrate;
 pub mod mlock;
 pub mod mm_types;
 pub mod mmap;

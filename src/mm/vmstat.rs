@@ -39,6 +39,11 @@ named_enum!(
         SwpinZero => "swpin_zero",
         SwpoutZero => "swpout_zero",
         ThpSwpout => "thp_swpout",
+        PgmigrateSuccess => "pgmigrate_success",
+        PgmigrateFail => "pgmigrate_fail",
+        ThpMigrationSuccess => "thp_migration_success",
+        ThpMigrationFail => "thp_migration_fail",
+        ThpMigrationSplit => "thp_migration_split",
     }
 );
 

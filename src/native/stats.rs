@@ -33,6 +33,11 @@ pub const VMSTAT_KEYS: &[&str] = &[
     "swpin_zero",
     "swpout_zero",
     "pgmajfault",
+    "pgmigrate_success",
+    "pgmigrate_fail",
+    "thp_migration_success",
+    "thp_migration_fail",
+    "thp_migration_split",
 ];
 
 /// Open counter files and the names their values go under.
