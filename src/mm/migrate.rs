@@ -284,6 +284,13 @@ impl Kernel {
                 stats.nr_split += 1;
                 continue;
             }
+            // Only our reference is left (an unmapped piece of a split): done.
+            if self.memmap.folio_ref_count(folio) == 1 {
+                self.folio_put(folio);
+                stats.nr_succeeded += nr_pages;
+                stats.nr_thp_succeeded += is_thp;
+                continue;
+            }
             match self.migrate_folio_unmap(folio, nid, batch_flush) {
                 Some(u) => unmapped.push(u),
                 None => {

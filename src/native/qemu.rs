@@ -130,16 +130,18 @@ impl Target {
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
 pub const NOT_APPLICABLE: &str = "not applicable on ";
 
-/// What the guest runner cannot do yet for `w`: a swap device (`swapon`).
+/// What the guest runner cannot do yet for `w`: a swap device (`swapon`), or
+/// migration between NUMA nodes (`migrate`: the guests have one node).
 pub fn unsupported(w: &Workload) -> Option<String> {
-    fn find(stmts: &[Stmt]) -> Option<u32> {
+    fn find(stmts: &[Stmt]) -> Option<(&'static str, &'static str, u32)> {
         stmts.iter().find_map(|s| match &s.op {
-            Op::Swapon { .. } => Some(s.pos.line),
+            Op::Swapon { .. } => Some(("its runner has no swap device yet", "swapon", s.pos.line)),
+            Op::Migrate { .. } => Some(("its guest has one NUMA node", "migrate", s.pos.line)),
             Op::Repeat { body, .. } => find(body),
             _ => None,
         })
     }
-    find(&w.stmts).map(|line| format!("its runner has no swap device yet (swapon at line {line})"))
+    find(&w.stmts).map(|(why, op, line)| format!("{why} ({op} at line {line})"))
 }
 
 /// The reason, if `error` (a per-workload error of `run_batch`) says the workload does
@@ -319,6 +321,12 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
             Op::Mark { label } => format!("mark {label}"),
             Op::Shrink => "shrink".into(),
             Op::Swapon { size } => format!("swapon {size}"),
+            Op::Migrate {
+                region, range, node, ..
+            } => {
+                let (a, len) = span(&regions, region, *range);
+                format!("migrate {p} {a:x} {len:x} {node}")
+            }
             Op::Mmap {
                 region,
                 size,

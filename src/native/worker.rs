@@ -305,6 +305,34 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
                 let (a, len) = span(region, range);
                 check(libc::munlock(a as *const _, len as usize))
             }
+            Op::Migrate {
+                ref region,
+                range,
+                node,
+                ..
+            } => {
+                // move_pages(2) of the calling process, every 4K page to `node`.
+                const MPOL_MF_MOVE: libc::c_int = 1 << 1;
+                let (a, len) = span(region, range);
+                let n = (len / 4096) as usize;
+                let pages: Vec<*mut libc::c_void> = (0..n).map(|i| (a + i as u64 * 4096) as *mut _).collect();
+                let nodes = vec![node as libc::c_int; n];
+                let mut status = vec![0 as libc::c_int; n];
+                let rc = libc::syscall(
+                    libc::SYS_move_pages,
+                    0,
+                    n as libc::c_ulong,
+                    pages.as_ptr(),
+                    nodes.as_ptr(),
+                    status.as_mut_ptr(),
+                    MPOL_MF_MOVE,
+                );
+                if rc < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            }
             Op::Set { .. }
             | Op::Mark { .. }
             | Op::Shrink
