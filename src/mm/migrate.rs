@@ -443,3 +443,194 @@ pub fn remove_migration_pte(k: &mut Kernel, e: &MigrationEntry, src: Pfn, dst: P
     k.folio_add_anon_rmap_ptes(folio, new, 1, e.mm, kind != MigrationKind::Read);
     k.arch.set_ptes(amm, e.addr, e.ptep, pte, 1, Some((folio, nr)));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hw::check::Violation;
+    use crate::hw::{Event, MachineConfig};
+    use crate::mm::rmap::TlbBatchVariant;
+    use crate::report::PageKind;
+    use crate::sim::tests::{assert_clean, boot_with};
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+
+    /// Two nodes of 512 MiB, 8 CPUs (0-3 on node 0), the mm on CPU 0.
+    fn two_nodes(tlb_batch: TlbBatchVariant, knobs: &[(&str, &str)]) -> (Kernel, MmId) {
+        let cfg = MachineConfig {
+            nodes: 2,
+            ram_bytes: 1 << 30,
+            ..MachineConfig::default()
+        };
+        let (mut k, mm) = boot_with(cfg, knobs);
+        k.tlb_batch = tlb_batch;
+        (k, mm)
+    }
+
+    /// `len` bytes mapped at BASE and written page by page from `cpu`.
+    fn written(k: &mut Kernel, mm: MmId, len: u64, flags: VmFlags, cpu: usize) {
+        k.do_mmap(mm, BASE, len, VmFlags::READ | VmFlags::WRITE | flags)
+            .unwrap();
+        k.switch_mm(cpu, mm);
+        for a in (BASE..BASE + len).step_by(K4 as usize) {
+            user_access(k, mm, cpu, a, true).unwrap();
+        }
+    }
+
+    /// The node of every mapped page.
+    fn nodes_of(k: &Kernel, mm: MmId, len: u64) -> Vec<usize> {
+        (BASE..BASE + len)
+            .step_by(K4 as usize)
+            .filter_map(|a| k.page_table_pfn(mm, a).map(|p| k.pfn_to_nid(p)))
+            .collect()
+    }
+
+    /// What each page is mapped as and whether it holds data: all migration may not change.
+    fn contents(k: &Kernel, mm: MmId, len: u64) -> Vec<(Option<PageKind>, bool)> {
+        (BASE..BASE + len)
+            .step_by(K4 as usize)
+            .map(|a| {
+                let nonzero = k.page_table_pfn(mm, a).is_some_and(|p| k.memmap.page(p).nonzero);
+                (k.page_kind(mm, a), nonzero)
+            })
+            .collect()
+    }
+
+    /// Migrate the whole of `len` at BASE to node 1 and check the result is the same
+    /// memory on node 1, the hardware checkers silent; returns (TLBIs, DSB ISHs).
+    fn migrate_all(k: &mut Kernel, mm: MmId, len: u64) -> (u64, u64) {
+        let before = contents(k, mm, len);
+        assert!(nodes_of(k, mm, len).iter().all(|n| *n == 0));
+        let (tlbi, ish) = (k.arch.hw.ev.get(Event::TlbiTotal), k.arch.hw.ev.get(Event::DsbIsh));
+        let nr = k.memmap.folio_nr_pages(k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap()));
+        let (status, rc) = k.do_pages_move(mm, BASE, BASE + len, 1);
+        assert_eq!(rc, 0);
+        // The second page of a large folio finds it isolated by the first (-EBUSY).
+        for (i, s) in status.iter().enumerate() {
+            let want = if nr > 1 && i as u64 % nr == 1 { PageStatus::Busy } else { PageStatus::Node(1) };
+            assert_eq!(*s, Some(want), "page {i}");
+        }
+        assert!(nodes_of(k, mm, len).iter().all(|n| *n == 1));
+        assert_eq!(contents(k, mm, len), before);
+        assert_clean(k);
+        (
+            k.arch.hw.ev.get(Event::TlbiTotal) - tlbi,
+            k.arch.hw.ev.get(Event::DsbIsh) - ish,
+        )
+    }
+
+    #[test]
+    fn a_cpu_allocates_on_its_own_node_first_then_on_the_others() {
+        let cfg = MachineConfig {
+            nodes: 2,
+            ram_bytes: 64 << 20,
+            ..MachineConfig::default()
+        };
+        let (mut k, mm) = boot_with(cfg, &[]);
+        assert_eq!((0..8).map(|c| k.cpu_to_node(c)).collect::<Vec<_>>(), [0, 0, 0, 0, 1, 1, 1, 1]);
+        // 48 MiB from CPU 4: node 1's 32 MiB first, then node 0's.
+        written(&mut k, mm, 48 << 20, VmFlags::NOHUGEPAGE, 4);
+        let nodes = nodes_of(&k, mm, 48 << 20);
+        assert_eq!(nodes[0], 1);
+        assert_eq!(nodes[nodes.len() - 1], 0);
+        assert!(nodes.windows(2).all(|w| w[0] >= w[1]), "node 1 until it is full");
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn order0_pages_move_with_one_dsb_per_batch_deferred_and_one_per_pte_sync() {
+        // 1024 pages: two batches of 512 (NR_MAX_BATCHED_MIGRATION).
+        for (variant, dsbs) in [(TlbBatchVariant::Sync, 1024), (TlbBatchVariant::Deferred, 2)] {
+            let (mut k, mm) = two_nodes(variant, &[]);
+            written(&mut k, mm, 1024 * K4, VmFlags::NOHUGEPAGE, 0);
+            assert_eq!(migrate_all(&mut k, mm, 1024 * K4), (1024, dsbs), "{variant:?}");
+            assert_eq!(k.stat.event(VmEvent::PgmigrateSuccess), 1024);
+            assert_eq!(k.arch.kc.get(KernelEvent::FolioMcCopyPages), 1024);
+            let flushes = k.arch.kc.get(KernelEvent::ArchTlbbatchFlush);
+            assert_eq!(flushes, if variant == TlbBatchVariant::Deferred { 2 } else { 0 });
+        }
+    }
+
+    #[test]
+    fn a_64k_folio_moves_whole_each_in_its_own_call_and_refolds() {
+        // Per folio: 16 TLBIs and a DSB to unfold the block, 16 pte TLBIs, 16 and a DSB
+        // to fold the new one; the ptes' DSBs are one per pte (sync) or one (deferred).
+        for (variant, dsbs) in [(TlbBatchVariant::Sync, 18), (TlbBatchVariant::Deferred, 3)] {
+            let (mut k, mm) = two_nodes(variant, &[("hugepages-64kB/enabled", "always")]);
+            written(&mut k, mm, 64 * 16 * K4, VmFlags::empty(), 0);
+            assert_eq!(migrate_all(&mut k, mm, 64 * 16 * K4), (64 * 48, 64 * dsbs), "{variant:?}");
+            assert_eq!(k.stat.event(VmEvent::PgmigrateSuccess), 1024);
+            assert_eq!(k.stat.event(VmEvent::ThpMigrationSuccess), 0);
+            assert_eq!(k.arch.kc.get(KernelEvent::FolioMcCopy), 64);
+            // The new folio is queued as the old one was when its first pte went.
+            assert_eq!(k.stat.mthp(4, MthpStat::SplitDeferred), 128);
+            assert_eq!(k.stat.mthp(4, MthpStat::NrAnonPartiallyMapped), 64);
+        }
+    }
+
+    #[test]
+    fn a_pmd_mapped_thp_migrates_as_a_thp_through_a_pmd_migration_entry() {
+        let (mut k, mm) = two_nodes(TlbBatchVariant::Deferred, &[]);
+        written(&mut k, mm, 4 << 20, VmFlags::HUGEPAGE, 0);
+        // pmdp_invalidate's flush, never deferred: one TLBI and DSB per THP.
+        assert_eq!(migrate_all(&mut k, mm, 4 << 20), (2, 2));
+        assert_eq!(k.stat.event(VmEvent::ThpMigrationSuccess), 2);
+        assert_eq!(k.stat.event(VmEvent::PgmigrateSuccess), 1024);
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 0);
+    }
+
+    #[test]
+    fn a_partially_mapped_thp_is_split_and_its_pieces_migrate() {
+        let (mut k, mm) = two_nodes(TlbBatchVariant::Deferred, &[]);
+        written(&mut k, mm, 2 << 20, VmFlags::HUGEPAGE, 0);
+        k.do_madvise(mm, BASE, BASE + K4, crate::mm::madvise::Madv::DontNeed)
+            .unwrap();
+        let (status, rc) = k.do_pages_move(mm, BASE, BASE + (2 << 20), 1);
+        assert_eq!((status[0], rc), (Some(PageStatus::NoEnt), 0));
+        assert_eq!(nodes_of(&k, mm, 2 << 20), [1; 511]);
+        assert_eq!(k.stat.event(VmEvent::ThpMigrationFail), 1);
+        assert_eq!(k.stat.event(VmEvent::ThpMigrationSplit), 1);
+        // 511 mapped pages and the unmapped head, whose last reference was ours.
+        assert_eq!(k.stat.event(VmEvent::PgmigrateSuccess), 512);
+        assert_eq!(k.arch.kc.get(KernelEvent::FolioMcCopyPages), 511);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn pages_already_there_or_not_migratable_get_a_status_and_no_work() {
+        let (mut k, mm) = two_nodes(TlbBatchVariant::Deferred, &[]);
+        written(&mut k, mm, 4 * K4, VmFlags::NOHUGEPAGE, 4);
+        k.do_mmap(mm, BASE + 4 * K4, 2 * K4, VmFlags::READ | VmFlags::WRITE)
+            .unwrap();
+        user_access(&mut k, mm, 4, BASE + 4 * K4, false).unwrap();
+        let tlbi = k.arch.hw.ev.get(Event::TlbiTotal);
+        let (status, rc) = k.do_pages_move(mm, BASE, BASE + 8 * K4, 1);
+        assert_eq!(rc, 0);
+        let node1 = Some(PageStatus::Node(1));
+        assert_eq!(
+            status,
+            [node1, node1, node1, node1, Some(PageStatus::Fault), Some(PageStatus::NoEnt), Some(PageStatus::Fault), Some(PageStatus::Fault)]
+        );
+        assert_eq!(k.stat.event(VmEvent::PgmigrateSuccess), 0);
+        assert_eq!(k.arch.hw.ev.get(Event::TlbiTotal), tlbi);
+        assert_clean(&k);
+    }
+
+    /// Without the batch's try_to_unmap_flush the TLBIs are still pending when the old
+    /// folio is freed: the stale-translation checker catches it.
+    #[test]
+    fn dropping_the_batch_flush_leaves_a_stale_translation() {
+        let (mut k, mm) = two_nodes(TlbBatchVariant::Deferred, &[]);
+        written(&mut k, mm, K4, VmFlags::NOHUGEPAGE, 0);
+        let folio = k.page_table_pfn(mm, BASE).unwrap();
+        k.folio_ref_add(folio, 1);
+        let u = k.migrate_folio_unmap(folio, 1, true).unwrap();
+        k.migrate_folio_move(u);
+        // The old translation is still live when the new pte is written and when the
+        // old page is freed.
+        let v = k.arch.hw.take_violations();
+        assert!(matches!(v[..], [Violation::BreakBeforeMake { .. }, Violation::StaleTranslation { pfn, .. }] if pfn == folio), "{v:?}");
+    }
+}
