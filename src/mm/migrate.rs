@@ -618,6 +618,29 @@ mod tests {
         assert_clean(&k);
     }
 
+    #[test]
+    fn a_full_target_node_fails_the_call_with_enomem_and_leaves_the_pages() {
+        let cfg = MachineConfig {
+            nodes: 2,
+            ram_bytes: 64 << 20,
+            ..MachineConfig::default()
+        };
+        let (mut k, mm) = boot_with(cfg, &[]);
+        // 40 MiB from CPU 4 fill node 1 (32 MiB) and spill onto node 0.
+        written(&mut k, mm, 40 << 20, VmFlags::NOHUGEPAGE, 4);
+        let on0 = (BASE..BASE + (40 << 20))
+            .step_by(K4 as usize)
+            .find(|a| k.pfn_to_nid(k.page_table_pfn(mm, *a).unwrap()) == 0)
+            .unwrap();
+        let before = contents(&k, mm, 40 << 20);
+        let (status, rc) = k.do_pages_move(mm, on0, on0 + 4 * K4, 1);
+        assert_eq!((status, rc), (vec![None; 4], -12));
+        assert_eq!(k.stat.event(VmEvent::PgmigrateFail), 1);
+        assert_eq!(k.stat.event(VmEvent::PgmigrateSuccess), 0);
+        assert_eq!(contents(&k, mm, 40 << 20), before);
+        assert_clean(&k);
+    }
+
     /// Without the batch's try_to_unmap_flush the TLBIs are still pending when the old
     /// folio is freed: the stale-translation checker catches it.
     #[test]
