@@ -520,3 +520,35 @@ fn alive(pid: libc::pid_t) -> bool {
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_lists_read_as_sysfs_writes_them() {
+        assert_eq!(parse_node_list("0"), [0]);
+        assert_eq!(parse_node_list("0-2,5"), [0, 1, 2, 5]);
+        assert_eq!(parse_node_list(""), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_migrate_to_a_node_without_memory_is_refused_at_its_node() {
+        let dir = std::env::temp_dir().join(format!("foliolab-nodes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("has_memory"), "0-1\n").unwrap();
+        let text = "mmap a 64K\nmigrate a node=1\nmigrate a node=2\n";
+        let w = crate::workload::parse_str("w.wl", text).unwrap();
+        let e = refuse_missing_nodes(&w, &dir).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "w.wl:3:11: migrate: this host has no NUMA node 2 with memory ({} lists 0-1)",
+                dir.join("has_memory").display()
+            )
+        );
+        std::fs::write(dir.join("has_memory"), "0-2\n").unwrap();
+        assert!(refuse_missing_nodes(&w, &dir).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
