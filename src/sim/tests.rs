@@ -638,6 +638,37 @@ mod kernel_counters {
         assert_eq!(got, [[16384, 0, 0], [0, 16384, 32 * 17]]);
     }
 
+    /// Seed 001's other beneficiary: 64 MiB moved to node 1. Sync: a ptep_clear_flush
+    /// (and DSB ISH) per pte; deferred: one arch_tlbbatch_flush per migrate_pages_batch,
+    /// 32 batches of 512 order-0 pages, or one per 64K folio (each is its own
+    /// move_pages batch), whose block unfold and refold add a DSB each in both.
+    #[test]
+    fn seed001_migrate_waits_for_tlbis_once_per_batch_only_when_deferred() {
+        let keys = [
+            "kernel.ptep_clear_flush",
+            "kernel.arch_tlbbatch_flush",
+            "arch.dsb.ish",
+            "vmstat.pgmigrate_success",
+        ];
+        for (file, want) in [
+            ("order0", [[16384, 0, 16384, 16384], [0, 32, 32, 16384]]),
+            ("64k", [[16384, 0, 18432, 16384], [0, 1024, 3072, 16384]]),
+        ] {
+            let w = crate::workload::parse_file(&format!("workloads/seed001-migrate-{file}.wl")).unwrap();
+            let mut got = Vec::new();
+            let mut layouts = Vec::new();
+            for t in ["sync", "deferred"] {
+                let v = Variants::from_sets(&["nodes=2".into(), format!("tlb-batch={t}"), "checks=on".into()]).unwrap();
+                let r = run(&w, &v).unwrap();
+                let p = r.phases.iter().find(|p| p.label == "migrate").unwrap();
+                got.push(keys.map(|k| p.counters.get(k).copied().unwrap_or(0)));
+                layouts.push(r.layout);
+            }
+            assert_eq!(got, want, "{file}");
+            assert_eq!(layouts[0], layouts[1], "{file}");
+        }
+    }
+
     /// Seed 004's loop, scaled down (4 MiB of 64 KiB folios, two mlock/munlock
     /// rounds; the per-call count does not depend on the size): `prep` sets the
     /// blocks' young and dirty bits as the scenario does.
