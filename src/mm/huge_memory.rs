@@ -403,7 +403,10 @@ pub fn remove_migration_pmd(k: &mut Kernel, mm: MmId, pmd: PmdPtr, haddr: u64, d
 /// Set or clear PageAnonExclusive on `nr` pages from `page`.
 fn set_anon_exclusive(k: &mut Kernel, page: Pfn, nr: u64, on: bool) {
     for i in 0..nr {
-        k.memmap.page_mut(Pfn(page.0 + i)).flags.set(PageFlags::ANON_EXCLUSIVE, on);
+        k.memmap
+            .page_mut(Pfn(page.0 + i))
+            .flags
+            .set(PageFlags::ANON_EXCLUSIVE, on);
     }
 }
 
@@ -663,7 +666,11 @@ pub fn split_folio_to_list(k: &mut Kernel, folio: Pfn, list: &mut Vec<Pfn>) -> b
 /// mappings' references went with them, remove_migration_pte takes them again).
 fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
     let nr = k.memmap.folio_nr_pages(folio);
-    debug_assert_eq!(k.memmap.folio_ref_count(folio), pins, "references besides the pins at split");
+    debug_assert_eq!(
+        k.memmap.folio_ref_count(folio),
+        pins,
+        "references besides the pins at split"
+    );
     let inherit =
         k.memmap.page(folio).flags & (PageFlags::ANON | PageFlags::SWAPBACKED | PageFlags::DIRTY | PageFlags::MLOCKED);
     k.memmap.release_large(folio);

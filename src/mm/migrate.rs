@@ -77,14 +77,23 @@ impl Kernel {
                 None => continue,
                 Some(s) => status[i] = Some(s),
             }
-            let err = self.move_pages_and_store_status(node, &mut pagelist, &mut isolated, &mut status, first, i, nr_pages);
+            let err =
+                self.move_pages_and_store_status(node, &mut pagelist, &mut isolated, &mut status, first, i, nr_pages);
             if err != 0 {
                 // Page i is accounted for already.
                 return (status, if err > 0 { err - 1 } else { err });
             }
             first = i + 1;
         }
-        let err = self.move_pages_and_store_status(node, &mut pagelist, &mut isolated, &mut status, first, nr_pages, nr_pages);
+        let err = self.move_pages_and_store_status(
+            node,
+            &mut pagelist,
+            &mut isolated,
+            &mut status,
+            first,
+            nr_pages,
+            nr_pages,
+        );
         (status, err)
     }
 
@@ -217,9 +226,12 @@ impl Kernel {
         }
         self.stat.count_vm_events(VmEvent::PgmigrateSuccess, stats.nr_succeeded);
         self.stat.count_vm_events(VmEvent::PgmigrateFail, stats.nr_failed_pages);
-        self.stat.count_vm_events(VmEvent::ThpMigrationSuccess, stats.nr_thp_succeeded);
-        self.stat.count_vm_events(VmEvent::ThpMigrationFail, stats.nr_thp_failed);
-        self.stat.count_vm_events(VmEvent::ThpMigrationSplit, stats.nr_thp_split);
+        self.stat
+            .count_vm_events(VmEvent::ThpMigrationSuccess, stats.nr_thp_succeeded);
+        self.stat
+            .count_vm_events(VmEvent::ThpMigrationFail, stats.nr_thp_failed);
+        self.stat
+            .count_vm_events(VmEvent::ThpMigrationSplit, stats.nr_thp_split);
         rc_gather
     }
 
@@ -378,7 +390,11 @@ impl Kernel {
             d.index = s.index;
         }
         // __folio_migrate_mapping: only the isolation reference is left on `src`.
-        debug_assert_eq!(self.memmap.folio_ref_count(src), 1, "{src:?} referenced beyond its isolation");
+        debug_assert_eq!(
+            self.memmap.folio_ref_count(src),
+            1,
+            "{src:?} referenced beyond its isolation"
+        );
         folio_unqueue_deferred_split(self, src);
         let moved = self.memmap.page(src).flags & (PageFlags::ANON | PageFlags::SWAPBACKED);
         self.memmap.folio_set(dst, moved);
@@ -504,12 +520,18 @@ mod tests {
         let before = contents(k, mm, len);
         assert!(nodes_of(k, mm, len).iter().all(|n| *n == 0));
         let (tlbi, ish) = (k.arch.hw.ev.get(Event::TlbiTotal), k.arch.hw.ev.get(Event::DsbIsh));
-        let nr = k.memmap.folio_nr_pages(k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap()));
+        let nr = k
+            .memmap
+            .folio_nr_pages(k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap()));
         let (status, rc) = k.do_pages_move(mm, BASE, BASE + len, 1);
         assert_eq!(rc, 0);
         // The second page of a large folio finds it isolated by the first (-EBUSY).
         for (i, s) in status.iter().enumerate() {
-            let want = if nr > 1 && i as u64 % nr == 1 { PageStatus::Busy } else { PageStatus::Node(1) };
+            let want = if nr > 1 && i as u64 % nr == 1 {
+                PageStatus::Busy
+            } else {
+                PageStatus::Node(1)
+            };
             assert_eq!(*s, Some(want), "page {i}");
         }
         assert!(nodes_of(k, mm, len).iter().all(|n| *n == 1));
@@ -529,7 +551,10 @@ mod tests {
             ..MachineConfig::default()
         };
         let (mut k, mm) = boot_with(cfg, &[]);
-        assert_eq!((0..8).map(|c| k.cpu_to_node(c)).collect::<Vec<_>>(), [0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(
+            (0..8).map(|c| k.cpu_to_node(c)).collect::<Vec<_>>(),
+            [0, 0, 0, 0, 1, 1, 1, 1]
+        );
         // 48 MiB from CPU 4: node 1's 32 MiB first, then node 0's.
         written(&mut k, mm, 48 << 20, VmFlags::NOHUGEPAGE, 4);
         let nodes = nodes_of(&k, mm, 48 << 20);
@@ -560,7 +585,11 @@ mod tests {
         for (variant, dsbs) in [(TlbBatchVariant::Sync, 18), (TlbBatchVariant::Deferred, 3)] {
             let (mut k, mm) = two_nodes(variant, &[("hugepages-64kB/enabled", "always")]);
             written(&mut k, mm, 64 * 16 * K4, VmFlags::empty(), 0);
-            assert_eq!(migrate_all(&mut k, mm, 64 * 16 * K4), (64 * 48, 64 * dsbs), "{variant:?}");
+            assert_eq!(
+                migrate_all(&mut k, mm, 64 * 16 * K4),
+                (64 * 48, 64 * dsbs),
+                "{variant:?}"
+            );
             assert_eq!(k.stat.event(VmEvent::PgmigrateSuccess), 1024);
             assert_eq!(k.stat.event(VmEvent::ThpMigrationSuccess), 0);
             assert_eq!(k.arch.kc.get(KernelEvent::FolioMcCopy), 64);
@@ -611,7 +640,16 @@ mod tests {
         let node1 = Some(PageStatus::Node(1));
         assert_eq!(
             status,
-            [node1, node1, node1, node1, Some(PageStatus::Fault), Some(PageStatus::NoEnt), Some(PageStatus::Fault), Some(PageStatus::Fault)]
+            [
+                node1,
+                node1,
+                node1,
+                node1,
+                Some(PageStatus::Fault),
+                Some(PageStatus::NoEnt),
+                Some(PageStatus::Fault),
+                Some(PageStatus::Fault)
+            ]
         );
         assert_eq!(k.stat.event(VmEvent::PgmigrateSuccess), 0);
         assert_eq!(k.arch.hw.ev.get(Event::TlbiTotal), tlbi);
@@ -654,6 +692,9 @@ mod tests {
         // The old translation is still live when the new pte is written and when the
         // old page is freed.
         let v = k.arch.hw.take_violations();
-        assert!(matches!(v[..], [Violation::BreakBeforeMake { .. }, Violation::StaleTranslation { pfn, .. }] if pfn == folio), "{v:?}");
+        assert!(
+            matches!(v[..], [Violation::BreakBeforeMake { .. }, Violation::StaleTranslation { pfn, .. }] if pfn == folio),
+            "{v:?}"
+        );
     }
 }

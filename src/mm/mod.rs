@@ -371,7 +371,11 @@ impl Kernel {
         let mut at = start.0;
         while at < start.0 + nr {
             let nid = self.pfn_to_nid(Pfn(at));
-            let node_end = if nid + 1 == self.node_zones.len() { u64::MAX } else { (nid as u64 + 1) * self.node_span };
+            let node_end = if nid + 1 == self.node_zones.len() {
+                u64::MAX
+            } else {
+                (nid as u64 + 1) * self.node_span
+            };
             let n = (start.0 + nr).min(node_end) - at;
             self.node_zones[nid].free_range(&mut self.memmap, Pfn(at), n);
             at += n;

@@ -4,7 +4,9 @@
 //! try_to_unmap with the batched, deferred TLB flush of seed 001.
 
 use super::folio::PageFlags;
-use super::huge_memory::{__split_huge_pmd, deferred_split_folio, set_pmd_migration_entry, split_huge_pmd_locked_freeze};
+use super::huge_memory::{
+    __split_huge_pmd, deferred_split_folio, set_pmd_migration_entry, split_huge_pmd_locked_freeze,
+};
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::vmstat::MthpStat;
 use super::Kernel;

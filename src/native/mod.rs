@@ -85,7 +85,11 @@ fn refuse_missing_nodes(w: &Workload, nodes: &std::path::Path) -> Result<(), Nat
             msg: format!(
                 "migrate: this host has no NUMA node {node} with memory ({} lists {})",
                 nodes.join("has_memory").display(),
-                if has_memory.trim().is_empty() { "none" } else { has_memory.trim() }
+                if has_memory.trim().is_empty() {
+                    "none"
+                } else {
+                    has_memory.trim()
+                }
             ),
         }),
         None => Ok(()),

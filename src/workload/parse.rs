@@ -428,7 +428,10 @@ impl Parser<'_> {
                 let Some(node) = node else {
                     return Err(self.err(
                         t.pos,
-                        format!("expected node=N with N a NUMA node from 0 to 63, not '{}'", Echo(t.text)),
+                        format!(
+                            "expected node=N with N a NUMA node from 0 to 63, not '{}'",
+                            Echo(t.text)
+                        ),
                     ));
                 };
                 self.finish(&a)?;
