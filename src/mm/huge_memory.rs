@@ -616,12 +616,13 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
     true
 }
 
-/// unmap_folio: try_to_migrate with TTU_BATCH_FLUSH (and TTU_SPLIT_HUGE_PMD for a
-/// PMD-order folio; TTU_RMAP_LOCKED and TTU_SYNC have no model counterpart), then
+/// unmap_folio: try_to_migrate with TTU_BATCH_FLUSH and TTU_SYNC (and
+/// TTU_SPLIT_HUGE_PMD for a PMD-order folio; TTU_RMAP_LOCKED has no model
+/// counterpart), then
 /// try_to_unmap_flush. Batched as in reclaim: each pte's TLBI goes out without waiting
 /// and one DSB ISH waits for them all before the folio is frozen.
 fn unmap_folio(k: &mut Kernel, folio: Pfn) -> Vec<MigrationEntry> {
-    let mut flags = TtuFlags::BATCH_FLUSH;
+    let mut flags = TtuFlags::BATCH_FLUSH | TtuFlags::SYNC;
     if k.memmap.folio_order(folio) == k.arch.granule().pmd_order() {
         flags |= TtuFlags::SPLIT_HUGE_PMD;
     }

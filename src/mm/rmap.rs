@@ -243,6 +243,9 @@ bitflags::bitflags! {
         const SPLIT_HUGE_PMD = 1 << 0;
         /// Defer the TLB flush to try_to_unmap_flush (reclaim).
         const BATCH_FLUSH = 1 << 1;
+        /// The rmap walk takes each page table's lock before reading a pte
+        /// (PVMW_SYNC): no lockless first read in map_pte.
+        const SYNC = 1 << 2;
     }
 }
 
@@ -467,10 +470,12 @@ impl Kernel {
             // page_vma_mapped_walk starts at the folio's first page (or the VMA's, if
             // later) and reads each pte it steps to past that one (next_pte, over
             // holes too), then check_pte reads it again; once the first pte of a
-            // contpte block has unfolded it, the rest read as plain ptes.
+            // contpte block has unfolded it, the rest read as plain ptes. Without
+            // TTU_SYNC map_pte reads the first pte locklessly too (when that is a
+            // hole, the read of a none pte is left out, as are next_pte's of holes).
             let amm = self.arch_mm(mm);
             let start = self.mm(mm).find_vma(addr).map_or(first, |v| first.max(v.start));
-            if prev == Some(mm) || addr != start {
+            if prev == Some(mm) || addr != start || !flags.contains(TtuFlags::SYNC) {
                 self.arch.ptep_get(amm, ptep);
             }
             prev = Some(mm);

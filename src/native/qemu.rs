@@ -130,18 +130,29 @@ impl Target {
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
 pub const NOT_APPLICABLE: &str = "not applicable on ";
 
+/// The NUMA nodes a guest has when one of its workloads migrates: node 0 with the
+/// vCPU, node 1 memory only, the RAM split evenly.
+pub const GUEST_NODES: usize = 2;
+
 /// What the guest runner cannot do yet for `w`: a swap device (`swapon`), or
-/// migration between NUMA nodes (`migrate`: the guests have one node).
+/// migration to a node beyond the guest's (`migrate`).
 pub fn unsupported(w: &Workload) -> Option<String> {
-    fn find(stmts: &[Stmt]) -> Option<(&'static str, &'static str, u32)> {
+    fn find(stmts: &[Stmt]) -> Option<u32> {
         stmts.iter().find_map(|s| match &s.op {
-            Op::Swapon { .. } => Some(("its runner has no swap device yet", "swapon", s.pos.line)),
-            Op::Migrate { .. } => Some(("its guest has one NUMA node", "migrate", s.pos.line)),
+            Op::Swapon { .. } => Some(s.pos.line),
             Op::Repeat { body, .. } => find(body),
             _ => None,
         })
     }
-    find(&w.stmts).map(|(why, op, line)| format!("{why} ({op} at line {line})"))
+    if let Some(line) = find(&w.stmts) {
+        return Some(format!("its runner has no swap device yet (swapon at line {line})"));
+    }
+    w.migrate_beyond(GUEST_NODES).map(|(pos, node)| {
+        format!(
+            "its guest has {GUEST_NODES} NUMA nodes (migrate to node {node} at line {})",
+            pos.line
+        )
+    })
 }
 
 /// The reason, if `error` (a per-workload error of `run_batch`) says the workload does
@@ -689,6 +700,23 @@ pub fn boot_map_mem(target: Target, ram: u64) -> Result<MapMem, QemuError> {
         .ok_or_else(|| QemuError::Run("the plugin saw no map_mem window at boot".into()))
 }
 
+/// QEMU's options for GUEST_NODES NUMA nodes sharing `ram` evenly, the one vCPU on
+/// node 0.
+fn numa_args(ram: u64) -> Vec<String> {
+    let per = (ram / GUEST_NODES as u64) >> 20;
+    let mut args = Vec::new();
+    for n in 0..GUEST_NODES {
+        args.push("-object".into());
+        args.push(format!("memory-backend-ram,id=m{n},size={per}M"));
+        args.push("-numa".into());
+        args.push(match n {
+            0 => format!("node,nodeid=0,cpus=0,memdev=m{n}"),
+            _ => format!("node,nodeid={n},memdev=m{n}"),
+        });
+    }
+    args
+}
+
 /// `run_batch` on a guest of `ram` bytes.
 fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batch, QemuError> {
     let (source, flavour, granule) = target
@@ -733,6 +761,12 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
     let counted = write_syms(&cache.join(flavour).join("kallsyms"), &syms, target.map_mem_bounds())?;
     let counts = dir.join("counts");
     let file = |name: &str| std::fs::File::create(dir.join(name)).map_err(|e| run_err(name, e));
+    // A batch that migrates boots a guest with GUEST_NODES nodes; others keep one.
+    let numa = if workloads.iter().any(|w| !w.migrates().is_empty()) {
+        numa_args(ram)
+    } else {
+        Vec::new()
+    };
     let start = Instant::now();
     let mut qemu = Command::new("qemu-system-aarch64")
         .args([
@@ -744,6 +778,9 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
             "1",
             "-m",
             &format!("{}M", ram >> 20),
+        ])
+        .args(&numa)
+        .args([
             "-nographic",
             "-no-reboot",
             // The guest's clock counts instructions (one per nanosecond), and idles
