@@ -54,6 +54,13 @@ pub enum PageStatus {
     Busy,
 }
 
+/// The folios do_pages_move has isolated for its next migrate_pages call, in order.
+#[derive(Default)]
+struct PageList {
+    folios: Vec<Pfn>,
+    isolated: BTreeSet<Pfn>,
+}
+
 /// The result of migrate_pages: the count of folios not migrated, or -ENOMEM.
 type MigrateRc = Result<i64, ()>;
 
@@ -68,55 +75,42 @@ impl Kernel {
         let ps = self.arch.granule().page_size();
         let nr_pages = ((end - start) / ps) as usize;
         let mut status = vec![None; nr_pages];
-        let mut pagelist = Vec::new();
-        let mut isolated = BTreeSet::new();
+        let mut pagelist = PageList::default();
         let mut first = 0;
         for i in 0..nr_pages {
             let addr = start + i as u64 * ps;
-            match self.add_folio_for_migration(mm, addr, node, &mut pagelist, &mut isolated) {
+            match self.add_folio_for_migration(mm, addr, node, &mut pagelist) {
                 None => continue,
                 Some(s) => status[i] = Some(s),
             }
-            let err =
-                self.move_pages_and_store_status(node, &mut pagelist, &mut isolated, &mut status, first, i, nr_pages);
+            let err = self.move_pages_and_store_status(node, &mut pagelist, &mut status, first, i, nr_pages);
             if err != 0 {
                 // Page i is accounted for already.
                 return (status, if err > 0 { err - 1 } else { err });
             }
             first = i + 1;
         }
-        let err = self.move_pages_and_store_status(
-            node,
-            &mut pagelist,
-            &mut isolated,
-            &mut status,
-            first,
-            nr_pages,
-            nr_pages,
-        );
+        let err = self.move_pages_and_store_status(node, &mut pagelist, &mut status, first, nr_pages, nr_pages);
         (status, err)
     }
 
     /// move_pages_and_store_status: migrate the queue; the pages `first..i` queued get
     /// the node as status, or the call ends with the count of pages not migrated (those
     /// of the queue that failed plus every page not yet looked at).
-    #[allow(clippy::too_many_arguments)]
     fn move_pages_and_store_status(
         &mut self,
         node: usize,
-        pagelist: &mut Vec<Pfn>,
-        isolated: &mut BTreeSet<Pfn>,
+        pagelist: &mut PageList,
         status: &mut [Option<PageStatus>],
         first: usize,
         i: usize,
         nr_pages: usize,
     ) -> i64 {
-        if pagelist.is_empty() {
+        if pagelist.folios.is_empty() {
             return 0;
         }
         let list = std::mem::take(pagelist);
-        isolated.clear();
-        match self.migrate_pages(list, node) {
+        match self.migrate_pages(list.folios, node) {
             Ok(0) => {
                 for s in &mut status[first..i] {
                     s.get_or_insert(PageStatus::Node(node));
@@ -137,8 +131,7 @@ impl Kernel {
         mm: MmId,
         addr: u64,
         node: usize,
-        pagelist: &mut Vec<Pfn>,
-        isolated: &mut BTreeSet<Pfn>,
+        pagelist: &mut PageList,
     ) -> Option<PageStatus> {
         // vma_lookup and vma_migratable, which every anon VMA the model has is.
         if self.mm(mm).find_vma(addr).is_none() {
@@ -158,11 +151,11 @@ impl Kernel {
             return Some(PageStatus::Acces);
         }
         // folio_isolate_lru: fails for a folio already off the LRU.
-        if !isolated.insert(folio) {
+        if !pagelist.isolated.insert(folio) {
             return Some(PageStatus::Busy);
         }
         self.folio_ref_add(folio, 1);
-        pagelist.push(folio);
+        pagelist.folios.push(folio);
         None
     }
 
