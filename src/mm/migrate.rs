@@ -204,7 +204,7 @@ impl Kernel {
             }
             if !split_folios.is_empty() {
                 // Failures not counted: the large folio counted as one already.
-                let _ = self.migrate_pages_batch(&mut split_folios, nid, true, None, &mut stats);
+                let _ = self.migrate_pages_batch(&mut split_folios, nid, None, &mut stats);
                 ret_folios.append(&mut split_folios);
             }
             rc_gather = rc_gather.and_then(|g| rc.map(|r| g + r));
@@ -240,7 +240,7 @@ impl Kernel {
         stats: &mut MigratePagesStats,
     ) -> MigrateRc {
         let mut astats = MigratePagesStats::default();
-        let rc = self.migrate_pages_batch(from, nid, true, Some(split_folios), &mut astats);
+        let rc = self.migrate_pages_batch(from, nid, Some(split_folios), &mut astats);
         stats.nr_succeeded += astats.nr_succeeded;
         stats.nr_thp_succeeded += astats.nr_thp_succeeded;
         stats.nr_thp_split += astats.nr_thp_split;
@@ -264,7 +264,6 @@ impl Kernel {
         &mut self,
         from: &mut Vec<Pfn>,
         nid: usize,
-        batch_flush: bool,
         mut split_folios: Option<&mut Vec<Pfn>>,
         stats: &mut MigratePagesStats,
     ) -> MigrateRc {
@@ -296,7 +295,7 @@ impl Kernel {
                 stats.nr_thp_succeeded += is_thp;
                 continue;
             }
-            match self.migrate_folio_unmap(folio, nid, batch_flush) {
+            match self.migrate_folio_unmap(folio, nid) {
                 Some(u) => unmapped.push(u),
                 None => {
                     nr_failed += 1;
@@ -348,17 +347,14 @@ impl Kernel {
 
     /// migrate_folio_unmap: allocate the destination on `nid` (alloc_migration_target:
     /// the same order, on that node only), then replace every mapping of `src` with a
-    /// migration entry, the TLB flush deferred when `batch_flush` (MIGRATE_ASYNC) and
-    /// the tlb-batch variant allows it. None: no memory on the node (-ENOMEM).
-    fn migrate_folio_unmap(&mut self, src: Pfn, nid: usize, batch_flush: bool) -> Option<Unmapped> {
+    /// migration entry. In MIGRATE_ASYNC mode, the only one the model runs (see
+    /// migrate_pages_sync), try_to_migrate gets TTU_BATCH_FLUSH: the TLB flush is
+    /// deferred when the tlb-batch variant allows it. None: no memory on the node
+    /// (-ENOMEM).
+    fn migrate_folio_unmap(&mut self, src: Pfn, nid: usize) -> Option<Unmapped> {
         let order = self.memmap.folio_order(src);
         let dst = self.folio_alloc_node(order, nid)?;
-        let flags = if batch_flush {
-            TtuFlags::BATCH_FLUSH
-        } else {
-            TtuFlags::empty()
-        };
-        let entries = self.try_to_migrate(src, flags);
+        let entries = self.try_to_migrate(src, TtuFlags::BATCH_FLUSH);
         debug_assert_eq!(self.memmap.folio_mapcount(src), 0, "try_to_migrate left {src:?} mapped");
         Some(Unmapped { src, dst, entries })
     }
@@ -680,7 +676,7 @@ mod tests {
         written(&mut k, mm, K4, VmFlags::NOHUGEPAGE, 0);
         let folio = k.page_table_pfn(mm, BASE).unwrap();
         k.folio_ref_add(folio, 1);
-        let u = k.migrate_folio_unmap(folio, 1, true).unwrap();
+        let u = k.migrate_folio_unmap(folio, 1).unwrap();
         k.migrate_folio_move(u);
         // The old translation is still live when the new pte is written and when the
         // old page is freed.
