@@ -668,6 +668,17 @@ mod tests {
         assert_clean(&k);
     }
 
+    #[test]
+    fn an_mlocked_folio_moves_and_stays_mlocked() {
+        let (mut k, mm) = two_nodes(TlbBatchVariant::Deferred, &[("hugepages-64kB/enabled", "always")]);
+        written(&mut k, mm, 32 * K4, VmFlags::empty(), 0);
+        k.do_mlock(mm, BASE, BASE + 32 * K4).unwrap();
+        migrate_all(&mut k, mm, 32 * K4);
+        let folio = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
+        assert!(k.memmap.folio_test(folio, PageFlags::MLOCKED));
+        assert_eq!(k.stat.event(VmEvent::PgmigrateSuccess), 32);
+    }
+
     /// Without the batch's try_to_unmap_flush the TLBIs are still pending when the old
     /// folio is freed: the stale-translation checker catches it.
     #[test]
