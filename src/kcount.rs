@@ -51,6 +51,8 @@ counters! {
     ContptePtepGetInsns => "kernel.contpte_ptep_get.insns",
     ContptePtepGetInsnsUnmeasured => "kernel.contpte_ptep_get.insns_unmeasured",
     Syscall => "kernel.syscall",
+    FolioMcCopy => "kernel.folio_mc_copy",
+    FolioMcCopyPages => "kernel.folio_mc_copy.pages",
     }
 }
 

@@ -435,3 +435,18 @@ fn a_second_swapon_or_one_too_small_is_refused_at_its_line() {
         format!("foliolab: {path}:1:1: a swap device needs a header page and a slot (8K at least)")
     );
 }
+
+#[test]
+fn a_migrate_to_a_node_the_machine_lacks_is_refused_with_its_position() {
+    let (path, line) = run_error("migrate-node.wl", b"mmap a 64K\ntouch a\nmigrate a 0 16K node=1\n");
+    assert_eq!(
+        line,
+        format!("foliolab: {path}:3:17: node 1: the machine has 1 NUMA node(s) (set more with --set nodes=N)")
+    );
+    assert_eq!(
+        error_line(&["run", &path, "--set", "nodes=65"]),
+        "foliolab: invalid value '65' for variant 'nodes' (1..=64)"
+    );
+    let out = foliolab(&["run", &path, "--set", "nodes=2", "--no-store"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -1,10 +1,11 @@
 //! Property test: random sequences of fork, exit, touch, mprotect, madvise
-//! (dontneed, free, collapse, cold, pageout), munmap and deferred-split shrinker runs
-//! over up to three processes, each touching from any of eight CPUs (as its threads
-//! would), under either seed 001 TLB-flush variant, arm64's or x86's shootdown, with
-//! or without a swap device (pageout then swaps, and slots shared by fork go through
-//! the swap cache), and on a machine small enough for direct reclaim, keep every
-//! kernel and architectural invariant (the checker stays silent).
+//! (dontneed, free, collapse, cold, pageout), munmap, migrate (move_pages between two
+//! NUMA nodes, which may run out of memory on the small machine) and deferred-split
+//! shrinker runs over up to three processes, each touching from any of eight CPUs (as
+//! its threads would), under either seed 001 TLB-flush variant, arm64's or x86's
+//! shootdown, with or without a swap device (pageout then swaps, and slots shared by
+//! fork go through the swap cache), and on a machine small enough for direct reclaim,
+//! keep every kernel and architectural invariant (the checker stays silent).
 //! 200 cases x 500 ops = 100,000 ops per run.
 
 use foliolab::arch::TlbFlavour;
@@ -64,6 +65,13 @@ enum Op {
         first: u64,
         pages: u64,
     },
+    Migrate {
+        proc: usize,
+        slot: u64,
+        first: u64,
+        pages: u64,
+        node: usize,
+    },
     Fork {
         proc: usize,
     },
@@ -81,7 +89,8 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (p.clone(), 0..8usize, s.clone(), 0..1536u64, 1..512u64, any::<bool>()).prop_map(|(proc, cpu, slot, first, pages, write)| Op::Touch { proc, cpu, slot, first, pages, write }),
         2 => (p.clone(), s.clone(), 0..1536u64, 1..512u64, 0..3u8).prop_map(|(proc, slot, first, pages, prot)| Op::Mprotect { proc, slot, first, pages, prot }),
         3 => (p.clone(), s.clone(), 0..1536u64, 1..1024u64, 0..5u8).prop_map(|(proc, slot, first, pages, advice)| Op::Madvise { proc, slot, first, pages, advice }),
-        1 => (p.clone(), s, 0..1536u64, 1..1536u64).prop_map(|(proc, slot, first, pages)| Op::Munmap { proc, slot, first, pages }),
+        1 => (p.clone(), s.clone(), 0..1536u64, 1..1536u64).prop_map(|(proc, slot, first, pages)| Op::Munmap { proc, slot, first, pages }),
+        1 => (p.clone(), s, 0..1536u64, 1..1536u64, 0..2usize).prop_map(|(proc, slot, first, pages, node)| Op::Migrate { proc, slot, first, pages, node }),
         2 => p.clone().prop_map(|proc| Op::Fork { proc }),
         1 => p.prop_map(|proc| Op::Exit { proc }),
         1 => Just(Op::Shrink),
@@ -205,6 +214,18 @@ impl World {
                     }
                 }
             }
+            Op::Migrate {
+                proc,
+                slot,
+                first,
+                pages,
+                node,
+            } => {
+                if let Some((p, mm, s, e)) = self.target(proc, slot, first, pages) {
+                    self.k.switch_mm(p, mm);
+                    self.k.do_pages_move(mm, s, e, node);
+                }
+            }
             Op::Shrink => {
                 k.drop_slab();
             }
@@ -225,6 +246,7 @@ fn check_sequence(
     let ram_bytes = if small { 16 << 20 } else { 1 << 30 };
     let cfg = MachineConfig {
         ram_bytes,
+        nodes: 2,
         ..MachineConfig::default()
     };
     let mut k = Kernel::boot(cfg);

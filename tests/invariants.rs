@@ -1,4 +1,5 @@
-//! Property test: random sequences of mmap / touch / madvise / munmap over random THP
+//! Property test: random sequences of mmap / touch / madvise / munmap / migrate (between
+//! two NUMA nodes) over random THP
 //! settings and model variants keep every kernel and architectural invariant.
 //! 200 cases x 500 ops = 100,000 ops per run.
 
@@ -48,6 +49,12 @@ enum Op {
         first: u64,
         pages: u64,
     },
+    Migrate {
+        slot: u64,
+        first: u64,
+        pages: u64,
+        node: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -58,7 +65,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (slot.clone(), 1..2048u64, 0..32u64, 0..3u8).prop_map(|(slot, pages, skew, huge)| Op::Mmap { slot, pages, skew, huge }),
         6 => (slot.clone(), 0..2048u64, 1..1024u64, any::<bool>(), prop::sample::select(vec![1u64, 1, 1, 3, 16])).prop_map(|(slot, first, pages, write, stride)| Op::Touch { slot, first, pages, write, stride }),
         3 => (slot.clone(), 0..2048u64, 1..600u64, 0..3u8).prop_map(|(slot, first, pages, advice)| Op::Madvise { slot, first, pages, advice }),
-        2 => (slot, 0..2048u64, 1..2048u64).prop_map(|(slot, first, pages)| Op::Munmap { slot, first, pages }),
+        2 => (slot.clone(), 0..2048u64, 1..2048u64).prop_map(|(slot, first, pages)| Op::Munmap { slot, first, pages }),
+        1 => (slot, 0..2048u64, 1..2048u64, 0..2usize).prop_map(|(slot, first, pages, node)| Op::Migrate { slot, first, pages, node }),
     ]
 }
 
@@ -135,6 +143,17 @@ fn apply(k: &mut Kernel, mm: usize, regions: &mut Regions, op: &Op) {
                 }
             }
         }
+        Op::Migrate {
+            slot,
+            first,
+            pages,
+            node,
+        } => {
+            if let Some((s, e)) = clip(regions, slot, first, pages) {
+                let (_, rc) = k.do_pages_move(mm, s, e, node);
+                assert!(rc >= 0, "move_pages failed: {rc}");
+            }
+        }
     }
 }
 
@@ -142,12 +161,15 @@ proptest! {
     #![proptest_config(Config { cases: 200, failure_persistence: Some(Box::new(FileFailurePersistence::Off)), ..Config::default() })]
 
     #[test]
-    fn random_ops_keep_every_invariant(ops in prop::collection::vec(op(), 500), per_pte in any::<bool>(), contpte in any::<bool>(), bbml2 in any::<bool>()) {
-        let mut cfg = MachineConfig { ram_bytes: 1 << 30, ..MachineConfig::default() };
+    fn random_ops_keep_every_invariant(ops in prop::collection::vec(op(), 500), per_pte in any::<bool>(), contpte in any::<bool>(), bbml2 in any::<bool>(), sync_flush in any::<bool>()) {
+        let mut cfg = MachineConfig { ram_bytes: 1 << 30, nodes: 2, ..MachineConfig::default() };
         cfg.features.bbml2 = bbml2;
         let mut k = Kernel::boot(cfg);
         k.zap = if per_pte { ZapVariant::PerPte } else { ZapVariant::Batched };
         k.arch.contpte = contpte;
+        if sync_flush {
+            k.tlb_batch = foliolab::mm::rmap::TlbBatchVariant::Sync;
+        }
         k.arch.hw.checks = true;
         let mm = k.mm_alloc().unwrap();
         k.switch_mm(0, mm);

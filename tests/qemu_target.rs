@@ -283,3 +283,36 @@ fn a_model_one_fault_off_fails_against_the_guest() {
         table(&cs[0])
     );
 }
+
+/// Migration to node 1 of a two-node guest: 64 MiB of order-0 pages (one DSB per
+/// batch of 512), of 64K folios (each in its own move_pages batch, its contpte block
+/// unfolded and refolded) and PMD-mapped THPs, one split first: every counter agrees,
+/// the migration ones included.
+#[test]
+fn migration_between_two_guest_nodes_agrees_with_the_model() {
+    if let Some(why) = qemu::missing(Target::QemuArm64) {
+        println!("SKIP migration_between_two_guest_nodes_agrees_with_the_model: {why}");
+        return;
+    }
+    let runner = std::fs::read(qemu::cache_dir().join("runner")).unwrap();
+    if !runner.windows(b"migrate".len()).any(|w| w == b"migrate") {
+        println!("SKIP migration_between_two_guest_nodes_agrees_with_the_model: the cached runner predates migrate (run scripts/setup-qemu)");
+        return;
+    }
+    let paths = [
+        "workloads/seed001-migrate-order0.wl",
+        "workloads/seed001-migrate-64k.wl",
+        "tests/qemu/migrate_thp.wl",
+    ];
+    let cs = guest_against_model(Target::QemuArm64, &paths, &["nodes=2"]);
+    for (c, (key, want)) in cs.iter().zip([
+        ("arch.dsb.ish", 32),
+        ("kernel.contpte_ptep_get", 19456),
+        ("vmstat.thp_migration_split", 1),
+    ]) {
+        assert!(c.ok(), "{}", table(c));
+        let row = c.rows.iter().find(|r| r.counter == key).expect(key);
+        assert_eq!(row.host, want, "{}: {key}", c.workload);
+        assert!(c.rows.iter().any(|r| r.counter == "vmstat.pgmigrate_success"));
+    }
+}

@@ -39,6 +39,7 @@ pub fn render(p: &Profile, notes: bool) -> String {
     let f = &p.features;
     let _ = writeln!(s, "{}: {}", p.name, p.description);
     let _ = writeln!(s, "  cpus {} ({})", p.cpus, p.cpus_note);
+    let _ = writeln!(s, "  nodes {}", p.nodes);
     let yn = |b: bool| if b { "yes" } else { "no" };
     let _ = writeln!(
         s,

@@ -44,6 +44,9 @@ pub struct MachineConfig {
     pub granule: Granule,
     pub ram_bytes: u64,
     pub ncpus: usize,
+    /// NUMA nodes: RAM is split evenly between them, CPUs in order (the kernel's
+    /// allocator reads it; the hardware model itself is node-blind).
+    pub nodes: usize,
     pub features: Features,
     pub tlb: TlbConfig,
 }
@@ -54,6 +57,7 @@ impl Default for MachineConfig {
             granule: Granule::K4,
             ram_bytes: 16 << 30,
             ncpus: 8,
+            nodes: 1,
             features: Features::default(),
             tlb: TlbConfig::default(),
         }

@@ -193,6 +193,10 @@ impl Kernel {
                         *rss += 1;
                     }
                 }
+                // Migration entries live only inside the op that made them.
+                DescKind::Invalid if Pte(d).is_migration_entry() => {
+                    return Err(format!("mm {mm}: migration entry {d:?} left at {va:#x}"));
+                }
                 DescKind::Invalid if level == 3 && Pte(d).is_swap_pte() => {
                     *seen.swap_refs.entry(Pte(d).pte_swp_offset()).or_default() += 1;
                     *seen.swap_ptes.entry(mm).or_default() += 1;
@@ -441,10 +445,10 @@ impl Kernel {
             used += self.memmap.folio_nr_pages(z);
         }
         let total = self.memmap.nr_pages() - 16;
-        if self.buddy.free_pages + used != total {
+        if self.nr_free_pages() + used != total {
             return Err(format!(
                 "leak: {} free + {used} in use != {total} pages",
-                self.buddy.free_pages
+                self.nr_free_pages()
             ));
         }
         // Every large folio in use holds exactly one counts slot.

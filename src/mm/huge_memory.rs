@@ -3,6 +3,7 @@
 
 use super::folio::{Page, PageFlags, NIL};
 use super::memory::{vm_page_prot, VmFault};
+use super::migrate::remove_migration_pte;
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
@@ -10,7 +11,7 @@ use super::rmap::{MigrationEntry, TtuFlags};
 use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
 use crate::arch::arm64::pgtable::pmd_trans_huge;
-use crate::arch::arm64::pgtable::{Pte, PtePtr};
+use crate::arch::arm64::pgtable::{MigrationKind, Pte, PtePtr};
 use crate::arch::arm64::tlbflush::__flush_tlb_range;
 use crate::arch::arm64::tlbflush::pte_needs_flush;
 use crate::hw::{Attr, Desc, Pfn};
@@ -214,10 +215,10 @@ pub fn __split_huge_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: 
 }
 
 /// split_huge_pmd_locked(.., freeze = true), as try_to_migrate_one does it for a
-/// PMD-mapped folio: the pmd goes straight to migration entries, so the only TLB
+/// PMD-mapped folio: the pmd goes straight to pte migration entries, so the only TLB
 /// maintenance is pmdp_invalidate's pmd flush; no pte is ever valid, so there is no
-/// pte TLBI, no contpte fold or unfold and no pte rmap. The model leaves the ptes none
-/// and appends to `out` what remove_migration_ptes will map back.
+/// pte TLBI, no contpte fold or unfold and no pte rmap. Appends to `out` where the
+/// entries are, for remove_migration_ptes.
 pub fn split_huge_pmd_locked_freeze(
     k: &mut Kernel,
     mm: MmId,
@@ -256,6 +257,7 @@ fn __split_huge_pmd_locked(
     if !pmd_trans_huge(old) {
         return;
     }
+    let freeze_was_some = freeze.is_some();
     k.stat.count_vm_event(VmEvent::ThpSplitPmd);
     let amm = k.arch_mm(mm);
     let prot = vm_page_prot(vma);
@@ -284,45 +286,128 @@ fn __split_huge_pmd_locked(
     let oldp = pmd_to_pte(old);
     pmdp_invalidate(k, mm, pmd, haddr);
     let folio = old.pfn(g);
-    if freeze.is_none() {
-        let exclusive = k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
-        k.folio_ref_add(folio, nr as i32 - 1);
-        k.folio_add_anon_rmap_ptes(folio, folio, nr as u64, mm, exclusive);
+    let exclusive = k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
+    if oldp.pte_dirty() {
+        k.memmap.folio_set(folio, PageFlags::DIRTY);
+    }
+    match freeze {
+        // folio_try_share_anon_rmap_pmd: the exclusive bit moves into the entries.
+        Some(_) if exclusive => set_anon_exclusive(k, folio, nr as u64, false),
+        Some(_) => {}
+        None => {
+            k.folio_ref_add(folio, nr as i32 - 1);
+            k.folio_add_anon_rmap_ptes(folio, folio, nr as u64, mm, exclusive);
+        }
     }
     let table = withdraw_pgtable(k, mm, haddr);
     pmd_populate_on_stack(k);
     let tid = k.arch.hw.mem.table_id(table).unwrap();
-    let mk = |pfn: Pfn| {
-        let mut entry = Pte::pfn_pte(pfn, prot, g);
-        if oldp.pte_write() {
-            entry = entry.pte_mkwrite();
-        }
-        if !oldp.pte_young() {
-            entry = entry.pte_mkold();
-        }
-        if oldp.pte_dirty() {
-            entry = entry.pte_mkdirty();
-        }
-        entry
-    };
     match freeze {
-        Some(out) => out.extend((0..nr).map(|i| MigrationEntry {
-            mm,
-            ptep: PtePtr { table: tid, index: i },
-            addr: haddr + i as u64 * ps,
-            pte: mk(Pfn(folio.0 + i as u64)),
-        })),
-        None => k.arch.set_ptes(
-            amm,
-            haddr,
-            PtePtr { table: tid, index: 0 },
-            mk(folio),
-            nr,
-            Some((folio, nr as u64)),
-        ),
+        Some(out) => {
+            let kind = if oldp.pte_write() {
+                MigrationKind::Write
+            } else if exclusive {
+                MigrationKind::ReadExclusive
+            } else {
+                MigrationKind::Read
+            };
+            for i in 0..nr {
+                let (ptep, addr) = (PtePtr { table: tid, index: i }, haddr + i as u64 * ps);
+                let page = Pfn(folio.0 + i as u64);
+                let entry = Pte::make_migration_entry(page, kind, oldp.pte_young(), oldp.pte_dirty(), g);
+                k.arch.__set_pte(addr, ptep, entry);
+                out.push(MigrationEntry {
+                    mm,
+                    ptep,
+                    addr,
+                    pmd: false,
+                });
+            }
+        }
+        None => {
+            let mut entry = Pte::pfn_pte(folio, prot, g);
+            if oldp.pte_write() {
+                entry = entry.pte_mkwrite();
+            }
+            if !oldp.pte_young() {
+                entry = entry.pte_mkold();
+            }
+            if oldp.pte_dirty() {
+                entry = entry.pte_mkdirty();
+            }
+            let ptep = PtePtr { table: tid, index: 0 };
+            k.arch.set_ptes(amm, haddr, ptep, entry, nr, Some((folio, nr as u64)));
+        }
     }
     k.folio_remove_rmap_pmd(folio, mm);
+    if freeze_was_some {
+        // The pmd's reference goes with it; remove_migration_pte takes one per pte.
+        k.folio_put_refs(folio, 1);
+    }
     k.pxd_set(2, haddr, pmd, Desc::table(table.to_phys(g)));
+}
+
+/// set_pmd_migration_entry (try_to_migrate of a PMD-mapped THP without
+/// TTU_SPLIT_HUGE_PMD): pmdp_invalidate flushes the pmd at once (a pmd's flush is
+/// never deferred), the exclusive bit moves into the entry, the pmd becomes a
+/// migration entry of the head page, and its rmap and reference go.
+pub fn set_pmd_migration_entry(k: &mut Kernel, mm: MmId, pmd: PmdPtr, haddr: u64) {
+    let g = k.arch.granule();
+    let old = pmdp_invalidate(k, mm, pmd, haddr);
+    let oldp = pmd_to_pte(old);
+    let folio = old.pfn(g);
+    let nr = k.memmap.folio_nr_pages(folio);
+    let exclusive = k.memmap.page(folio).flags.contains(PageFlags::ANON_EXCLUSIVE);
+    if exclusive {
+        set_anon_exclusive(k, folio, nr, false);
+    }
+    if oldp.pte_dirty() {
+        k.memmap.folio_set(folio, PageFlags::DIRTY);
+    }
+    let kind = if oldp.pte_write() {
+        MigrationKind::Write
+    } else if exclusive {
+        MigrationKind::ReadExclusive
+    } else {
+        MigrationKind::Read
+    };
+    let entry = Pte::make_migration_entry(folio, kind, oldp.pte_young(), oldp.pte_dirty(), g);
+    k.pxd_set(2, haddr, pmd, entry.0);
+    k.folio_remove_rmap_pmd(folio, mm);
+    k.folio_put_refs(folio, 1);
+}
+
+/// remove_migration_pmd: the pmd migration entry at `pmd` maps the THP `dst` again,
+/// with what the entry kept: write permission, exclusivity, young and (if the folio
+/// is dirty) dirty.
+pub fn remove_migration_pmd(k: &mut Kernel, mm: MmId, pmd: PmdPtr, haddr: u64, dst: Pfn) {
+    let g = k.arch.granule();
+    let old = Pte(k.pxd_get(2, pmd));
+    let kind = old.migration_kind().expect("a pmd migration entry");
+    let vma = k.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
+    k.folio_ref_add(dst, 1);
+    let mut entry = Pte::pfn_pte(dst, vm_page_prot(&vma), g);
+    if kind == MigrationKind::Write {
+        entry = entry.pte_mkwrite();
+    }
+    if !old.is_migration_entry_young(g) {
+        entry = entry.pte_mkold();
+    }
+    if k.memmap.folio_test(dst, PageFlags::DIRTY) && old.is_migration_entry_dirty(g) {
+        entry = entry.pte_mkdirty();
+    }
+    k.folio_add_anon_rmap_pmd(dst, mm, kind != MigrationKind::Read);
+    k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
+}
+
+/// Set or clear PageAnonExclusive on `nr` pages from `page`.
+fn set_anon_exclusive(k: &mut Kernel, page: Pfn, nr: u64, on: bool) {
+    for i in 0..nr {
+        k.memmap
+            .page_mut(Pfn(page.0 + i))
+            .flags
+            .set(PageFlags::ANON_EXCLUSIVE, on);
+    }
 }
 
 /// split_huge_pmd_address: split a huge pmd straddling `addr` (a VMA edge to be).
@@ -515,13 +600,13 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
         k.memmap.folio_clear(folio, PageFlags::PARTIALLY_MAPPED);
         k.stat.mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
     }
-    __split_folio_to_order_0(k, folio, pins, &entries);
+    __split_folio_to_order_0(k, folio, pins);
     k.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
     k.stat.count_mthp_stat(order, MthpStat::Split);
     if order == g.pmd_order() {
         k.stat.count_vm_event(VmEvent::ThpSplitPage);
     }
-    remap_page(k, &entries);
+    remap_page(k, folio, &entries);
     for i in 0..(1u64 << order) {
         let page = Pfn(folio.0 + i);
         if k.memmap.folio_ref_count(page) == 0 {
@@ -531,12 +616,13 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
     true
 }
 
-/// unmap_folio: try_to_migrate with TTU_BATCH_FLUSH (and TTU_SPLIT_HUGE_PMD for a
-/// PMD-order folio; TTU_RMAP_LOCKED and TTU_SYNC have no model counterpart), then
+/// unmap_folio: try_to_migrate with TTU_BATCH_FLUSH and TTU_SYNC (and
+/// TTU_SPLIT_HUGE_PMD for a PMD-order folio; TTU_RMAP_LOCKED has no model
+/// counterpart), then
 /// try_to_unmap_flush. Batched as in reclaim: each pte's TLBI goes out without waiting
 /// and one DSB ISH waits for them all before the folio is frozen.
 fn unmap_folio(k: &mut Kernel, folio: Pfn) -> Vec<MigrationEntry> {
-    let mut flags = TtuFlags::BATCH_FLUSH;
+    let mut flags = TtuFlags::BATCH_FLUSH | TtuFlags::SYNC;
     if k.memmap.folio_order(folio) == k.arch.granule().pmd_order() {
         flags |= TtuFlags::SPLIT_HUGE_PMD;
     }
@@ -546,27 +632,11 @@ fn unmap_folio(k: &mut Kernel, folio: Pfn) -> Vec<MigrationEntry> {
 }
 
 /// remap_page (remove_migration_ptes with RMP_USE_SHARED_ZEROPAGE): each migration
-/// entry becomes a pte of its page, now a small folio, with its rmap back
-/// (folio_add_anon_rmap_pte), or of the shared zero page where the page holds only
-/// zeroes (try_to_map_unused_to_zeropage, 6.12+), the page then losing that reference.
-fn remap_page(k: &mut Kernel, entries: &[MigrationEntry]) {
-    let g = k.arch.granule();
+/// entry becomes a pte of its page, now a small folio, or of the shared zero page
+/// where the page holds only zeroes (try_to_map_unused_to_zeropage, 6.12+).
+fn remap_page(k: &mut Kernel, folio: Pfn, entries: &[MigrationEntry]) {
     for e in entries {
-        let amm = k.arch_mm(e.mm);
-        let page = e.pte.pte_pfn(g);
-        let vma = k.mm(e.mm).find_vma(e.addr).expect("a mapping outside any VMA");
-        let p = k.memmap.page(page);
-        let locked = p.flags.contains(PageFlags::MLOCKED) || vma.flags.contains(VmFlags::LOCKED);
-        if k.split_zeropage && !p.nonzero && !locked {
-            let zero = Pte::pfn_pte(k.zero_pfn, vm_page_prot(&vma), g).pte_mkspecial();
-            k.arch.set_ptes(amm, e.addr, e.ptep, zero, 1, None);
-            k.mm_mut(e.mm).rss_anon -= 1;
-            k.memmap.page_mut(page).refcount -= 1;
-        } else {
-            let exclusive = p.flags.contains(PageFlags::ANON_EXCLUSIVE);
-            k.arch.set_ptes(amm, e.addr, e.ptep, e.pte, 1, Some((page, 1)));
-            k.folio_add_anon_rmap_ptes(page, page, 1, e.mm, exclusive);
-        }
+        remove_migration_pte(k, e, folio, folio, k.split_zeropage);
     }
 }
 
@@ -599,16 +669,15 @@ pub fn split_folio_to_list(k: &mut Kernel, folio: Pfn, list: &mut Vec<Pfn>) -> b
 }
 
 /// __split_folio_to_order (to 0): every page becomes a folio of its own, unmapped,
-/// inheriting the head's anon state. The kernel drops a mapping's reference as it
-/// makes the migration entry and takes it again in remove_migration_pte; the model
-/// keeps it across: each page starts with one reference per migration entry of it.
-fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32, entries: &[MigrationEntry]) {
-    let g = k.arch.granule();
+/// inheriting the head's anon state; the caller's `pins` stay on the first page (the
+/// mappings' references went with them, remove_migration_pte takes them again).
+fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
     let nr = k.memmap.folio_nr_pages(folio);
-    let mut refs = vec![0; nr as usize];
-    for e in entries {
-        refs[(e.pte.pte_pfn(g).0 - folio.0) as usize] += 1;
-    }
+    debug_assert_eq!(
+        k.memmap.folio_ref_count(folio),
+        pins,
+        "references besides the pins at split"
+    );
     let inherit =
         k.memmap.page(folio).flags & (PageFlags::ANON | PageFlags::SWAPBACKED | PageFlags::DIRTY | PageFlags::MLOCKED);
     k.memmap.release_large(folio);
@@ -618,7 +687,7 @@ fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32, entries: &[Mi
         *p = Page {
             flags: (p.flags & PageFlags::ANON_EXCLUSIVE) | inherit | PageFlags::INUSE,
             mapcount: 0,
-            refcount: refs[i as usize] + if i == 0 { pins } else { 0 },
+            refcount: if i == 0 { pins } else { 0 },
             index: p.index,
             nonzero: p.nonzero,
             ..Page::default()

@@ -10,6 +10,7 @@ pub mod khugepaged;
 pub mod madvise;
 pub mod memblock;
 pub mod memory;
+pub mod migrate;
 pub mod mlock;
 pub mod mm_types;
 pub mod mmap;
@@ -58,7 +59,13 @@ pub struct DeferredSplitQueue {
 pub struct Kernel {
     pub arch: Arch,
     pub memmap: MemMap,
-    pub buddy: Buddy,
+    /// Each NUMA node's zone (NODE_DATA(nid)'s one zone), node 0 first.
+    pub node_zones: Vec<Buddy>,
+    /// Pages per node: node n spans [n * node_span, (n + 1) * node_span), the last
+    /// node also any remainder.
+    node_span: u64,
+    /// numa_node_id(): the node of the CPU the kernel is running on (switch_mm).
+    pub numa_node: usize,
     pub knobs: ThpKnobs,
     pub stat: VmStats,
     pub mms: Vec<Option<MmStruct>>,
@@ -142,9 +149,20 @@ impl Kernel {
         let zero_pfn = Pfn(0);
         memmap.page_mut(zero_pfn).flags = PageFlags::RESERVED | PageFlags::INUSE;
         let knobs = ThpKnobs::new(g);
+        let nodes = cfg.nodes.max(1) as u64;
+        let node_span = nr / nodes;
+        let node_zones = (0..nodes)
+            .map(|n| {
+                let start = (n * node_span).max(RESERVED_FRAMES);
+                let end = if n + 1 == nodes { nr } else { (n + 1) * node_span };
+                Buddy::new(g, Pfn(start), Pfn(end))
+            })
+            .collect();
         Kernel {
             arch: Arch::new(hw),
-            buddy: Buddy::new(g, Pfn(RESERVED_FRAMES), Pfn(nr)),
+            node_zones,
+            node_span,
+            numa_node: 0,
             memmap,
             stat: VmStats::new(g.pmd_order()),
             knobs,
@@ -233,8 +251,9 @@ impl Kernel {
         }
     }
 
-    /// Point a CPU at an mm (switch_mm).
+    /// Point a CPU at an mm (switch_mm); the kernel now runs on that CPU's node.
     pub fn switch_mm(&mut self, cpu: usize, mm: MmId) {
+        self.numa_node = self.cpu_to_node(cpu);
         let g = self.arch.granule();
         let (pgd, asid) = (self.mm(mm).pgd, self.mm(mm).asid);
         self.arch.switch_mm(cpu, pgd.to_phys(g), asid);
@@ -245,19 +264,61 @@ impl Kernel {
         pfn == self.zero_pfn
     }
 
-    /// vma_alloc_folio: a new folio of `order`, or None when the buddy allocator has no
-    /// block that large. An order-0 allocation (GFP_HIGHUSER_MOVABLE, which may reclaim)
-    /// that fails runs direct reclaim and tries again before giving up (OOM).
+    /// cpu_to_node: CPUs are spread over the nodes in order, as evenly as they go.
+    pub fn cpu_to_node(&self, cpu: usize) -> usize {
+        cpu * self.node_zones.len() / self.arch.hw.cpus.len()
+    }
+
+    /// pfn_to_nid: the node whose RAM holds `pfn`.
+    pub fn pfn_to_nid(&self, pfn: Pfn) -> usize {
+        ((pfn.0 / self.node_span) as usize).min(self.node_zones.len() - 1)
+    }
+
+    /// Free pages on every node.
+    pub fn nr_free_pages(&self) -> u64 {
+        self.node_zones.iter().map(|z| z.free_pages).sum()
+    }
+
+    /// get_page_from_freelist over the zonelist of the running CPU's node: that node
+    /// first, then the others in node order.
+    pub(crate) fn alloc_pages_local(&mut self, order: u32) -> Option<Pfn> {
+        let local = self.numa_node;
+        if let Some(pfn) = self.node_zones[local].alloc(&mut self.memmap, order) {
+            return Some(pfn);
+        }
+        let mm = &mut self.memmap;
+        (self.node_zones.iter_mut().enumerate())
+            .filter(|(n, _)| *n != local)
+            .find_map(|(_, z)| z.alloc(mm, order))
+    }
+
+    /// vma_alloc_folio: a new folio of `order` from the local node first, or None when
+    /// no node has a block that large. An order-0 allocation (GFP_HIGHUSER_MOVABLE,
+    /// which may reclaim) that fails runs direct reclaim and tries again before giving
+    /// up (OOM).
     pub fn folio_alloc(&mut self, order: u32) -> Option<Pfn> {
-        let pfn = match self.buddy.alloc(&mut self.memmap, order) {
+        let pfn = match self.alloc_pages_local(order) {
             Some(pfn) => pfn,
-            None if order == 0 && self.try_to_free_pages() => self.buddy.alloc(&mut self.memmap, 0)?,
+            None if order == 0 && self.try_to_free_pages() => self.alloc_pages_local(0)?,
             None => return None,
         };
+        Some(self.prep_new_folio(pfn, order))
+    }
+
+    /// __alloc_pages_node with __GFP_THISNODE: a folio of `order` on node `nid` only
+    /// (a migration target; no reclaim, as alloc_migration_target's allocation may
+    /// fail and the migration then fails or splits).
+    pub fn folio_alloc_node(&mut self, order: u32, nid: usize) -> Option<Pfn> {
+        let pfn = self.node_zones[nid].alloc(&mut self.memmap, order)?;
+        Some(self.prep_new_folio(pfn, order))
+    }
+
+    /// The struct page set-up and counting of a new folio.
+    fn prep_new_folio(&mut self, pfn: Pfn, order: u32) -> Pfn {
         self.memmap.prep_new_folio(pfn, order);
         self.arch.kc.inc(KernelEvent::FolioAlloc);
         self.arch.kc.add(KernelEvent::FolioAllocPages, 1 << order);
-        Some(pfn)
+        pfn
     }
 
     /// folio_ref_sub_and_test: drop `refs` references; whether that was the last and
@@ -317,11 +378,29 @@ impl Kernel {
         let (start, nr) = (Pfn(run.start), run.end - run.start);
         self.arch.kc.add(KernelEvent::FolioFree, nr);
         self.memmap.clear_pages(start, nr);
-        self.buddy.free_range(&mut self.memmap, start, nr);
+        // A run may cross from one node's RAM into the next's.
+        let mut at = start.0;
+        while at < start.0 + nr {
+            let nid = self.pfn_to_nid(Pfn(at));
+            let node_end = if nid + 1 == self.node_zones.len() {
+                u64::MAX
+            } else {
+                (nid as u64 + 1) * self.node_span
+            };
+            let n = (start.0 + nr).min(node_end) - at;
+            self.node_zones[nid].free_range(&mut self.memmap, Pfn(at), n);
+            at += n;
+        }
         // One report per page, as one-at-a-time frees give.
         for pfn in run {
             self.arch.hw.frames_freed(Pfn(pfn), 1);
         }
+    }
+
+    /// Give a block back to its node's zone.
+    pub(crate) fn free_pages_to_node(&mut self, pfn: Pfn, order: u32) {
+        let nid = self.pfn_to_nid(pfn);
+        self.node_zones[nid].free(&mut self.memmap, pfn, order);
     }
 
     #[inline]
@@ -339,7 +418,7 @@ impl Kernel {
             self.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
         }
         self.memmap.clear_folio(folio, order);
-        self.buddy.free(&mut self.memmap, folio, order);
+        self.free_pages_to_node(folio, order);
         self.arch.hw.frames_freed(folio, 1 << order);
     }
 }

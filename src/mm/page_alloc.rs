@@ -1,4 +1,4 @@
-//! mm/page_alloc.c: the buddy allocator over the simulated RAM (one zone).
+//! mm/page_alloc.c: the buddy allocator over the simulated RAM (one zone per node).
 //!
 //! Free blocks are kept on per-order lists linked through the memmap, so allocation
 //! and freeing are O(MAX_PAGE_ORDER) with no host allocation. Lists are LIFO, which
@@ -36,6 +36,8 @@ pub struct Buddy {
     pub free_pages: u64,
     /// [untouched, end) has not entered the free lists yet.
     untouched: u64,
+    /// The zone spans [start, end): a buddy outside it belongs to another node's zone.
+    start: u64,
     end: u64,
 }
 
@@ -51,6 +53,7 @@ impl Buddy {
             nonempty: 0,
             free_pages: end.0 - start.0,
             untouched: start.0,
+            start: start.0,
             end: end.0,
         }
     }
@@ -155,6 +158,9 @@ impl Buddy {
         let mut order = order;
         while order < self.max_order {
             let buddy = pfn ^ (1 << order);
+            if buddy < self.start || buddy + (1 << order) > self.end {
+                break;
+            }
             let free_buddy = mm
                 .buddy_page(Pfn(buddy))
                 .is_some_and(|p| p.flags.contains(PageFlags::BUDDY) && p.order as u32 == order);
@@ -281,6 +287,23 @@ mod tests {
                 "page {p}"
             );
         }
+    }
+
+    #[test]
+    fn a_free_block_never_merges_with_a_buddy_outside_the_zone() {
+        // Two zones splitting 2048 pages unevenly: the first ends inside a max-order block.
+        let mut mm = MemMap::new(1 << 11);
+        let mut a = Buddy::new(Granule::K4, Pfn(0), Pfn(1000));
+        let mut b = Buddy::new(Granule::K4, Pfn(1000), Pfn(2048));
+        let pa: Vec<Pfn> = (0..1000).map(|_| a.alloc(&mut mm, 0).unwrap()).collect();
+        let pb = b.alloc(&mut mm, 0).unwrap();
+        assert_eq!(pb, Pfn(1000));
+        b.free(&mut mm, pb, 0);
+        for p in pa {
+            a.free(&mut mm, p, 0);
+        }
+        assert_eq!((a.free_pages, b.free_pages), (1000, 1048));
+        assert_eq!(a.nr_free(10), 0, "no block may take pages of the other zone");
     }
 
     #[test]

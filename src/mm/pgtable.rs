@@ -54,7 +54,7 @@ impl Kernel {
 
     /// Allocate a zeroed page-table page for `level` (pte_alloc_one / pmd_alloc_one).
     pub fn pgtable_alloc(&mut self, level: u8) -> Option<(Pfn, TableId)> {
-        let pfn = self.buddy.alloc(&mut self.memmap, 0)?;
+        let pfn = self.alloc_pages_local(0)?;
         self.memmap.prep_new_folio(pfn, 0);
         self.memmap.page_mut(pfn).flags.insert(PageFlags::PGTABLE);
         self.arch.hw.ev.inc(alloc_event(level));
@@ -66,7 +66,7 @@ impl Kernel {
         self.arch.hw.mem.release_table(pfn);
         self.arch.hw.ev.inc(Event::TableFree);
         self.memmap.clear_folio(pfn, 0);
-        self.buddy.free(&mut self.memmap, pfn, 0);
+        self.free_pages_to_node(pfn, 0);
     }
 
     /// The table a table descriptor at `level` points at.

@@ -4,12 +4,14 @@
 //! try_to_unmap with the batched, deferred TLB flush of seed 001.
 
 use super::folio::PageFlags;
-use super::huge_memory::{__split_huge_pmd, deferred_split_folio, split_huge_pmd_locked_freeze};
+use super::huge_memory::{
+    __split_huge_pmd, deferred_split_folio, set_pmd_migration_entry, split_huge_pmd_locked_freeze,
+};
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::vmstat::MthpStat;
 use super::Kernel;
 use crate::arch::arm64::pgtable::pmd_trans_huge;
-use crate::arch::arm64::pgtable::{Pte, PtePtr};
+use crate::arch::arm64::pgtable::{MigrationKind, Pte, PtePtr};
 use crate::hw::Pfn;
 use crate::kcount::KernelEvent;
 
@@ -147,6 +149,21 @@ impl Kernel {
         }
     }
 
+    /// folio_add_anon_rmap_pmd: map an existing anon THP by a pmd in `mm` again
+    /// (remove_migration_pmd), its pages exclusive to `mm` if `exclusive`.
+    pub fn folio_add_anon_rmap_pmd(&mut self, folio: Pfn, mm: MmId, exclusive: bool) {
+        let nr = self.memmap.folio_nr_pages(folio);
+        if exclusive {
+            for i in 0..nr {
+                let p = self.memmap.page_mut(Pfn(folio.0 + i));
+                p.flags.insert(PageFlags::ANON_EXCLUSIVE);
+            }
+        }
+        self.arch.kc.inc(KernelEvent::FolioMapcountAtomic);
+        self.memmap.large_mut(folio).entire_mapcount += 1;
+        self.folio_add_large_mapcount(folio, 1, mm);
+    }
+
     /// folio_try_dup_anon_rmap_pmd (fork of a PMD-mapped THP).
     pub fn folio_try_dup_anon_rmap_pmd(&mut self, folio: Pfn, dst: MmId) {
         let nr = self.memmap.folio_nr_pages(folio);
@@ -225,18 +242,22 @@ bitflags::bitflags! {
         const SPLIT_HUGE_PMD = 1 << 0;
         /// Defer the TLB flush to try_to_unmap_flush (reclaim).
         const BATCH_FLUSH = 1 << 1;
+        /// The rmap walk takes each page table's lock before reading a pte
+        /// (PVMW_SYNC): no lockless first read in map_pte.
+        const SYNC = 1 << 2;
     }
 }
 
-/// A pte that try_to_migrate made a migration entry (the model leaves it none): what
-/// remove_migration_ptes needs to map it back.
+/// Where try_to_migrate wrote a migration entry: the ptes remove_migration_ptes'
+/// rmap walk finds again (the entry itself, in the pte, says what to map back).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MigrationEntry {
     pub mm: MmId,
+    /// The pte, or with `pmd` the pmd, holding the entry.
     pub ptep: PtePtr,
     pub addr: u64,
-    /// The pte it replaced, pointing at its page.
-    pub pte: Pte,
+    /// A pmd migration entry of a whole THP (set_pmd_migration_entry).
+    pub pmd: bool,
 }
 
 /// How try_to_unmap_one flushes the TLB of a pte it cleared (seed 001).
@@ -410,11 +431,13 @@ impl Kernel {
         true
     }
 
-    /// try_to_migrate (unmap_folio, for a split): every mapping of `folio`, in every
-    /// mm, becomes a migration entry; they are returned for remove_migration_ptes.
+    /// try_to_migrate (unmap_folio for a split, migrate_folio_unmap): every mapping of
+    /// `folio`, in every mm, becomes a migration entry; where they are is returned for
+    /// remove_migration_ptes. A pmd mapping is split into pte migration entries with
+    /// TTU_SPLIT_HUGE_PMD, else it becomes a pmd migration entry.
     pub fn try_to_migrate(&mut self, folio: Pfn, flags: TtuFlags) -> Vec<MigrationEntry> {
         let mut out = Vec::new();
-        if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
+        if self.memmap.folio_order(folio) == self.arch.granule().pmd_order() {
             let g = self.arch.granule();
             let haddr = self.memmap.page(folio).index << g.page_shift();
             for mm in 0..self.mms.len() {
@@ -427,6 +450,16 @@ impl Kernel {
                 let d = self.pxd_get(2, pmd);
                 if pmd_trans_huge(d) && d.pfn(g) == folio {
                     let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
+                    if !flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
+                        set_pmd_migration_entry(self, mm, pmd, haddr);
+                        out.push(MigrationEntry {
+                            mm,
+                            ptep: pmd,
+                            addr: haddr,
+                            pmd: true,
+                        });
+                        continue;
+                    }
                     split_huge_pmd_locked_freeze(self, mm, &vma, pmd, haddr, &mut out);
                     if self.pmd_freeze_rmap_per_page {
                         // 6.1: page_remove_rmap of each page; the first to lose its
@@ -446,10 +479,12 @@ impl Kernel {
             // page_vma_mapped_walk starts at the folio's first page (or the VMA's, if
             // later) and reads each pte it steps to past that one (next_pte, over
             // holes too), then check_pte reads it again; once the first pte of a
-            // contpte block has unfolded it, the rest read as plain ptes.
+            // contpte block has unfolded it, the rest read as plain ptes. Without
+            // TTU_SYNC map_pte reads the first pte locklessly too (when that is a
+            // hole, the read of a none pte is left out, as are next_pte's of holes).
             let amm = self.arch_mm(mm);
             let start = self.mm(mm).find_vma(addr).map_or(first, |v| first.max(v.start));
-            if prev == Some(mm) || addr != start {
+            if prev == Some(mm) || addr != start || !flags.contains(TtuFlags::SYNC) {
                 self.arch.ptep_get(amm, ptep);
             }
             prev = Some(mm);
@@ -488,23 +523,48 @@ impl Kernel {
 
     /// try_to_migrate_one for one pte: cleared with its TLBI deferred to
     /// try_to_unmap_flush when the flush may be batched (should_defer_flush, as in
-    /// reclaim), then folio_remove_rmap_pte. The first pte whose page that unmaps
-    /// while others stay mapped leaves the folio partially mapped: it is queued for
-    /// deferred split and counted (split_deferred) before the split takes it off.
+    /// reclaim), its dirt moved to the folio, and replaced by a migration entry that
+    /// keeps what the pte allowed (writable, else whether the page was exclusive, which
+    /// it then no longer is) and its young and dirty bits; then
+    /// folio_remove_rmap_pte and the mapping's reference dropped. The first pte whose
+    /// page that unmaps while others stay mapped leaves the folio partially mapped: it
+    /// is queued for deferred split and counted (split_deferred).
     fn try_to_migrate_one(&mut self, folio: Pfn, mm: MmId, ptep: PtePtr, addr: u64, flags: TtuFlags) -> MigrationEntry {
         let g = self.arch.granule();
         let amm = self.arch_mm(mm);
         // pfn = pte_pfn(ptep_get(pvmw.pte)): a second read before the clear.
         self.arch.ptep_get(amm, ptep);
-        let pte = if self.should_defer_flush(flags) {
+        let pteval = if self.should_defer_flush(flags) {
             let v = self.arch.ptep_get_and_clear(amm, addr, ptep);
             self.set_tlb_ubc_flush_pending(mm, v, addr, addr + g.page_size());
             v
         } else {
             self.arch.ptep_clear_flush(amm, addr, ptep)
         };
-        self.folio_remove_rmap_ptes(folio, pte.pte_pfn(g), 1, mm);
-        MigrationEntry { mm, ptep, addr, pte }
+        let page = pteval.pte_pfn(g);
+        if pteval.pte_dirty() {
+            self.memmap.folio_set(folio, PageFlags::DIRTY);
+        }
+        let p = self.memmap.page_mut(page);
+        let exclusive = p.flags.contains(PageFlags::ANON_EXCLUSIVE);
+        p.flags.remove(PageFlags::ANON_EXCLUSIVE);
+        let kind = if pteval.pte_write() {
+            MigrationKind::Write
+        } else if exclusive {
+            MigrationKind::ReadExclusive
+        } else {
+            MigrationKind::Read
+        };
+        let entry = Pte::make_migration_entry(page, kind, pteval.pte_young(), pteval.pte_dirty(), g);
+        self.arch.__set_pte(addr, ptep, entry);
+        self.folio_remove_rmap_ptes(folio, page, 1, mm);
+        self.folio_put_refs(folio, 1);
+        MigrationEntry {
+            mm,
+            ptep,
+            addr,
+            pmd: false,
+        }
     }
 
     /// try_to_unmap_one for a lazyfree anon folio in one mm: a pmd mapping is split

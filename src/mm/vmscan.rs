@@ -278,11 +278,11 @@ mod tests {
             let (mut k, mm) = boot(MachineConfig::default(), &[]);
             k.sys_swapon(16 * MB).unwrap();
             written(&mut k, mm, MB, VmFlags::NOHUGEPAGE);
-            let free = k.buddy.free_pages;
+            let free = k.nr_free_pages();
             k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
             assert_clean(&k);
             assert_eq!(k.stat.event(VmEvent::Pswpout), 256);
-            assert_eq!(k.buddy.free_pages, free + 256);
+            assert_eq!(k.nr_free_pages(), free + 256);
             assert_eq!((k.mm(mm).rss_anon, k.mm(mm).rss_swap), (0, 256));
             assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Swap));
             for a in (BASE..BASE + MB).step_by(K4 as usize) {
@@ -397,11 +397,11 @@ mod tests {
         written(&mut k, mm, 256 << 10, VmFlags::empty());
         k.do_madvise(mm, BASE, BASE + (256 << 10), Madv::Free).unwrap();
         user_access(&mut k, mm, 0, BASE, true).unwrap();
-        let free = k.buddy.free_pages;
+        let free = k.nr_free_pages();
         k.do_madvise(mm, BASE, BASE + (256 << 10), Madv::PageOut).unwrap();
         assert_clean(&k);
         assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 48);
-        assert_eq!(k.buddy.free_pages, free + 48);
+        assert_eq!(k.nr_free_pages(), free + 48);
         assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(4)));
         assert_eq!(k.page_kind(mm, BASE + (64 << 10)), None);
         let folio = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
@@ -553,11 +553,11 @@ mod tests {
         k.do_madvise(mm, BASE, BASE + 8 * K4, Madv::DontNeed).unwrap();
         k.do_madvise(mm, BASE + (64 << 10), BASE + (128 << 10), Madv::Free)
             .unwrap();
-        let free = k.buddy.free_pages;
+        let free = k.nr_free_pages();
         assert!(k.try_to_free_pages());
         assert_clean(&k);
         assert_eq!(k.stat.mthp(4, MthpStat::Split), 1);
         assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 16);
-        assert_eq!(k.buddy.free_pages, free + 8 + 16);
+        assert_eq!(k.nr_free_pages(), free + 8 + 16);
     }
 }

@@ -41,6 +41,11 @@ named_enum!(
         ThpSwpout => "thp_swpout",
         SwapRa => "swap_ra",
         SwapRaHit => "swap_ra_hit",
+        PgmigrateSuccess => "pgmigrate_success",
+        PgmigrateFail => "pgmigrate_fail",
+        ThpMigrationSuccess => "thp_migration_success",
+        ThpMigrationFail => "thp_migration_fail",
+        ThpMigrationSplit => "thp_migration_split",
     }
 );
 

@@ -41,6 +41,8 @@ pub struct HostPaths {
     pub drop_caches: PathBuf,
     /// The file every run that writes `thp`'s knobs holds an exclusive flock on.
     pub lock: PathBuf,
+    /// /sys/devices/system/node: which NUMA nodes have memory (`migrate`'s targets).
+    pub nodes: PathBuf,
 }
 
 impl Default for HostPaths {
@@ -50,6 +52,7 @@ impl Default for HostPaths {
             vmstat: "/proc/vmstat".into(),
             drop_caches: "/proc/sys/vm/drop_caches".into(),
             lock: KNOB_LOCK.into(),
+            nodes: "/sys/devices/system/node".into(),
         }
     }
 }
@@ -69,6 +72,41 @@ pub enum NativeError {
     Host(String),
 }
 
+/// A `migrate` to a NUMA node this host does not have (no `nodes/nodeN` with
+/// memory) is refused before anything runs, naming the op.
+fn refuse_missing_nodes(w: &Workload, nodes: &std::path::Path) -> Result<(), NativeError> {
+    let has_memory = std::fs::read_to_string(nodes.join("has_memory")).unwrap_or_default();
+    let host_nodes = parse_node_list(has_memory.trim());
+    match w.migrates().into_iter().find(|(_, n)| !host_nodes.contains(n)) {
+        Some((pos, node)) => Err(NativeError::Op {
+            path: w.path.clone(),
+            line: pos.line,
+            col: pos.col,
+            msg: format!(
+                "migrate: this host has no NUMA node {node} with memory ({} lists {})",
+                nodes.join("has_memory").display(),
+                if has_memory.trim().is_empty() {
+                    "none"
+                } else {
+                    has_memory.trim()
+                }
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A sysfs node list such as `0` or `0-1,3`.
+fn parse_node_list(s: &str) -> Vec<usize> {
+    s.split(',')
+        .filter_map(|part| match part.split_once('-') {
+            Some((a, b)) => Some((a.parse().ok()?..=b.parse().ok()?).collect::<Vec<usize>>()),
+            None => part.parse().ok().map(|n| vec![n]),
+        })
+        .flatten()
+        .collect()
+}
+
 /// Runs `w` on this host with the real knobs and counters.
 pub fn run(w: &Workload) -> Result<Report, NativeError> {
     run_with(w, &HostPaths::default())
@@ -86,6 +124,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
             ),
         });
     }
+    refuse_missing_nodes(w, &paths.nodes)?;
     let guard = KnobGuard::arm(&paths.thp, &paths.lock)?;
     let mut unavailable = BTreeMap::new();
     for (knob, why) in &guard.missing {
@@ -495,4 +534,36 @@ fn alive(pid: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks for existence.
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_lists_read_as_sysfs_writes_them() {
+        assert_eq!(parse_node_list("0"), [0]);
+        assert_eq!(parse_node_list("0-2,5"), [0, 1, 2, 5]);
+        assert_eq!(parse_node_list(""), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_migrate_to_a_node_without_memory_is_refused_at_its_node() {
+        let dir = std::env::temp_dir().join(format!("foliolab-nodes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("has_memory"), "0-1\n").unwrap();
+        let text = "mmap a 64K\nmigrate a node=1\nmigrate a node=2\n";
+        let w = crate::workload::parse_str("w.wl", text).unwrap();
+        let e = refuse_missing_nodes(&w, &dir).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "w.wl:3:11: migrate: this host has no NUMA node 2 with memory ({} lists 0-1)",
+                dir.join("has_memory").display()
+            )
+        );
+        std::fs::write(dir.join("has_memory"), "0-2\n").unwrap();
+        assert!(refuse_missing_nodes(&w, &dir).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -130,10 +130,22 @@ impl Target {
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
 pub const NOT_APPLICABLE: &str = "not applicable on ";
 
-/// What the guest runner cannot do for `w`: threads and CPU placement.
+/// The NUMA nodes a guest has when one of its workloads migrates: node 0 with the
+/// vCPU, node 1 memory only, the RAM split evenly.
+pub const GUEST_NODES: usize = 2;
+
+/// What the guest runner cannot do for `w`: threads and CPU placement, or migration
+/// to a node beyond the guest's (`migrate`).
 pub fn unsupported(w: &Workload) -> Option<String> {
-    crate::workload::model_only(&w.stmts)
-        .map(|s| format!("'{}' (line {}) runs only in the model", s.op.keyword(), s.pos.line))
+    if let Some(s) = crate::workload::model_only(&w.stmts) {
+        return Some(format!("'{}' (line {}) runs only in the model", s.op.keyword(), s.pos.line));
+    }
+    w.migrate_beyond(GUEST_NODES).map(|(pos, node)| {
+        format!(
+            "its guest has {GUEST_NODES} NUMA nodes (migrate to node {node} at line {})",
+            pos.line
+        )
+    })
 }
 
 /// The reason, if `error` (a per-workload error of `run_batch`) says the workload does
@@ -314,6 +326,12 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
             Op::Mark { label } => format!("mark {label}"),
             Op::Shrink => "shrink".into(),
             Op::Swapon { size } => format!("swapon {size:x}"),
+            Op::Migrate {
+                region, range, node, ..
+            } => {
+                let (a, len) = span(&regions, region, *range);
+                format!("migrate {p} {a:x} {len:x} {node}")
+            }
             Op::Thread { .. } | Op::ThreadsAll | Op::Cpu { .. } => {
                 unreachable!("{} is refused by run_batch_on", st.op.keyword())
             }
@@ -679,6 +697,23 @@ pub fn boot_map_mem(target: Target, ram: u64) -> Result<MapMem, QemuError> {
         .ok_or_else(|| QemuError::Run("the plugin saw no map_mem window at boot".into()))
 }
 
+/// QEMU's options for GUEST_NODES NUMA nodes sharing `ram` evenly, the one vCPU on
+/// node 0.
+fn numa_args(ram: u64) -> Vec<String> {
+    let per = (ram / GUEST_NODES as u64) >> 20;
+    let mut args = Vec::new();
+    for n in 0..GUEST_NODES {
+        args.push("-object".into());
+        args.push(format!("memory-backend-ram,id=m{n},size={per}M"));
+        args.push("-numa".into());
+        args.push(match n {
+            0 => format!("node,nodeid=0,cpus=0,memdev=m{n}"),
+            _ => format!("node,nodeid={n},memdev=m{n}"),
+        });
+    }
+    args
+}
+
 /// `run_batch` on a guest of `ram` bytes.
 fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batch, QemuError> {
     let (source, flavour, granule) = target
@@ -747,6 +782,12 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
     let counted = write_syms(&cache.join(flavour).join("kallsyms"), &syms, target.map_mem_bounds())?;
     let counts = dir.join("counts");
     let file = |name: &str| std::fs::File::create(dir.join(name)).map_err(|e| run_err(name, e));
+    // A batch that migrates boots a guest with GUEST_NODES nodes; others keep one.
+    let numa = if workloads.iter().any(|w| !w.migrates().is_empty()) {
+        numa_args(ram)
+    } else {
+        Vec::new()
+    };
     let start = Instant::now();
     let mut qemu = Command::new("qemu-system-aarch64")
         .args([
@@ -758,6 +799,9 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
             "1",
             "-m",
             &format!("{}M", ram >> 20),
+        ])
+        .args(&numa)
+        .args([
             "-nographic",
             "-no-reboot",
             // The guest's clock counts instructions (one per nanosecond), and idles

@@ -37,6 +37,11 @@ pub const VMSTAT_KEYS: &[&str] = &[
     "pgmajfault",
     "swap_ra",
     "swap_ra_hit",
+    "pgmigrate_success",
+    "pgmigrate_fail",
+    "thp_migration_success",
+    "thp_migration_fail",
+    "thp_migration_split",
 ];
 
 /// Open counter files and the names their values go under.

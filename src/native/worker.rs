@@ -181,6 +181,23 @@ fn check(rc: libc::c_int) -> std::io::Result<()> {
     }
 }
 
+/// The most pages one `migrate` moves (64 MiB of 4K pages).
+const MAX_MOVE_PAGES: usize = 16384;
+
+/// move_pages(2)'s arrays, in the program's data, which the warm-up faults in: a
+/// migrate allocates nothing inside its window.
+struct MovePagesBufs {
+    pages: [u64; MAX_MOVE_PAGES],
+    nodes: [libc::c_int; MAX_MOVE_PAGES],
+    status: [libc::c_int; MAX_MOVE_PAGES],
+}
+
+static MOVE_PAGES: std::sync::Mutex<MovePagesBufs> = std::sync::Mutex::new(MovePagesBufs {
+    pages: [0; MAX_MOVE_PAGES],
+    nodes: [0; MAX_MOVE_PAGES],
+    status: [0; MAX_MOVE_PAGES],
+});
+
 /// Performs one op. `region` gives a region's (address, size); the static checks
 /// guarantee every range lies in a live, suitably protected part of it. A touch calls
 /// `chunk_done` every `Sampler::CHUNK` accesses, so the fault samples are drained
@@ -304,6 +321,40 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
             Op::Munlock { ref region, range } => {
                 let (a, len) = span(region, range);
                 check(libc::munlock(a as *const _, len as usize))
+            }
+            Op::Migrate {
+                ref region,
+                range,
+                node,
+                ..
+            } => {
+                // move_pages(2) of the calling process, every 4K page to `node`.
+                const MPOL_MF_MOVE: libc::c_int = 1 << 1;
+                let (a, len) = span(region, range);
+                let n = (len / 4096) as usize;
+                let mut bufs = MOVE_PAGES.lock().unwrap_or_else(|e| e.into_inner());
+                let MovePagesBufs { pages, nodes, status } = &mut *bufs;
+                if n > pages.len() {
+                    return Err(std::io::Error::from_raw_os_error(libc::E2BIG));
+                }
+                for i in 0..n {
+                    pages[i] = a + i as u64 * 4096;
+                    nodes[i] = node as libc::c_int;
+                }
+                let rc = libc::syscall(
+                    libc::SYS_move_pages,
+                    0,
+                    n as libc::c_ulong,
+                    pages.as_ptr(),
+                    nodes.as_ptr(),
+                    status.as_mut_ptr(),
+                    MPOL_MF_MOVE,
+                );
+                if rc < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
             }
             Op::Set { .. }
             | Op::Mark { .. }

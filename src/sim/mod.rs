@@ -70,6 +70,16 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
     let needed = host_bytes_needed(w, &cfg);
     crate::hostmem::check_fits(&format!("running {}", w.path), needed, crate::hostmem::mem_available())
         .map_err(SimError::Setup)?;
+    if let Some((pos, node)) = w.migrate_beyond(cfg.nodes) {
+        return Err(SimError::Failed {
+            path: w.path.clone(),
+            pos,
+            msg: format!(
+                "node {node}: the machine has {} NUMA node(s) (set more with --set nodes=N)",
+                cfg.nodes
+            ),
+        });
+    }
     let mut k = boot_kernel(v);
     check_granule(w, &w.stmts, page)?;
     let mm = k
@@ -211,6 +221,7 @@ fn check_granule(w: &Workload, stmts: &[Stmt], page: u64) -> Result<(), SimError
             | Op::Munmap { range: Some(r), .. }
             | Op::Mlock { range: Some(r), .. }
             | Op::Munlock { range: Some(r), .. }
+            | Op::Migrate { range: Some(r), .. }
                 if r.off % page != 0 || r.len % page != 0 =>
             {
                 return Err(bad(s.pos, "range"))
@@ -469,6 +480,19 @@ impl Sim<'_> {
             Op::Swapon { size } => {
                 self.syscall(1);
                 self.k.sys_swapon(*size).map_err(|e| self.fail(s.pos, e))
+            }
+            Op::Migrate {
+                region, range, node, ..
+            } => {
+                let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));
+                let (mm, cpu) = self.proc(&s.proc_name);
+                self.k.switch_mm(cpu, mm);
+                self.syscall(1);
+                let (_, rc) = self.k.do_pages_move(mm, start, end, *node);
+                if rc < 0 {
+                    return Err(self.fail(s.pos, format!("move_pages: out of memory on node {node}")));
+                }
+                Ok(())
             }
             Op::Munmap { region, range } => {
                 let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));

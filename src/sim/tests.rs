@@ -159,10 +159,10 @@ mod zap {
     fn munmap_frees_every_page_and_table() {
         for zap in [ZapVariant::PerPte, ZapVariant::Batched] {
             let (mut k, mm) = populated(zap, "hugepages-64kB/enabled");
-            let free = k.buddy.free_pages;
+            let free = k.nr_free_pages();
             k.do_munmap(mm, BASE, BASE + (16 << 20));
             // 4096 data pages, 8 pte tables, the pmd and pud tables come back.
-            assert_eq!(k.buddy.free_pages - free, 4096 + 8 + 2, "{zap:?}");
+            assert_eq!(k.nr_free_pages() - free, 4096 + 8 + 2, "{zap:?}");
             assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 0);
             assert_eq!(k.mm(mm).rss_anon, 0);
             assert_clean(&k);
@@ -272,7 +272,7 @@ mod fork_exit {
         let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
         k.do_mmap(mm, BASE, 1 << 20, rw()).unwrap();
         touch(&mut k, mm, BASE, 1 << 20, true);
-        let free_before = k.buddy.free_pages;
+        let free_before = k.nr_free_pages();
         let child = k.dup_mmap(mm).unwrap();
         k.switch_mm(1, child);
         assert_clean(&k);
@@ -288,20 +288,20 @@ mod fork_exit {
         assert!(!k.folio_maybe_mapped_shared(head));
         assert_eq!(touch(&mut k, mm, BASE, 64 << 10, true), 16);
         assert_eq!(k.page_table_pfn(mm, BASE), Some(head));
-        assert_eq!(k.buddy.free_pages, free_before);
+        assert_eq!(k.nr_free_pages(), free_before);
         assert_clean(&k);
     }
 
     #[test]
     fn exit_of_the_last_mm_frees_every_page_and_table() {
         let (mut k, mm) = boot(&[("hugepages-64kB/enabled", "always")]);
-        let free = k.buddy.free_pages;
+        let free = k.nr_free_pages();
         k.do_mmap(mm, BASE, 4 << 20, rw() | VmFlags::HUGEPAGE).unwrap();
         touch(&mut k, mm, BASE, 3 << 20, true);
         k.exit_mmap(mm);
         assert_clean(&k);
         // The pgd was allocated before `free` was read.
-        assert_eq!(k.buddy.free_pages, free + 1);
+        assert_eq!(k.nr_free_pages(), free + 1);
         assert_eq!(k.stat.mthp(9, MthpStat::NrAnon), 0);
     }
 
@@ -328,13 +328,13 @@ mod fork_exit {
         touch(&mut k, mm, BASE, 1 << 20, true);
         k.do_madvise(mm, BASE + 8 * K4, BASE + 24 * K4, Madv::DontNeed).unwrap();
         assert_eq!(k.stat.mthp(4, MthpStat::NrAnonPartiallyMapped), 2);
-        let free = k.buddy.free_pages;
+        let free = k.nr_free_pages();
         assert_eq!(deferred_split_scan(&mut k), 2);
         assert_clean(&k);
         assert_eq!(k.stat.mthp(4, MthpStat::Split), 2);
         assert_eq!(k.stat.mthp(4, MthpStat::NrAnon), 14);
         assert_eq!(k.stat.mthp(4, MthpStat::NrAnonPartiallyMapped), 0);
-        assert_eq!(k.buddy.free_pages, free + 16);
+        assert_eq!(k.nr_free_pages(), free + 16);
         assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Order(0)));
         assert_eq!(k.ds_queue.len, 0);
     }
@@ -636,6 +636,37 @@ mod kernel_counters {
             got.push(phase(&run(&w, &v).unwrap(), "pageout", keys));
         }
         assert_eq!(got, [[16384, 0, 0], [0, 16384, 32 * 17]]);
+    }
+
+    /// Seed 001's other beneficiary: 64 MiB moved to node 1. Sync: a ptep_clear_flush
+    /// (and DSB ISH) per pte; deferred: one arch_tlbbatch_flush per migrate_pages_batch,
+    /// 32 batches of 512 order-0 pages, or one per 64K folio (each is its own
+    /// move_pages batch), whose block unfold and refold add a DSB each in both.
+    #[test]
+    fn seed001_migrate_waits_for_tlbis_once_per_batch_only_when_deferred() {
+        let keys = [
+            "kernel.ptep_clear_flush",
+            "kernel.arch_tlbbatch_flush",
+            "arch.dsb.ish",
+            "vmstat.pgmigrate_success",
+        ];
+        for (file, want) in [
+            ("order0", [[16384, 0, 16384, 16384], [0, 32, 32, 16384]]),
+            ("64k", [[16384, 0, 18432, 16384], [0, 1024, 3072, 16384]]),
+        ] {
+            let w = crate::workload::parse_file(&format!("workloads/seed001-migrate-{file}.wl")).unwrap();
+            let mut got = Vec::new();
+            let mut layouts = Vec::new();
+            for t in ["sync", "deferred"] {
+                let v = Variants::from_sets(&["nodes=2".into(), format!("tlb-batch={t}"), "checks=on".into()]).unwrap();
+                let r = run(&w, &v).unwrap();
+                let p = r.phases.iter().find(|p| p.label == "migrate").unwrap();
+                got.push(keys.map(|k| p.counters.get(k).copied().unwrap_or(0)));
+                layouts.push(r.layout);
+            }
+            assert_eq!(got, want, "{file}");
+            assert_eq!(layouts[0], layouts[1], "{file}");
+        }
     }
 
     /// Seed 004's loop, scaled down (4 MiB of 64 KiB folios, two mlock/munlock

@@ -177,6 +177,12 @@ pub const KEYS: &[Key] = &[
         about: "the number of CPUs, each with its own TLB",
     },
     Key {
+        name: "nodes",
+        default: "1",
+        values: "1..=64",
+        about: "NUMA nodes: RAM split evenly between them, CPU c on node c * nodes / cpus; the page allocator takes the faulting CPU's node first",
+    },
+    Key {
         name: "tlbi-range",
         default: "off",
         values: "on|off",
@@ -360,6 +366,7 @@ impl Variants {
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
             "cpus" => val.parse::<usize>().is_ok_and(|n| (1..=256).contains(&n)),
+            "nodes" => val.parse::<usize>().is_ok_and(|n| (1..=64).contains(&n)),
             _ => on_off(val).is_some(),
         };
         if !ok {
@@ -384,6 +391,7 @@ impl Variants {
             granule: Granule::parse(self.get("granule")).unwrap(),
             ram_bytes: parse_ram(self.get("ram")).unwrap(),
             ncpus: self.get("cpus").parse().unwrap(),
+            nodes: self.get("nodes").parse().unwrap(),
             ..MachineConfig::default()
         };
         cfg.features.tlbi_range = self.flag("tlbi-range");

@@ -124,6 +124,7 @@ pub fn host_profile(name: &str, costs: &[f64], what: &str, clock_ghz: f64, fit_n
         description: format!("this host, measured by foliolab calibrate: {what}"),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         cpus_note: "the CPUs this host shows".into(),
+        nodes: 1,
         clock_ghz,
         clock_source: "/proc/cpuinfo (cpu MHz of the first CPU)".into(),
         tlb: Tlb {

@@ -135,6 +135,10 @@ struct Common {
     cost: Vec<Cost>,
 }
 
+fn one_node() -> u32 {
+    1
+}
+
 /// One machine.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -143,6 +147,9 @@ pub struct Profile {
     pub description: String,
     pub cpus: u32,
     pub cpus_note: String,
+    /// NUMA nodes (1 when the profile does not say).
+    #[serde(default = "one_node")]
+    pub nodes: u32,
     /// The core clock, for scaling software costs measured on another machine.
     pub clock_ghz: f64,
     pub clock_source: String,
@@ -277,6 +284,7 @@ impl Profile {
         let f = |b: bool| if b { "on" } else { "off" }.to_string();
         vec![
             ("cpus".into(), self.cpus.to_string()),
+            ("nodes".into(), self.nodes.to_string()),
             ("tlbi-range".into(), f(self.features.tlbi_range)),
             ("bbml2".into(), f(self.features.bbml2)),
             ("kpti".into(), f(self.features.kpti)),

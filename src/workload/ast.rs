@@ -137,6 +137,14 @@ pub enum Op {
     Swapon {
         size: u64,
     },
+    /// `migrate R [OFF LEN] node=N`: move_pages(2) of every page of the range to NUMA
+    /// node N (an extension of the spec; `node_pos` is where `node=` is written).
+    Migrate {
+        region: String,
+        range: Option<Range>,
+        node: usize,
+        node_pos: Pos,
+    },
     Repeat {
         n: u64,
         body: Vec<Stmt>,
@@ -165,9 +173,33 @@ impl Op {
             Op::Cpu { .. } => "cpu",
             Op::Shrink => "shrink",
             Op::Swapon { .. } => "swapon",
+            Op::Migrate { .. } => "migrate",
             Op::Repeat { .. } => "repeat",
             Op::Mark { .. } => "mark",
         }
+    }
+}
+
+impl Workload {
+    /// Every `migrate`, in file order: where its `node=` is written, and the node.
+    pub fn migrates(&self) -> Vec<(Pos, usize)> {
+        fn collect(stmts: &[Stmt], out: &mut Vec<(Pos, usize)>) {
+            for s in stmts {
+                match &s.op {
+                    Op::Migrate { node, node_pos, .. } => out.push((*node_pos, *node)),
+                    Op::Repeat { body, .. } => collect(body, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        collect(&self.stmts, &mut out);
+        out
+    }
+
+    /// The first `migrate` to a node a machine with `nodes` nodes lacks.
+    pub fn migrate_beyond(&self, nodes: usize) -> Option<(Pos, usize)> {
+        self.migrates().into_iter().find(|(_, n)| *n >= nodes)
     }
 }
 

@@ -288,6 +288,10 @@ impl Checker<'_> {
             Op::Mlock { region, range: None } | Op::Munlock { region, range: None } => {
                 self.region(proc, name, region, None, at)?;
             }
+            // move_pages(2) gives pages with nothing mapped a status, not an error.
+            Op::Migrate { region, range, .. } => {
+                self.region(proc, name, region, *range, at)?;
+            }
             Op::Munmap { region, range } => {
                 let (reg, r) = self.region(proc, name, region, *range, at)?;
                 reg.set(r, None);

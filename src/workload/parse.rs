@@ -452,6 +452,31 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 Op::Swapon { size }
             }
+            "migrate" => {
+                let region = self.region(&mut a, &mut at)?;
+                let range = self.opt_range(&mut a, &mut at)?;
+                let t = self.arg(&mut a, "node=N")?;
+                let node = t
+                    .text
+                    .strip_prefix("node=")
+                    .and_then(|v| v.parse::<usize>().ok().filter(|n| *n < 64));
+                let Some(node) = node else {
+                    return Err(self.err(
+                        t.pos,
+                        format!(
+                            "expected node=N with N a NUMA node from 0 to 63, not '{}'",
+                            Echo(t.text)
+                        ),
+                    ));
+                };
+                self.finish(&a)?;
+                Op::Migrate {
+                    region,
+                    range,
+                    node,
+                    node_pos: t.pos,
+                }
+            }
             "mark" => {
                 let t = self.arg(&mut a, "a label")?;
                 self.finish(&a)?;
@@ -779,6 +804,31 @@ mod tests {
                 _ => vec![],
             })
             .collect()
+    }
+
+    #[test]
+    fn migrate_takes_a_region_an_optional_range_and_a_node() {
+        let w = parse("mmap a 64K\nmigrate a node=1\nmigrate a 16K 32K node=0\n");
+        assert_eq!(
+            w.stmts[1].op,
+            Op::Migrate {
+                region: "a".into(),
+                range: None,
+                node: 1,
+                node_pos: Pos { line: 2, col: 11 },
+            }
+        );
+        let Op::Migrate { range, node, .. } = &w.stmts[2].op else {
+            panic!("not a migrate: {:?}", w.stmts[2].op);
+        };
+        assert_eq!((range.map(|r| (r.off, r.len)), *node), (Some((16 << 10, 32 << 10)), 0));
+        assert_eq!(w.migrate_beyond(2), None);
+        assert_eq!(w.migrate_beyond(1), Some((Pos { line: 2, col: 11 }, 1)));
+        fails("mmap a 64K\nmigrate a", 2, 10, "'migrate' expects node=N");
+        fails("mmap a 64K\nmigrate a node=x", 2, 11, "expected node=N");
+        fails("mmap a 64K\nmigrate a node=64", 2, 11, "from 0 to 63");
+        fails("mmap a 64K\nmigrate a 0 4K node=1 now", 2, 23, "unexpected 'now'");
+        fails("mmap a 64K\nmigrate b node=1", 2, 9, "region 'b'");
     }
 
     #[test]

@@ -83,6 +83,9 @@
 #define CHUNK 4096
 #define DATA_PAGES 128
 #define MAX_STRAYS 16
+/* The most pages one migrate moves (64 MiB of 4K pages). */
+#define MAX_MIGRATE 16384
+#define MPOL_MF_MOVE (1 << 1)
 
 struct step {
 	char kind[16];
@@ -91,6 +94,7 @@ struct step {
 	char b[NAME];	/* knob value, advice, prot */
 	uint64_t addr, len, stride, step;
 	int write, hugepage, nohugepage, populate, ro, whole;
+	int node;	/* migrate's target NUMA node */
 };
 
 struct region {
@@ -402,6 +406,10 @@ static int advice(const char *a)
 	return -1;
 }
 
+/* move_pages(2)'s arrays: static, so warm_up has faulted them in before any window. */
+static void *mp_pages[MAX_MIGRATE];
+static int mp_nodes[MAX_MIGRATE], mp_status[MAX_MIGRATE];
+
 static int exec_op(const struct step *st, struct sampler *s, struct tally *t)
 {
 	if (!strcmp(st->kind, "mmap")) {
@@ -451,6 +459,19 @@ static int exec_op(const struct step *st, struct sampler *s, struct tally *t)
 			 : !strcmp(st->b, "r")    ? PROT_READ
 						  : PROT_READ | PROT_WRITE;
 		return mprotect((void *)st->addr, st->len, prot);
+	}
+	if (!strcmp(st->kind, "migrate")) {
+		uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE), n = st->len / ps;
+
+		if (n > MAX_MIGRATE) {
+			errno = E2BIG;
+			return -1;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			mp_pages[i] = (void *)(st->addr + i * ps);
+			mp_nodes[i] = st->node;
+		}
+		return syscall(__NR_move_pages, 0, n, mp_pages, mp_nodes, mp_status, MPOL_MF_MOVE) < 0 ? -1 : 0;
 	}
 	if (!strcmp(st->kind, "mlock"))
 		return mlock((void *)st->addr, st->len);
@@ -1155,6 +1176,12 @@ static int parse_step(char *line, struct step *st)
 	}
 	if (!strcmp(st->kind, "mprotect")) {
 		n = sscanf(line, "%63s %llx %llx %63s", st->proc, &a, &l, st->b);
+		st->addr = a;
+		st->len = l;
+		return n == 4 ? 0 : -1;
+	}
+	if (!strcmp(st->kind, "migrate")) {
+		n = sscanf(line, "%63s %llx %llx %d", st->proc, &a, &l, &st->node);
 		st->addr = a;
 		st->len = l;
 		return n == 4 ? 0 : -1;

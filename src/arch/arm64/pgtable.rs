@@ -29,9 +29,32 @@ const PTE_PRESENT_INVALID: Attr = Attr::NG;
 const SWP_OFFSET_SHIFT: u32 = 12;
 const SWP_OFFSET_BITS: u32 = 50;
 const PTE_SWP_EXCLUSIVE: u64 = 1 << 2;
+/// The swap type field (bits 6-10). Types from MAX_SWAPFILES up are not swap devices:
+/// with CONFIG_MIGRATION and CONFIG_MEMORY_FAILURE but no CONFIG_DEVICE_PRIVATE (as in
+/// Debian's arm64 kernels), 32 - 3 migration - 1 hwpoison - 1 marker = 27 swap types,
+/// hwpoison is 27, the migration types 28 (read), 29 (read-exclusive) and 30 (write).
+const SWP_TYPE_SHIFT: u32 = 6;
+const SWP_TYPE_MASK: u64 = 0x1f;
+const SWP_MIGRATION_READ: u64 = 28;
+const SWP_MIGRATION_READ_EXCLUSIVE: u64 = 29;
+const SWP_MIGRATION_WRITE: u64 = 30;
+/// MAX_PHYSMEM_BITS (CONFIG_ARM64_PA_BITS=52, Debian's): a migration entry's pfn takes
+/// SWP_PFN_BITS = 52 - PAGE_SHIFT bits of the offset, the young and dirty bits the
+/// two above (SWP_MIG_YOUNG_BIT, SWP_MIG_DIRTY_BIT; migration_entry_supports_ad holds,
+/// the offset having 50 bits).
+const MAX_PHYSMEM_BITS: u32 = 52;
 /// Linux's PTE_WRITE is the DBM bit.
 const PTE_WRITE: Attr = Attr::DBM;
 const PTE_DIRTY: Attr = Attr::SW_DIRTY;
+
+/// The three migration entry types: what the unmapped pte allowed, and whether the
+/// page was PageAnonExclusive (a writable one always is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationKind {
+    Read,
+    ReadExclusive,
+    Write,
+}
 
 /// Page protections (pgprot_t): the attribute bits of a pte without its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,10 +133,49 @@ impl Pte {
         }
         Pte(Desc(v))
     }
-    /// is_swap_pte: a swap entry (the model has no migration or marker entries).
+    /// is_swap_pte: a swap entry. Migration entries are one too, but exist only inside
+    /// an op (migration, split), whose own code is the only reader of them.
     #[inline]
     pub fn is_swap_pte(self) -> bool {
         !self.pte_none() && !self.pte_present()
+    }
+    /// make_{readable,readable_exclusive,writable}_migration_entry for the page `pfn`,
+    /// with make_migration_entry_young / _dirty as try_to_migrate_one applies them.
+    pub fn make_migration_entry(pfn: Pfn, kind: MigrationKind, young: bool, dirty: bool, g: Granule) -> Pte {
+        let pfn_bits = MAX_PHYSMEM_BITS - g.page_shift();
+        let ty = match kind {
+            MigrationKind::Read => SWP_MIGRATION_READ,
+            MigrationKind::ReadExclusive => SWP_MIGRATION_READ_EXCLUSIVE,
+            MigrationKind::Write => SWP_MIGRATION_WRITE,
+        };
+        let offset = pfn.0 | (young as u64) << pfn_bits | (dirty as u64) << (pfn_bits + 1);
+        Pte(Desc(ty << SWP_TYPE_SHIFT | offset << SWP_OFFSET_SHIFT))
+    }
+    /// is_migration_entry(pte_to_swp_entry(pte)) of a non-present pte.
+    #[inline]
+    pub fn is_migration_entry(self) -> bool {
+        self.is_swap_pte() && self.migration_kind().is_some()
+    }
+    /// Which migration entry this is (None for a swap-device entry).
+    pub fn migration_kind(self) -> Option<MigrationKind> {
+        match (self.raw() >> SWP_TYPE_SHIFT) & SWP_TYPE_MASK {
+            SWP_MIGRATION_READ => Some(MigrationKind::Read),
+            SWP_MIGRATION_READ_EXCLUSIVE => Some(MigrationKind::ReadExclusive),
+            SWP_MIGRATION_WRITE => Some(MigrationKind::Write),
+            _ => None,
+        }
+    }
+    /// pfn_swap_entry_to_page of a migration entry.
+    pub fn migration_entry_pfn(self, g: Granule) -> Pfn {
+        Pfn(self.pte_swp_offset() & ((1 << (MAX_PHYSMEM_BITS - g.page_shift())) - 1))
+    }
+    /// is_migration_entry_young.
+    pub fn is_migration_entry_young(self, g: Granule) -> bool {
+        self.pte_swp_offset() >> (MAX_PHYSMEM_BITS - g.page_shift()) & 1 != 0
+    }
+    /// is_migration_entry_dirty.
+    pub fn is_migration_entry_dirty(self, g: Granule) -> bool {
+        self.pte_swp_offset() >> (MAX_PHYSMEM_BITS - g.page_shift() + 1) & 1 != 0
     }
     /// swp_offset(pte_to_swp_entry(pte)).
     #[inline]
@@ -681,6 +743,30 @@ mod tests {
     use super::*;
 
     const G: Granule = Granule::K4;
+
+    #[test]
+    fn a_migration_entry_keeps_its_pfn_type_and_access_bits_and_is_no_swap_slot() {
+        for g in [Granule::K4, Granule::K16, Granule::K64] {
+            let far = Pfn((1 << (52 - g.page_shift())) - 1);
+            for (kind, young, dirty) in [
+                (MigrationKind::Read, false, false),
+                (MigrationKind::ReadExclusive, true, false),
+                (MigrationKind::Write, true, true),
+                (MigrationKind::Write, false, true),
+            ] {
+                let e = Pte::make_migration_entry(far, kind, young, dirty, g);
+                assert!(e.is_swap_pte() && e.is_migration_entry() && !e.pte_present() && !e.pte_none());
+                assert_eq!(e.migration_kind(), Some(kind));
+                assert_eq!(e.migration_entry_pfn(g), far);
+                assert_eq!(e.is_migration_entry_young(g), young, "{g:?} {kind:?}");
+                assert_eq!(e.is_migration_entry_dirty(g), dirty, "{g:?} {kind:?}");
+            }
+        }
+        // Type 28 sits in bits 6-10.
+        let e = Pte::make_migration_entry(Pfn(1), MigrationKind::Read, false, false, G);
+        assert_eq!(e.raw(), 28 << 6 | 1 << 12);
+        assert!(!Pte::swp_entry_to_pte(5, true).is_migration_entry());
+    }
 
     #[test]
     fn a_swap_pte_is_neither_none_nor_present_and_keeps_its_offset() {

@@ -1,0 +1,6 @@
+# PMD-mapped THPs, and one split by a DONTNEED of its first page, moved to node 1.
+mmap buf 8M hugepage
+touch buf
+madvise buf 0 4K dontneed
+mark migrate
+migrate buf node=1
