@@ -378,12 +378,17 @@ impl Kernel {
             d.nonzero = s.nonzero;
             d.index = s.index;
         }
-        // __folio_migrate_mapping: only the isolation reference is left on `src`.
+        // __folio_migrate_mapping: only the isolation reference is left on `src`,
+        // and the swap cache's, which move to `dst` with its slots.
+        let cached = self.memmap.folio_test(src, PageFlags::SWAPCACHE);
         debug_assert_eq!(
             self.memmap.folio_ref_count(src),
-            1,
+            1 + if cached { nr as i32 } else { 0 },
             "{src:?} referenced beyond its isolation"
         );
+        if cached {
+            self.__swap_cache_replace_folio(src, dst);
+        }
         folio_unqueue_deferred_split(self, src);
         let moved = self.memmap.page(src).flags & (PageFlags::ANON | PageFlags::SWAPBACKED);
         self.memmap.folio_set(dst, moved);

@@ -123,6 +123,22 @@ impl Kernel {
         self.memmap.folio_set(folio, PageFlags::SWAPCACHE);
     }
 
+    /// __swap_cache_replace_folio (migration): `new` takes `old`'s slots in the swap
+    /// cache, and the references the cache held.
+    pub fn __swap_cache_replace_folio(&mut self, old: Pfn, new: Pfn) {
+        let nr = self.memmap.folio_nr_pages(old);
+        let cache = &mut self.swap.as_mut().expect("a swap cache without a device").cache;
+        let slot = cache.swap.remove(&old).expect("a folio in the swap cache");
+        for s in slot..slot + nr {
+            cache.folios.insert(s, new);
+        }
+        cache.swap.insert(new, slot);
+        self.folio_ref_add(new, nr as i32);
+        self.memmap.folio_set(new, PageFlags::SWAPCACHE);
+        self.memmap.folio_clear(old, PageFlags::SWAPCACHE);
+        self.folio_put_refs(old, nr as i32);
+    }
+
     /// swap_cache_del_folio: `folio` leaves the swap cache; its slots lose
     /// SWAP_HAS_CACHE (put_swap_folio: freed if no pte holds them) and it the
     /// references the cache held. The caller holds one of its own.

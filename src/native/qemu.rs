@@ -138,7 +138,11 @@ pub const GUEST_NODES: usize = 2;
 /// to a node beyond the guest's (`migrate`).
 pub fn unsupported(w: &Workload) -> Option<String> {
     if let Some(s) = crate::workload::model_only(&w.stmts) {
-        return Some(format!("'{}' (line {}) runs only in the model", s.op.keyword(), s.pos.line));
+        return Some(format!(
+            "'{}' (line {}) runs only in the model",
+            s.op.keyword(),
+            s.pos.line
+        ));
     }
     w.migrate_beyond(GUEST_NODES).map(|(pos, node)| {
         format!(
