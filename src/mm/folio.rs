@@ -48,6 +48,8 @@ bitflags! {
         const MAYBE_SHARED = 1 << 13;
         /// In the swap cache (slots allocated for it, reclaim writing it out).
         const SWAPCACHE = 1 << 14;
+        /// Charged to the workload's memory cgroup (folio->memcg_data).
+        const MEMCG = 1 << 15;
     }
 }
 

@@ -98,6 +98,11 @@ impl Kernel {
             return;
         };
         self.stat.count_vm_event(VmEvent::ThpCollapseAlloc);
+        // alloc_charge_folio: SCAN_CGROUP_CHARGE_FAIL.
+        if !self.mem_cgroup_charge(folio, true) {
+            self.folio_put(folio);
+            return;
+        }
         let pmd = self.pmd_offset(mm, haddr).expect("scanned pmd");
         let ptep = self.pte_offset_map(pmd, haddr).expect("scanned pte table");
         let table = self.arch.hw.mem.table_pfn(ptep.table);

@@ -8,6 +8,7 @@ pub mod fork;
 pub mod huge_memory;
 pub mod khugepaged;
 pub mod madvise;
+pub mod memcontrol;
 pub mod memblock;
 pub mod memory;
 pub mod mlock;
@@ -19,6 +20,7 @@ pub mod mremap;
 pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;
+pub mod swap;
 pub mod swapfile;
 pub mod thp_sysfs;
 pub mod vmscan;
@@ -117,6 +119,10 @@ pub struct Kernel {
     gather_pages: mmu_gather::GatherPages,
     /// The swap device (swapon), if any: a zram-like one, written synchronously.
     pub swap: Option<swapfile::SwapInfo>,
+    /// The LRU lists reclaim scans (the workload's cgroup's, or the node's).
+    pub lruvec: swap::Lruvec,
+    /// The workload's memory cgroup (`memlimit`), if any.
+    pub memcg: Option<memcontrol::MemCgroup>,
     /// Direct reclaim runs (the kernel's allocstall_<zone> events; kept out of reports,
     /// since which zone's counter moves depends on the machine's zone layout).
     pub nr_direct_reclaim: u64,
@@ -168,6 +174,8 @@ impl Kernel {
             gather_pages: Default::default(),
             nr_direct_reclaim: 0,
             swap: None,
+            lruvec: Default::default(),
+            memcg: None,
             next_asid: 1,
             next_anon_vma: 1,
         }
@@ -305,6 +313,10 @@ impl Kernel {
         }
         let (start, nr) = (Pfn(run.start), run.end - run.start);
         self.arch.kc.add(KernelEvent::FolioFree, nr);
+        for pfn in run.clone() {
+            self.lru_forget_folio(Pfn(pfn));
+            self.mem_cgroup_uncharge(Pfn(pfn), 1);
+        }
         self.memmap.clear_pages(start, nr);
         self.buddy.free_range(&mut self.memmap, start, nr);
         // One report per page, as one-at-a-time frees give.
@@ -324,6 +336,8 @@ impl Kernel {
         self.arch.kc.inc(KernelEvent::FolioFree);
         let order = self.memmap.folio_order(folio);
         huge_memory::folio_unqueue_deferred_split(self, folio);
+        self.lru_forget_folio(folio);
+        self.mem_cgroup_uncharge(folio, 1 << order);
         if self.memmap.folio_test(folio, PageFlags::ANON) {
             self.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
         }

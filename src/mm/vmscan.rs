@@ -10,61 +10,141 @@
 use super::folio::PageFlags;
 use super::huge_memory::{can_split_folio, deferred_split_scan, split_folio_to_list};
 use super::rmap::TtuFlags;
+use super::swap::{LruList, PAGEVEC_SIZE};
 use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
 use crate::hw::Pfn;
 
-/// PAGEVEC_SIZE: the folios a folio_batch holds.
-const PAGEVEC_SIZE: usize = 31;
+/// SWAP_CLUSTER_MAX: the folios one isolation takes, and the least reclaim aims at.
+const SWAP_CLUSTER_MAX: u64 = 32;
+/// DEF_PRIORITY: the first pass scans each list's size >> 12.
+const DEF_PRIORITY: u32 = 12;
+/// MAX_SWAPPINESS.
+const MAX_SWAPPINESS: u64 = 200;
+/// vm_swappiness at its default, which a v1 cgroup inherits (memory.swappiness).
+const SWAPPINESS: u64 = 60;
+
+/// What shrink_folio_list does with one folio.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Only the isolation reference is left: free it.
+    Free,
+    /// activate_locked: back to the LRU, active (pgactivate, unless mlocked).
+    Activate,
+    /// keep: back to the LRU as it was.
+    Keep,
+}
+
+/// folio_check_references' answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FolioReferences {
+    Reclaim,
+    Keep,
+    Activate,
+}
+
+/// struct reclaim_stat, the part the model's callers use.
+#[derive(Default)]
+struct ReclaimStat {
+    nr_reclaimed: u64,
+    /// Pages written out (pageout returned PAGE_SUCCESS; zero-filled ones too).
+    nr_pageout: u64,
+    nr_activate: u64,
+}
+
+/// struct scan_control of a cgroup's direct reclaim (try_to_free_mem_cgroup_pages).
+struct ScanControl {
+    nr_to_reclaim: u64,
+    nr_reclaimed: u64,
+    priority: u32,
+    /// DEACTIVATE_ANON / DEACTIVATE_FILE.
+    may_deactivate: [bool; 2],
+    skipped_deactivate: bool,
+    force_deactivate: bool,
+    memcg_full_walk: bool,
+    cache_trim_mode: bool,
+}
 
 impl Kernel {
     /// reclaim_pages (reclaim_folio_list with references ignored, as for
-    /// MADV_PAGEOUT): shrink the isolated folios, in the order given, and put back what
-    /// stays. Each folio carries the reference its isolation took. Returns the pages
-    /// reclaimed.
+    /// MADV_PAGEOUT): shrink the isolated folios, in the order given, PG_active
+    /// cleared, and put back what stays. Each folio carries the reference its
+    /// isolation took. Returns the pages reclaimed.
     pub fn reclaim_pages(&mut self, folios: Vec<Pfn>) -> u64 {
-        // shrink_folio_list takes folios from the list's tail, where split pages go too.
+        for &folio in &folios {
+            self.lruvec.state_mut(folio).active = false;
+        }
+        let (stat, kept) = self.shrink_folio_list(folios, true);
+        for folio in kept {
+            self.folio_putback_lru(folio);
+        }
+        stat.nr_reclaimed
+    }
+
+    /// shrink_folio_list: each isolated folio, in the order given, is checked for
+    /// references (unless `ignore_references`), then written out, discarded or
+    /// kept. Returns the counts and the folios to put back, in order, each still
+    /// holding its isolation reference; freed ones are freed here.
+    fn shrink_folio_list(&mut self, folios: Vec<Pfn>, ignore_references: bool) -> (ReclaimStat, Vec<Pfn>) {
+        // The list is consumed from its tail, where split pages go too.
         let mut list: Vec<Pfn> = folios.into_iter().rev().collect();
+        let mut stat = ReclaimStat::default();
         let mut free = Vec::new();
-        let mut keep = Vec::new();
-        let mut reclaimed = 0;
+        let mut kept = Vec::new();
         while let Some(folio) = list.pop() {
-            if self.shrink_folio(folio, &mut list) {
-                reclaimed += self.memmap.folio_nr_pages(folio);
-                free.push(folio);
-                // shrink_folio_list's free_folios is a folio_batch: when it fills, the
-                // TLBIs pending so far complete (try_to_unmap_flush) and it is freed.
-                if free.len() == PAGEVEC_SIZE {
-                    self.try_to_unmap_flush();
-                    for folio in free.drain(..) {
-                        self.folio_put(folio);
+            let verdict = if ignore_references {
+                self.shrink_folio(folio, &mut list, &mut stat)
+            } else {
+                match self.folio_check_references(folio) {
+                    FolioReferences::Activate => Verdict::Activate,
+                    FolioReferences::Keep => Verdict::Keep,
+                    FolioReferences::Reclaim => self.shrink_folio(folio, &mut list, &mut stat),
+                }
+            };
+            match verdict {
+                Verdict::Free => {
+                    stat.nr_reclaimed += self.memmap.folio_nr_pages(folio);
+                    free.push(folio);
+                    // free_folios is a folio_batch: when it fills, the TLBIs pending
+                    // so far complete (try_to_unmap_flush) and it is freed.
+                    if free.len() == PAGEVEC_SIZE {
+                        self.try_to_unmap_flush();
+                        for folio in free.drain(..) {
+                            self.folio_put(folio);
+                        }
                     }
                 }
-            } else {
-                keep.push(folio);
+                Verdict::Activate => {
+                    if !self.memmap.folio_test(folio, PageFlags::MLOCKED) {
+                        self.lruvec.state_mut(folio).active = true;
+                        stat.nr_activate += self.memmap.folio_nr_pages(folio);
+                    }
+                    kept.push(folio);
+                }
+                Verdict::Keep => kept.push(folio),
             }
         }
         // The TLBIs of every pte cleared above complete before any folio is freed.
         self.try_to_unmap_flush();
-        for folio in free.into_iter().chain(keep) {
+        for folio in free {
             self.folio_put(folio);
         }
-        reclaimed
+        self.stat.count_vm_events(VmEvent::PgActivate, stat.nr_activate as i64);
+        (stat, kept)
     }
 
-    /// One folio of shrink_folio_list: true when it can be freed (only the isolation
-    /// reference is left), false when it goes back to the LRU (activated).
-    fn shrink_folio(&mut self, folio: Pfn, list: &mut Vec<Pfn>) -> bool {
+    /// One folio of shrink_folio_list, past the reference check.
+    fn shrink_folio(&mut self, folio: Pfn, list: &mut Vec<Pfn>, stat: &mut ReclaimStat) -> Verdict {
         let f = self.memmap.page(folio).flags;
         if f.contains(PageFlags::MLOCKED) {
-            return false;
+            return Verdict::Activate;
         }
         if f.contains(PageFlags::ANON | PageFlags::SWAPBACKED) {
             if self.swap.is_none() {
                 self.pageout_without_swap(folio, list);
-                return false;
+                return Verdict::Activate;
             }
-            return self.pageout_to_swap(folio, list);
+            return self.pageout_to_swap(folio, list, stat);
         }
         if self.memmap.folio_mapcount(folio) > 0 {
             let mut flags = TtuFlags::BATCH_FLUSH;
@@ -73,33 +153,322 @@ impl Kernel {
             }
             self.try_to_unmap(folio, flags);
             if self.memmap.folio_mapcount(folio) > 0 {
-                return false;
+                return Verdict::Activate;
             }
         }
         if self.memmap.folio_ref_count(folio) != 1 {
-            return false;
+            return Verdict::Keep;
         }
         let nr = self.memmap.folio_nr_pages(folio);
         self.stat.count_vm_events(VmEvent::PgLazyFreed, nr as i64);
-        true
+        Verdict::Free
+    }
+
+    /// folio_check_references: the ptes' accessed bits (folio_referenced clears
+    /// them) and PG_referenced decide. A folio found referenced for the first time
+    /// is marked and kept for another trip round the inactive list; referenced
+    /// again (or by more than one VMA), it is activated; unreferenced, reclaimed.
+    /// A folio in a locked VMA is activated.
+    fn folio_check_references(&mut self, folio: Pfn) -> FolioReferences {
+        let (referenced_ptes, locked) = self.folio_referenced(folio);
+        if locked {
+            return FolioReferences::Activate;
+        }
+        let s = self.lruvec.state_mut(folio);
+        let referenced_folio = std::mem::take(&mut s.referenced);
+        if referenced_ptes > 0 {
+            s.referenced = true;
+            if referenced_folio || referenced_ptes > 1 {
+                return FolioReferences::Activate;
+            }
+            return FolioReferences::Keep;
+        }
+        FolioReferences::Reclaim
+    }
+
+    /// try_to_free_mem_cgroup_pages: reclaim at least `nr_pages` (SWAP_CLUSTER_MAX at
+    /// the least) from the workload's cgroup. Returns the pages reclaimed.
+    pub fn try_to_free_mem_cgroup_pages(&mut self, nr_pages: u64) -> u64 {
+        let mut sc = ScanControl {
+            nr_to_reclaim: nr_pages.max(SWAP_CLUSTER_MAX),
+            nr_reclaimed: 0,
+            priority: DEF_PRIORITY,
+            may_deactivate: [false; 2],
+            skipped_deactivate: false,
+            force_deactivate: false,
+            memcg_full_walk: false,
+            cache_trim_mode: false,
+        };
+        self.do_try_to_free_pages(&mut sc)
+    }
+
+    /// do_try_to_free_pages: shrink the node at falling priority until enough is
+    /// reclaimed; with nothing reclaimed, once more walking every cgroup, then once
+    /// more forcing deactivation if a pass skipped it.
+    fn do_try_to_free_pages(&mut self, sc: &mut ScanControl) -> u64 {
+        loop {
+            loop {
+                self.shrink_node(sc);
+                if sc.nr_reclaimed >= sc.nr_to_reclaim || sc.priority == 0 {
+                    break;
+                }
+                sc.priority -= 1;
+            }
+            if sc.nr_reclaimed > 0 {
+                return sc.nr_reclaimed;
+            }
+            if !sc.memcg_full_walk {
+                sc.memcg_full_walk = true;
+            } else if sc.skipped_deactivate {
+                sc.force_deactivate = true;
+                sc.skipped_deactivate = false;
+            } else {
+                return 0;
+            }
+            sc.priority = DEF_PRIORITY;
+        }
+    }
+
+    /// shrink_node for the one cgroup: prepare_scan_control, then shrink_lruvec (the
+    /// cgroup's shrinkers, shrink_slab, have no objects the model keeps per cgroup).
+    fn shrink_node(&mut self, sc: &mut ScanControl) {
+        // prepare_scan_control; the model tracks no refaults (workingset), so only
+        // the ratio decides.
+        if sc.force_deactivate {
+            sc.may_deactivate = [true, true];
+        } else {
+            sc.may_deactivate = [
+                self.inactive_is_low(LruList::InactiveAnon),
+                self.inactive_is_low(LruList::InactiveFile),
+            ];
+        }
+        let file = self.lruvec.size(LruList::InactiveFile);
+        sc.cache_trim_mode = (file >> sc.priority) > 0 && !sc.may_deactivate[1];
+        self.shrink_lruvec(sc);
+    }
+
+    /// inactive_is_low: the inactive list is smaller than the active one over the
+    /// target ratio (1 below 1 GiB of the type, int_sqrt(10 * GiB) above).
+    fn inactive_is_low(&self, inactive_lru: LruList) -> bool {
+        let inactive = self.lruvec.size(inactive_lru);
+        let active = self.lruvec.size(inactive_lru.active());
+        let gb = (inactive + active) >> (30 - self.arch.granule().page_shift());
+        let ratio = if gb > 0 { (10 * gb).isqrt() } else { 1 };
+        inactive * ratio < active
+    }
+
+    /// get_scan_count: how much of each list this priority scans. Anon only with
+    /// free swap; the cgroup's swappiness and the lists' recent reclaim cost share
+    /// the pressure (SCAN_FRACT), evenly at priority 0 (SCAN_EQUAL).
+    fn get_scan_count(&self, sc: &ScanControl) -> [u64; 4] {
+        #[derive(PartialEq)]
+        enum Balance {
+            Equal,
+            Fract,
+            File,
+        }
+        let swap_free = self.swap.as_ref().is_some_and(|si| si.free_pages() > 0);
+        let balance = if !swap_free {
+            Balance::File
+        } else if sc.priority == 0 {
+            Balance::Equal
+        } else if sc.cache_trim_mode {
+            Balance::File
+        } else {
+            Balance::Fract
+        };
+        // calculate_pressure_balance
+        let (anon_cost, file_cost) = (self.lruvec.anon_cost, self.lruvec.file_cost);
+        let total = anon_cost + file_cost;
+        let (anon_cost, file_cost) = (total + anon_cost, total + file_cost);
+        let total = anon_cost + file_cost;
+        let ap = SWAPPINESS * (total + 1) / (anon_cost + 1);
+        let fp = (MAX_SWAPPINESS - SWAPPINESS) * (total + 1) / (file_cost + 1);
+        let mut nr = [0; 4];
+        for lru in LruList::EVICTABLE {
+            let scan = self.lruvec.size(lru) >> sc.priority;
+            nr[lru as usize] = match balance {
+                Balance::Equal => scan,
+                Balance::Fract => scan * if lru.is_file() { fp } else { ap } / (ap + fp),
+                Balance::File => {
+                    if lru.is_file() {
+                        scan
+                    } else {
+                        0
+                    }
+                }
+            };
+        }
+        nr
+    }
+
+    /// shrink_lruvec: SWAP_CLUSTER_MAX at a time from each list with scanning left,
+    /// until the targets are scanned or (cgroup reclaim) enough is reclaimed, with
+    /// one proportional nudge when both types still have targets; then age the
+    /// active anon list if the inactive one is low.
+    fn shrink_lruvec(&mut self, sc: &mut ScanControl) {
+        let mut nr = self.get_scan_count(sc);
+        let targets = nr;
+        let (ia, aa, inf, af) = (0, 1, 2, 3);
+        let mut nr_reclaimed = 0;
+        while nr[ia] > 0 || nr[af] > 0 || nr[inf] > 0 {
+            for lru in LruList::EVICTABLE {
+                let l = lru as usize;
+                if nr[l] > 0 {
+                    let nr_to_scan = nr[l].min(SWAP_CLUSTER_MAX);
+                    nr[l] -= nr_to_scan;
+                    nr_reclaimed += self.shrink_list(lru, nr_to_scan, sc);
+                }
+            }
+            if nr_reclaimed < sc.nr_to_reclaim {
+                continue;
+            }
+            let nr_file = nr[inf] + nr[af];
+            let nr_anon = nr[ia] + nr[aa];
+            if nr_file == 0 || nr_anon == 0 {
+                break;
+            }
+            let (stop, other, percentage) = if nr_file > nr_anon {
+                (ia, inf, nr_anon * 100 / (targets[ia] + targets[aa] + 1))
+            } else {
+                (inf, ia, nr_file * 100 / (targets[inf] + targets[af] + 1))
+            };
+            nr[stop] = 0;
+            nr[stop + 1] = 0;
+            for l in [other, other + 1] {
+                let scanned = targets[l] - nr[l];
+                nr[l] = targets[l] * (100 - percentage) / 100;
+                nr[l] -= nr[l].min(scanned);
+            }
+        }
+        sc.nr_reclaimed += nr_reclaimed;
+        if self.swap.is_some() && self.inactive_is_low(LruList::InactiveAnon) {
+            self.shrink_active_list(SWAP_CLUSTER_MAX, LruList::ActiveAnon);
+        }
+    }
+
+    /// shrink_list: an active list is only aged, and only when deactivation is on.
+    fn shrink_list(&mut self, lru: LruList, nr_to_scan: u64, sc: &mut ScanControl) -> u64 {
+        if lru.is_active() {
+            if sc.may_deactivate[lru.is_file() as usize] {
+                self.shrink_active_list(nr_to_scan, lru);
+            } else {
+                sc.skipped_deactivate = true;
+            }
+            return 0;
+        }
+        self.shrink_inactive_list(nr_to_scan, lru)
+    }
+
+    /// isolate_lru_folios: up to `nr_to_scan` pages' worth of folios from the tail of
+    /// `lru`, each with a reference. Returns them, oldest first, and the pages scanned.
+    fn isolate_lru_folios(&mut self, nr_to_scan: u64, lru: LruList) -> (Vec<Pfn>, u64) {
+        let mut scan = 0;
+        let mut taken = Vec::new();
+        while scan < nr_to_scan {
+            let Some(folio) = self.lruvec.lru_to_folio(lru) else {
+                break;
+            };
+            scan += self.memmap.folio_nr_pages(folio);
+            self.lruvec.del(folio);
+            self.folio_ref_add(folio, 1);
+            taken.push(folio);
+        }
+        (taken, scan)
+    }
+
+    /// shrink_inactive_list: isolate, shrink_folio_list with references, put back
+    /// what stays (move_folios_to_lru), count the scan and the steal (cgroup reclaim:
+    /// not pgscan_direct / pgsteal_direct, which count the node's own reclaim), and
+    /// note the cost: pages written out, and pages scanned but not reclaimed.
+    fn shrink_inactive_list(&mut self, nr_to_scan: u64, lru: LruList) -> u64 {
+        self.lru_add_drain();
+        let (folios, nr_scanned) = self.isolate_lru_folios(nr_to_scan, lru);
+        let file = lru.is_file();
+        let (scan, steal) = if file {
+            (VmEvent::PgScanFile, VmEvent::PgStealFile)
+        } else {
+            (VmEvent::PgScanAnon, VmEvent::PgStealAnon)
+        };
+        self.stat.count_vm_events(scan, nr_scanned as i64);
+        if folios.is_empty() {
+            return 0;
+        }
+        let (stat, kept) = self.shrink_folio_list(folios, false);
+        self.move_folios_to_lru(kept);
+        self.stat.count_vm_events(steal, stat.nr_reclaimed as i64);
+        self.lru_note_cost(file, stat.nr_pageout, nr_scanned - stat.nr_reclaimed);
+        stat.nr_reclaimed
+    }
+
+    /// move_folios_to_lru: each onto its list's head, in order, its isolation
+    /// reference dropped (the last one frees it). Returns the pages moved.
+    fn move_folios_to_lru(&mut self, folios: Vec<Pfn>) -> u64 {
+        let mut moved = 0;
+        for folio in folios {
+            let nr = self.memmap.folio_nr_pages(folio);
+            self.lruvec_add_folio(folio);
+            moved += nr;
+            self.folio_put(folio);
+        }
+        moved
+    }
+
+    /// shrink_active_list: folios from the active list's tail all go to the inactive
+    /// one (PG_workingset set): referenced anon folios are not spared; their accessed
+    /// bits are cleared all the same (folio_referenced). Counts pgdeactivate (and
+    /// pgrefill only for the node's own reclaim, which the model runs elsewhere).
+    fn shrink_active_list(&mut self, nr_to_scan: u64, lru: LruList) {
+        self.lru_add_drain();
+        let (folios, _nr_scanned) = self.isolate_lru_folios(nr_to_scan, lru);
+        let mut inactive = Vec::new();
+        for folio in folios {
+            self.folio_referenced(folio);
+            let s = self.lruvec.state_mut(folio);
+            s.active = false;
+            s.workingset = true;
+            inactive.push(folio);
+        }
+        let nr_deactivate = self.move_folios_to_lru(inactive);
+        self.stat.count_vm_events(VmEvent::PgDeactivate, nr_deactivate as i64);
+    }
+
+    /// lru_note_cost: reclaim cost of a type (I/O weighs SWAP_CLUSTER_MAX per page,
+    /// rotations one), both halved when they add up to over a quarter of the lists.
+    fn lru_note_cost(&mut self, file: bool, nr_io: u64, nr_rotated: u64) {
+        let cost = nr_io * SWAP_CLUSTER_MAX + nr_rotated;
+        if cost == 0 {
+            return;
+        }
+        let size: u64 = LruList::EVICTABLE.iter().map(|&l| self.lruvec.size(l)).sum();
+        let v = &mut self.lruvec;
+        if file {
+            v.file_cost += cost;
+        } else {
+            v.anon_cost += cost;
+        }
+        if v.file_cost + v.anon_cost > size / 4 {
+            v.file_cost /= 2;
+            v.anon_cost /= 2;
+        }
     }
 
     /// shrink_folio_list for a swap-backed anon folio with a swap device: slots for
     /// the whole folio, or (none free in a run that large) split it and go on with the
     /// head at order 0 (swpout_fallback); unmap it to swap entries; write it out,
     /// unless all zeroes (the zeromap: swpout_zero, no I/O); then, zram being
-    /// synchronous, it leaves the swap cache and is freed in the same pass. True when
-    /// it can be freed.
-    fn pageout_to_swap(&mut self, folio: Pfn, list: &mut Vec<Pfn>) -> bool {
+    /// synchronous, it leaves the swap cache and is freed in the same pass. A folio
+    /// that cannot go out is activated.
+    fn pageout_to_swap(&mut self, folio: Pfn, list: &mut Vec<Pfn>, stat: &mut ReclaimStat) -> Verdict {
         let pmd_order = self.arch.granule().pmd_order();
         let mut order = self.memmap.folio_order(folio);
         if order > 0 && !can_split_folio(self, folio, 1) {
-            return false;
+            return Verdict::Activate;
         }
         let f = self.memmap.page(folio).flags;
         if order > 0 && f.contains(PageFlags::DEFERRED | PageFlags::PARTIALLY_MAPPED) {
             if !split_folio_to_list(self, folio, list) {
-                return false;
+                return Verdict::Activate;
             }
             order = 0;
         }
@@ -108,7 +477,7 @@ impl Kernel {
             Some(s) => s,
             None if order > 0 => {
                 if !split_folio_to_list(self, folio, list) {
-                    return false;
+                    return Verdict::Activate;
                 }
                 if order == pmd_order {
                     self.stat.count_vm_event(VmEvent::ThpSwpoutFallback);
@@ -117,10 +486,10 @@ impl Kernel {
                 order = 0;
                 match self.swap.as_mut().expect("checked").folio_alloc_swap(0, 0) {
                     Some(s) => s,
-                    None => return false,
+                    None => return Verdict::Activate,
                 }
             }
-            None => return false,
+            None => return Verdict::Activate,
         };
         let nr = 1u64 << order;
         self.memmap.folio_set(folio, PageFlags::DIRTY | PageFlags::SWAPCACHE);
@@ -133,7 +502,7 @@ impl Kernel {
             // Still mapped (mlocked): back to the LRU, out of the swap cache.
             self.swap.as_mut().expect("checked").swapcache_clear(slot, nr);
             self.memmap.folio_clear(folio, PageFlags::SWAPCACHE);
-            return false;
+            return Verdict::Activate;
         }
         self.try_to_unmap_flush_dirty();
         let zero = (0..nr).all(|i| !self.memmap.page(Pfn(folio.0 + i)).nonzero);
@@ -150,9 +519,14 @@ impl Kernel {
                 self.stat.count_vm_event(VmEvent::ThpSwpout);
             }
         }
+        stat.nr_pageout += nr;
         self.memmap.folio_clear(folio, PageFlags::DIRTY | PageFlags::SWAPCACHE);
         self.swap.as_mut().expect("checked").swapcache_clear(slot, nr);
-        self.memmap.folio_ref_count(folio) == 1
+        if self.memmap.folio_ref_count(folio) == 1 {
+            Verdict::Free
+        } else {
+            Verdict::Keep
+        }
     }
 
     /// A swap-backed anon folio when folio_alloc_swap fails (there is no swap): a
@@ -202,8 +576,10 @@ impl Kernel {
         split > 0 || reclaimed > 0
     }
 
-    /// Isolate (take a reference on) each lazyfree folio mapped in `mm`, once.
+    /// Isolate each lazyfree folio mapped in `mm`, once (the lru_add batch drained
+    /// first, so every one is on a list).
     fn isolate_lazyfree_folios(&mut self, mm: usize, out: &mut Vec<Pfn>) {
+        self.lru_add_drain();
         let ps = self.arch.granule().page_size();
         let vmas: Vec<(u64, u64)> = self.mm(mm).vmas().values().map(|v| (v.start, v.end)).collect();
         let mut seen: std::collections::HashSet<Pfn> = out.iter().copied().collect();
@@ -214,8 +590,11 @@ impl Kernel {
                 };
                 let folio = self.memmap.folio_of(pfn);
                 let f = self.memmap.page(folio).flags;
-                if f.contains(PageFlags::ANON) && !f.contains(PageFlags::SWAPBACKED) && seen.insert(folio) {
-                    self.folio_ref_add(folio, 1);
+                if f.contains(PageFlags::ANON)
+                    && !f.contains(PageFlags::SWAPBACKED)
+                    && seen.insert(folio)
+                    && self.folio_isolate_lru(folio)
+                {
                     out.push(folio);
                 }
             }

@@ -39,6 +39,12 @@ named_enum!(
         SwpinZero => "swpin_zero",
         SwpoutZero => "swpout_zero",
         ThpSwpout => "thp_swpout",
+        PgActivate => "pgactivate",
+        PgDeactivate => "pgdeactivate",
+        PgScanAnon => "pgscan_anon",
+        PgStealAnon => "pgsteal_anon",
+        PgScanFile => "pgscan_file",
+        PgStealFile => "pgsteal_file",
     }
 );
 
@@ -52,6 +58,7 @@ named_enum!(
         SwpoutFallback => "swpout_fallback",
         Swpin => "swpin",
         SwpinFallback => "swpin_fallback",
+        SwpinFallbackCharge => "swpin_fallback_charge",
         Split => "split",
         SplitFailed => "split_failed",
         SplitDeferred => "split_deferred",

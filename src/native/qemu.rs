@@ -130,16 +130,20 @@ impl Target {
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
 pub const NOT_APPLICABLE: &str = "not applicable on ";
 
-/// What the guest runner cannot do yet for `w`: a swap device (`swapon`).
+/// What the guest runner cannot do yet for `w`: a swap device (`swapon`), a memory
+/// cgroup (`memlimit`).
 pub fn unsupported(w: &Workload) -> Option<String> {
-    fn find(stmts: &[Stmt]) -> Option<u32> {
+    fn find(stmts: &[Stmt]) -> Option<(&'static str, &Stmt)> {
         stmts.iter().find_map(|s| match &s.op {
-            Op::Swapon { .. } => Some(s.pos.line),
+            Op::Swapon { .. } => Some(("a swap device", s)),
+            Op::Memlimit { .. } => Some(("a memory cgroup", s)),
             Op::Repeat { body, .. } => find(body),
             _ => None,
         })
     }
-    find(&w.stmts).map(|line| format!("its runner has no swap device yet (swapon at line {line})"))
+    find(&w.stmts).map(|(what, s)| {
+        format!("its runner has no {what} yet ({} at line {})", s.op.keyword(), s.pos.line)
+    })
 }
 
 /// The reason, if `error` (a per-workload error of `run_batch`) says the workload does
@@ -319,6 +323,7 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
             Op::Mark { label } => format!("mark {label}"),
             Op::Shrink => "shrink".into(),
             Op::Swapon { size } => format!("swapon {size}"),
+            Op::Memlimit { size } => format!("memlimit {size}"),
             Op::Mmap {
                 region,
                 size,

@@ -9,7 +9,8 @@ use std::path::Path;
 
 /// The /proc/vmstat counters reported as `vmstat.<name>`: page faults, THP fault
 /// allocation and fallback, splits (whole, deferred, underused, PMD), collapse, the huge
-/// zero page, THP swap-out and lazyfree pages discarded by reclaim. System-wide counters such as pgfree or pgalloc_* are left
+/// zero page, swap-in and swap-out, lazyfree pages discarded by reclaim, and the LRU
+/// scan, steal, activation and deactivation counts. System-wide counters such as pgfree or pgalloc_* are left
 /// out: other processes on the host move them by far more than a workload does.
 pub const VMSTAT_KEYS: &[&str] = &[
     "pgfault",
@@ -33,6 +34,12 @@ pub const VMSTAT_KEYS: &[&str] = &[
     "swpin_zero",
     "swpout_zero",
     "pgmajfault",
+    "pgactivate",
+    "pgdeactivate",
+    "pgscan_anon",
+    "pgsteal_anon",
+    "pgscan_file",
+    "pgsteal_file",
 ];
 
 /// Open counter files and the names their values go under.

@@ -122,6 +122,12 @@ pub enum Op {
     Swapon {
         size: u64,
     },
+    /// `memlimit SIZE`: the workload's processes run in a memory cgroup limited to
+    /// SIZE bytes (an extension of the spec); a charge over it reclaims from the
+    /// cgroup's LRU lists (on the host: cgroup v1 memory.limit_in_bytes).
+    Memlimit {
+        size: u64,
+    },
     Repeat {
         n: u64,
         body: Vec<Stmt>,
@@ -147,6 +153,7 @@ impl Op {
             Op::Exit => "exit",
             Op::Shrink => "shrink",
             Op::Swapon { .. } => "swapon",
+            Op::Memlimit { .. } => "memlimit",
             Op::Repeat { .. } => "repeat",
             Op::Mark { .. } => "mark",
         }

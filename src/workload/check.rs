@@ -110,12 +110,18 @@ struct State {
     procs: BTreeMap<String, Proc>,
     /// The line of the `swapon`, once one has run.
     swapon: Option<u32>,
+    /// The line of the `memlimit`, once one has run.
+    memlimit: Option<u32>,
+    /// The line of the first `mmap` or `fork`, after which no `memlimit` may come.
+    first_memory: Option<u32>,
 }
 
 pub(crate) fn check(path: &str, nodes: &[Node]) -> Result<(), WorkloadError> {
     let mut st = State {
         procs: BTreeMap::from([(MAIN.to_string(), Proc::default())]),
         swapon: None,
+        memlimit: None,
+        first_memory: None,
     };
     Checker { path }.run(&mut st, nodes)
 }
@@ -164,6 +170,24 @@ impl Checker<'_> {
             }
             st.swapon = Some(stmt.pos.line);
         }
+        if let Op::Memlimit { size } = stmt.op {
+            if let Some(line) = st.memlimit {
+                return Err(self.err(stmt.pos, format!("a memory limit is already set (memlimit at line {line})")));
+            }
+            if let Some(line) = st.first_memory {
+                return Err(self.err(
+                    stmt.pos,
+                    format!("memlimit must come before any mmap or fork (line {line}), so all the workload's memory is charged"),
+                ));
+            }
+            if size < 4096 || size % 4096 != 0 {
+                return Err(self.err(stmt.pos, "a memory limit must be a nonzero multiple of 4K"));
+            }
+            st.memlimit = Some(stmt.pos.line);
+        }
+        if matches!(stmt.op, Op::Mmap { .. } | Op::Fork { .. }) && st.first_memory.is_none() {
+            st.first_memory = Some(stmt.pos.line);
+        }
         let proc_pos = at.proc.unwrap_or(stmt.pos);
         let name = &stmt.proc_name;
         let proc = match st.procs.get_mut(name) {
@@ -182,7 +206,7 @@ impl Checker<'_> {
             Some(p) => p,
         };
         match &stmt.op {
-            Op::Set { .. } | Op::Mark { .. } | Op::Shrink | Op::Swapon { .. } => {}
+            Op::Set { .. } | Op::Mark { .. } | Op::Shrink | Op::Swapon { .. } | Op::Memlimit { .. } => {}
             Op::Mmap { region, size, ro, .. } => {
                 if let Some(r) = proc.regions.get(region) {
                     return Err(self.err(

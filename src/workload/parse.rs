@@ -417,6 +417,12 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 Op::Swapon { size }
             }
+            "memlimit" => {
+                let t = self.arg(&mut a, "a memory limit")?;
+                let size = self.size(t, t.text, "memory limit")?;
+                self.finish(&a)?;
+                Op::Memlimit { size }
+            }
             "mark" => {
                 let t = self.arg(&mut a, "a label")?;
                 self.finish(&a)?;

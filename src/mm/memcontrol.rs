@@ -1,0 +1,202 @@
+//! mm/memcontrol.c (cgroup v1, as on the validation host): the workload's one memory
+//! cgroup (`memlimit`), its page counter with the limit, the per-CPU charge stock, and
+//! try_charge_memcg's reclaim when a charge would go over the limit.
+//!
+//! Charged: anon folios (mem_cgroup_charge at fault, copy-on-write, swap-in,
+//! collapse) and user page-table pages (__GFP_ACCOUNT). Not modelled: the slab
+//! objects the kernel also charges (vmas, anon_vmas: through the byte-granular
+//! obj_cgroup stock), so the host's cgroup holds a few pages the model's does not.
+//! A page charged to the cgroup carries `PageFlags::MEMCG` (folio->memcg_data).
+
+use super::folio::PageFlags;
+use super::Kernel;
+use crate::hw::Pfn;
+
+/// MEMCG_CHARGE_BATCH: pages a charge takes ahead into the per-CPU stock.
+pub const MEMCG_CHARGE_BATCH: u64 = 64;
+/// MAX_RECLAIM_RETRIES.
+const MAX_RECLAIM_RETRIES: u32 = 16;
+/// PAGE_ALLOC_COSTLY_ORDER.
+const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
+
+/// struct mem_cgroup, as far as charging goes: `memory` page counter and its limit
+/// (memory.limit_in_bytes), and this cgroup's pages in the one CPU's stock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemCgroup {
+    pub limit: u64,
+    pub usage: u64,
+    pub stock: u64,
+    /// memory.failcnt: charges the counter refused.
+    pub failcnt: u64,
+}
+
+impl MemCgroup {
+    pub fn new(limit_pages: u64) -> MemCgroup {
+        MemCgroup {
+            limit: limit_pages,
+            usage: 0,
+            stock: 0,
+            failcnt: 0,
+        }
+    }
+
+    /// mem_cgroup_margin: pages the counter can still take.
+    pub fn margin(&self) -> u64 {
+        self.limit.saturating_sub(self.usage)
+    }
+
+    /// page_counter_try_charge.
+    fn try_charge(&mut self, nr: u64) -> bool {
+        if self.usage + nr > self.limit {
+            self.failcnt += 1;
+            return false;
+        }
+        self.usage += nr;
+        true
+    }
+
+    /// consume_stock.
+    fn consume_stock(&mut self, nr: u64) -> bool {
+        if nr > MEMCG_CHARGE_BATCH || self.stock < nr {
+            return false;
+        }
+        self.stock -= nr;
+        true
+    }
+
+    /// refill_stock: over a batch's worth, the stock goes back to the counter.
+    fn refill_stock(&mut self, nr: u64) {
+        if nr > MEMCG_CHARGE_BATCH {
+            self.usage -= nr;
+            return;
+        }
+        self.stock += nr;
+        if self.stock > MEMCG_CHARGE_BATCH {
+            self.drain_stock();
+        }
+    }
+
+    /// drain_stock / drain_all_stock (one CPU).
+    fn drain_stock(&mut self) {
+        self.usage -= std::mem::take(&mut self.stock);
+    }
+}
+
+impl Kernel {
+    /// mem_cgroup_charge for a new folio: charges it to the workload's cgroup, if
+    /// there is one. `may_reclaim` is the gfp's __GFP_DIRECT_RECLAIM (an mTHP fault
+    /// under the default defrag has none: its charge fails rather than reclaims).
+    /// False when the cgroup cannot take it.
+    pub fn mem_cgroup_charge(&mut self, folio: Pfn, may_reclaim: bool) -> bool {
+        if self.memcg.is_none() {
+            return true;
+        }
+        let nr = self.memmap.folio_nr_pages(folio);
+        if !self.try_charge_memcg(nr, may_reclaim) {
+            return false;
+        }
+        self.memmap.folio_set(folio, PageFlags::MEMCG);
+        true
+    }
+
+    /// __memcg_kmem_charge_page for a user page-table page (GFP_PGTABLE_USER can
+    /// reclaim; the model does not OOM on a page table, it forces the charge).
+    pub(super) fn memcg_kmem_charge_page(&mut self, page: Pfn) {
+        if self.memcg.is_none() {
+            return;
+        }
+        if !self.try_charge_memcg(1, true) {
+            self.memcg.as_mut().expect("checked").usage += 1;
+        }
+        self.memmap.page_mut(page).flags.insert(PageFlags::MEMCG);
+    }
+
+    /// __memcg_kmem_uncharge_page: a kmem uncharge refills the stock
+    /// (obj_cgroup_uncharge_pages).
+    pub(super) fn memcg_kmem_uncharge_page(&mut self, page: Pfn) {
+        if self.memmap.page(page).flags.contains(PageFlags::MEMCG) {
+            self.memcg.as_mut().expect("a charged page").refill_stock(1);
+        }
+    }
+
+    /// mem_cgroup_uncharge (uncharge_batch) of a folio being freed: straight to the
+    /// counter.
+    pub(super) fn mem_cgroup_uncharge(&mut self, folio: Pfn, nr: u64) {
+        if self.memmap.page(folio).flags.contains(PageFlags::MEMCG) {
+            self.memcg.as_mut().expect("a charged folio").usage -= nr;
+        }
+    }
+
+    /// try_charge_memcg: from the stock, else a batch (or just `nr`) from the
+    /// counter; over the limit, reclaim from the cgroup and retry, drain the stock
+    /// once, retry while reclaim frees something (small charges) or
+    /// MAX_RECLAIM_RETRIES times; then fail (the memcg OOM, which the model reports
+    /// as the fault's OOM).
+    fn try_charge_memcg(&mut self, nr: u64, may_reclaim: bool) -> bool {
+        let mut batch = nr.max(MEMCG_CHARGE_BATCH);
+        let mut retries = MAX_RECLAIM_RETRIES;
+        let mut drained = false;
+        loop {
+            let cg = self.memcg.as_mut().expect("a memory cgroup");
+            if cg.consume_stock(nr) {
+                return true;
+            }
+            if cg.try_charge(batch) {
+                if batch > nr {
+                    cg.refill_stock(batch - nr);
+                }
+                return true;
+            }
+            if batch > nr {
+                batch = nr;
+                continue;
+            }
+            if !may_reclaim {
+                return false;
+            }
+            let reclaimed = self.try_to_free_mem_cgroup_pages(nr);
+            let cg = self.memcg.as_mut().expect("a memory cgroup");
+            if cg.margin() >= nr {
+                continue;
+            }
+            if !drained {
+                cg.drain_stock();
+                drained = true;
+                continue;
+            }
+            if reclaimed > 0 && nr <= 1 << PAGE_ALLOC_COSTLY_ORDER {
+                continue;
+            }
+            if retries == 0 {
+                return false;
+            }
+            retries -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_charge_takes_a_batch_into_the_stock_and_later_ones_come_from_it() {
+        let mut cg = MemCgroup::new(1000);
+        assert!(cg.try_charge(64));
+        cg.refill_stock(63);
+        assert_eq!((cg.usage, cg.stock), (64, 63));
+        assert!(cg.consume_stock(1));
+        assert!(!cg.consume_stock(63));
+        cg.refill_stock(10);
+        // Over a batch: the whole stock goes back.
+        assert_eq!((cg.usage, cg.stock), (0, 0));
+    }
+
+    #[test]
+    fn the_counter_refuses_past_the_limit_and_counts_it() {
+        let mut cg = MemCgroup::new(10);
+        assert!(cg.try_charge(10));
+        assert!(!cg.try_charge(1));
+        assert_eq!((cg.margin(), cg.failcnt), (0, 1));
+    }
+}
