@@ -3,9 +3,10 @@
 //! try_charge_memcg's reclaim when a charge would go over the limit.
 //!
 //! Charged: anon folios (mem_cgroup_charge at fault, copy-on-write, swap-in,
-//! collapse) and user page-table pages (__GFP_ACCOUNT). Not modelled: the slab
-//! objects the kernel also charges (vmas, anon_vmas: through the byte-granular
-//! obj_cgroup stock), so the host's cgroup holds a few pages the model's does not.
+//! collapse), user page-table pages (__GFP_ACCOUNT), and the slab objects of a new
+//! mapping (its vm_area_struct at mmap, anon_vma and anon_vma_chain at its first
+//! fault), byte by byte through the obj_cgroup stock. Not charged yet: the slab
+//! objects of VMA splits and fork, and none is uncharged.
 //! A page charged to the cgroup carries `PageFlags::MEMCG` (folio->memcg_data).
 
 use super::folio::PageFlags;
@@ -18,6 +19,11 @@ pub const MEMCG_CHARGE_BATCH: u64 = 64;
 const MAX_RECLAIM_RETRIES: u32 = 16;
 /// PAGE_ALLOC_COSTLY_ORDER.
 const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
+/// The accounted slab caches' object sizes (s->size, what obj_full_size charges), as
+/// on the validation host (/sys/kernel/slab/<cache>/slab_size).
+pub const VM_AREA_STRUCT_SIZE: u64 = 192;
+pub const ANON_VMA_SIZE: u64 = 104;
+pub const ANON_VMA_CHAIN_SIZE: u64 = 64;
 
 /// struct mem_cgroup, as far as charging goes: `memory` page counter and its limit
 /// (memory.limit_in_bytes), and this cgroup's pages in the one CPU's stock.
@@ -28,6 +34,8 @@ pub struct MemCgroup {
     pub stock: u64,
     /// memory.failcnt: charges the counter refused.
     pub failcnt: u64,
+    /// The one CPU's obj_stock: bytes charged ahead for slab objects.
+    pub obj_stock: u64,
 }
 
 impl MemCgroup {
@@ -37,6 +45,7 @@ impl MemCgroup {
             usage: 0,
             stock: 0,
             failcnt: 0,
+            obj_stock: 0,
         }
     }
 
@@ -97,6 +106,28 @@ impl Kernel {
         }
         self.memmap.folio_set(folio, PageFlags::MEMCG);
         true
+    }
+
+    /// obj_cgroup_charge of a slab object of `size` bytes: from the obj stock, else
+    /// whole pages through try_charge_memcg (forced, as for a page table), the
+    /// rest of the last page left in the stock.
+    pub fn obj_cgroup_charge(&mut self, size: u64) {
+        let ps = self.arch.granule().page_size();
+        let Some(cg) = self.memcg.as_mut() else {
+            return;
+        };
+        if cg.obj_stock >= size {
+            cg.obj_stock -= size;
+            return;
+        }
+        let nr_bytes = size & (ps - 1);
+        let nr_pages = size / ps + u64::from(nr_bytes > 0);
+        if !self.try_charge_memcg(nr_pages, true) {
+            self.memcg.as_mut().expect("checked").usage += nr_pages;
+        }
+        if nr_bytes > 0 {
+            self.memcg.as_mut().expect("checked").obj_stock += ps - nr_bytes;
+        }
     }
 
     /// __memcg_kmem_charge_page for a user page-table page (GFP_PGTABLE_USER can

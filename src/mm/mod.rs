@@ -227,6 +227,8 @@ impl Kernel {
         if self.mm(mm).vmas()[&vma.start].anon_vma.is_none() {
             let id = self.anon_vma_alloc();
             self.mm_mut(mm).vmas_mut().get_mut(&vma.start).unwrap().anon_vma = Some(id);
+            self.obj_cgroup_charge(memcontrol::ANON_VMA_SIZE);
+            self.obj_cgroup_charge(memcontrol::ANON_VMA_CHAIN_SIZE);
         }
     }
 

@@ -247,11 +247,24 @@ impl Kernel {
         self.shrink_lruvec(sc);
     }
 
+    /// lruvec_page_state(NR_LRU_BASE + lru): a cgroup's list sizes as its statistics
+    /// were last flushed. The kernel flushes them every 2 s (flush_memcg_stats_dwork;
+    /// reclaim's own flush is rate-limited to the same period), so through a run
+    /// shorter than that a new cgroup's read as at its creation: empty. The node's
+    /// (no cgroup) are current.
+    fn lruvec_page_state(&self, lru: LruList) -> u64 {
+        if self.memcg.is_some() {
+            0
+        } else {
+            self.lruvec.size(lru)
+        }
+    }
+
     /// inactive_is_low: the inactive list is smaller than the active one over the
     /// target ratio (1 below 1 GiB of the type, int_sqrt(10 * GiB) above).
     fn inactive_is_low(&self, inactive_lru: LruList) -> bool {
-        let inactive = self.lruvec.size(inactive_lru);
-        let active = self.lruvec.size(inactive_lru.active());
+        let inactive = self.lruvec_page_state(inactive_lru);
+        let active = self.lruvec_page_state(inactive_lru.active());
         let gb = (inactive + active) >> (30 - self.arch.granule().page_shift());
         let ratio = if gb > 0 { (10 * gb).isqrt() } else { 1 };
         inactive * ratio < active
@@ -440,7 +453,7 @@ impl Kernel {
         if cost == 0 {
             return;
         }
-        let size: u64 = LruList::EVICTABLE.iter().map(|&l| self.lruvec.size(l)).sum();
+        let size: u64 = LruList::EVICTABLE.iter().map(|&l| self.lruvec_page_state(l)).sum();
         let v = &mut self.lruvec;
         if file {
             v.file_cost += cost;
