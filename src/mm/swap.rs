@@ -314,7 +314,10 @@ mod tests {
     fn a_64k_folio_goes_to_the_list_at_once_and_its_split_keeps_the_pages_counted() {
         let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
         k.do_mmap(mm, BASE, 64 << 10, VmFlags::READ | VmFlags::WRITE).unwrap();
-        user_access(&mut k, mm, 0, BASE, true).unwrap();
+        // Every page written, so the split keeps them all (no zero-page remap).
+        for i in 0..16 {
+            user_access(&mut k, mm, 0, BASE + (i << 12), true).unwrap();
+        }
         assert_eq!(k.lruvec.size(LruList::InactiveAnon), 16);
         let folio = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
         k.folio_ref_add(folio, 1);

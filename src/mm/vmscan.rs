@@ -738,6 +738,97 @@ mod tests {
         }
     }
 
+    mod lru {
+        use super::*;
+        use crate::mm::memcontrol::MemCgroup;
+
+        const MB: u64 = 1 << 20;
+
+        /// A kernel with swap and a cgroup of `limit` bytes.
+        fn limited(limit: u64) -> (Kernel, MmId) {
+            let (mut k, mm) = boot(MachineConfig::default(), &[]);
+            k.sys_swapon(64 * MB).unwrap();
+            k.memcg = Some(MemCgroup::new(limit / K4));
+            (k, mm)
+        }
+
+        #[test]
+        fn writing_past_the_cgroup_limit_swaps_the_oldest_pages_out() {
+            let (mut k, mm) = limited(2 * MB);
+            written(&mut k, mm, 4 * MB, VmFlags::NOHUGEPAGE);
+            assert_clean(&k);
+            let cg = k.memcg.as_ref().unwrap();
+            assert!(cg.usage <= cg.limit, "{cg:?}");
+            let out = k.stat.event(VmEvent::Pswpout);
+            assert!(out >= 512, "{out}");
+            assert_eq!(k.stat.event(VmEvent::PgStealAnon), out);
+            // Every page is young on the first trip round the list: each goes out on
+            // its second, so reclaim scans at least twice what it steals.
+            assert!(k.stat.event(VmEvent::PgScanAnon) >= 2 * out);
+            assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Swap));
+            assert_eq!(k.page_kind(mm, BASE + 4 * MB - K4), Some(PageKind::Order(0)));
+            assert_eq!(k.mm(mm).rss_swap as i64, out);
+        }
+
+        #[test]
+        fn a_young_folio_is_kept_once_then_activated_and_an_old_one_reclaimed() {
+            let (mut k, mm) = limited(64 * MB);
+            written(&mut k, mm, 2 * K4, VmFlags::NOHUGEPAGE);
+            let a = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
+            let b = k.memmap.folio_of(k.page_table_pfn(mm, BASE + K4).unwrap());
+            assert_eq!(k.folio_check_references(a), FolioReferences::Keep);
+            assert!(k.lruvec.state(a).unwrap().referenced);
+            assert_eq!(k.folio_check_references(b), FolioReferences::Keep);
+            // ptep_clear_flush_young's TLBIs complete at the next DSB (here the one a
+            // batch flush issues); then a read walks again and sets the young bit, and
+            // PG_referenced remains from the first look.
+            crate::arch::arm64::tlbflush::arch_tlbbatch_flush(&mut k.arch.hw);
+            user_access(&mut k, mm, 0, BASE, false).unwrap();
+            assert_eq!(k.folio_check_references(a), FolioReferences::Activate);
+            // Not touched since the first look: its young bit is clear.
+            assert_eq!(k.folio_check_references(b), FolioReferences::Reclaim);
+        }
+
+        #[test]
+        fn a_folio_in_a_locked_vma_is_activated() {
+            let (mut k, mm) = limited(64 * MB);
+            written(&mut k, mm, K4, VmFlags::NOHUGEPAGE | VmFlags::LOCKED);
+            let a = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
+            assert_eq!(k.folio_check_references(a), FolioReferences::Activate);
+        }
+
+        #[test]
+        fn without_swap_cgroup_reclaim_frees_nothing_and_the_fault_fails() {
+            let (mut k, mm) = boot(MachineConfig::default(), &[]);
+            k.memcg = Some(MemCgroup::new(256));
+            k.do_mmap(mm, BASE, MB, VmFlags::READ | VmFlags::WRITE | VmFlags::NOHUGEPAGE)
+                .unwrap();
+            let oom = (BASE..BASE + MB)
+                .step_by(K4 as usize)
+                .find_map(|a| user_access(&mut k, mm, 0, a, true).err());
+            assert!(matches!(oom, Some(crate::mm::memory::FaultError::Oom(_))), "{oom:?}");
+            assert_eq!(k.stat.event(VmEvent::PgScanAnon), 0);
+            assert_clean(&k);
+        }
+
+        #[test]
+        fn a_deactivated_folio_goes_to_the_inactive_head_with_workingset_set() {
+            let (mut k, mm) = limited(64 * MB);
+            written(&mut k, mm, 4 * K4, VmFlags::NOHUGEPAGE);
+            k.lru_add_drain();
+            let a = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
+            k.lruvec.del(a);
+            k.lruvec.state_mut(a).active = true;
+            k.lruvec_add_folio(a);
+            assert_eq!(k.lruvec.size(LruList::ActiveAnon), 1);
+            k.shrink_active_list(SWAP_CLUSTER_MAX, LruList::ActiveAnon);
+            assert_eq!(k.stat.event(VmEvent::PgDeactivate), 1);
+            let s = k.lruvec.state(a).unwrap();
+            assert!(s.lru && !s.active && s.workingset);
+            assert_eq!(k.lruvec.iter_from_tail(LruList::InactiveAnon).last(), Some(a));
+        }
+    }
+
     #[test]
     fn without_swap_pageout_splits_large_folios_and_keeps_every_page_mapped() {
         let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
