@@ -790,6 +790,24 @@ mod tests {
         }
 
         #[test]
+        fn folio_referenced_clears_a_whole_contpte_block_and_counts_the_mm_once() {
+            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            written(&mut k, mm, 64 << 10, VmFlags::empty());
+            let folio = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
+            assert_eq!(k.memmap.folio_order(folio), 4);
+            assert_eq!(k.folio_referenced(folio), (1, false));
+            let amm = k.arch_mm(mm);
+            for i in 0..16 {
+                let ptep = k.pte_offset(mm, BASE + i * K4).unwrap();
+                let p = k.arch.__ptep_get(ptep);
+                assert!(p.pte_cont() && !p.pte_young(), "entry {i}");
+            }
+            let ptep = k.pte_offset(mm, BASE).unwrap();
+            assert!(!k.arch.ptep_get(amm, ptep).pte_young());
+            assert_eq!(k.folio_referenced(folio), (0, false));
+        }
+
+        #[test]
         fn a_folio_in_a_locked_vma_is_activated() {
             let (mut k, mm) = limited(64 * MB);
             written(&mut k, mm, K4, VmFlags::NOHUGEPAGE | VmFlags::LOCKED);
