@@ -407,5 +407,9 @@ fn sigterm_mid_run_removes_the_memory_cgroup_and_takes_zram_down() {
         !std::fs::read_to_string("/proc/swaps").unwrap().contains("/dev/zram0 "),
         "zram0 is still a swap device"
     );
-    assert_eq!(std::fs::read_to_string(disksize).unwrap().trim(), "0", "zram0 was not reset");
+    assert_eq!(
+        std::fs::read_to_string(disksize).unwrap().trim(),
+        "0",
+        "zram0 was not reset"
+    );
 }

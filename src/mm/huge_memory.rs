@@ -628,8 +628,7 @@ fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32, entries: &[Mi
     for e in entries {
         refs[(e.pte.pte_pfn(g).0 - folio.0) as usize] += 1;
     }
-    let inherit =
-        k.memmap.page(folio).flags
+    let inherit = k.memmap.page(folio).flags
         & (PageFlags::ANON | PageFlags::SWAPBACKED | PageFlags::DIRTY | PageFlags::MLOCKED | PageFlags::MEMCG);
     k.memmap.release_large(folio);
     for i in 0..nr {

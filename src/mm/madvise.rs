@@ -239,10 +239,8 @@ impl Kernel {
             self.folio_put(folio);
             return !split;
         }
-        if pageout {
-            if self.folio_isolate_lru(folio) {
-                folios.push(folio);
-            }
+        if pageout && self.folio_isolate_lru(folio) {
+            folios.push(folio);
         }
         if (!pageout || self.pageout_clears_young) && d.has(crate::hw::Attr::AF) {
             // pmdp_invalidate, set_pmd_at(pmd_mkold), tlb_remove_pmd_tlb_entry.

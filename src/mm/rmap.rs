@@ -4,7 +4,9 @@
 //! try_to_unmap with the batched, deferred TLB flush of seed 001.
 
 use super::folio::PageFlags;
-use super::huge_memory::{__split_huge_pmd, deferred_split_folio, pmdp_clear_flush_young, split_huge_pmd_locked_freeze};
+use super::huge_memory::{
+    __split_huge_pmd, deferred_split_folio, pmdp_clear_flush_young, split_huge_pmd_locked_freeze,
+};
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::vmstat::MthpStat;
 use super::Kernel;
@@ -475,7 +477,11 @@ impl Kernel {
                 if !(pmd_trans_huge(d) && d.pfn(g) == folio) {
                     continue;
                 }
-                if self.mm(mm).find_vma(haddr).is_some_and(|v| v.flags.contains(VmFlags::LOCKED)) {
+                if self
+                    .mm(mm)
+                    .find_vma(haddr)
+                    .is_some_and(|v| v.flags.contains(VmFlags::LOCKED))
+                {
                     return (young.len() as u32, true);
                 }
                 if pmdp_clear_flush_young(self, mm, pmd, haddr) {
@@ -484,7 +490,11 @@ impl Kernel {
             }
         }
         for (mm, ptep, addr) in self.folio_mappings(folio) {
-            if self.mm(mm).find_vma(addr).is_some_and(|v| v.flags.contains(VmFlags::LOCKED)) {
+            if self
+                .mm(mm)
+                .find_vma(addr)
+                .is_some_and(|v| v.flags.contains(VmFlags::LOCKED))
+            {
                 return (young.len() as u32, true);
             }
             let amm = self.arch_mm(mm);

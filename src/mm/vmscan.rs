@@ -767,7 +767,7 @@ mod tests {
             assert!(k.stat.event(VmEvent::PgScanAnon) >= 2 * out);
             assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Swap));
             assert_eq!(k.page_kind(mm, BASE + 4 * MB - K4), Some(PageKind::Order(0)));
-            assert_eq!(k.mm(mm).rss_swap as i64, out);
+            assert_eq!(k.mm(mm).rss_swap, out);
         }
 
         #[test]

@@ -54,7 +54,10 @@ impl MemCgroup {
                 libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set)
             };
             if rc != 0 {
-                return Err(format!("memlimit: pinning pid {pid} to CPU 0: {}", std::io::Error::last_os_error()));
+                return Err(format!(
+                    "memlimit: pinning pid {pid} to CPU 0: {}",
+                    std::io::Error::last_os_error()
+                ));
             }
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())
                 .map_err(|e| format!("memlimit: moving pid {pid} into {}: {e}", dir.display()))?;

@@ -142,7 +142,11 @@ pub fn unsupported(w: &Workload) -> Option<String> {
         })
     }
     find(&w.stmts).map(|(what, s)| {
-        format!("its runner has no {what} yet ({} at line {})", s.op.keyword(), s.pos.line)
+        format!(
+            "its runner has no {what} yet ({} at line {})",
+            s.op.keyword(),
+            s.pos.line
+        )
     })
 }
 

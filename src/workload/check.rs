@@ -172,7 +172,10 @@ impl Checker<'_> {
         }
         if let Op::Memlimit { size } = stmt.op {
             if let Some(line) = st.memlimit {
-                return Err(self.err(stmt.pos, format!("a memory limit is already set (memlimit at line {line})")));
+                return Err(self.err(
+                    stmt.pos,
+                    format!("a memory limit is already set (memlimit at line {line})"),
+                ));
             }
             if let Some(line) = st.first_memory {
                 return Err(self.err(
