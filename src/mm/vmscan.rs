@@ -1,6 +1,7 @@
 //! mm/vmscan.c: page reclaim of the folios madvise(MADV_PAGEOUT) hands it
-//! (reclaim_pages -> shrink_folio_list), direct reclaim when an allocation fails, and
-//! the shrinkers on demand (drop_slab).
+//! (reclaim_pages -> shrink_folio_list), direct reclaim over the LRU lists when an
+//! allocation fails or a cgroup charge would go over its limit (do_try_to_free_pages
+//! -> shrink_lruvec), and the shrinkers on demand (drop_slab).
 //!
 //! Without a swap device (the validation host's default) a swap-backed anon folio
 //! cannot be written out, so reclaim only splits large ones (swpout_fallback) and
@@ -52,8 +53,11 @@ struct ReclaimStat {
     nr_activate: u64,
 }
 
-/// struct scan_control of a cgroup's direct reclaim (try_to_free_mem_cgroup_pages).
+/// struct scan_control of a direct reclaim: the cgroup's (try_to_free_mem_cgroup_pages)
+/// or the node's (try_to_free_pages).
 struct ScanControl {
+    /// cgroup_reclaim: the workload's cgroup is the target, not the node.
+    cgroup: bool,
     nr_to_reclaim: u64,
     nr_reclaimed: u64,
     priority: u32,
@@ -63,6 +67,23 @@ struct ScanControl {
     force_deactivate: bool,
     memcg_full_walk: bool,
     cache_trim_mode: bool,
+}
+
+impl ScanControl {
+    /// A direct reclaim's scan_control, starting at DEF_PRIORITY.
+    fn new(cgroup: bool, nr_to_reclaim: u64) -> ScanControl {
+        ScanControl {
+            cgroup,
+            nr_to_reclaim,
+            nr_reclaimed: 0,
+            priority: DEF_PRIORITY,
+            may_deactivate: [false; 2],
+            skipped_deactivate: false,
+            force_deactivate: false,
+            memcg_full_walk: false,
+            cache_trim_mode: false,
+        }
+    }
 }
 
 impl Kernel {
@@ -189,16 +210,7 @@ impl Kernel {
     /// try_to_free_mem_cgroup_pages: reclaim at least `nr_pages` (SWAP_CLUSTER_MAX at
     /// the least) from the workload's cgroup. Returns the pages reclaimed.
     pub fn try_to_free_mem_cgroup_pages(&mut self, nr_pages: u64) -> u64 {
-        let mut sc = ScanControl {
-            nr_to_reclaim: nr_pages.max(SWAP_CLUSTER_MAX),
-            nr_reclaimed: 0,
-            priority: DEF_PRIORITY,
-            may_deactivate: [false; 2],
-            skipped_deactivate: false,
-            force_deactivate: false,
-            memcg_full_walk: false,
-            cache_trim_mode: false,
-        };
+        let mut sc = ScanControl::new(true, nr_pages.max(SWAP_CLUSTER_MAX));
         self.do_try_to_free_pages(&mut sc)
     }
 
@@ -229,8 +241,9 @@ impl Kernel {
         }
     }
 
-    /// shrink_node for the one cgroup: prepare_scan_control, then shrink_lruvec (the
-    /// cgroup's shrinkers, shrink_slab, have no objects the model keeps per cgroup).
+    /// shrink_node over the one lruvec: prepare_scan_control, then shrink_lruvec (the
+    /// shrinkers run in try_to_free_pages; a cgroup's have no objects the model keeps
+    /// per cgroup).
     fn shrink_node(&mut self, sc: &mut ScanControl) {
         // prepare_scan_control; the model tracks no refaults (workingset), so only
         // the ratio decides.
@@ -238,8 +251,8 @@ impl Kernel {
             sc.may_deactivate = [true, true];
         } else {
             sc.may_deactivate = [
-                self.inactive_is_low(LruList::InactiveAnon),
-                self.inactive_is_low(LruList::InactiveFile),
+                self.inactive_is_low(sc, LruList::InactiveAnon),
+                self.inactive_is_low(sc, LruList::InactiveFile),
             ];
         }
         let file = self.lruvec.size(LruList::InactiveFile);
@@ -250,10 +263,11 @@ impl Kernel {
     /// lruvec_page_state(NR_LRU_BASE + lru): a cgroup's list sizes as its statistics
     /// were last flushed. The kernel flushes them every 2 s (flush_memcg_stats_dwork;
     /// reclaim's own flush is rate-limited to the same period), so through a run
-    /// shorter than that a new cgroup's read as at its creation: empty. The node's
-    /// (no cgroup) are current.
-    fn lruvec_page_state(&self, lru: LruList) -> u64 {
-        if self.memcg.is_some() {
+    /// shorter than that a new cgroup's read as at its creation: empty. The node's are
+    /// taken as current (the kernel reads the root cgroup's, flushed as rarely: an
+    /// approximation no host run checks).
+    fn lruvec_page_state(&self, sc: &ScanControl, lru: LruList) -> u64 {
+        if sc.cgroup {
             0
         } else {
             self.lruvec.size(lru)
@@ -262,9 +276,9 @@ impl Kernel {
 
     /// inactive_is_low: the inactive list is smaller than the active one over the
     /// target ratio (1 below 1 GiB of the type, int_sqrt(10 * GiB) above).
-    fn inactive_is_low(&self, inactive_lru: LruList) -> bool {
-        let inactive = self.lruvec_page_state(inactive_lru);
-        let active = self.lruvec_page_state(inactive_lru.active());
+    fn inactive_is_low(&self, sc: &ScanControl, inactive_lru: LruList) -> bool {
+        let inactive = self.lruvec_page_state(sc, inactive_lru);
+        let active = self.lruvec_page_state(sc, inactive_lru.active());
         let gb = (inactive + active) >> (30 - self.arch.granule().page_shift());
         let ratio = if gb > 0 { (10 * gb).isqrt() } else { 1 };
         inactive * ratio < active
@@ -333,7 +347,9 @@ impl Kernel {
                     nr_reclaimed += self.shrink_list(lru, nr_to_scan, sc);
                 }
             }
-            if nr_reclaimed < sc.nr_to_reclaim {
+            // Root direct reclaim at DEF_PRIORITY scans all its targets.
+            let proportional = !sc.cgroup && sc.priority == DEF_PRIORITY;
+            if nr_reclaimed < sc.nr_to_reclaim || proportional {
                 continue;
             }
             let nr_file = nr[inf] + nr[af];
@@ -355,8 +371,8 @@ impl Kernel {
             }
         }
         sc.nr_reclaimed += nr_reclaimed;
-        if self.swap.is_some() && self.inactive_is_low(LruList::InactiveAnon) {
-            self.shrink_active_list(SWAP_CLUSTER_MAX, LruList::ActiveAnon);
+        if self.swap.is_some() && self.inactive_is_low(sc, LruList::InactiveAnon) {
+            self.shrink_active_list(SWAP_CLUSTER_MAX, LruList::ActiveAnon, sc);
         }
     }
 
@@ -364,13 +380,13 @@ impl Kernel {
     fn shrink_list(&mut self, lru: LruList, nr_to_scan: u64, sc: &mut ScanControl) -> u64 {
         if lru.is_active() {
             if sc.may_deactivate[lru.is_file() as usize] {
-                self.shrink_active_list(nr_to_scan, lru);
+                self.shrink_active_list(nr_to_scan, lru, sc);
             } else {
                 sc.skipped_deactivate = true;
             }
             return 0;
         }
-        self.shrink_inactive_list(nr_to_scan, lru)
+        self.shrink_inactive_list(nr_to_scan, lru, sc)
     }
 
     /// isolate_lru_folios: up to `nr_to_scan` pages' worth of folios from the tail of
@@ -391,10 +407,10 @@ impl Kernel {
     }
 
     /// shrink_inactive_list: isolate, shrink_folio_list with references, put back
-    /// what stays (move_folios_to_lru), count the scan and the steal (cgroup reclaim:
-    /// not pgscan_direct / pgsteal_direct, which count the node's own reclaim), and
+    /// what stays (move_folios_to_lru), count the scan and the steal (pgscan_direct /
+    /// pgsteal_direct only for the node's own reclaim, not a cgroup's), and
     /// note the cost: pages written out, and pages scanned but not reclaimed.
-    fn shrink_inactive_list(&mut self, nr_to_scan: u64, lru: LruList) -> u64 {
+    fn shrink_inactive_list(&mut self, nr_to_scan: u64, lru: LruList, sc: &ScanControl) -> u64 {
         self.lru_add_drain();
         let (folios, nr_scanned) = self.isolate_lru_folios(nr_to_scan, lru);
         let file = lru.is_file();
@@ -404,13 +420,20 @@ impl Kernel {
             (VmEvent::PgScanAnon, VmEvent::PgStealAnon)
         };
         self.stat.count_vm_events(scan, nr_scanned as i64);
+        if !sc.cgroup {
+            self.stat.count_vm_events(VmEvent::PgScanDirect, nr_scanned as i64);
+        }
         if folios.is_empty() {
             return 0;
         }
         let (stat, kept) = self.shrink_folio_list(folios, false);
         self.move_folios_to_lru(kept);
         self.stat.count_vm_events(steal, stat.nr_reclaimed as i64);
-        self.lru_note_cost(file, stat.nr_pageout, nr_scanned - stat.nr_reclaimed);
+        if !sc.cgroup {
+            self.stat
+                .count_vm_events(VmEvent::PgStealDirect, stat.nr_reclaimed as i64);
+        }
+        self.lru_note_cost(sc, file, stat.nr_pageout, nr_scanned - stat.nr_reclaimed);
         stat.nr_reclaimed
     }
 
@@ -429,11 +452,14 @@ impl Kernel {
 
     /// shrink_active_list: folios from the active list's tail all go to the inactive
     /// one (PG_workingset set): referenced anon folios are not spared; their accessed
-    /// bits are cleared all the same (folio_referenced). Counts pgdeactivate (and
-    /// pgrefill only for the node's own reclaim, which the model runs elsewhere).
-    fn shrink_active_list(&mut self, nr_to_scan: u64, lru: LruList) {
+    /// bits are cleared all the same (folio_referenced). Counts pgdeactivate, and
+    /// pgrefill for the node's own reclaim.
+    fn shrink_active_list(&mut self, nr_to_scan: u64, lru: LruList, sc: &ScanControl) {
         self.lru_add_drain();
-        let (folios, _nr_scanned) = self.isolate_lru_folios(nr_to_scan, lru);
+        let (folios, nr_scanned) = self.isolate_lru_folios(nr_to_scan, lru);
+        if !sc.cgroup {
+            self.stat.count_vm_events(VmEvent::PgRefill, nr_scanned as i64);
+        }
         let mut inactive = Vec::new();
         for folio in folios {
             self.folio_referenced(folio);
@@ -448,12 +474,12 @@ impl Kernel {
 
     /// lru_note_cost: reclaim cost of a type (I/O weighs SWAP_CLUSTER_MAX per page,
     /// rotations one), both halved when they add up to over a quarter of the lists.
-    fn lru_note_cost(&mut self, file: bool, nr_io: u64, nr_rotated: u64) {
+    fn lru_note_cost(&mut self, sc: &ScanControl, file: bool, nr_io: u64, nr_rotated: u64) {
         let cost = nr_io * SWAP_CLUSTER_MAX + nr_rotated;
         if cost == 0 {
             return;
         }
-        let size: u64 = LruList::EVICTABLE.iter().map(|&l| self.lruvec_page_state(l)).sum();
+        let size: u64 = LruList::EVICTABLE.iter().map(|&l| self.lruvec_page_state(sc, l)).sum();
         let v = &mut self.lruvec;
         if file {
             v.file_cost += cost;
@@ -572,46 +598,17 @@ impl Kernel {
     }
 
     /// try_to_free_pages (direct reclaim, when an allocation that may reclaim fails):
-    /// the shrinkers, then every lazyfree folio. The model keeps no LRU lists; the
-    /// lazyfree folios (which the kernel keeps on the inactive file LRU, the only anon
-    /// memory reclaim can free without swap) are found by walking every mm's page
-    /// tables, in mm and address order. Returns whether anything was freed.
+    /// the shrinkers, then do_try_to_free_pages over the node's LRU lists for
+    /// SWAP_CLUSTER_MAX pages (lazyfree folios on the file lists; anon ones too with
+    /// free swap). The model runs every shrinker in full first (drop_slab) where the
+    /// kernel's shrink_slab scans a share at each priority. Returns whether anything
+    /// was freed.
     pub fn try_to_free_pages(&mut self) -> bool {
         self.nr_direct_reclaim += 1;
         let split = self.drop_slab();
-        let mut folios = Vec::new();
-        for mm in 0..self.mms.len() {
-            if self.mms[mm].is_some() {
-                self.isolate_lazyfree_folios(mm, &mut folios);
-            }
-        }
-        let reclaimed = self.reclaim_pages(folios);
+        let mut sc = ScanControl::new(false, SWAP_CLUSTER_MAX);
+        let reclaimed = self.do_try_to_free_pages(&mut sc);
         split > 0 || reclaimed > 0
-    }
-
-    /// Isolate each lazyfree folio mapped in `mm`, once (the lru_add batch drained
-    /// first, so every one is on a list).
-    fn isolate_lazyfree_folios(&mut self, mm: usize, out: &mut Vec<Pfn>) {
-        self.lru_add_drain();
-        let ps = self.arch.granule().page_size();
-        let vmas: Vec<(u64, u64)> = self.mm(mm).vmas().values().map(|v| (v.start, v.end)).collect();
-        let mut seen: std::collections::HashSet<Pfn> = out.iter().copied().collect();
-        for (start, end) in vmas {
-            for addr in (start..end).step_by(ps as usize) {
-                let Some(pfn) = self.page_table_pfn(mm, addr) else {
-                    continue;
-                };
-                let folio = self.memmap.folio_of(pfn);
-                let f = self.memmap.page(folio).flags;
-                if f.contains(PageFlags::ANON)
-                    && !f.contains(PageFlags::SWAPBACKED)
-                    && seen.insert(folio)
-                    && self.folio_isolate_lru(folio)
-                {
-                    out.push(folio);
-                }
-            }
-        }
     }
 }
 
@@ -839,8 +836,10 @@ mod tests {
             k.lruvec.state_mut(a).active = true;
             k.lruvec_add_folio(a);
             assert_eq!(k.lruvec.size(LruList::ActiveAnon), 1);
-            k.shrink_active_list(SWAP_CLUSTER_MAX, LruList::ActiveAnon);
+            k.shrink_active_list(SWAP_CLUSTER_MAX, LruList::ActiveAnon, &ScanControl::new(true, 32));
             assert_eq!(k.stat.event(VmEvent::PgDeactivate), 1);
+            // A cgroup's reclaim: pgrefill counts only the node's.
+            assert_eq!(k.stat.event(VmEvent::PgRefill), 0);
             let s = k.lruvec.state(a).unwrap();
             assert!(s.lru && !s.active && s.workingset);
             assert_eq!(k.lruvec.iter_from_tail(LruList::InactiveAnon).last(), Some(a));
@@ -1015,14 +1014,42 @@ mod tests {
             user_access(&mut k, mm, 0, a, true).unwrap();
         }
         assert_clean(&k);
-        assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 12288);
-        // Nothing reclaimable is left: the next region runs out of memory.
+        // Reclaim frees what each failed allocation needs (SWAP_CLUSTER_MAX at a
+        // time, from the oldest), not every lazyfree folio at once.
+        let freed = k.stat.event(VmEvent::PgLazyFreed);
+        assert!(freed > 0 && freed < 12288, "{freed}");
+        assert_eq!(k.stat.event(VmEvent::PgStealDirect), freed);
+        assert_eq!(k.stat.event(VmEvent::PgStealFile), freed);
+        assert_eq!(k.stat.event(VmEvent::PgStealAnon), 0);
+        assert_eq!(k.page_kind(mm, BASE), None);
+        // The next region takes the rest, then runs out of memory.
         let c = BASE + (2 << 30);
         k.do_mmap(mm, c, 48 << 20, VmFlags::READ | VmFlags::WRITE).unwrap();
         let oom = (c..c + (48 << 20))
             .step_by(K4 as usize)
             .find_map(|a| user_access(&mut k, mm, 0, a, true).err());
         assert!(matches!(oom, Some(crate::mm::memory::FaultError::Oom(_))), "{oom:?}");
+        assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 12288);
+        assert_clean(&k);
+    }
+
+    /// With swap, machine RAM pressure swaps anon memory out: a workload larger than
+    /// RAM pages out instead of stopping.
+    #[test]
+    fn without_a_cgroup_a_workload_larger_than_ram_swaps_out() {
+        let cfg = MachineConfig {
+            ram_bytes: 64 << 20,
+            ..MachineConfig::default()
+        };
+        let (mut k, mm) = boot(cfg, &[]);
+        k.sys_swapon(128 << 20).unwrap();
+        written(&mut k, mm, 96 << 20, VmFlags::NOHUGEPAGE);
+        assert_clean(&k);
+        let out = k.stat.event(VmEvent::Pswpout);
+        assert!(out >= 8192, "{out}");
+        assert_eq!(k.stat.event(VmEvent::PgStealDirect), out);
+        assert!(k.nr_direct_reclaim > 0);
+        assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Swap));
     }
 
     /// Both halves of direct reclaim in one run: the shrinker splits the partially

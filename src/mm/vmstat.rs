@@ -45,6 +45,9 @@ named_enum!(
         PgStealAnon => "pgsteal_anon",
         PgScanFile => "pgscan_file",
         PgStealFile => "pgsteal_file",
+        PgScanDirect => "pgscan_direct",
+        PgStealDirect => "pgsteal_direct",
+        PgRefill => "pgrefill",
     }
 );
 
