@@ -246,7 +246,9 @@ impl Kernel {
 
     /// vma_alloc_folio: a new folio of `order`, or None when the buddy allocator has no
     /// block that large. An order-0 allocation (GFP_HIGHUSER_MOVABLE, which may reclaim)
-    /// that fails runs direct reclaim and tries again before giving up (OOM).
+    /// that fails runs direct reclaim and tries again before giving up (OOM). The
+    /// allocator hands out pages down to the last (the min watermark's reserve is not
+    /// modelled); free memory under the low watermark afterwards runs kswapd.
     pub fn folio_alloc(&mut self, order: u32) -> Option<Pfn> {
         let pfn = match self.buddy.alloc(&mut self.memmap, order) {
             Some(pfn) => pfn,
@@ -256,6 +258,11 @@ impl Kernel {
         self.memmap.prep_new_folio(pfn, order);
         self.arch.kc.inc(KernelEvent::FolioAlloc);
         self.arch.kc.add(KernelEvent::FolioAllocPages, 1 << order);
+        // wakeup_kswapd: under the low watermark, kswapd balances the node (here, at
+        // once; see vmscan::kswapd).
+        if self.buddy.free_pages < self.buddy.wmark.low {
+            self.kswapd();
+        }
         Some(pfn)
     }
 

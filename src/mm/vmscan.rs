@@ -53,12 +53,23 @@ struct ReclaimStat {
     nr_activate: u64,
 }
 
-/// struct scan_control of a direct reclaim: the cgroup's (try_to_free_mem_cgroup_pages)
-/// or the node's (try_to_free_pages).
+/// Who reclaims: the node's kswapd, a direct reclaimer for the node
+/// (try_to_free_pages), or one for the workload's cgroup (cgroup_reclaim).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reclaimer {
+    Kswapd,
+    Direct,
+    Cgroup,
+}
+
+/// struct scan_control.
 struct ScanControl {
+    reclaimer: Reclaimer,
     /// cgroup_reclaim: the workload's cgroup is the target, not the node.
     cgroup: bool,
     nr_to_reclaim: u64,
+    /// Pages isolated from the inactive lists so far (kswapd's progress test).
+    nr_scanned: u64,
     nr_reclaimed: u64,
     priority: u32,
     /// DEACTIVATE_ANON / DEACTIVATE_FILE.
@@ -70,11 +81,13 @@ struct ScanControl {
 }
 
 impl ScanControl {
-    /// A direct reclaim's scan_control, starting at DEF_PRIORITY.
-    fn new(cgroup: bool, nr_to_reclaim: u64) -> ScanControl {
+    /// A scan_control starting at DEF_PRIORITY.
+    fn new(reclaimer: Reclaimer, nr_to_reclaim: u64) -> ScanControl {
         ScanControl {
-            cgroup,
+            reclaimer,
+            cgroup: reclaimer == Reclaimer::Cgroup,
             nr_to_reclaim,
+            nr_scanned: 0,
             nr_reclaimed: 0,
             priority: DEF_PRIORITY,
             may_deactivate: [false; 2],
@@ -210,7 +223,7 @@ impl Kernel {
     /// try_to_free_mem_cgroup_pages: reclaim at least `nr_pages` (SWAP_CLUSTER_MAX at
     /// the least) from the workload's cgroup. Returns the pages reclaimed.
     pub fn try_to_free_mem_cgroup_pages(&mut self, nr_pages: u64) -> u64 {
-        let mut sc = ScanControl::new(true, nr_pages.max(SWAP_CLUSTER_MAX));
+        let mut sc = ScanControl::new(Reclaimer::Cgroup, nr_pages.max(SWAP_CLUSTER_MAX));
         self.do_try_to_free_pages(&mut sc)
     }
 
@@ -348,7 +361,7 @@ impl Kernel {
                 }
             }
             // Root direct reclaim at DEF_PRIORITY scans all its targets.
-            let proportional = !sc.cgroup && sc.priority == DEF_PRIORITY;
+            let proportional = sc.reclaimer == Reclaimer::Direct && sc.priority == DEF_PRIORITY;
             if nr_reclaimed < sc.nr_to_reclaim || proportional {
                 continue;
             }
@@ -407,12 +420,18 @@ impl Kernel {
     }
 
     /// shrink_inactive_list: isolate, shrink_folio_list with references, put back
-    /// what stays (move_folios_to_lru), count the scan and the steal (pgscan_direct /
-    /// pgsteal_direct only for the node's own reclaim, not a cgroup's), and
-    /// note the cost: pages written out, and pages scanned but not reclaimed.
-    fn shrink_inactive_list(&mut self, nr_to_scan: u64, lru: LruList, sc: &ScanControl) -> u64 {
+    /// what stays (move_folios_to_lru), count the scan and the steal (pgscan_kswapd /
+    /// pgscan_direct and the steals only for the node's own reclaim, not a cgroup's),
+    /// and note the cost: pages written out, and pages scanned but not reclaimed.
+    fn shrink_inactive_list(&mut self, nr_to_scan: u64, lru: LruList, sc: &mut ScanControl) -> u64 {
         self.lru_add_drain();
         let (folios, nr_scanned) = self.isolate_lru_folios(nr_to_scan, lru);
+        sc.nr_scanned += nr_scanned;
+        let (scan_node, steal_node) = match sc.reclaimer {
+            Reclaimer::Kswapd => (Some(VmEvent::PgScanKswapd), Some(VmEvent::PgStealKswapd)),
+            Reclaimer::Direct => (Some(VmEvent::PgScanDirect), Some(VmEvent::PgStealDirect)),
+            Reclaimer::Cgroup => (None, None),
+        };
         let file = lru.is_file();
         let (scan, steal) = if file {
             (VmEvent::PgScanFile, VmEvent::PgStealFile)
@@ -420,8 +439,8 @@ impl Kernel {
             (VmEvent::PgScanAnon, VmEvent::PgStealAnon)
         };
         self.stat.count_vm_events(scan, nr_scanned as i64);
-        if !sc.cgroup {
-            self.stat.count_vm_events(VmEvent::PgScanDirect, nr_scanned as i64);
+        if let Some(e) = scan_node {
+            self.stat.count_vm_events(e, nr_scanned as i64);
         }
         if folios.is_empty() {
             return 0;
@@ -429,9 +448,8 @@ impl Kernel {
         let (stat, kept) = self.shrink_folio_list(folios, false);
         self.move_folios_to_lru(kept);
         self.stat.count_vm_events(steal, stat.nr_reclaimed as i64);
-        if !sc.cgroup {
-            self.stat
-                .count_vm_events(VmEvent::PgStealDirect, stat.nr_reclaimed as i64);
+        if let Some(e) = steal_node {
+            self.stat.count_vm_events(e, stat.nr_reclaimed as i64);
         }
         self.lru_note_cost(sc, file, stat.nr_pageout, nr_scanned - stat.nr_reclaimed);
         stat.nr_reclaimed
@@ -597,6 +615,32 @@ impl Kernel {
         deferred_split_scan(self)
     }
 
+    /// kswapd (balance_pgdat, order 0), run where the model's allocator finds free
+    /// memory under the low watermark after an allocation: the model is sequential,
+    /// so the background reclaimer runs at that point, to completion. At falling
+    /// priority: age the active anon list if the inactive one is low, shrink the node
+    /// for the high watermark's worth (kswapd_shrink_node), until free memory is over
+    /// the high watermark. The priority holds while a pass scans its target and
+    /// reclaims something. Its shrink_slab is not run (the model's one shrinker runs
+    /// in direct reclaim).
+    pub fn kswapd(&mut self) {
+        self.stat.count_vm_event(VmEvent::PageOutRun);
+        let high = self.buddy.wmark.high;
+        let mut sc = ScanControl::new(Reclaimer::Kswapd, high.max(SWAP_CLUSTER_MAX));
+        while sc.priority >= 1 && self.buddy.free_pages <= high {
+            if self.swap.is_some() && self.inactive_is_low(&sc, LruList::InactiveAnon) {
+                self.shrink_active_list(SWAP_CLUSTER_MAX, LruList::ActiveAnon, &sc);
+            }
+            sc.nr_scanned = 0;
+            let before = sc.nr_reclaimed;
+            self.shrink_node(&mut sc);
+            let progress = sc.nr_scanned.max(sc.nr_reclaimed - before) >= sc.nr_to_reclaim;
+            if !progress || sc.nr_reclaimed == before {
+                sc.priority -= 1;
+            }
+        }
+    }
+
     /// try_to_free_pages (direct reclaim, when an allocation that may reclaim fails):
     /// the shrinkers, then do_try_to_free_pages over the node's LRU lists for
     /// SWAP_CLUSTER_MAX pages (lazyfree folios on the file lists; anon ones too with
@@ -606,7 +650,7 @@ impl Kernel {
     pub fn try_to_free_pages(&mut self) -> bool {
         self.nr_direct_reclaim += 1;
         let split = self.drop_slab();
-        let mut sc = ScanControl::new(false, SWAP_CLUSTER_MAX);
+        let mut sc = ScanControl::new(Reclaimer::Direct, SWAP_CLUSTER_MAX);
         let reclaimed = self.do_try_to_free_pages(&mut sc);
         split > 0 || reclaimed > 0
     }
@@ -836,7 +880,11 @@ mod tests {
             k.lruvec.state_mut(a).active = true;
             k.lruvec_add_folio(a);
             assert_eq!(k.lruvec.size(LruList::ActiveAnon), 1);
-            k.shrink_active_list(SWAP_CLUSTER_MAX, LruList::ActiveAnon, &ScanControl::new(true, 32));
+            k.shrink_active_list(
+                SWAP_CLUSTER_MAX,
+                LruList::ActiveAnon,
+                &ScanControl::new(Reclaimer::Cgroup, 32),
+            );
             assert_eq!(k.stat.event(VmEvent::PgDeactivate), 1);
             // A cgroup's reclaim: pgrefill counts only the node's.
             assert_eq!(k.stat.event(VmEvent::PgRefill), 0);
@@ -1018,7 +1066,8 @@ mod tests {
         // time, from the oldest), not every lazyfree folio at once.
         let freed = k.stat.event(VmEvent::PgLazyFreed);
         assert!(freed > 0 && freed < 12288, "{freed}");
-        assert_eq!(k.stat.event(VmEvent::PgStealDirect), freed);
+        let steal = k.stat.event(VmEvent::PgStealDirect) + k.stat.event(VmEvent::PgStealKswapd);
+        assert_eq!(steal, freed);
         assert_eq!(k.stat.event(VmEvent::PgStealFile), freed);
         assert_eq!(k.stat.event(VmEvent::PgStealAnon), 0);
         assert_eq!(k.page_kind(mm, BASE), None);
@@ -1036,7 +1085,7 @@ mod tests {
     /// With swap, machine RAM pressure swaps anon memory out: a workload larger than
     /// RAM pages out instead of stopping.
     #[test]
-    fn without_a_cgroup_a_workload_larger_than_ram_swaps_out() {
+    fn a_workload_larger_than_ram_is_swapped_out_by_kswapd() {
         let cfg = MachineConfig {
             ram_bytes: 64 << 20,
             ..MachineConfig::default()
@@ -1047,8 +1096,11 @@ mod tests {
         assert_clean(&k);
         let out = k.stat.event(VmEvent::Pswpout);
         assert!(out >= 8192, "{out}");
-        assert_eq!(k.stat.event(VmEvent::PgStealDirect), out);
-        assert!(k.nr_direct_reclaim > 0);
+        // kswapd keeps free memory over the low watermark, so it does the work.
+        assert_eq!(k.stat.event(VmEvent::PgStealKswapd), out);
+        assert!(k.stat.event(VmEvent::PageOutRun) > 0);
+        assert_eq!(k.nr_direct_reclaim, 0);
+        assert!(k.buddy.free_pages >= k.buddy.wmark.low);
         assert_eq!(k.page_kind(mm, BASE), Some(PageKind::Swap));
     }
 

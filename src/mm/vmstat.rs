@@ -48,6 +48,9 @@ named_enum!(
         PgScanDirect => "pgscan_direct",
         PgStealDirect => "pgsteal_direct",
         PgRefill => "pgrefill",
+        PgScanKswapd => "pgscan_kswapd",
+        PgStealKswapd => "pgsteal_kswapd",
+        PageOutRun => "pageoutrun",
     }
 );
 
