@@ -164,7 +164,8 @@ impl Lruvec {
         self.folios.get_mut(&folio.0).expect("linked").prev = Some(new.0);
     }
 
-    /// Folios from the oldest on `lru` (tests and invariants).
+    /// Folios from the oldest on `lru`.
+    #[cfg(test)]
     pub fn iter_from_tail(&self, lru: LruList) -> impl Iterator<Item = Pfn> + '_ {
         std::iter::successors(self.tail[lru as usize], move |p| self.folios[p].prev).map(Pfn)
     }
@@ -209,7 +210,7 @@ impl Kernel {
     }
 
     /// lru_lazyfree (MADV_FREE of a swap-backed anon folio): to the inactive file
-    /// list, PG_active and PG_referenced cleared; the caller clears SWAPBACKED.
+    /// list, PG_active, PG_referenced and SWAPBACKED cleared.
     pub fn lru_lazyfree(&mut self, folio: Pfn) {
         let on_lru = self.lruvec.state(folio).is_some_and(|s| s.lru);
         if on_lru {
