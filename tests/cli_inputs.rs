@@ -423,6 +423,27 @@ fn replay_each_thp_puts_the_settings_side_by_side() {
 }
 
 #[test]
+fn a_memlimit_after_an_mmap_or_a_second_one_is_refused_at_its_line() {
+    let (path, line) = run_error("late-memlimit.wl", b"mmap buf 1M\nmemlimit 8M\n");
+    assert_eq!(
+        line,
+        format!(
+            "foliolab: {path}:2:1: memlimit must come before any mmap or fork (line 1), so all the workload's memory is charged"
+        )
+    );
+    let (path, line) = run_error("two-memlimits.wl", b"memlimit 8M\nmemlimit 8M\n");
+    assert_eq!(
+        line,
+        format!("foliolab: {path}:2:1: a memory limit is already set (memlimit at line 1)")
+    );
+    let (path, line) = run_error("odd-memlimit.wl", b"memlimit 5000\n");
+    assert_eq!(
+        line,
+        format!("foliolab: {path}:1:1: a memory limit must be a nonzero multiple of 4K")
+    );
+}
+
+#[test]
 fn a_second_swapon_or_one_too_small_is_refused_at_its_line() {
     let (path, line) = run_error("two-swapons.wl", b"swapon 64M\nmmap buf 1M\nswapon 64M\n");
     assert_eq!(

@@ -368,3 +368,48 @@ fn sigterm_mid_run_takes_the_zram_swap_device_down() {
         "zram0 was not reset"
     );
 }
+
+#[test]
+fn sigterm_mid_run_removes_the_memory_cgroup_and_takes_zram_down() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIP sigterm_mid_run_removes_the_memory_cgroup_and_takes_zram_down: {why}");
+        return;
+    }
+    let disksize = Path::new("/sys/block/zram0/disksize");
+    let root = Path::new("/sys/fs/cgroup/memory");
+    match std::fs::read_to_string(disksize) {
+        Ok(s) if s.trim() == "0" && root.join("memory.limit_in_bytes").exists() => {}
+        other => {
+            eprintln!(
+                "SKIP sigterm_mid_run_removes_the_memory_cgroup_and_takes_zram_down: no unused zram0 ({other:?}) or no cgroup v1 memory controller"
+            );
+            return;
+        }
+    }
+    let _lock = knob_lock();
+    let ours = || {
+        std::fs::read_dir(root)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("foliolab-"))
+    };
+    assert!(!ours(), "a foliolab memory cgroup exists before the run");
+    let wl = std::env::temp_dir().join(format!("foliolab-memlimit-{}.wl", std::process::id()));
+    std::fs::write(
+        &wl,
+        "swapon 64M\nmemlimit 4M\nmmap buf 8M nohugepage\nrepeat 1000000\n  touch buf\nend\n",
+    )
+    .unwrap();
+    sigterm_once(&wl, "made its memory cgroup", ours);
+    std::fs::remove_file(&wl).unwrap();
+    assert!(!ours(), "the memory cgroup is still there");
+    assert!(
+        !std::fs::read_to_string("/proc/swaps").unwrap().contains("/dev/zram0 "),
+        "zram0 is still a swap device"
+    );
+    assert_eq!(
+        std::fs::read_to_string(disksize).unwrap().trim(),
+        "0",
+        "zram0 was not reset"
+    );
+}

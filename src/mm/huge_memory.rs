@@ -33,6 +33,18 @@ fn flush_pmd_tlb_range(k: &mut Kernel, mm: MmId, haddr: u64) {
     __flush_tlb_range(&mut k.arch.hw, asid, haddr, haddr + pmd_size, pmd_size, false);
 }
 
+/// pmdp_clear_flush_young (generic): clear the pmd's accessed flag; if it was set,
+/// flush_pmd_tlb_range. Returns whether it was set.
+pub fn pmdp_clear_flush_young(k: &mut Kernel, mm: MmId, pmd: PmdPtr, haddr: u64) -> bool {
+    let d = k.pxd_get(2, pmd);
+    if !d.has(Attr::AF) {
+        return false;
+    }
+    k.pxd_set(2, haddr, pmd, d.without(Attr::AF));
+    flush_pmd_tlb_range(k, mm, haddr);
+    true
+}
+
 /// pmdp_invalidate: the pmd made present-invalid (still a THP to software walkers,
 /// not to the MMU), then flush_pmd_tlb_range. Returns the old pmd.
 pub fn pmdp_invalidate(k: &mut Kernel, mm: MmId, pmd: PmdPtr, haddr: u64) -> Desc {
@@ -128,11 +140,22 @@ pub fn do_huge_pmd_anonymous_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdP
     VmFault::Done
 }
 
-/// vma_alloc_anon_folio_pmd: a PMD-order folio, counting the fallback on failure.
+/// vma_alloc_anon_folio_pmd: a PMD-order folio, charged, counting the fallback on
+/// failure. The charge does not reclaim: the model gives THP faults the gfp of the
+/// default defrag without MADV_HUGEPAGE (GFP_TRANSHUGE_LIGHT).
 fn vma_alloc_anon_folio_pmd(k: &mut Kernel) -> Option<Pfn> {
     let order = k.arch.granule().pmd_order();
-    let folio = k.folio_alloc(order);
-    match folio {
+    let charged = match k.folio_alloc(order) {
+        Some(f) if k.mem_cgroup_charge(f, false) => Some(f),
+        Some(f) => {
+            k.folio_put(f);
+            k.stat.count_vm_event(VmEvent::ThpFaultFallbackCharge);
+            k.stat.count_mthp_stat(order, MthpStat::AnonFaultFallbackCharge);
+            None
+        }
+        None => None,
+    };
+    match charged {
         // folio_zero_user
         Some(_) => k.arch.clear_pages(1 << order),
         None => {
@@ -140,7 +163,7 @@ fn vma_alloc_anon_folio_pmd(k: &mut Kernel) -> Option<Pfn> {
             k.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
         }
     }
-    folio
+    charged
 }
 
 /// map_anon_folio_pmd_nopf: map a new exclusive THP with a pmd (fault or collapse).
@@ -151,6 +174,7 @@ pub fn map_anon_folio_pmd_nopf(k: &mut Kernel, mm: MmId, vma: &Vma, folio: Pfn, 
         entry = entry.pte_mkdirty().pte_mkwrite();
     }
     k.folio_add_new_anon_rmap(folio, mm, haddr, true);
+    k.folio_add_lru(folio);
     k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
     deferred_split_folio(k, folio, false);
 }
@@ -607,6 +631,9 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
         k.stat.count_vm_event(VmEvent::ThpSplitPage);
     }
     remap_page(k, folio, &entries);
+    // lru_add_split_folio, with each page's references back (the model's remap takes
+    // them where the kernel's unfreeze did).
+    k.lru_add_split_folio(folio, 1 << order);
     for i in 0..(1u64 << order) {
         let page = Pfn(folio.0 + i);
         if k.memmap.folio_ref_count(page) == 0 {

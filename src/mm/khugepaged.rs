@@ -133,6 +133,11 @@ impl Kernel {
             return;
         };
         self.stat.count_vm_event(VmEvent::ThpCollapseAlloc);
+        // alloc_charge_folio: SCAN_CGROUP_CHARGE_FAIL.
+        if !self.mem_cgroup_charge(folio, true) {
+            self.folio_put(folio);
+            return;
+        }
         if unmapped > 0 && !self.__collapse_huge_page_swapin(mm, vma, haddr) {
             self.folio_put(folio);
             return;

@@ -176,7 +176,8 @@ impl Kernel {
     pub fn folio_mark_lazyfree(&mut self, folio: Pfn) {
         let f = self.memmap.page(folio).flags;
         if f.contains(PageFlags::ANON | PageFlags::SWAPBACKED) && !f.contains(PageFlags::MLOCKED) {
-            self.memmap.folio_clear(folio, PageFlags::SWAPBACKED);
+            // The kernel batches the move (lru_lazyfree fbatch); the model moves at once.
+            self.lru_lazyfree(folio);
         }
     }
 }
@@ -194,6 +195,10 @@ impl Kernel {
         let vmas = self.mm(mm).vmas_in(start, end);
         if vmas.iter().any(|v| v.flags.contains(VmFlags::LOCKED)) {
             return Err(VmaError::Invalid);
+        }
+        if pageout {
+            // madvise_pageout: the lru_add batch first, so every folio can be isolated.
+            self.lru_add_drain();
         }
         let mut tlb = self.tlb_gather_mmu(mm, false);
         self.walk_pmd_range(mm, start, end, |k, pmd, d, addr, next| {
@@ -240,8 +245,8 @@ impl Kernel {
             self.folio_put(folio);
             return !split;
         }
-        if pageout {
-            self.folio_isolate_lru(folio, folios);
+        if pageout && self.folio_isolate_lru(folio) {
+            folios.push(folio);
         }
         if (!pageout || self.pageout_clears_young) && d.has(crate::hw::Attr::AF) {
             // pmdp_invalidate, set_pmd_at(pmd_mkold), tlb_remove_pmd_tlb_entry.
@@ -251,12 +256,6 @@ impl Kernel {
             tlb.flush_pmd_range(haddr, pmd_size);
         }
         true
-    }
-
-    /// folio_isolate_lru: reclaim holds a reference while the folio is off the LRU.
-    fn folio_isolate_lru(&mut self, folio: Pfn, folios: &mut Vec<Pfn>) {
-        self.folio_ref_add(folio, 1);
-        folios.push(folio);
     }
 
     /// madvise_cold_or_pageout_pte_range: per folio batch; a large folio only partly
@@ -306,8 +305,8 @@ impl Kernel {
                     }
                 }
                 if self.memmap.folio_mapcount(folio) as u64 == nr_pages && nr as u64 == nr_pages {
-                    if pageout {
-                        self.folio_isolate_lru(folio, folios);
+                    if pageout && self.folio_isolate_lru(folio) {
+                        folios.push(folio);
                     }
                     if (!pageout || self.pageout_clears_young) && young {
                         self.arch.clear_young_dirty_ptes(amm, addr, ptep, nr, true, false);

@@ -255,6 +255,10 @@ impl Kernel {
             self.folio_add_anon_rmap_ptes(folio, folio, nr, mm, reuse);
         } else {
             self.folio_add_new_anon_rmap(folio, mm, start, false);
+            if !swapcache {
+                // folio_add_lru_vma: a swap-cache folio joined the LRU when it was read.
+                self.folio_add_lru(folio);
+            }
             if !reuse {
                 for i in 0..nr {
                     self.memmap
@@ -297,12 +301,22 @@ impl Kernel {
         while orders != 0 {
             let order = 63 - orders.leading_zeros();
             if let Some(f) = self.folio_alloc(order) {
-                return Some(f);
+                // mem_cgroup_swapin_charge_folio with the mTHP gfp: no reclaim.
+                if self.mem_cgroup_charge(f, false) {
+                    return Some(f);
+                }
+                self.stat.count_mthp_stat(order, MthpStat::SwpinFallbackCharge);
+                self.folio_put(f);
             }
             self.stat.count_mthp_stat(order, MthpStat::SwpinFallback);
             orders &= !(1 << order);
         }
-        self.folio_alloc(0)
+        let f = self.folio_alloc(0)?;
+        if self.mem_cgroup_charge(f, true) {
+            return Some(f);
+        }
+        self.folio_put(f);
+        None
     }
 
     /// alloc_swap_folio's choice of orders (242d12c98174, 6.12): those allowed below
@@ -381,15 +395,25 @@ impl Kernel {
             while orders != 0 {
                 let order = 63 - orders.leading_zeros();
                 if let Some(f) = self.folio_alloc(order) {
-                    // vma_alloc_zeroed_movable_folio / folio_zero_user.
-                    self.arch.clear_pages(1 << order);
-                    return Some(f);
+                    // The mTHP gfp (GFP_TRANSHUGE_LIGHT under the default defrag)
+                    // cannot reclaim: over the cgroup's limit the charge fails.
+                    if self.mem_cgroup_charge(f, false) {
+                        // vma_alloc_zeroed_movable_folio / folio_zero_user.
+                        self.arch.clear_pages(1 << order);
+                        return Some(f);
+                    }
+                    self.stat.count_mthp_stat(order, MthpStat::AnonFaultFallbackCharge);
+                    self.folio_put(f);
                 }
                 self.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
                 orders &= !(1 << order);
             }
         }
         let f = self.folio_alloc(0)?;
+        if !self.mem_cgroup_charge(f, true) {
+            self.folio_put(f);
+            return None;
+        }
         self.arch.clear_pages(1);
         Some(f)
     }
@@ -439,6 +463,7 @@ impl Kernel {
         self.mm_mut(mm).rss_anon += nr as i64;
         self.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
         self.folio_add_new_anon_rmap(folio, mm, start, false);
+        self.folio_add_lru(folio);
         self.arch
             .set_ptes(amm, start, ptep, entry, nr, Some((folio, nr as u64)));
         VmFault::Done
@@ -512,6 +537,10 @@ impl Kernel {
         let Some(new) = self.folio_alloc(0) else {
             return VmFault::Oom;
         };
+        if !self.mem_cgroup_charge(new, true) {
+            self.folio_put(new);
+            return VmFault::Oom;
+        }
         if !self.arch.ptep_get(amm, ptep).pte_same(orig) {
             self.folio_put(new);
             return VmFault::Done;
@@ -533,6 +562,7 @@ impl Kernel {
         // The copy (__wp_page_copy_user) carries the old page's contents.
         self.memmap.page_mut(new).nonzero = !self.is_zero_pfn(old_pfn) && self.memmap.page(old_pfn).nonzero;
         self.folio_add_new_anon_rmap(new, mm, addr, false);
+        self.folio_add_lru(new);
         self.arch.set_ptes(amm, addr, ptep, entry, 1, Some((new, 1)));
         if let Some(old) = old {
             self.folio_remove_rmap_ptes(old, old_pfn, 1, mm);

@@ -75,6 +75,8 @@ impl Kernel {
         let ps = self.arch.granule().page_size();
         let nr_pages = ((end - start) / ps) as usize;
         let mut status = vec![None; nr_pages];
+        // migrate_prep: lru_add_drain_all, so that every folio is on an LRU list.
+        self.lru_add_drain();
         let mut pagelist = PageList::default();
         let mut first = 0;
         for i in 0..nr_pages {
@@ -150,11 +152,11 @@ impl Kernel {
         if self.folio_maybe_mapped_shared(folio) {
             return Some(PageStatus::Acces);
         }
-        // folio_isolate_lru: fails for a folio already off the LRU.
-        if !pagelist.isolated.insert(folio) {
+        // folio_isolate_lru: fails for a folio already off the LRU (isolated by an
+        // earlier page of it).
+        if !pagelist.isolated.insert(folio) || !self.folio_isolate_lru(folio) {
             return Some(PageStatus::Busy);
         }
-        self.folio_ref_add(folio, 1);
         pagelist.folios.push(folio);
         None
     }
@@ -215,7 +217,7 @@ impl Kernel {
         }
         // putback_movable_pages.
         for f in ret_folios {
-            self.folio_put(f);
+            self.folio_putback_lru(f);
         }
         self.stat.count_vm_events(VmEvent::PgmigrateSuccess, stats.nr_succeeded);
         self.stat.count_vm_events(VmEvent::PgmigrateFail, stats.nr_failed_pages);
@@ -389,6 +391,9 @@ impl Kernel {
         if cached {
             self.__swap_cache_replace_folio(src, dst);
         }
+        if let Some(cg) = self.memcg.as_mut() {
+            cg.migrate(src, dst, nr);
+        }
         folio_unqueue_deferred_split(self, src);
         let moved = self.memmap.page(src).flags & (PageFlags::ANON | PageFlags::SWAPBACKED);
         self.memmap.folio_set(dst, moved);
@@ -411,6 +416,7 @@ impl Kernel {
         if deferred {
             deferred_split_folio(self, dst, partially_mapped);
         }
+        self.folio_add_lru(dst);
         self.folio_put(dst);
         self.folio_put(src);
     }

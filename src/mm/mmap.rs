@@ -25,6 +25,8 @@ impl Kernel {
             return Err(VmaError::Exists);
         }
         let pgoff = addr >> self.arch.granule().page_shift();
+        // vm_area_alloc (SLAB_ACCOUNT).
+        self.obj_cgroup_charge(super::memcontrol::VM_AREA_STRUCT_SIZE);
         self.mm_mut(mm).vmas_mut().insert(
             addr,
             Vma {

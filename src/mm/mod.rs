@@ -9,6 +9,7 @@ pub mod huge_memory;
 pub mod khugepaged;
 pub mod madvise;
 pub mod memblock;
+pub mod memcontrol;
 pub mod memory;
 pub mod migrate;
 pub mod mlock;
@@ -20,6 +21,7 @@ pub mod mremap;
 pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;
+pub mod swap;
 pub mod swap_state;
 pub mod swapfile;
 pub mod thp_sysfs;
@@ -132,6 +134,10 @@ pub struct Kernel {
     gather_pages: mmu_gather::GatherPages,
     /// The swap device (swapon), if any: a zram-like one, written synchronously.
     pub swap: Option<swapfile::SwapInfo>,
+    /// The LRU lists reclaim scans (the workload's cgroup's, or the node's).
+    pub lruvec: swap::Lruvec,
+    /// The workload's memory cgroup (`memlimit`), if any.
+    pub memcg: Option<memcontrol::MemCgroup>,
     /// Direct reclaim runs (the kernel's allocstall_<zone> events; kept out of reports,
     /// since which zone's counter moves depends on the machine's zone layout).
     pub nr_direct_reclaim: u64,
@@ -197,6 +203,8 @@ impl Kernel {
             gather_pages: Default::default(),
             nr_direct_reclaim: 0,
             swap: None,
+            lruvec: Default::default(),
+            memcg: None,
             next_asid: 1,
             next_anon_vma: 1,
         }
@@ -248,6 +256,8 @@ impl Kernel {
         if self.mm(mm).vmas()[&vma.start].anon_vma.is_none() {
             let id = self.anon_vma_alloc();
             self.mm_mut(mm).vmas_mut().get_mut(&vma.start).unwrap().anon_vma = Some(id);
+            self.obj_cgroup_charge(memcontrol::ANON_VMA_SIZE);
+            self.obj_cgroup_charge(memcontrol::ANON_VMA_CHAIN_SIZE);
         }
     }
 
@@ -295,7 +305,9 @@ impl Kernel {
     /// vma_alloc_folio: a new folio of `order` from the local node first, or None when
     /// no node has a block that large. An order-0 allocation (GFP_HIGHUSER_MOVABLE,
     /// which may reclaim) that fails runs direct reclaim and tries again before giving
-    /// up (OOM).
+    /// up (OOM). The allocator hands out pages down to the last (the min watermark's
+    /// reserve is not modelled); free memory of the node under its low watermark
+    /// afterwards runs kswapd.
     pub fn folio_alloc(&mut self, order: u32) -> Option<Pfn> {
         let pfn = match self.alloc_pages_local(order) {
             Some(pfn) => pfn,
@@ -318,6 +330,12 @@ impl Kernel {
         self.memmap.prep_new_folio(pfn, order);
         self.arch.kc.inc(KernelEvent::FolioAlloc);
         self.arch.kc.add(KernelEvent::FolioAllocPages, 1 << order);
+        // wakeup_kswapd: under the low watermark, kswapd balances the node (here, at
+        // once; see vmscan::kswapd).
+        let nid = self.pfn_to_nid(pfn);
+        if self.node_zones[nid].free_pages < self.node_zones[nid].wmark.low {
+            self.kswapd(nid);
+        }
         pfn
     }
 
@@ -377,6 +395,10 @@ impl Kernel {
         }
         let (start, nr) = (Pfn(run.start), run.end - run.start);
         self.arch.kc.add(KernelEvent::FolioFree, nr);
+        for pfn in run.clone() {
+            self.lru_forget_folio(Pfn(pfn));
+            self.mem_cgroup_uncharge(Pfn(pfn), 1);
+        }
         self.memmap.clear_pages(start, nr);
         // A run may cross from one node's RAM into the next's.
         let mut at = start.0;
@@ -414,6 +436,8 @@ impl Kernel {
         self.arch.kc.inc(KernelEvent::FolioFree);
         let order = self.memmap.folio_order(folio);
         huge_memory::folio_unqueue_deferred_split(self, folio);
+        self.lru_forget_folio(folio);
+        self.mem_cgroup_uncharge(folio, 1 << order);
         if self.memmap.folio_test(folio, PageFlags::ANON) {
             self.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
         }

@@ -25,8 +25,35 @@ const _: () = assert!(
     "a max-order block must fit a memmap section"
 );
 
+/// A zone's watermarks, in pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermarks {
+    pub min: u64,
+    pub low: u64,
+    pub high: u64,
+}
+
+impl Watermarks {
+    /// __setup_per_zone_wmarks for one zone of `managed` pages of `page_size`, with
+    /// calculate_min_free_kbytes's min_free_kbytes (int_sqrt(lowmem_kbytes * 16),
+    /// within [128, 262144]) and the default watermark_scale_factor (10 per 10000).
+    pub fn new(managed: u64, page_size: u64) -> Watermarks {
+        let kbytes = managed * (page_size >> 10);
+        let min_free_kbytes = (kbytes * 16).isqrt().clamp(128, 262144);
+        let min = min_free_kbytes / (page_size >> 10);
+        let step = (min >> 2).max(managed * 10 / 10000);
+        Watermarks {
+            min,
+            low: min + step,
+            high: min + 2 * step,
+        }
+    }
+}
+
 pub struct Buddy {
     max_order: u32,
+    /// The zone's watermarks (kswapd wakes under `low`, sleeps over `high`).
+    pub wmark: Watermarks,
     heads: [u32; NR_ORDERS],
     nr_free: [u64; NR_ORDERS],
     /// Bit `o` set while the order-`o` list is non-empty: the smallest block that can
@@ -46,8 +73,10 @@ impl Buddy {
     pub fn new(g: Granule, start: Pfn, end: Pfn) -> Buddy {
         let max_order = max_page_order(g);
         assert!((max_order as usize) < NR_ORDERS);
+        let managed = end.0 - start.0;
         Buddy {
             max_order,
+            wmark: Watermarks::new(managed, g.page_size()),
             heads: [NIL; NR_ORDERS],
             nr_free: [0; NR_ORDERS],
             nonempty: 0,
@@ -196,6 +225,23 @@ mod tests {
 
     fn setup(pages: u64) -> (MemMap, Buddy) {
         (MemMap::new(pages), Buddy::new(Granule::K4, Pfn(0), Pfn(pages)))
+    }
+
+    #[test]
+    fn watermarks_follow_min_free_kbytes_and_the_scale_factor() {
+        // 64 MiB: min_free_kbytes = sqrt(65536 * 16) = 1024 KiB = 256 pages; the
+        // step is 256 / 4 = 64 (over 16384 * 10 / 10000 = 16).
+        assert_eq!(
+            Watermarks::new(16384, 4096),
+            Watermarks {
+                min: 256,
+                low: 320,
+                high: 384
+            }
+        );
+        // 16 GiB: min 16384 KiB = 4096 pages, step 4194 (the scale factor's).
+        let w = Watermarks::new(4 << 20, 4096);
+        assert_eq!((w.min, w.low, w.high), (4096, 8290, 12484));
     }
 
     #[test]

@@ -58,6 +58,7 @@ impl Kernel {
         self.memmap.prep_new_folio(pfn, 0);
         self.memmap.page_mut(pfn).flags.insert(PageFlags::PGTABLE);
         self.arch.hw.ev.inc(alloc_event(level));
+        self.memcg_kmem_charge_page(pfn);
         Some((pfn, self.arch.hw.mem.materialize_table(pfn)))
     }
 
@@ -65,6 +66,7 @@ impl Kernel {
     pub fn pgtable_free(&mut self, pfn: Pfn) {
         self.arch.hw.mem.release_table(pfn);
         self.arch.hw.ev.inc(Event::TableFree);
+        self.memcg_kmem_uncharge_page(pfn);
         self.memmap.clear_folio(pfn, 0);
         self.free_pages_to_node(pfn, 0);
     }

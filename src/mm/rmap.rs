@@ -5,7 +5,8 @@
 
 use super::folio::PageFlags;
 use super::huge_memory::{
-    __split_huge_pmd, deferred_split_folio, set_pmd_migration_entry, split_huge_pmd_locked_freeze,
+    __split_huge_pmd, deferred_split_folio, pmdp_clear_flush_young, set_pmd_migration_entry,
+    split_huge_pmd_locked_freeze,
 };
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::vmstat::MthpStat;
@@ -493,6 +494,58 @@ impl Kernel {
             out.push(entry);
         }
         out
+    }
+
+    /// folio_referenced: clear the accessed bit of every pte (ptep_clear_flush_young:
+    /// on arm64 a contpte block's whole, contpte_ptep_clear_flush_young) or pmd that
+    /// maps `folio`, and count the VMAs where one was set (one per mm: the model maps
+    /// an anon page at one address per mm). A mapping in a locked VMA ends the walk:
+    /// the second value is then true (VM_LOCKED).
+    pub fn folio_referenced(&mut self, folio: Pfn) -> (u32, bool) {
+        if self.memmap.folio_mapcount(folio) == 0 {
+            return (0, false);
+        }
+        let g = self.arch.granule();
+        let mut young: Vec<MmId> = Vec::new();
+        if self.memmap.folio_order(folio) == g.pmd_order() {
+            let haddr = self.memmap.page(folio).index << g.page_shift();
+            for mm in 0..self.mms.len() {
+                if self.mms[mm].is_none() {
+                    continue;
+                }
+                let Some(pmd) = self.pmd_offset(mm, haddr) else {
+                    continue;
+                };
+                let d = self.pxd_get(2, pmd);
+                if !(pmd_trans_huge(d) && d.pfn(g) == folio) {
+                    continue;
+                }
+                if self
+                    .mm(mm)
+                    .find_vma(haddr)
+                    .is_some_and(|v| v.flags.contains(VmFlags::LOCKED))
+                {
+                    return (young.len() as u32, true);
+                }
+                if pmdp_clear_flush_young(self, mm, pmd, haddr) {
+                    young.push(mm);
+                }
+            }
+        }
+        for (mm, ptep, addr) in self.folio_mappings(folio) {
+            if self
+                .mm(mm)
+                .find_vma(addr)
+                .is_some_and(|v| v.flags.contains(VmFlags::LOCKED))
+            {
+                return (young.len() as u32, true);
+            }
+            let amm = self.arch_mm(mm);
+            if self.arch.ptep_clear_flush_young(amm, addr, ptep) && !young.contains(&mm) {
+                young.push(mm);
+            }
+        }
+        (young.len() as u32, false)
     }
 
     /// Every pte that maps a page of `folio`, in every mm: anon pages are mapped only at

@@ -214,10 +214,15 @@ impl Kernel {
             return None;
         }
         let folio = self.folio_alloc(0)?;
+        if !self.mem_cgroup_charge(folio, true) {
+            self.folio_put(folio);
+            return None;
+        }
         let si = self.swap.as_mut().expect("checked");
         si.swapcache_prepare(slot);
         self.memmap.folio_set(folio, PageFlags::SWAPBACKED);
         self.swap_cache_add_folio(folio, slot);
+        self.folio_add_lru(folio);
         Some((folio, true))
     }
 

@@ -122,6 +122,11 @@ impl SwapInfo {
         self.map.len() as u64
     }
 
+    /// get_nr_swap_pages: slots free (the header is never one).
+    pub fn free_pages(&self) -> u64 {
+        self.max() - 1 - self.inuse_pages
+    }
+
     /// The list of `kind` for clusters of `order`.
     fn list_mut(&mut self, kind: List, order: u8) -> Option<&mut VecDeque<u32>> {
         match kind {

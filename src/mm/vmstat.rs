@@ -46,6 +46,18 @@ named_enum!(
         ThpMigrationSuccess => "thp_migration_success",
         ThpMigrationFail => "thp_migration_fail",
         ThpMigrationSplit => "thp_migration_split",
+        PgActivate => "pgactivate",
+        PgDeactivate => "pgdeactivate",
+        PgScanAnon => "pgscan_anon",
+        PgStealAnon => "pgsteal_anon",
+        PgScanFile => "pgscan_file",
+        PgStealFile => "pgsteal_file",
+        PgScanDirect => "pgscan_direct",
+        PgStealDirect => "pgsteal_direct",
+        PgRefill => "pgrefill",
+        PgScanKswapd => "pgscan_kswapd",
+        PgStealKswapd => "pgsteal_kswapd",
+        PageOutRun => "pageoutrun",
     }
 );
 
@@ -59,6 +71,7 @@ named_enum!(
         SwpoutFallback => "swpout_fallback",
         Swpin => "swpin",
         SwpinFallback => "swpin_fallback",
+        SwpinFallbackCharge => "swpin_fallback_charge",
         Split => "split",
         SplitFailed => "split_failed",
         SplitDeferred => "split_deferred",

@@ -38,13 +38,15 @@ pub fn current_value(shown: &str) -> &str {
     }
 }
 
-/// Writes every pending knob back, and takes down a workload's swap device.
-/// Async-signal-safe: open/write/close on prepared buffers, swapoff.
+/// Writes every pending knob back, and takes down a workload's swap device and
+/// memory cgroup. Async-signal-safe: open/write/close on prepared buffers, swapoff,
+/// rmdir.
 fn restore_pending() {
     // SAFETY: getpid has no preconditions.
     if unsafe { libc::getpid() } != OWNER.load(Ordering::SeqCst) {
         return;
     }
+    super::cgroup::take_down();
     super::swap::take_down();
     let list = PENDING.load(Ordering::SeqCst);
     if list.is_null() {

@@ -7,6 +7,7 @@
 //! the runner's own work between ops stays out of them (other processes on the host can
 //! still move them).
 
+mod cgroup;
 pub mod knobs;
 mod layout;
 pub(crate) mod perf;
@@ -174,6 +175,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         diagnostics: Vec::new(),
         op_time: Duration::ZERO,
         swap: None,
+        memcg: None,
     };
     o.start_main()?;
     o.stmts(&w.stmts)?;
@@ -220,6 +222,9 @@ struct Orchestrator<'a> {
     diagnostics: Vec<String>,
     /// Time inside the ops' counter windows, when other processes' work is counted too.
     op_time: Duration,
+    /// The workload's memory cgroup (`memlimit`), removed when the run ends (declared
+    /// first: it goes before the swap device, see `cgroup::take_down`).
+    memcg: Option<cgroup::MemCgroup>,
     /// The workload's swap device (`swapon`), taken down when the run ends.
     swap: Option<swap::ZramSwap>,
 }
@@ -347,6 +352,12 @@ impl Orchestrator<'_> {
             Op::Swapon { size } => {
                 let t = Instant::now();
                 self.swap = Some(swap::ZramSwap::on(*size).map_err(|e| self.err(s, e))?);
+                (0, 0, t.elapsed().as_nanos() as u64)
+            }
+            Op::Memlimit { size } => {
+                let t = Instant::now();
+                let pids: Vec<libc::pid_t> = self.pids.values().copied().collect();
+                self.memcg = Some(cgroup::MemCgroup::create(*size, &pids).map_err(|e| self.err(s, e))?);
                 (0, 0, t.elapsed().as_nanos() as u64)
             }
             op => {
@@ -519,8 +530,16 @@ impl Orchestrator<'_> {
                 }
             }
         }
-        // Closing our ends makes every worker see end-of-file and exit.
+        // Closing our ends makes every worker see end-of-file and exit; the swap device
+        // and the cgroup go only once they are gone.
         self.ours.clear();
+        let start = Instant::now();
+        while self.pids.values().any(|&pid| alive(pid)) {
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(NativeError::Host("the workers did not exit".into()));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
         Ok(layout)
     }
 }

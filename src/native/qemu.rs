@@ -130,17 +130,32 @@ impl Target {
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
 pub const NOT_APPLICABLE: &str = "not applicable on ";
 
+/// The workload's `memlimit`, if it has one.
+fn memlimit(stmts: &[Stmt]) -> Option<&Stmt> {
+    stmts.iter().find_map(|s| match &s.op {
+        Op::Memlimit { .. } => Some(s),
+        Op::Repeat { body, .. } => memlimit(body),
+        _ => None,
+    })
+}
+
 /// The NUMA nodes a guest has when one of its workloads migrates: node 0 with the
 /// vCPU, node 1 memory only, the RAM split evenly.
 pub const GUEST_NODES: usize = 2;
 
-/// What the guest runner cannot do for `w`: threads and CPU placement, or migration
-/// to a node beyond the guest's (`migrate`).
+/// What the guest runner cannot do for `w`: threads and CPU placement, a memory
+/// cgroup (`memlimit`), or migration to a node beyond the guest's (`migrate`).
 pub fn unsupported(w: &Workload) -> Option<String> {
     if let Some(s) = crate::workload::model_only(&w.stmts) {
         return Some(format!(
             "'{}' (line {}) runs only in the model",
             s.op.keyword(),
+            s.pos.line
+        ));
+    }
+    if let Some(s) = memlimit(&w.stmts) {
+        return Some(format!(
+            "its runner has no memory cgroup yet (memlimit at line {})",
             s.pos.line
         ));
     }
@@ -336,7 +351,7 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
                 let (a, len) = span(&regions, region, *range);
                 format!("migrate {p} {a:x} {len:x} {node}")
             }
-            Op::Thread { .. } | Op::ThreadsAll | Op::Cpu { .. } => {
+            Op::Thread { .. } | Op::ThreadsAll | Op::Cpu { .. } | Op::Memlimit { .. } => {
                 unreachable!("{} is refused by run_batch_on", st.op.keyword())
             }
             Op::Mmap {
@@ -727,9 +742,9 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
         return Err(QemuError::NotSetUp(why));
     }
     for w in workloads {
-        if let Some(s) = crate::workload::model_only(&w.stmts) {
+        if let Some(s) = crate::workload::model_only(&w.stmts).or_else(|| memlimit(&w.stmts)) {
             return Err(QemuError::Run(format!(
-                "{}:{}:{}: '{}' runs only in the model",
+                "{}:{}:{}: '{}' does not run on the QEMU targets",
                 w.path,
                 s.pos.line,
                 s.pos.col,

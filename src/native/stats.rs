@@ -10,9 +10,11 @@ use std::path::Path;
 /// The /proc/vmstat counters reported as `vmstat.<name>`: page faults, THP fault
 /// allocation and fallback, splits (whole, deferred, underused, PMD), collapse, the huge
 /// zero page, THP swap-out and lazyfree pages discarded by reclaim, swap-in and
-/// swap-out and swap readahead (swap_ra, swap_ra_hit). System-wide counters such as
-/// pgfree or pgalloc_* are left out: other processes on the host move them by far more
-/// than a workload does.
+/// swap-out and swap readahead (swap_ra, swap_ra_hit), reclaim's LRU scan and steal
+/// counts, and migration. System-wide counters such as pgfree or pgalloc_* are left
+/// out: other processes on the host move them by far more than a workload does; so are
+/// pgactivate and pgdeactivate, which every file page read twice moves (the runner's
+/// own binary in a QEMU guest, where no idle window measures it).
 pub const VMSTAT_KEYS: &[&str] = &[
     "pgfault",
     "thp_fault_alloc",
@@ -42,6 +44,10 @@ pub const VMSTAT_KEYS: &[&str] = &[
     "thp_migration_success",
     "thp_migration_fail",
     "thp_migration_split",
+    "pgscan_anon",
+    "pgsteal_anon",
+    "pgscan_file",
+    "pgsteal_file",
 ];
 
 /// Open counter files and the names their values go under.

@@ -360,6 +360,7 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
             | Op::Mark { .. }
             | Op::Shrink
             | Op::Swapon { .. }
+            | Op::Memlimit { .. }
             | Op::Fork { .. }
             | Op::Exit
             | Op::Thread { .. }

@@ -481,6 +481,12 @@ impl Sim<'_> {
                 self.syscall(1);
                 self.k.sys_swapon(*size).map_err(|e| self.fail(s.pos, e))
             }
+            Op::Memlimit { size } => {
+                self.syscall(1);
+                let pages = size >> self.k.arch.granule().page_shift();
+                self.k.memcg = Some(crate::mm::memcontrol::MemCgroup::new(pages));
+                Ok(())
+            }
             Op::Migrate {
                 region, range, node, ..
             } => {

@@ -137,6 +137,12 @@ pub enum Op {
     Swapon {
         size: u64,
     },
+    /// `memlimit SIZE`: the workload's processes run in a memory cgroup limited to
+    /// SIZE bytes (an extension of the spec); a charge over it reclaims from the
+    /// cgroup's LRU lists (on the host: cgroup v1 memory.limit_in_bytes).
+    Memlimit {
+        size: u64,
+    },
     /// `migrate R [OFF LEN] node=N`: move_pages(2) of every page of the range to NUMA
     /// node N (an extension of the spec; `node_pos` is where `node=` is written).
     Migrate {
@@ -173,6 +179,7 @@ impl Op {
             Op::Cpu { .. } => "cpu",
             Op::Shrink => "shrink",
             Op::Swapon { .. } => "swapon",
+            Op::Memlimit { .. } => "memlimit",
             Op::Migrate { .. } => "migrate",
             Op::Repeat { .. } => "repeat",
             Op::Mark { .. } => "mark",

@@ -118,6 +118,10 @@ struct State {
     threads: BTreeMap<String, Thread>,
     /// The line of the `swapon`, once one has run.
     swapon: Option<u32>,
+    /// The line of the `memlimit`, once one has run.
+    memlimit: Option<u32>,
+    /// The line of the first `mmap` or `fork`, after which no `memlimit` may come.
+    first_memory: Option<u32>,
 }
 
 pub(crate) fn check(path: &str, nodes: &[Node]) -> Result<(), WorkloadError> {
@@ -125,6 +129,8 @@ pub(crate) fn check(path: &str, nodes: &[Node]) -> Result<(), WorkloadError> {
         procs: BTreeMap::from([(MAIN.to_string(), Proc::default())]),
         threads: BTreeMap::new(),
         swapon: None,
+        memlimit: None,
+        first_memory: None,
     };
     Checker { path }.run(&mut st, nodes)
 }
@@ -173,6 +179,27 @@ impl Checker<'_> {
             }
             st.swapon = Some(stmt.pos.line);
         }
+        if let Op::Memlimit { size } = stmt.op {
+            if let Some(line) = st.memlimit {
+                return Err(self.err(
+                    stmt.pos,
+                    format!("a memory limit is already set (memlimit at line {line})"),
+                ));
+            }
+            if let Some(line) = st.first_memory {
+                return Err(self.err(
+                    stmt.pos,
+                    format!("memlimit must come before any mmap or fork (line {line}), so all the workload's memory is charged"),
+                ));
+            }
+            if size < 4096 || size % 4096 != 0 {
+                return Err(self.err(stmt.pos, "a memory limit must be a nonzero multiple of 4K"));
+            }
+            st.memlimit = Some(stmt.pos.line);
+        }
+        if matches!(stmt.op, Op::Mmap { .. } | Op::Fork { .. }) && st.first_memory.is_none() {
+            st.first_memory = Some(stmt.pos.line);
+        }
         let proc_pos = at.proc.unwrap_or(stmt.pos);
         // A thread's ops act on its process's address space.
         let (name, thread) = match st.threads.get(&stmt.proc_name) {
@@ -210,7 +237,13 @@ impl Checker<'_> {
             Some(p) => p,
         };
         match &stmt.op {
-            Op::Set { .. } | Op::Mark { .. } | Op::Shrink | Op::Swapon { .. } | Op::ThreadsAll | Op::Cpu { .. } => {}
+            Op::Set { .. }
+            | Op::Mark { .. }
+            | Op::Shrink
+            | Op::Swapon { .. }
+            | Op::Memlimit { .. }
+            | Op::ThreadsAll
+            | Op::Cpu { .. } => {}
             Op::Thread { name: t } => {
                 st.threads.insert(
                     t.clone(),

@@ -452,6 +452,12 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 Op::Swapon { size }
             }
+            "memlimit" => {
+                let t = self.arg(&mut a, "a memory limit")?;
+                let size = self.size(t, t.text, "memory limit")?;
+                self.finish(&a)?;
+                Op::Memlimit { size }
+            }
             "migrate" => {
                 let region = self.region(&mut a, &mut at)?;
                 let range = self.opt_range(&mut a, &mut at)?;

@@ -159,6 +159,32 @@ fn __contpte_try_fold(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pte:
     contpte_convert(arch, mm, addr, ptep, pte.pte_mkcont());
 }
 
+/// contpte_ptep_test_and_clear_young: clear young on every entry of the block holding
+/// `ptep`, without unfolding it; whether any was young.
+pub fn contpte_ptep_test_and_clear_young(arch: &mut Arch, addr: u64, ptep: PtePtr) -> bool {
+    let g = arch.granule();
+    let n = g.cont_ptes();
+    let first = ptep.align_down(n);
+    let start = addr & !(g.cont_pte_size() - 1);
+    let mut young = false;
+    for i in 0..n {
+        young |= arch.__ptep_test_and_clear_young(start + i as u64 * g.page_size(), first.add(i));
+    }
+    young
+}
+
+/// contpte_ptep_clear_flush_young: as above, then, if any was young, flush the whole
+/// block without waiting for completion (a stale young entry only misleads aging).
+pub fn contpte_ptep_clear_flush_young(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr) -> bool {
+    let young = contpte_ptep_test_and_clear_young(arch, addr, ptep);
+    if young {
+        let g = arch.granule();
+        let s = addr & !(g.cont_pte_size() - 1);
+        tlbflush::flush_tlb_range_nosync(&mut arch.hw, mm.asid, s, s + g.cont_pte_size(), g.page_size(), true);
+    }
+    young
+}
+
 /// contpte_ptep_get: gather young and dirty over the block, in the variant chosen.
 /// With 16-entry blocks (4K granule) the instructions the call executes are counted
 /// from seed 004's measured table (`contpte_insns`).

@@ -691,38 +691,26 @@ impl Arch {
     }
 
     /// ptep_test_and_clear_young: with contpte, clears young on the whole block
-    /// without unfolding and reports whether any entry was young.
+    /// without unfolding (contpte_ptep_test_and_clear_young); whether any entry was young.
     pub fn ptep_test_and_clear_young(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr) -> bool {
-        let pte = self.__ptep_get(ptep);
-        if !self.cont_active(mm) || !pte.pte_valid_cont() {
+        if !self.cont_active(mm) || !self.__ptep_get(ptep).pte_valid_cont() {
             return self.__ptep_test_and_clear_young(addr, ptep);
         }
-        let g = self.granule();
-        let n = g.cont_ptes();
-        let first = ptep.align_down(n);
-        let start = addr & !(g.cont_pte_size() - 1);
-        let mut young = false;
-        for i in 0..n {
-            young |= self.__ptep_test_and_clear_young(start + i as u64 * g.page_size(), first.add(i));
-        }
-        young
+        contpte::contpte_ptep_test_and_clear_young(self, addr, ptep)
     }
 
-    /// ptep_clear_flush_young: as above, then flush the block (or page) without
-    /// waiting for completion if anything was young.
+    /// ptep_clear_flush_young: clear young, then flush the page without waiting for
+    /// completion if it was young; a contpte block's whole
+    /// (contpte_ptep_clear_flush_young).
     pub fn ptep_clear_flush_young(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr) -> bool {
-        let cont = self.cont_active(mm) && self.__ptep_get(ptep).pte_valid_cont();
-        let young = self.ptep_test_and_clear_young(mm, addr, ptep);
+        if self.cont_active(mm) && self.__ptep_get(ptep).pte_valid_cont() {
+            return contpte::contpte_ptep_clear_flush_young(self, mm, addr, ptep);
+        }
+        let young = self.__ptep_test_and_clear_young(addr, ptep);
         if young {
-            let g = self.granule();
-            let (s, e) = if cont {
-                let s = addr & !(g.cont_pte_size() - 1);
-                (s, s + g.cont_pte_size())
-            } else {
-                let s = addr & !(g.page_size() - 1);
-                (s, s + g.page_size())
-            };
-            tlbflush::flush_tlb_range_nosync(&mut self.hw, mm.asid, s, e, g.page_size(), true);
+            let ps = self.granule().page_size();
+            let s = addr & !(ps - 1);
+            tlbflush::flush_tlb_range_nosync(&mut self.hw, mm.asid, s, s + ps, ps, true);
         }
         young
     }
