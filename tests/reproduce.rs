@@ -94,12 +94,13 @@ fn an_unknown_seed_is_exit_2() {
 
 /// Seed 001's per-page figures: arm64 broadcasts one TLBI per page whatever the CPUs;
 /// x86 sends an IPI to every other CPU the mm runs on; the deferred flush waits once
-/// per 31 lazyfree folios, but per folio before a dirty one's swap-out.
+/// per 31 lazyfree folios, but per folio before a dirty one's swap-out, and once per
+/// 512-page batch of a migration.
 #[test]
 fn seed_001_per_page_figures_scale_with_the_cpus_only_under_x86() {
     let v: serde_json::Value = serde_json::from_slice(&reproduce(&["001"])).unwrap();
     let rows = v["per_page"].as_array().unwrap();
-    assert_eq!(rows.len(), 16);
+    assert_eq!(rows.len(), 24);
     let get = |exp: &str, flavour: &str, cpus: u64, variant: &str, key: &str| {
         rows.iter()
             .find(|r| {
@@ -119,6 +120,8 @@ fn seed_001_per_page_figures_scale_with_the_cpus_only_under_x86() {
         let waits = get("lazyfree", "arm64", cpus, "deferred", "waits");
         assert!(waits > 1.0 / 31.0 && waits < 1.0 / 28.0, "{waits}");
         assert!(get("swap-out", "arm64", cpus, "deferred", "waits") >= 1.0);
+        assert_eq!(get("migration", "arm64", cpus, "deferred", "waits"), 1.0 / 512.0);
+        assert_eq!(get("migration", "x86", cpus, "sync", "ipi"), (cpus - 1) as f64);
     }
     assert!(
         get("lazyfree", "arm64", 128, "deferred", "flush_ns") < get("lazyfree", "arm64", 128, "sync", "flush_ns") / 2.0

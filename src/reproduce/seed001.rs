@@ -20,20 +20,42 @@ const FLUSH_EVENTS: &[&str] = &[
     "kernel.ptep_clear_flush",
 ];
 
-/// The per-page experiments: the workload, and the vmstat counter of its pages.
-const PER_PAGE: &[(&str, &str, &str, &str)] = &[
-    (
-        "reclaim: swap-out of written pages to zram",
-        "workloads/seed001-swapout-threads.wl",
-        include_str!("../../workloads/seed001-swapout-threads.wl"),
-        "vmstat.pswpout",
-    ),
-    (
-        "reclaim: discard of lazyfree pages",
-        "workloads/seed001-lazyfree-threads.wl",
-        include_str!("../../workloads/seed001-lazyfree-threads.wl"),
-        "vmstat.pglazyfreed",
-    ),
+/// The per-page experiments: the workload, its phase, the vmstat counter of its
+/// pages, and the machine it needs beyond the CPUs.
+struct PerPageExperiment {
+    name: &'static str,
+    path: &'static str,
+    src: &'static str,
+    phase: &'static str,
+    pages: &'static str,
+    sets: &'static [(&'static str, &'static str)],
+}
+
+const PER_PAGE: &[PerPageExperiment] = &[
+    PerPageExperiment {
+        name: "reclaim: swap-out of written pages to zram",
+        path: "workloads/seed001-swapout-threads.wl",
+        src: include_str!("../../workloads/seed001-swapout-threads.wl"),
+        phase: "pageout",
+        pages: "vmstat.pswpout",
+        sets: &[],
+    },
+    PerPageExperiment {
+        name: "reclaim: discard of lazyfree pages",
+        path: "workloads/seed001-lazyfree-threads.wl",
+        src: include_str!("../../workloads/seed001-lazyfree-threads.wl"),
+        phase: "pageout",
+        pages: "vmstat.pglazyfreed",
+        sets: &[],
+    },
+    PerPageExperiment {
+        name: "migration: move_pages to the other node",
+        path: "workloads/seed001-migrate-threads.wl",
+        src: include_str!("../../workloads/seed001-migrate-threads.wl"),
+        phase: "migrate",
+        pages: "vmstat.pgmigrate_success",
+        sets: &[("nodes", "2")],
+    },
 ];
 
 /// The events of the flush work, by flavour: what the per-page time sums. The
@@ -65,16 +87,18 @@ fn per_page(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result
         "per page on 128 CPUs, arm64: costed with kunpeng-920's measured TLBI and DSB, taken on a machine of about 100 cores; no public figure gives their growth with the CPU count (costs.md §1b), so the 128-CPU time is that machine's".to_string(),
     ];
     let c = |counts: &Counters, k: &str| counts.get(k).copied().unwrap_or(0) as f64;
-    for (experiment, path, src, pages_key) in PER_PAGE {
-        let w = parse_str(path, src).map_err(|e| e.to_string())?;
+    for e in PER_PAGE {
+        let (experiment, path, pages_key) = (e.name, e.path, e.pages);
+        let w = parse_str(path, e.src).map_err(|e| e.to_string())?;
         for flavour in ["arm64", "x86"] {
             for cpus in [8usize, 128] {
                 let machine = per_page_machine(flavour, cpus);
                 let costs = Costs::for_seed(machine, SEED, software)?;
                 for variant in ["sync", "deferred"] {
                     let n = cpus.to_string();
-                    let sets = [("tlb-batch", variant), ("tlb-flush", flavour), ("cpus", n.as_str())];
-                    let counts = phase_counts(&w, kernel, &sets, "pageout")?;
+                    let mut sets = vec![("tlb-batch", variant), ("tlb-flush", flavour), ("cpus", n.as_str())];
+                    sets.extend_from_slice(e.sets);
+                    let counts = phase_counts(&w, kernel, &sets, e.phase)?;
                     let pages = c(&counts, pages_key);
                     if pages == 0.0 {
                         return Err(format!("{path}: no page reclaimed ({pages_key} is 0)"));
