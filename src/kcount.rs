@@ -36,6 +36,7 @@ counters! {
     ArchTlbbatchFlush => "kernel.arch_tlbbatch_flush",
     FlushTlbBatchedPending => "kernel.flush_tlb_batched_pending",
     ArchFlushTlbBatchedPending => "kernel.arch_flush_tlb_batched_pending",
+    ExitMmapBatchedPending => "kernel.exit_mmap.batched_pending",
     FlushTlbMulti => "kernel.flush_tlb_multi",
     FlushTlbFunc => "kernel.flush_tlb_func",
     SwitchMmFlush => "kernel.switch_mm_irqs_off.flush",

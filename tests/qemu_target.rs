@@ -202,26 +202,45 @@ fn where_6_12_behaves_as_the_model_every_counter_agrees_16k() {
 }
 
 /// Swap on the guest's zram: order-0 and 64K swap-out and swap-in, MADV_FREE,
-/// mprotect and mlock of swapped memory, and a partial pageout of 64K folios, each
-/// agreeing with the model on every counter and the layout (with 16K pages a 64K folio
-/// is split before swap-out: arm64 has THP_SWAP only with 4K pages).
-const AGREE_SWAP: &[&str] = &[
+/// mprotect and mlock of swapped memory, a partial pageout of 64K folios, slots shared
+/// by fork read through the swap cache with readahead, and MADV_COLLAPSE swapping in,
+/// each agreeing with the model on every counter and the layout (with 16K pages a 64K
+/// folio is split before swap-out: arm64 has THP_SWAP only with 4K pages).
+const AGREE_SWAP_16K: &[&str] = &[
     "tests/validation/swap_order0.wl",
     "tests/validation/swap_64k.wl",
     "tests/validation/swap_free.wl",
     "tests/validation/swap_mprotect.wl",
     "tests/validation/swap_dontneed_partial.wl",
     "tests/validation/swap_mlock.wl",
+    "tests/validation/swap_fork_child.wl",
+    "tests/validation/swap_fork_both.wl",
+    "tests/validation/swap_fork_64k.wl",
+    "tests/validation/swap_fork_stride.wl",
+    "tests/validation/swap_fork_pageout_again.wl",
+    "tests/validation/collapse_swapped.wl",
+    "tests/validation/collapse_swapped_64k.wl",
+    "tests/validation/collapse_swapped_shared.wl",
+];
+
+/// With 4K pages, also those whose ranges are not in 16K units.
+const AGREE_SWAP_4K_ONLY: &[&str] = &[
+    "tests/validation/swap_cache_write_after_read.wl",
+    "tests/validation/swap_fork_64k_cached.wl",
+    "tests/validation/swap_fork_descending.wl",
+    "tests/validation/swap_fork_free_cached.wl",
+    "tests/validation/swap_full_reuse.wl",
 ];
 
 #[test]
 fn swap_on_zram_agrees_with_the_model_with_4k_and_16k_pages() {
-    for target in [Target::QemuArm64, Target::QemuArm64_16k] {
+    let all: Vec<&str> = AGREE_SWAP_16K.iter().chain(AGREE_SWAP_4K_ONLY).copied().collect();
+    for (target, paths) in [(Target::QemuArm64, &all[..]), (Target::QemuArm64_16k, AGREE_SWAP_16K)] {
         if let Some(why) = qemu::missing(target) {
             println!("SKIP swap_on_zram_agrees_with_the_model_with_4k_and_16k_pages ({target:?}): {why}");
             continue;
         }
-        for c in guest_against_model(target, AGREE_SWAP, &[]) {
+        for c in guest_against_model(target, paths, &[]) {
             assert!(c.ok(), "{target:?}: {}", table(&c));
             for key in ["vmstat.pswpout", "vmstat.pswpin", "vmstat.pgmajfault"] {
                 assert!(

@@ -16,6 +16,12 @@ impl Kernel {
     /// write-protected in place. None when out of memory (the child is torn down).
     pub fn dup_mmap(&mut self, parent: MmId) -> Option<MmId> {
         let child = self.mm_alloc()?;
+        // dup_mm's memcpy of the mm_struct: mm_init does not reset tlb_flush_batched,
+        // so a batched flush the parent still owed is owed by the child too (its first
+        // flush_tlb_batched_pending flushes the whole mm; measured on the 6.12 guest).
+        let (pending, done) = (self.mm(parent).tlb_flush_pending, self.mm(parent).tlb_flush_done);
+        let c = self.mm_mut(child);
+        (c.tlb_flush_pending, c.tlb_flush_done) = (pending, done);
         let vmas: Vec<Vma> = self.mm(parent).vmas().values().copied().collect();
         let mut ok = true;
         for vma in &vmas {

@@ -108,7 +108,7 @@ impl Kernel {
         let ptep = self.pte_offset_map(pmd, haddr).expect("scanned pte table");
         let amm = self.arch_mm(mm);
         for i in 0..1usize << g.pmd_order() {
-            let pte = self.arch.ptep_get(amm, ptep.add(i));
+            let pte = self.arch.ptep_get_lockless(amm, ptep.add(i));
             if !pte.is_swap_pte() {
                 continue;
             }

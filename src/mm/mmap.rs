@@ -3,6 +3,7 @@
 use super::huge_memory::split_huge_pmd_address;
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::Kernel;
+use crate::kcount::KernelEvent;
 
 /// Why a VMA operation failed (the errno the syscall would return).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -155,6 +156,12 @@ impl Kernel {
     /// exit_mmap: zap every VMA under a fullmm mmu_gather, free all page tables, then
     /// the pgd (mmdrop); the mm is gone afterwards.
     pub fn exit_mmap(&mut self, mm: MmId) {
+        // A batched flush still owed (fork copies tlb_flush_batched): the first zap's
+        // flush_tlb_batched_pending flushes the whole mm. Counted on its own because a
+        // guest's exit twin, forked just before, owes and does the same.
+        if self.mm(mm).tlb_flush_pending != self.mm(mm).tlb_flush_done {
+            self.arch.kc.inc(KernelEvent::ExitMmapBatchedPending);
+        }
         let vmas: Vec<Vma> = std::mem::take(self.mm_mut(mm).vmas_mut()).into_values().collect();
         let mut tlb = self.tlb_gather_mmu(mm, true);
         self.unmap_vmas(&mut tlb, mm, &vmas, 0, u64::MAX);

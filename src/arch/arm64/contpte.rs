@@ -188,6 +188,24 @@ pub fn contpte_ptep_clear_flush_young(arch: &mut Arch, mm: ArchMm, addr: u64, pt
 /// contpte_ptep_get: gather young and dirty over the block, in the variant chosen.
 /// With 16-entry blocks (4K granule) the instructions the call executes are counted
 /// from seed 004's measured table (`contpte_insns`).
+/// contpte_ptep_get_lockless: the block's young and dirty bits gathered from all its
+/// ptes, for a reader without the PTL (its retry when the block changes under it
+/// cannot happen in the sequential model). A function of its own, not counted as
+/// contpte_ptep_get.
+pub fn contpte_ptep_get_lockless(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
+    let start = align_down(arch, ptep);
+    for i in 0..arch.granule().cont_ptes() {
+        let p = arch.__ptep_get(start.add(i));
+        if p.pte_dirty() {
+            orig = orig.pte_mkdirty();
+        }
+        if p.pte_young() {
+            orig = orig.pte_mkyoung();
+        }
+    }
+    orig
+}
+
 pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
     let n = arch.granule().cont_ptes();
     let start = align_down(arch, ptep);

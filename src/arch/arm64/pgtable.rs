@@ -509,6 +509,15 @@ impl Arch {
         contpte::contpte_ptep_get(self, ptep, pte)
     }
 
+    /// ptep_get_lockless.
+    pub fn ptep_get_lockless(&mut self, mm: ArchMm, ptep: PtePtr) -> Pte {
+        let pte = self.__ptep_get(ptep);
+        if !self.cont_active(mm) || !pte.pte_valid_cont() {
+            return pte;
+        }
+        contpte::contpte_ptep_get_lockless(self, ptep, pte)
+    }
+
     /// set_ptes: map `nr` consecutive pages (all targets none when nr > 1). `folio` is
     /// the head pfn and size of the folio mapped (what pte_page/page_folio give the
     /// kernel), needed to decide whether a single set may fold a block.
