@@ -144,11 +144,19 @@ fn shootdown_only(a: &Args) -> super::CmdResult {
     };
     let text =
         std::fs::read_to_string(&path).map_err(|e| format!("{}: {e} (run a full calibrate first)", path.display()))?;
-    let mut p = crate::time::Profile::parse(&text)?;
     let (costs, line) = shootdown_costs(&host_description());
-    put_costs(&mut p, costs);
-    p.check()?;
-    std::fs::write(&path, toml::to_string(&p)?).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The file as it is, less its [[cost]] blocks of these events, plus the new ones:
+    // parsing and writing it back would fill in the shared defaults it leaves out.
+    let events: Vec<String> = costs.iter().flat_map(|c| c.events.iter().map(|e| format!("\"{e}\""))).collect();
+    let mut blocks: Vec<&str> = text.split("\n[[cost]]\n").collect();
+    blocks.retain(|b| !b.lines().next().is_some_and(|l| events.iter().any(|e| l.contains(e.as_str()))));
+    #[derive(serde::Serialize)]
+    struct Costs {
+        cost: Vec<crate::time::profile::Cost>,
+    }
+    let out = blocks.join("\n[[cost]]\n").trim_end().to_string() + "\n\n" + &toml::to_string(&Costs { cost: costs })?;
+    crate::time::Profile::parse(&out)?.check()?;
+    std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display()))?;
     super::emit(&format!("{line}\nwritten to {}\n", path.display()))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -7,8 +7,8 @@
 //! is that round. Done for 1 and 32 pages (32 INVLPGs on CPU 1, under the 33-page
 //! ceiling) and for 64 (a full flush there), it separates the IPI from the remote
 //! INVLPG and the remote full flush. CPU 1's "TLB shootdowns" in /proc/interrupts
-//! must grow by one per drop, or the figures are refused: a hypervisor may flush a
-//! preempted vCPU without an IPI (KVM's PV TLB flush).
+//! count the drops that did send an IPI (a hypervisor may flush a preempted vCPU
+//! without one: KVM's PV TLB flush); the extra time is divided among those.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,7 +29,8 @@ pub struct IpiCosts {
     pub invlpg_ns: f64,
     /// One full flush of the loaded mm on the remote CPU.
     pub flush_all_ns: f64,
-    /// Shootdowns CPU 1 received per timed drop (1.0 when every drop sent one).
+    /// Shootdowns CPU 1 received per timed drop (1.0 when every drop sent one; above
+    /// when other processes sent it some too).
     pub received_per_drop: f64,
     pub drops: u64,
 }
@@ -153,12 +154,16 @@ fn measure_pinned() -> Result<IpiCosts, String> {
     let drops = DROPS * ROUNDS as u64 * maps.len() as u64;
     let received = after? - before?;
     let per_drop = received as f64 / drops as f64;
-    if per_drop < 1.0 {
+    // A drop sends no IPI while CPU 1 runs another task or its vCPU is preempted (a
+    // hypervisor's paravirtual flush marks it instead): the extra time is spread over
+    // the drops that did, as /proc/interrupts counted them.
+    if per_drop < 0.5 {
         return Err(format!(
-            "CPU 1 received {received} TLB shootdowns for {drops} drops: during some it ran another task (the host is busy) or a hypervisor flushed it without an IPI (a paravirtual flush), so an IPI's cost cannot be measured now"
+            "CPU 1 received {received} TLB shootdowns for {drops} drops: most flushed it without an IPI (the host is busy, or a hypervisor's paravirtual flush), so an IPI's cost cannot be measured now"
         ));
     }
-    let d: Vec<f64> = shared.iter().zip(&alone).map(|(s, a)| s - a).collect();
+    let share = per_drop.min(1.0);
+    let d: Vec<f64> = shared.iter().zip(&alone).map(|(s, a)| (s - a) / share).collect();
     let invlpg_ns = ((d[1] - d[0]) / 31.0).max(0.0);
     let ipi_ns = d[0] - invlpg_ns;
     Ok(IpiCosts {
@@ -175,7 +180,7 @@ pub fn costs(m: &IpiCosts, what: &str) -> Vec<crate::time::profile::Cost> {
     use crate::time::profile::Cost;
     use crate::time::Quality;
     let how = format!(
-        "MADV_DONTNEED of 1, 32 and 64 pages with and without a thread of the mm spinning on CPU 1, fastest of {ROUNDS} rounds of {DROPS} drops each; CPU 1 received {:.3} shootdowns per drop (/proc/interrupts; above 1 when other processes sent it some too)",
+        "MADV_DONTNEED of 1, 32 and 64 pages with and without a thread of the mm spinning on CPU 1, fastest of {ROUNDS} rounds of {DROPS} drops each, the extra time divided among the drops that sent an IPI: CPU 1 received {:.4} shootdowns per drop (/proc/interrupts)",
         m.received_per_drop
     );
     let cost = |event: &str, ns: f64, means: &str| Cost {
