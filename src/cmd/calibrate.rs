@@ -147,9 +147,16 @@ fn shootdown_only(a: &Args) -> super::CmdResult {
     let (costs, line) = shootdown_costs(&host_description());
     // The file as it is, less its [[cost]] blocks of these events, plus the new ones:
     // parsing and writing it back would fill in the shared defaults it leaves out.
-    let events: Vec<String> = costs.iter().flat_map(|c| c.events.iter().map(|e| format!("\"{e}\""))).collect();
+    let events: Vec<String> = costs
+        .iter()
+        .flat_map(|c| c.events.iter().map(|e| format!("\"{e}\"")))
+        .collect();
     let mut blocks: Vec<&str> = text.split("\n[[cost]]\n").collect();
-    blocks.retain(|b| !b.lines().next().is_some_and(|l| events.iter().any(|e| l.contains(e.as_str()))));
+    blocks.retain(|b| {
+        !b.lines()
+            .next()
+            .is_some_and(|l| events.iter().any(|e| l.contains(e.as_str())))
+    });
     #[derive(serde::Serialize)]
     struct Costs {
         cost: Vec<crate::time::profile::Cost>,

@@ -84,6 +84,7 @@ fn per_page_machine(flavour: &str, cpus: usize) -> &'static str {
 fn per_page(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<Vec<String>, String> {
     let mut notes = vec![
         "per page: the process has a thread running on every CPU (`threads all`); with a single thread x86 sends no IPI at all (the mm is on one CPU), while arm64 broadcasts the same TLBIs".to_string(),
+        "per page, x86: each IPI is charged this host's measured round trip to one CPU (a 2-vCPU KVM guest, where an IPI exits to the hypervisor), as if the targets of one round were served one after another; x86 sends a round's IPIs together and waits once, so for many CPUs this is an upper bound (no send-to-many cost was measurable on two CPUs)".to_string(),
         "per page on 128 CPUs, arm64: costed with kunpeng-920's measured TLBI and DSB, taken on a machine of about 100 cores; no public figure gives their growth with the CPU count (costs.md §1b), so the 128-CPU time is that machine's".to_string(),
     ];
     let c = |counts: &Counters, k: &str| counts.get(k).copied().unwrap_or(0) as f64;
@@ -118,7 +119,9 @@ fn per_page(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result
                     let uncosted: Vec<&str> = events
                         .iter()
                         .copied()
-                        .filter(|e| c(&counts, e) > 0.0 && !by.contains_key(*e))
+                        .filter(|e| {
+                            c(&counts, e) > 0.0 && !matches!(costs.profile.lookup(e), crate::time::Lookup::Costed(..))
+                        })
                         .collect();
                     let flush_ns = uncosted
                         .is_empty()
