@@ -328,13 +328,7 @@ fn __split_huge_pmd_locked(
     let tid = k.arch.hw.mem.table_id(table).unwrap();
     match freeze {
         Some(out) => {
-            let kind = if oldp.pte_write() {
-                MigrationKind::Write
-            } else if exclusive {
-                MigrationKind::ReadExclusive
-            } else {
-                MigrationKind::Read
-            };
+            let kind = MigrationKind::of(oldp.pte_write(), exclusive);
             for i in 0..nr {
                 let (ptep, addr) = (PtePtr { table: tid, index: i }, haddr + i as u64 * ps);
                 let page = Pfn(folio.0 + i as u64);
@@ -388,13 +382,7 @@ pub fn set_pmd_migration_entry(k: &mut Kernel, mm: MmId, pmd: PmdPtr, haddr: u64
     if oldp.pte_dirty() {
         k.memmap.folio_set(folio, PageFlags::DIRTY);
     }
-    let kind = if oldp.pte_write() {
-        MigrationKind::Write
-    } else if exclusive {
-        MigrationKind::ReadExclusive
-    } else {
-        MigrationKind::Read
-    };
+    let kind = MigrationKind::of(oldp.pte_write(), exclusive);
     let entry = Pte::make_migration_entry(folio, kind, oldp.pte_young(), oldp.pte_dirty(), g);
     k.pxd_set(2, haddr, pmd, entry.0);
     k.folio_remove_rmap_pmd(folio, mm);

@@ -601,13 +601,7 @@ impl Kernel {
         let p = self.memmap.page_mut(page);
         let exclusive = p.flags.contains(PageFlags::ANON_EXCLUSIVE);
         p.flags.remove(PageFlags::ANON_EXCLUSIVE);
-        let kind = if pteval.pte_write() {
-            MigrationKind::Write
-        } else if exclusive {
-            MigrationKind::ReadExclusive
-        } else {
-            MigrationKind::Read
-        };
+        let kind = MigrationKind::of(pteval.pte_write(), exclusive);
         let entry = Pte::make_migration_entry(page, kind, pteval.pte_young(), pteval.pte_dirty(), g);
         self.arch.__set_pte(addr, ptep, entry);
         self.folio_remove_rmap_ptes(folio, page, 1, mm);

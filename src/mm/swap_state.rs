@@ -184,12 +184,7 @@ impl Kernel {
         let readahead = self.memmap.folio_test(folio, PageFlags::READAHEAD);
         self.memmap.folio_clear(folio, PageFlags::READAHEAD);
         let shift = self.arch.granule().page_shift();
-        let info = &mut self
-            .mm_mut(mm)
-            .vmas_mut()
-            .get_mut(&vma.start)
-            .expect("the faulting VMA")
-            .swap_readahead_info;
+        let info = self.swap_readahead_info(mm, vma);
         let ra = SwapRa::get(*info, shift);
         let hits_max = (1u64 << (shift / 2)) - 1;
         let hits = if readahead {
@@ -226,6 +221,16 @@ impl Kernel {
         Some((folio, true))
     }
 
+    /// vma->swap_readahead_info of the faulting VMA.
+    fn swap_readahead_info(&mut self, mm: MmId, vma: &Vma) -> &mut u64 {
+        &mut self
+            .mm_mut(mm)
+            .vmas_mut()
+            .get_mut(&vma.start)
+            .expect("the faulting VMA")
+            .swap_readahead_info
+    }
+
     /// swap_vma_ra_win: the window for a fault at `faddr` from the VMA's readahead
     /// state, which it then records (hits reset). Returns the window in pages and the
     /// range to read: `win` pages from the address when the faults go up page by page,
@@ -235,12 +240,7 @@ impl Kernel {
         let g = self.arch.granule();
         let (ps, shift) = (g.page_size(), g.page_shift());
         let max_win = 1u64 << PAGE_CLUSTER.min(SWAP_RA_ORDER_CEILING);
-        let info = &mut self
-            .mm_mut(mm)
-            .vmas_mut()
-            .get_mut(&vma.start)
-            .expect("the faulting VMA")
-            .swap_readahead_info;
+        let info = self.swap_readahead_info(mm, vma);
         let ra = SwapRa::get(*info, shift);
         let win = swapin_nr_pages(ra.addr >> shift, faddr >> shift, ra.hits, max_win, ra.win);
         *info = SwapRa::val(faddr, win, 0, shift);

@@ -56,6 +56,21 @@ pub enum MigrationKind {
     Write,
 }
 
+impl MigrationKind {
+    /// The entry for a pte that was writable or not, of a page that was
+    /// PageAnonExclusive or not (make_writable / make_readable_exclusive /
+    /// make_readable_migration_entry).
+    pub fn of(writable: bool, exclusive: bool) -> MigrationKind {
+        if writable {
+            MigrationKind::Write
+        } else if exclusive {
+            MigrationKind::ReadExclusive
+        } else {
+            MigrationKind::Read
+        }
+    }
+}
+
 /// Page protections (pgprot_t): the attribute bits of a pte without its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PgProt(pub Attr);
