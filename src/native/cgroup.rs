@@ -3,8 +3,9 @@
 //! out and rmdir are open/read/write/close/rmdir calls on buffers prepared before).
 //!
 //! The workload's processes run in /sys/fs/cgroup/memory/foliolab-<pid> with
-//! memory.limit_in_bytes set, pinned to one CPU: the charge stock is per CPU, and a
-//! task that moved between CPUs would leave pages charged ahead on the one it left.
+//! memory.limit_in_bytes set. They run on CPU 0 (every worker does): the charge stock
+//! is per CPU, and a task that moved between CPUs would leave pages charged ahead on
+//! the one it left.
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -27,7 +28,8 @@ static LIVE: AtomicPtr<Paths> = AtomicPtr::new(std::ptr::null_mut());
 pub struct MemCgroup(());
 
 impl MemCgroup {
-    /// Makes the cgroup with `limit` bytes, and moves `pids` into it, pinned to CPU 0.
+    /// Makes the cgroup with `limit` bytes, and moves `pids` (the workers, which run
+    /// on CPU 0: see `worker::serve`) into it.
     pub fn create(limit: u64, pids: &[libc::pid_t]) -> Result<MemCgroup, String> {
         let root = std::path::Path::new(ROOT);
         if !root.join("memory.limit_in_bytes").exists() {
@@ -47,18 +49,6 @@ impl MemCgroup {
         std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string())
             .map_err(|e| format!("memlimit: writing memory.limit_in_bytes: {e}"))?;
         for &pid in pids {
-            // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
-            let rc = unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
-                libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set)
-            };
-            if rc != 0 {
-                return Err(format!(
-                    "memlimit: pinning pid {pid} to CPU 0: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())
                 .map_err(|e| format!("memlimit: moving pid {pid} into {}: {e}", dir.display()))?;
         }

@@ -28,7 +28,12 @@ pub fn worker_main<'w>(ctx: &Ctx<'w>, name: &'w str) -> ! {
 fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
     // Region name -> (address, size) of this process's live regions.
     let mut regions: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    let mut sampler = Sampler::open().map_err(|e| e.to_string());
+    // Every worker (its children inherit it) runs on CPU 0, as the model's do: the
+    // per-CPU LRU add batch, charge stock and swap cluster are then the one that the
+    // op's own lru_add_drain and allocations see. Unpinned, a worker that moved
+    // between faulting pages in and MADV_PAGEOUT left them in the other CPU's batch,
+    // unreclaimable (seen once in CI on swap_fork_descending).
+    let mut sampler = pin_to_cpu0().and_then(|()| Sampler::open().map_err(|e| e.to_string()));
     let mut tally = Tally::default();
     // No warm-up here: the orchestrator asks for one (Cmd::Warm) and waits for it
     // before the first op's window opens, so the warm-up's faults stay outside it.
@@ -164,6 +169,24 @@ fn attribute(rusage: i64, t: &Tally) -> (i64, Vec<String>) {
 
 /// getrusage's minor-fault count of this process.
 #[inline(always)]
+/// sched_setaffinity of this process to CPU 0.
+fn pin_to_cpu0() -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it, and
+    // sched_setaffinity(0) reads it for this process only.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(format!(
+            "pinning the worker to CPU 0: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 fn minflt() -> i64 {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: ru is a valid rusage buffer; RUSAGE_SELF cannot fail.
