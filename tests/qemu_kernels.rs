@@ -13,8 +13,7 @@ use foliolab::workload::parse_file;
 /// Suite workloads that apply to 6.1 (all of them agree with its preset): THP faults,
 /// splits, collapse, the huge zero page, fork of a PMD THP, MADV_FREE and reclaim,
 /// mprotect, order-0 zap, order-0 swap on zram with the swap cache and readahead
-/// after fork. (swap_full_reuse is not here: 6.1 takes 4 write faults after its
-/// reads that 6.12 and 6.18 do not; not yet explained.)
+/// after fork (6.1 maps a read swap-in read-only: `swapin-write`).
 const AGREE_61: &[&str] = &[
     "tests/validation/collapse_base_pages.wl",
     "tests/validation/collapse_zero_and_shared.wl",
@@ -36,6 +35,7 @@ const AGREE_61: &[&str] = &[
     "tests/validation/swap_fork_free_cached.wl",
     "tests/validation/swap_fork_pageout_again.wl",
     "tests/validation/swap_fork_stride.wl",
+    "tests/validation/swap_full_reuse.wl",
     "tests/validation/collapse_swapped.wl",
     "tests/validation/collapse_swapped_shared.wl",
     // Each of these needs one of the 6.1 variants (`foliolab kernels`):

@@ -243,7 +243,9 @@ impl Kernel {
         let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
         let reuse = exclusive || self.memmap.folio_ref_count(folio) == 1;
         let mut wp = write;
-        if reuse && vma.flags.contains(VmFlags::WRITE) {
+        // An exclusive folio is mapped writable on a read fault too since c18160dba5ff
+        // (6.11); before, only on a write fault, and a later write takes a fault.
+        if reuse && vma.flags.contains(VmFlags::WRITE) && (write || !self.swapin_write_fault_only) {
             pte = pte.pte_mkwrite();
             if write {
                 pte = pte.pte_mkdirty();

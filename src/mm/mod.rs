@@ -109,6 +109,9 @@ pub struct Kernel {
     pub split_list_reversed: bool,
     /// The swap allocator takes a free cluster before a nonfull one (up to 6.17).
     pub swap_free_first: bool,
+    /// do_swap_page maps an exclusive folio writable only on a write fault (up to
+    /// 6.10); since c18160dba5ff on a read fault too.
+    pub swapin_write_fault_only: bool,
     /// remap_page maps the zero-filled pages of a split anon THP to the shared zero
     /// page (RMP_USE_SHARED_ZEROPAGE, b1f202060afe, 6.12); before, every page stays.
     pub split_zeropage: bool,
@@ -196,6 +199,7 @@ impl Kernel {
             collapse_ro_refuse: false,
             split_list_reversed: false,
             swap_free_first: false,
+            swapin_write_fault_only: false,
             inject_extra_fault: false,
             inject_drop_flush: false,
             tlb_ubc: rmap::TlbUbc::default(),

@@ -141,6 +141,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "swapin-write",
+        before: "on-write",
+        after: "on-read",
+        release: Release(6, 11),
+        commit: "c18160dba5ff",
+        what: "a read fault that swaps in an exclusive folio maps it writable, so a later write does not fault",
+    },
+    Change {
+        scope: Scope::Run,
         key: "shrink-underused",
         before: "off",
         after: "on",

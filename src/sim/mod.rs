@@ -148,6 +148,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.collapse_ro_refuse = v.collapse_ro_refuse();
     k.split_list_reversed = v.split_list_reversed();
     k.swap_free_first = v.get("swap-alloc") == "free-first";
+    k.swapin_write_fault_only = v.get("swapin-write") == "on-write";
     k.knobs.set_kernel(v.mthp(), v.shrink_underused());
     k.split_zeropage = v.split_zeropage();
     k.pageout_clears_young = v.get("pageout-young") == "clear";

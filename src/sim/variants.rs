@@ -93,6 +93,12 @@ pub const KEYS: &[Key] = &[
         about: "a split puts a large folio's tail pages on reclaim's list in address order, so shrink_folio_list (which takes from the tail) swaps them out last page first (in-order, 6.15+: 00527733d0dc8), or last page first, so they get ascending slots (reversed, up to 6.14, e.g. the 6.12 guest)",
     },
     Key {
+        name: "swapin-write",
+        default: "on-read",
+        values: "on-read|on-write",
+        about: "do_swap_page maps an exclusive folio writable on a read fault too (on-read, 6.11+: c18160dba5ff) or only on a write fault, so a write after a read swap-in faults (on-write, up to 6.10, e.g. the 6.1 guest)",
+    },
+    Key {
         name: "swap-alloc",
         default: "nonfull-first",
         values: "nonfull-first|free-first",
@@ -355,6 +361,7 @@ impl Variants {
             "collapse-ro" => matches!(val, "allow" | "refuse"),
             "split-list" => matches!(val, "in-order" | "reversed"),
             "swap-alloc" => matches!(val, "nonfull-first" | "free-first"),
+            "swapin-write" => matches!(val, "on-read" | "on-write"),
             "pageout-young" => matches!(val, "ignore" | "clear"),
             "flush-range-nosync" => matches!(val, "split" | "unsplit"),
             "pmd-freeze-rmap" => matches!(val, "none" | "per-page"),
