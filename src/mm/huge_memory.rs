@@ -668,13 +668,8 @@ pub fn split_folio_to_list(k: &mut Kernel, folio: Pfn, list: &mut Vec<Pfn>) -> b
         return false;
     }
     // The list's tail is taken first: in address order, the last page comes first.
-    let tails: Box<dyn Iterator<Item = u64>> = if k.split_list_reversed {
-        Box::new((1..nr).rev())
-    } else {
-        Box::new(1..nr)
-    };
-    for i in tails {
-        let page = Pfn(folio.0 + i);
+    for i in 1..nr {
+        let page = Pfn(folio.0 + if k.split_list_reversed { nr - i } else { i });
         if k.memmap.folio_ref_count(page) > 0 {
             k.folio_ref_add(page, 1);
             list.push(page);
