@@ -17,6 +17,7 @@ pub mod report;
 pub mod reproduce;
 pub mod sim;
 pub mod store;
+pub mod suggest;
 pub mod time;
 pub mod trace;
 pub mod workload;

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 #[command(
     name = "foliolab",
     version,
-    about = "A deterministic model of Linux arm64 memory management"
+    about = "A deterministic model of Linux arm64 memory management",
+    after_help = "Examples:\n  foliolab reproduce\n  foliolab run workloads/seed000-munmap-64k.wl --each zap=per-pte,batched\n  foliolab validate tests/validation/fork_cow.wl  # root\n\nThe guide: docs/ (mdbook serve docs), starting at docs/src/introduction.md."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -20,30 +21,43 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a workload on the model.
+    #[command(after_help = "Examples:\n  foliolab run workloads/seed000-munmap-64k.wl --each zap=per-pte,batched\n  foliolab run workloads/mthp-fault-64k.wl --machine altra-metal\n  foliolab run workloads/seed001-pageout-order0.wl --each kernel=6.1,6.12,6.18 --json")]
     Run(cmd::run::Args),
     /// Run a workload for real on the host kernel.
+    #[command(after_help = "Examples:\n  foliolab native tests/validation/fork_cow.wl  # root\n  foliolab native --target qemu-arm64 tests/validation/fork_cow.wl  # qemu")]
     Native(cmd::native::Args),
     /// Run workloads on the model and the host and compare.
+    #[command(after_help = "Examples:\n  foliolab validate tests/validation/fork_cow.wl  # root\n  foliolab validate --target qemu-arm64 tests/validation/fork_cow.wl  # qemu")]
     Validate(cmd::validate::Args),
     /// Build the kernel linear map of a machine.
+    #[command(after_help = "Examples:\n  foliolab boot --ram 4G\n  foliolab boot --ram 64G --set pgtable-fixmap=per-cont-block --json")]
     Boot(cmd::boot::Args),
     /// Every seed table: the seed's figures beside the model's.
+    #[command(after_help = "Examples:\n  foliolab reproduce 004\n  foliolab reproduce --json")]
     Reproduce(cmd::reproduce::Args),
     /// Measure this host's mm software costs into the `host` machine profile.
+    #[command(after_help = "Examples:\n  foliolab calibrate --out /tmp/foliolab-host.toml  # root\n  foliolab calibrate --shootdown-only --out /tmp/foliolab-host.toml  # root")]
     Calibrate(cmd::calibrate::Args),
     /// List the results recorded in the results database.
+    #[command(after_help = "Examples:\n  foliolab runs\n  foliolab runs --json")]
     Runs(cmd::runs::Args),
     /// Stored runs or saved reports side by side, change against the first.
+    #[command(after_help = "Examples:\n  foliolab compare 1 2\n  foliolab compare 1 2 --all --json")]
     Compare(cmd::compare::Args),
     /// List the machine profiles: CPUs, features, and each cost with its source.
+    #[command(after_help = "Examples:\n  foliolab machines\n  foliolab machines altra-metal --notes")]
     Machines(cmd::machines::Args),
     /// The kernel presets (--kernel): what each sets, with the upstream commit.
+    #[command(after_help = "Examples:\n  foliolab kernels\n  foliolab kernels --json")]
     Kernels(cmd::kernels::Args),
     /// Run a program on the host and record its mmaps and page faults to a trace.
+    #[command(after_help = "Examples:\n  foliolab record -o sort.trc -- sort --version  # root\n  foliolab record --no-aslr -o build.trc -- make -j2  # root")]
     Record(cmd::record::Args),
     /// Drive the model with a recorded trace: faults, mTHP counters, TLB behaviour.
+    #[command(after_help = "Examples:\n  foliolab replay data/sqlite3-cc-O2.trc --each thp=off,64K,16K+64K\n  foliolab replay data/sqlite3-cc-O2.trc --kernel 6.12 --machine m2-vm")]
     Replay(cmd::replay::Args),
     /// Predict a program's faults under mTHP from one recording, and check on the host.
+    #[command(after_help = "Examples:\n  foliolab predict  # root\n  foliolab predict --mthp 64K -- python3 -c 'x = bytearray(1 << 26)'  # root")]
     Predict(cmd::predict::Args),
 }
 

@@ -325,6 +325,67 @@ fn the_summary_lists_every_page_of_the_guide() {
     assert!(unlisted.is_empty(), "pages not in SUMMARY.md: {unlisted:?}");
 }
 
+/// The subcommands, in the order their help examples run (the `run` examples fill the
+/// store that `runs` and `compare` read).
+const SUBCOMMANDS: &[&str] = &[
+    "run", "native", "validate", "boot", "reproduce", "calibrate", "runs", "compare", "machines", "kernels",
+    "record", "replay", "predict",
+];
+
+/// The examples a help text ends with: `  foliolab ...` lines after `Examples:`, each
+/// with the flags of its trailing `# root` or `# qemu` note.
+fn help_examples(help: &str) -> Vec<(String, Vec<&'static str>)> {
+    let Some((_, tail)) = help.split_once("Examples:\n") else { return vec![] };
+    tail.lines()
+        .map_while(|l| l.strip_prefix("  foliolab "))
+        .map(|l| {
+            let (cmd, note) = l.split_once("  # ").unwrap_or((l, ""));
+            let flags = ["root", "qemu"].into_iter().filter(|f| note.split(", ").any(|n| n == *f)).collect();
+            (format!("foliolab {cmd}"), flags)
+        })
+        .collect()
+}
+
+#[test]
+fn every_help_ends_with_examples_that_run() {
+    let _lock = GuideLock::take();
+    let scratch = std::env::temp_dir().join(format!("foliolab-help-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let path = format!("{}:{}", bin_dir(&scratch).display(), std::env::var("PATH").unwrap_or_default());
+    let mut failures = Vec::new();
+    let top = Command::new(env!("CARGO_BIN_EXE_foliolab")).arg("--help").output().unwrap();
+    let mut all = help_examples(&String::from_utf8_lossy(&top.stdout));
+    assert!(!all.is_empty(), "foliolab --help shows no examples");
+    for sub in SUBCOMMANDS {
+        let out = Command::new(env!("CARGO_BIN_EXE_foliolab")).args([sub, "--help"]).output().unwrap();
+        let ex = help_examples(&String::from_utf8_lossy(&out.stdout));
+        if !(2..=3).contains(&ex.len()) {
+            failures.push(format!("foliolab {sub} --help: {} examples, want two or three", ex.len()));
+        }
+        all.extend(ex);
+    }
+    for (cmd, flags) in all {
+        if let Some(why) = unavailable(&flags) {
+            println!("SKIP `{cmd}`: {why}");
+            continue;
+        }
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .current_dir(root())
+            .env("PATH", &path)
+            .env("FOLIOLAB_DB", scratch.join("results.db"))
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            failures.push(format!("`{cmd}`: exit {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn the_readme_fits_on_two_screens() {
     let n = std::fs::read_to_string(root().join("README.md")).unwrap().lines().count();

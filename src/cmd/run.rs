@@ -152,7 +152,8 @@ pub(crate) fn parse_each<'e>(each: &'e str, sets: &[String]) -> Result<(&'static
         .ok_or_else(|| format!("--each {each}: expected KEY=V1,V2[,...]"))?;
     let key = variants::key(name).ok_or_else(|| {
         let known: Vec<_> = variants::KEYS.iter().map(|k| k.name).collect();
-        format!("--each {name}: unknown variant (known: {})", known.join(", "))
+        let hint = crate::suggest::hint(name, known.iter().copied());
+        format!("--each {name}: unknown variant{hint} (known: {})", known.join(", "))
     })?;
     if variants::split_sets(sets)?.iter().any(|&(k, _)| k == name) {
         return Err(format!("--each {name}: also given with --set"));

@@ -20,7 +20,8 @@ pub const KERNELS: &[Release] = &[Release(6, 1), Release(6, 12), Release(6, 18)]
 pub fn parse_kernel(s: &str) -> Result<Release, String> {
     KERNELS.iter().copied().find(|r| r.to_string() == s).ok_or_else(|| {
         let known: Vec<String> = KERNELS.iter().map(ToString::to_string).collect();
-        format!("--kernel {s}: no preset for it (known: {})", known.join(", "))
+        let hint = crate::suggest::hint(s, known.iter().map(String::as_str));
+        format!("--kernel {s}: no preset for it{hint} (known: {})", known.join(", "))
     })
 }
 

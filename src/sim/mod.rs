@@ -65,6 +65,7 @@ struct Sim<'w> {
 
 /// Run `w` on a fresh model machine configured by `v`.
 pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
+    let v = &v.meeting(&w.machine).map_err(|(pos, msg)| SimError::Failed { path: w.path.clone(), pos, msg })?;
     let cfg = v.machine();
     let page = cfg.granule.page_size();
     let needed = host_bytes_needed(w, &cfg);

@@ -346,7 +346,8 @@ impl Variants {
     pub fn set(&mut self, k: &str, val: &str) -> Result<(), String> {
         let Some(key) = key(k) else {
             let known: Vec<_> = KEYS.iter().map(|k| k.name).collect();
-            return Err(format!("unknown variant '{k}' (known: {})", known.join(", ")));
+            let hint = crate::suggest::hint(k, known.iter().copied());
+            return Err(format!("unknown variant '{k}'{hint} (known: {})", known.join(", ")));
         };
         let ok = match k {
             "zap" => matches!(val, "per-pte" | "batched"),
@@ -377,10 +378,36 @@ impl Variants {
             _ => on_off(val).is_some(),
         };
         if !ok {
-            return Err(format!("invalid value '{val}' for variant '{k}' ({})", key.values));
+            let hint = crate::suggest::hint(val, key.values.split('|'));
+            return Err(format!("invalid value '{val}' for variant '{k}'{hint} ({})", key.values));
         }
         self.values.insert(k.to_string(), val.to_string());
         Ok(())
+    }
+
+    /// These variants raised to a workload's `machine` needs: a value below the need
+    /// is raised when it is the key's default, and refused (with the need's position
+    /// and both values) when something set it.
+    pub fn meeting(&self, needs: &[crate::workload::MachineNeed]) -> Result<Variants, (crate::workload::Pos, String)> {
+        let amount = |k: &str, v: &str| match k {
+            "ram" => parse_ram(v).unwrap_or(0),
+            _ => v.parse::<u64>().unwrap_or(0),
+        };
+        let mut out = self.clone();
+        for n in needs {
+            let have = self.get(n.key);
+            if amount(n.key, have) >= amount(n.key, &n.value) {
+                continue;
+            }
+            if key(n.key).is_some_and(|k| k.default != have) {
+                return Err((
+                    n.pos,
+                    format!("the workload needs {}={} and this run has {}={have}", n.key, n.value, n.key),
+                ));
+            }
+            out.set(n.key, &n.value).map_err(|e| (n.pos, e))?;
+        }
+        Ok(out)
     }
 
     pub fn get(&self, k: &str) -> &str {

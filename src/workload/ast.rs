@@ -26,6 +26,18 @@ pub struct Workload {
     /// The source text, as recorded with a result.
     pub text: String,
     pub stmts: Vec<Stmt>,
+    /// The machine the workload needs (its `machine` line): at least these values of
+    /// the `nodes`, `cpus` and `ram` variants.
+    pub machine: Vec<MachineNeed>,
+}
+
+/// One `KEY=VALUE` of a workload's `machine` line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineNeed {
+    /// `nodes`, `cpus` or `ram`.
+    pub key: &'static str,
+    pub value: String,
+    pub pos: Pos,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,12 +11,14 @@ use crate::mm::thp_sysfs::ThpKnobs;
 /// byte order mark is skipped.
 pub fn parse_str(path: &str, src: &str) -> Result<Workload, WorkloadError> {
     let src = src.strip_prefix('\u{feff}').unwrap_or(src);
-    let nodes = Parser { path, next_index: 0 }.parse(src)?;
+    let mut parser = Parser { path, next_index: 0, machine: None };
+    let nodes = parser.parse(src)?;
     check::check(path, &nodes)?;
     Ok(Workload {
         path: path.to_string(),
         text: src.to_string(),
         stmts: nodes.into_iter().map(Node::into_stmt).collect(),
+        machine: parser.machine.unwrap_or_default(),
     })
 }
 
@@ -154,6 +156,8 @@ pub fn fmt_size(v: u64) -> String {
 /// One statement in the making: a line's op, or the start/end of a repeat block.
 enum Line {
     Op(Node),
+    /// A `machine` line, kept by the parser rather than run.
+    Machine,
     Repeat { n: u64, pos: Pos },
     End,
 }
@@ -162,7 +166,15 @@ struct Parser<'p> {
     path: &'p str,
     /// The static index of the next mmap op (its placement slot).
     next_index: u32,
+    /// The `machine` line's needs, once one is seen.
+    machine: Option<Vec<MachineNeed>>,
 }
+
+/// The ops of the language, for "did you mean" on an unknown one.
+const OPS: &[&str] = &[
+    "set", "mmap", "touch", "madvise", "munmap", "mprotect", "mlock", "munlock", "fork", "exit", "thread",
+    "threads", "cpu", "shrink", "swapon", "memlimit", "migrate", "mark", "repeat", "end", "machine",
+];
 
 /// The tokens of one line after the op keyword.
 struct Args<'a, 't> {
@@ -184,6 +196,34 @@ impl<'a> Args<'a, '_> {
 }
 
 impl Parser<'_> {
+    /// `machine KEY=VALUE...`: the least `nodes`, `cpus` and `ram` the workload needs,
+    /// each value checked as `--set` checks it; one such line per workload.
+    fn machine(&mut self, op: Tok, a: &mut Args<'_, '_>) -> Result<Line, WorkloadError> {
+        if self.machine.is_some() {
+            return Err(self.err(op.pos, "a second 'machine' line"));
+        }
+        let mut needs: Vec<MachineNeed> = Vec::new();
+        while let Some(t) = a.next() {
+            let Some((k, v)) = t.text.split_once('=') else {
+                return Err(self.err(t.pos, format!("expected KEY=VALUE, not '{}'", Echo(t.text))));
+            };
+            let Some(key) = ["nodes", "cpus", "ram"].into_iter().find(|&n| n == k) else {
+                let hint = crate::suggest::hint(k, ["nodes", "cpus", "ram"]);
+                return Err(self.err(t.pos, format!("unknown machine key '{}'{hint} (nodes, cpus, ram)", Echo(k))));
+            };
+            if needs.iter().any(|n| n.key == key) {
+                return Err(self.err(t.pos, format!("'{key}' given twice")));
+            }
+            crate::sim::Variants::default().set(key, v).map_err(|e| self.err(t.pos, Echo(&e).to_string()))?;
+            needs.push(MachineNeed { key, value: v.to_string(), pos: t.pos });
+        }
+        if needs.is_empty() {
+            return Err(self.err(op.pos, "expected KEY=VALUE after 'machine' (nodes, cpus, ram)"));
+        }
+        self.machine = Some(needs);
+        Ok(Line::Machine)
+    }
+
     fn err(&self, pos: Pos, msg: impl Into<String>) -> WorkloadError {
         WorkloadError {
             path: self.path.to_string(),
@@ -204,6 +244,10 @@ impl Parser<'_> {
             let body = stack.last_mut().map_or(&mut top, |(_, _, b)| b);
             match self.line(&toks)? {
                 Line::Op(node) => body.push(node),
+                Line::Machine if !stack.is_empty() => {
+                    return Err(self.err(toks[0].pos, "'machine' cannot be inside a repeat"));
+                }
+                Line::Machine => {}
                 Line::Repeat { n, pos } => {
                     if stack.len() == MAX_REPEAT_DEPTH {
                         return Err(self.err(pos, format!("repeat nested more than {MAX_REPEAT_DEPTH} deep")));
@@ -248,7 +292,7 @@ impl Parser<'_> {
             return Err(self.err(toks[0].pos, "expected an op after the process name"));
         };
         let mut a = Args { toks: rest, i: 1, op };
-        if let (Some((_, pos)), "repeat" | "end") = (proc_tok, op.text) {
+        if let (Some((_, pos)), "repeat" | "end" | "machine") = (proc_tok, op.text) {
             return Err(self.err(
                 pos,
                 format!("'{}' cannot take a process; put @proc on the ops inside", op.text),
@@ -275,6 +319,7 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 return Ok(Line::End);
             }
+            "machine" => return self.machine(op, &mut a),
             "set" => {
                 let knob = self.arg(&mut a, "a knob")?;
                 let value = self.arg(&mut a, "a value")?;
@@ -490,7 +535,10 @@ impl Parser<'_> {
                     label: t.text.to_string(),
                 }
             }
-            other => return Err(self.err(op.pos, format!("unknown op '{}'", Echo(other)))),
+            other => {
+                let hint = crate::suggest::hint(other, OPS.iter().copied());
+                return Err(self.err(op.pos, format!("unknown op '{}'{hint}", Echo(other))));
+            }
         };
         let proc_name = proc_tok.map_or(MAIN, |(n, _)| n).to_string();
         Ok(Line::Op(Node {
