@@ -529,6 +529,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_workload_machine_raises_defaults_and_refuses_a_smaller_setting() {
+        let w = crate::workload::parse_str("t.wl", "machine nodes=2 ram=4G\nmmap a 4K\n").unwrap();
+        let v = Variants::default().meeting(&w.machine).unwrap();
+        assert_eq!((v.get("nodes"), v.get("ram")), ("2", "16G"), "a default below the need is raised, one above kept");
+        let more = Variants::from_sets(&["nodes=4".into()]).unwrap().meeting(&w.machine).unwrap();
+        assert_eq!(more.get("nodes"), "4");
+        let (pos, e) = Variants::from_sets(&["ram=1G".into()]).unwrap().meeting(&w.machine).unwrap_err();
+        assert_eq!((pos.line, pos.col), (1, 17));
+        assert!(e.contains("needs ram=4G and this run has ram=1G"), "{e}");
+    }
+
+    #[test]
     fn defaults_and_overrides() {
         let v = Variants::from_sets(&["zap=per-pte".into(), "granule=16K".into()]).unwrap();
         assert_eq!(v.zap(), ZapVariant::PerPte);

@@ -710,6 +710,30 @@ mod tests {
     }
 
     #[test]
+    fn a_machine_line_states_what_the_workload_needs() {
+        let w = parse_str("t.wl", "machine nodes=2 ram=4G\nmmap a 4K\n").unwrap();
+        let needs: Vec<_> = w.machine.iter().map(|n| (n.key, n.value.as_str(), n.pos.col)).collect();
+        assert_eq!(needs, [("nodes", "2", 9), ("ram", "4G", 17)]);
+        assert!(parse_str("t.wl", "mmap a 4K\n").unwrap().machine.is_empty());
+    }
+
+    #[test]
+    fn a_bad_machine_line_is_an_error_at_its_word() {
+        fails("machine nodez=2", 1, 9, "unknown machine key 'nodez' (did you mean 'nodes'?)");
+        fails("machine nodes=0", 1, 9, "invalid value '0' for variant 'nodes'");
+        fails("machine", 1, 1, "expected KEY=VALUE");
+        fails("machine nodes=2 nodes=3", 1, 17, "'nodes' given twice");
+        fails("machine cpus=2\nmachine ram=1G", 2, 1, "a second 'machine' line");
+        fails("repeat 2\nmachine cpus=2\nend", 2, 1, "inside a repeat");
+        fails("@p machine cpus=2", 1, 1, "cannot take a process");
+    }
+
+    #[test]
+    fn an_unknown_op_names_the_nearest() {
+        fails("mmapp a 4K", 1, 1, "unknown op 'mmapp' (did you mean 'mmap'?)");
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("4096"), Some(4096));
         assert_eq!(parse_size("64K"), Some(65536));
