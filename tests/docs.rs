@@ -348,7 +348,6 @@ fn help_examples(help: &str) -> Vec<(String, Vec<&'static str>)> {
 
 #[test]
 fn every_help_ends_with_examples_that_run() {
-    let _lock = GuideLock::take();
     let scratch = std::env::temp_dir().join(format!("foliolab-help-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).unwrap();
