@@ -57,7 +57,7 @@ enum Command {
     #[command(after_help = "Examples:\n  foliolab replay data/sqlite3-cc-O2.trc --each thp=off,64K,16K+64K\n  foliolab replay data/sqlite3-cc-O2.trc --kernel 6.12 --machine m2-vm")]
     Replay(cmd::replay::Args),
     /// Predict a program's faults under mTHP from one recording, and check on the host.
-    #[command(after_help = "Examples:\n  foliolab predict  # root\n  foliolab predict --mthp 64K -- python3 -c 'x = bytearray(1 << 26)'  # root")]
+    #[command(after_help = "Examples:\n  foliolab predict --mthp 64K -- python3 -c 'x = b\"a\" * (1 << 24)'  # root\n  foliolab predict --mthp 16K+64K --dir /tmp/foliolab-traces -- sort --version  # root")]
     Predict(cmd::predict::Args),
 }
 

@@ -340,7 +340,10 @@ fn help_examples(help: &str) -> Vec<(String, Vec<&'static str>)> {
         .map_while(|l| l.strip_prefix("  foliolab "))
         .map(|l| {
             let (cmd, note) = l.split_once("  # ").unwrap_or((l, ""));
-            let flags = ["root", "qemu"].into_iter().filter(|f| note.split(", ").any(|n| n == *f)).collect();
+            let flags = ["root", "qemu"]
+                .into_iter()
+                .filter(|f| note.split([',', ':']).any(|n| n.trim() == *f))
+                .collect();
             (format!("foliolab {cmd}"), flags)
         })
         .collect()
