@@ -325,8 +325,7 @@ fn the_summary_lists_every_page_of_the_guide() {
     assert!(unlisted.is_empty(), "pages not in SUMMARY.md: {unlisted:?}");
 }
 
-/// The subcommands, in the order their help examples run (the `run` examples fill the
-/// store that `runs` and `compare` read).
+/// The subcommands whose help must end with examples.
 const SUBCOMMANDS: &[&str] = &[
     "run", "native", "validate", "boot", "reproduce", "calibrate", "runs", "compare", "machines", "kernels",
     "record", "replay", "predict",
@@ -356,32 +355,48 @@ fn every_help_ends_with_examples_that_run() {
     std::fs::create_dir_all(&scratch).unwrap();
     let path = format!("{}:{}", bin_dir(&scratch).display(), std::env::var("PATH").unwrap_or_default());
     let mut failures = Vec::new();
-    let top = Command::new(env!("CARGO_BIN_EXE_foliolab")).arg("--help").output().unwrap();
-    let mut all = help_examples(&String::from_utf8_lossy(&top.stdout));
-    assert!(!all.is_empty(), "foliolab --help shows no examples");
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_foliolab")).args(args).output().unwrap();
+        help_examples(&String::from_utf8_lossy(&out.stdout))
+    };
+    let top = help(&["--help"]);
+    assert!(!top.is_empty(), "foliolab --help shows no examples");
+    let mut groups = vec![("foliolab", top)];
     for sub in SUBCOMMANDS {
-        let out = Command::new(env!("CARGO_BIN_EXE_foliolab")).args([sub, "--help"]).output().unwrap();
-        let ex = help_examples(&String::from_utf8_lossy(&out.stdout));
+        let ex = help(&[sub, "--help"]);
         if !(2..=3).contains(&ex.len()) {
             failures.push(format!("foliolab {sub} --help: {} examples, want two or three", ex.len()));
         }
-        all.extend(ex);
+        groups.push((sub, ex));
     }
-    for (cmd, flags) in all {
-        if let Some(why) = unavailable(&flags) {
-            println!("SKIP `{cmd}`: {why}");
-            continue;
-        }
-        let out = Command::new("sh")
+    // Each command's examples run on a store of their own; `compare`'s finds two runs
+    // of one workload in it, as ids 1 and 2.
+    let sh = |cmd: &str, db: &Path| {
+        Command::new("sh")
             .arg("-c")
-            .arg(&cmd)
+            .arg(cmd)
             .current_dir(root())
             .env("PATH", &path)
-            .env("FOLIOLAB_DB", scratch.join("results.db"))
+            .env("FOLIOLAB_DB", db)
             .output()
-            .unwrap();
-        if !out.status.success() {
-            failures.push(format!("`{cmd}`: exit {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stderr)));
+            .unwrap()
+    };
+    for (sub, examples) in groups {
+        let db = scratch.join(format!("{sub}.db"));
+        if sub == "compare" {
+            for set in ["contpte=on", "contpte=off"] {
+                assert!(sh(&format!("foliolab run workloads/mthp-fault-64k.wl --set {set}"), &db).status.success());
+            }
+        }
+        for (cmd, flags) in examples {
+            if let Some(why) = unavailable(&flags) {
+                println!("SKIP `{cmd}`: {why}");
+                continue;
+            }
+            let out = sh(&cmd, &db);
+            if !out.status.success() {
+                failures.push(format!("`{cmd}`: exit {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stderr)));
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
