@@ -175,7 +175,7 @@ fn a_hole_left_by_munmap_is_called_not_mapped() {
 fn an_endless_input_stops_at_the_size_limit() {
     assert_eq!(
         error_line(&["run", "/dev/zero"]),
-        "foliolab: /dev/zero:0:0: larger than the 16 MiB a workload may be"
+        "foliolab: /dev/zero:1:1: larger than the 16.0 MiB this input may be"
     );
 }
 

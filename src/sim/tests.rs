@@ -552,7 +552,7 @@ mod granule_alignment {
         let rss = k.mm(mm).rss_anon;
         assert_eq!(
             k.do_madvise(mm, super::BASE + 4096, super::BASE + 8192, Madv::DontNeed),
-            Err(VmaError::Invalid)
+            Err(VmaError::Invalid("start is not page aligned"))
         );
         assert_eq!(k.mm(mm).rss_anon, rss);
         k.do_madvise(mm, super::BASE, super::BASE + 4096, Madv::DontNeed)
