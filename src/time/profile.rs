@@ -263,7 +263,7 @@ impl Profile {
             return Err((
                 Some("clock_ghz".into()),
                 format!(
-                    "clock_ghz = {}: a core clock is a finite number from {} to {} GHz",
+                    "clock_ghz = {:?}: a core clock is a finite number from {} to {} GHz",
                     self.clock_ghz,
                     CLOCK_GHZ.start(),
                     CLOCK_GHZ.end()
@@ -289,7 +289,7 @@ impl Profile {
                 (Quality::None, None) => {}
                 (_, None) => return fail(format!("{what}: quality {} without ns", c.quality.tag())),
                 (_, Some(ns)) if !(0.0..=MAX_COST_NS).contains(&ns) => {
-                    return fail(format!("{what}: cost {ns} ns is outside 0 to {MAX_COST_NS:e} ns"))
+                    return fail(format!("{what}: cost {ns:?} ns is outside 0 to {MAX_COST_NS:e} ns"))
                 }
                 _ => {}
             }

@@ -69,7 +69,7 @@ fn clocks_and_costs_outside_their_ranges_are_refused_at_their_line() {
     let e = Profile::parse(&huge).unwrap_err();
     assert_eq!(
         e,
-        format!("{line}:11: kernel.folio_ref_atomic: cost 1000000000000000 ns is outside 0 to 1e9 ns")
+        format!("{line}:11: kernel.folio_ref_atomic: cost 1000000000000000.0 ns is outside 0 to 1e9 ns")
     );
     // A syntax error names its place and does not echo a megabyte line.
     let long = format!("{base}\nx = \"{}", "y".repeat(1 << 20));

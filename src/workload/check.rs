@@ -621,9 +621,10 @@ mod tests {
             1,
             "more than 1073741824 ops here (repeats multiplied out)",
         );
-        // Nested counts that overflow u64 are refused, not wrapped.
-        let deep = "repeat 4000000000\n".repeat(3) + "touch a\n" + &"end\n".repeat(3);
-        fails(&format!("mmap a 4K\n{deep}"), 2, 1, "more than 1073741824 ops");
+        // Nested counts that would overflow u64 are refused, not wrapped: at the
+        // repeat whose count passes the bound.
+        let deep = "repeat 4000\n".repeat(6) + "touch a\n" + &"end\n".repeat(6);
+        fails(&format!("mmap a 4K\n{deep}"), 5, 1, "more than 1073741824 ops");
         fails("repeat 100000\n  mark a\nend", 1, 1, "more than 16384 phases");
         ok("repeat 16384\n  mark a\nend");
         let forks: String = (0..=super::MAX_PROCS).map(|i| format!("fork c{i}\n")).collect();
