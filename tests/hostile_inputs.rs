@@ -185,3 +185,33 @@ fn sizes_parse_alike_in_workloads_and_on_the_command_line() {
     let out = foliolab(&["run", &w, "--set", "ram=1g", "--no-store"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn a_store_on_a_read_only_mount_is_read_and_a_run_there_exits_3() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || Command::new("unshare").arg("--help").output().is_err() {
+        eprintln!("SKIP: needs root and unshare(1) to bind-mount a directory read-only in a private mount namespace");
+        return;
+    }
+    let dir = scratch("ro-store");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("r.db");
+    let w = file("ro.wl", b"mmap a 64K\ntouch a\n");
+    let out = foliolab(&["--db", db.to_str().unwrap(), "run", &w]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The mount lives and dies with the private namespace: the host's mounts stay as found.
+    let bin = env!("CARGO_BIN_EXE_foliolab");
+    let (d, db) = (dir.to_str().unwrap(), db.to_str().unwrap());
+    let script = format!(
+        "mount --bind -o ro {d} {d} && {bin} --db {db} runs && {bin} --db {db} run {w} >/dev/null; echo status=$?"
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("ro.wl"), "the stored run is listed: {stdout} {stderr}");
+    assert!(stdout.trim_end().ends_with("status=3"), "{stdout} {stderr}");
+}
