@@ -232,7 +232,7 @@ pub fn budget(w: &Workload, cfg: &MachineConfig) -> crate::hostmem::Budget {
 /// in the memmap, the LRU state of a folio (every folio order 0, the worst case), and a
 /// mapped one its share of a pte table. Measured (4K pages): 2 GiB touched nohugepage
 /// peaked 108 MiB above an empty run, 54 MiB per GiB of order-0 folios, most of it the
-/// LRU map caught growing; this bound is 66 MiB per GiB. Large folios cost the memmap
+/// LRU map caught growing; this bound is 60 MiB per GiB. Large folios cost the memmap
 /// and tables alone, about 10 MiB per GiB, but a fault may always fall back to order 0.
 pub fn host_bytes_for(cfg: &MachineConfig, frames: u64, mmaps: u64) -> u64 {
     let g = cfg.granule;
