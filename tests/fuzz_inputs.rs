@@ -87,12 +87,16 @@ fn valid_ish_text() -> impl Strategy<Value = String> {
     })
 }
 
-/// A refusal is `t.wl:LINE:COL: message` on one line, at a real position, and shows
-/// no control byte of the input.
+/// A refusal is `t.wl:LINE:COL: message`: see `assert_positioned`.
 fn assert_clean_error(e: &dyn std::fmt::Display) {
     let text = e.to_string();
-    let rest = text.strip_prefix("t.wl:").unwrap_or_else(|| panic!("no path: {text:?}"));
-    let mut parts = rest.splitn(3, ':');
+    assert_positioned(text.strip_prefix("t.wl:").unwrap_or_else(|| panic!("no path: {text:?}")));
+}
+
+/// `LINE:COL: message` on one line, at a real position, short, and showing no control
+/// byte of the input.
+fn assert_positioned(text: &str) {
+    let mut parts = text.splitn(3, ':');
     let line: u32 = parts.next().and_then(|l| l.parse().ok()).unwrap_or_else(|| panic!("no line: {text:?}"));
     let col: u32 = parts.next().and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no column: {text:?}"));
     assert!(line >= 1 && col >= 1, "{text:?}");
@@ -114,15 +118,20 @@ fn run_small(w: &workload::Workload) {
     }
 }
 
+/// Parses `text`: a refusal must be clean, an accepted workload runs on the model.
+fn parse_and_run(text: &str) {
+    match parse_str("t.wl", text) {
+        Ok(w) => run_small(&w),
+        Err(e) => assert_clean_error(&e),
+    }
+}
+
 proptest! {
     #![proptest_config(config(2000))]
 
     #[test]
     fn workload_parser_and_checker_never_panic(text in workload_text()) {
-        match parse_str("t.wl", &text) {
-            Ok(w) => run_small(&w),
-            Err(e) => assert_clean_error(&e),
-        }
+        parse_and_run(&text);
     }
 
     #[test]
@@ -138,10 +147,7 @@ proptest! {
 
     #[test]
     fn accepted_workloads_run_on_the_model(text in valid_ish_text()) {
-        match parse_str("t.wl", &text) {
-            Ok(w) => run_small(&w),
-            Err(e) => assert_clean_error(&e),
-        }
+        parse_and_run(&text);
     }
 }
 
@@ -204,14 +210,7 @@ proptest! {
     #[test]
     fn profiles_are_validated_and_never_overflow(text in profile_text()) {
         match Profile::parse(&text) {
-            Err(e) => {
-                let mut parts = e.splitn(3, ':');
-                let line: u32 = parts.next().and_then(|l| l.parse().ok()).unwrap_or_else(|| panic!("no line: {e:?}"));
-                let col: u32 = parts.next().and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no column: {e:?}"));
-                prop_assert!(line >= 1 && col >= 1, "{e:?}");
-                prop_assert!(!e.chars().any(char::is_control), "{e:?}");
-                prop_assert!(e.len() < 1000, "{}", e.len());
-            }
+            Err(e) => assert_positioned(&e),
             Ok(p) => {
                 prop_assert!(time::profile::CLOCK_GHZ.contains(&p.clock_ghz));
                 // Every costed event at the largest count: the sums must neither wrap

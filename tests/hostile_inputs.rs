@@ -49,11 +49,19 @@ fn error_line(args: &[&str]) -> String {
     stderr.trim_end().to_string()
 }
 
+/// The workload file written from `bytes`, and the error line `foliolab run` gives for it.
+#[track_caller]
+fn run_refused(name: &str, bytes: &[u8]) -> (String, String) {
+    let w = file(name, bytes);
+    let line = error_line(&["run", &w, "--no-store"]);
+    (w, line)
+}
+
 #[test]
 fn a_swap_device_past_the_headers_32_bit_last_page_is_refused() {
-    let w = file("swap.wl", b"swapon 128T\n");
+    let (w, line) = run_refused("swap.wl", b"swapon 128T\n");
     assert_eq!(
-        error_line(&["run", &w, "--no-store"]),
+        line,
         format!(
             "foliolab: {w}:1:1: a swap device has at most 2^32 pages (the swap header's last_page is 32 bits): 16T \
              of 4K pages"
@@ -63,13 +71,13 @@ fn a_swap_device_past_the_headers_32_bit_last_page_is_refused() {
 
 #[test]
 fn phases_and_repeated_work_are_bounded_before_the_run() {
-    let w = file("marks.wl", b"repeat 100000\n  mark a\nend\n");
+    let (w, line) = run_refused("marks.wl", b"repeat 100000\n  mark a\nend\n");
     assert_eq!(
-        error_line(&["run", &w, "--no-store"]),
+        line,
         format!("foliolab: {w}:1:1: the workload would start more than 16384 phases here (marks, repeats multiplied out)")
     );
-    let w = file("ops.wl", b"mmap a 8K\nrepeat 1000000000000\n  touch a\nend\n");
-    assert!(error_line(&["run", &w, "--no-store"]).starts_with(&format!("foliolab: {w}:2:1: the workload would run more than")));
+    let (w, line) = run_refused("ops.wl", b"mmap a 8K\nrepeat 1000000000000\n  touch a\nend\n");
+    assert!(line.starts_with(&format!("foliolab: {w}:2:1: the workload would run more than")), "{line}");
 }
 
 #[test]
@@ -139,9 +147,9 @@ fn a_result_that_could_not_be_stored_exits_3() {
 
 #[test]
 fn control_bytes_from_inputs_are_escaped() {
-    let w = file("ctl.wl", b"touch \x1b[31mred\x07\0\n");
+    let (w, line) = run_refused("ctl.wl", b"touch \x1b[31mred\x07\0\n");
     assert_eq!(
-        error_line(&["run", &w, "--no-store"]),
+        line,
         format!("foliolab: {w}:1:7: invalid region name '\\u{{1b}}[31mred\\u{{7}}\\u{{0}}'")
     );
 }
@@ -156,9 +164,9 @@ fn file_errors_point_at_line_1_column_1() {
 
 #[test]
 fn pageout_of_an_mlocked_range_says_why() {
-    let w = file("mlocked.wl", b"mmap a 64K\nmlock a\nmadvise a 0 64K pageout\n");
+    let (w, line) = run_refused("mlocked.wl", b"mmap a 64K\nmlock a\nmadvise a 0 64K pageout\n");
     assert_eq!(
-        error_line(&["run", &w, "--no-store"]),
+        line,
         format!("foliolab: {w}:3:1: EINVAL: the range is mlocked (can_madv_lru_vma refuses VM_LOCKED)")
     );
 }
