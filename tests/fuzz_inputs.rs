@@ -13,9 +13,10 @@ use foliolab::workload::{self, parse_str};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 
+/// `cases` cases (CI), or `$PROPTEST_CASES` when set, to fuzz longer.
 fn config(cases: u32) -> Config {
     Config {
-        cases,
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(cases),
         failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel("proptest-regressions"))),
         ..Config::default()
     }
