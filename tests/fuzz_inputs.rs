@@ -3,7 +3,7 @@
 //! machine profiles. Nothing may panic; every refusal is one `LINE:COL` message with
 //! no control byte in it. CI runs the case counts below with `cargo test` (a few
 //! seconds each); `PROPTEST_CASES=100000 cargo test --test fuzz_inputs` fuzzes longer.
-//! A failure found is kept in proptest-regressions/fuzz_inputs.txt and replayed first
+//! A failure found is kept in fuzz_inputs.proptest-regressions and replayed first
 //! on every later run.
 
 use foliolab::report::{Counters, Report};
@@ -17,7 +17,7 @@ use proptest::test_runner::{Config, FileFailurePersistence};
 fn config(cases: u32) -> Config {
     Config {
         cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(cases),
-        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel("proptest-regressions"))),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
         ..Config::default()
     }
 }
