@@ -1,4 +1,5 @@
-//! Host memory for the model's largest array, the memmap.
+//! Host memory: the budget every command checks before it starts and keeps to while it
+//! runs (`Budget`, `Watch`), and the model's largest array, the memmap (`HugeBuf`).
 //!
 //! The memmap of a gigabyte of model RAM is 8 MiB that the zap and fault paths touch
 //! page by page. `HugeBuf` reserves the whole array at once as anonymous, lazily
@@ -106,16 +107,147 @@ pub fn mem_available() -> Option<u64> {
     kb.checked_mul(1024)
 }
 
-/// Refuse to start `what` when it needs more host memory than is `available`, instead
-/// of growing until the host's allocator or OOM killer ends it.
+/// This process's resident set, in bytes (/proc/self/statm); None where the host does
+/// not say.
+pub fn rss() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages.checked_mul(u64::try_from(page).ok()?)
+}
+
+/// What a command leaves the rest of the host: an eighth of MemAvailable, and at least
+/// 256 MiB, so that a run the budget admits does not push the host into reclaim.
+pub fn margin(available: u64) -> u64 {
+    (available / 8).max(256 << 20)
+}
+
+/// Per-unit host costs, measured on the development host (x86-64, Linux 6.18, glibc
+/// malloc; peak RSS by `/usr/bin/time -v`). Where a cost follows from a type's size it
+/// is computed beside that type instead (`sim::host_bytes_per_frame`,
+/// `SwapInfo::host_bytes`), so the estimate follows a change of layout.
+pub mod cost {
+    /// The program itself before any model memory: a run that maps nothing peaks at
+    /// 15 MiB (debug build) and 9 MiB (release); rounded up for the allocator's slack.
+    pub const BASE: u64 = 32 << 20;
+    /// One `mark` phase: its label and a copy of every counter. `repeat 20000` /
+    /// `mark a` / `end` peaks 650 MiB above `repeat 2`: 33 KiB each.
+    pub const PHASE: u64 = 40 << 10;
+    /// One live model process (mm, its pgd, its region table) and the executor's
+    /// record of it: 4096 live forks of a process with one touched page peak 73 MiB
+    /// above one fork, 18 KiB each.
+    pub const PROCESS: u64 = 24 << 10;
+}
+
+/// The host memory one command will take, by part, checked before the command starts
+/// against MemAvailable less a `margin`. Each part is named by what the user can make
+/// smaller, so a refusal says which knob to turn.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    what: String,
+    parts: Vec<(String, u64)>,
+}
+
+impl Budget {
+    /// A budget for `what` ("running x.wl"), holding the program's own `cost::BASE`.
+    pub fn new(what: impl Into<String>) -> Budget {
+        Budget {
+            what: what.into(),
+            parts: vec![("the program itself".into(), cost::BASE)],
+        }
+    }
+
+    /// Adds `bytes` for `part`, which names what makes it smaller ("model RAM: lower
+    /// --set ram").
+    pub fn add(&mut self, part: impl Into<String>, bytes: u64) -> &mut Budget {
+        self.parts.push((part.into(), bytes));
+        self
+    }
+
+    /// The whole estimate (saturating: an estimate past 2^64 is refused, not wrapped).
+    pub fn total(&self) -> u64 {
+        self.parts.iter().fold(0, |t, (_, b)| t.saturating_add(*b))
+    }
+
+    /// Checks the budget against this host's MemAvailable now, and returns the watch
+    /// that keeps the command to it while it runs.
+    pub fn check(&self) -> Result<Watch, String> {
+        self.check_against(mem_available())?;
+        Ok(Watch::new(mem_available()))
+    }
+
+    /// Refuses the command when its estimate exceeds `available` less the margin; a
+    /// host that does not say what is available is not checked.
+    pub fn check_against(&self, available: Option<u64>) -> Result<(), String> {
+        let Some(avail) = available else { return Ok(()) };
+        let total = self.total();
+        let usable = avail.saturating_sub(margin(avail));
+        if total <= usable {
+            return Ok(());
+        }
+        let mut parts: Vec<&(String, u64)> = self.parts.iter().filter(|(_, b)| *b > 0).collect();
+        parts.sort_by(|a, b| b.1.cmp(&a.1));
+        let parts: Vec<String> = parts.iter().map(|(p, b)| format!("{} for {p}", fmt_bytes(*b))).collect();
+        Err(format!(
+            "{} needs up to {} of host memory, more than the {} it may use (MemAvailable {} less a margin of {}): {}",
+            self.what,
+            fmt_bytes(total),
+            fmt_bytes(usable),
+            fmt_bytes(avail),
+            fmt_bytes(margin(avail)),
+            parts.join("; ")
+        ))
+    }
+}
+
+/// Refuses `what` when its `needed` bytes (one part, besides the program itself) do not
+/// fit `available` less the margin.
 pub fn check_fits(what: &str, needed: u64, available: Option<u64>) -> Result<(), String> {
-    match available {
-        Some(avail) if needed > avail => Err(format!(
-            "{what} needs up to {} of host memory, but only {} is available (MemAvailable in /proc/meminfo)",
-            fmt_bytes(needed),
-            fmt_bytes(avail)
-        )),
-        _ => Ok(()),
+    Budget::new(what).add("its model", needed).check_against(available)
+}
+
+/// Keeps a running command inside the host memory it may use: `tick` once per unit of
+/// work (an op, a record) and every `EVERY`th reads the resident set; past the limit
+/// (the resident set at the check plus what was then usable) the command stops with an
+/// error instead of pushing the host into reclaim or the OOM killer. It only fires when
+/// an estimate was wrong or the host's memory was taken by someone else meanwhile.
+pub struct Watch {
+    limit: Option<u64>,
+    n: u32,
+}
+
+impl Watch {
+    const EVERY: u32 = 1 << 12;
+
+    fn new(available: Option<u64>) -> Watch {
+        let limit = available
+            .zip(rss())
+            .map(|(avail, rss)| rss.saturating_add(avail.saturating_sub(margin(avail))));
+        Watch { limit, n: 0 }
+    }
+
+    /// A watch that never fires (for a command whose budget was not checked).
+    pub fn none() -> Watch {
+        Watch { limit: None, n: 0 }
+    }
+
+    /// Counts a unit of work; an error once the resident set has passed the limit.
+    #[inline]
+    pub fn tick(&mut self) -> Result<(), String> {
+        self.n += 1;
+        if self.n < Self::EVERY {
+            return Ok(());
+        }
+        self.n = 0;
+        match (self.limit, rss()) {
+            (Some(limit), Some(rss)) if rss > limit => Err(format!(
+                "stopped: host memory in use reached {}, past the {} this command may use",
+                fmt_bytes(rss),
+                fmt_bytes(limit)
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -137,14 +269,39 @@ mod tests {
     fn sizes_that_do_not_fit_are_refused_naming_both() {
         assert_eq!(
             check_fits("boot --ram 100T", 200 << 30, Some(6 << 30)).unwrap_err(),
-            "boot --ram 100T needs up to 200.0 GiB of host memory, but only 6.0 GiB is available \
-             (MemAvailable in /proc/meminfo)"
+            "boot --ram 100T needs up to 200.0 GiB of host memory, more than the 5.2 GiB it may use \
+             (MemAvailable 6.0 GiB less a margin of 768.0 MiB): 200.0 GiB for its model; 32.0 MiB for \
+             the program itself"
         );
         assert!(check_fits("x", 1 << 30, Some(2 << 30)).is_ok());
+        // The margin: 1.9 GiB of 2 GiB would leave the host less than 256 MiB.
+        assert!(check_fits("x", 1900 << 20, Some(2 << 30)).is_err());
         assert!(check_fits("x", 1 << 60, None).is_ok());
         assert_eq!(fmt_bytes(512), "512 bytes");
         assert_eq!(fmt_bytes(3 << 19), "1.5 MiB");
         assert!(mem_available().is_some_and(|b| b > 0));
+    }
+
+    #[test]
+    fn a_refusal_names_the_parts_largest_first() {
+        let mut b = Budget::new("running t.wl");
+        b.add("phases: fewer marks", 3 << 30).add("model RAM: lower --set ram", 1 << 30);
+        let e = b.check_against(Some(4 << 30)).unwrap_err();
+        assert!(
+            e.ends_with(": 3.0 GiB for phases: fewer marks; 1.0 GiB for model RAM: lower --set ram; 32.0 MiB for the program itself"),
+            "{e}"
+        );
+        assert_eq!(Budget::new("x").add("y", u64::MAX).total(), u64::MAX);
+    }
+
+    #[test]
+    fn the_watch_fires_only_past_its_limit() {
+        let mut w = Watch { limit: Some(1 << 20), n: 0 };
+        let results: Vec<bool> = (0..Watch::EVERY).map(|_| w.tick().is_ok()).collect();
+        assert!(results[..Watch::EVERY as usize - 1].iter().all(|&ok| ok), "only every EVERYth tick reads");
+        assert!(!results[Watch::EVERY as usize - 1], "a test binary holds more than 1 MiB");
+        let mut w = Watch::new(mem_available());
+        assert!((0..Watch::EVERY).all(|_| w.tick().is_ok()));
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod compare;
 pub mod cpumask;
 pub mod hostmem;
 pub mod html;
+pub mod input;
 pub mod hw;
 pub mod kcount;
 pub mod mm;

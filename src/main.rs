@@ -81,7 +81,8 @@ fn main() -> ExitCode {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("foliolab: {e}");
+            // An error may quote an input: its control bytes must not reach the terminal.
+            eprintln!("foliolab: {}", foliolab::input::escape_controls(&e.to_string()));
             ExitCode::from(2)
         }
     }

@@ -67,6 +67,31 @@ pub fn default_path(flag: Option<&Path>) -> Option<PathBuf> {
     Some(data_dir()?.join("results.db"))
 }
 
+/// Whether `path` lies on a file system mounted read-only (statvfs ST_RDONLY).
+fn read_only_fs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: statvfs writes only into `st`; `c` is a valid NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::statvfs(c.as_ptr(), &mut st) == 0 && st.f_flag & libc::ST_RDONLY != 0 }
+}
+
+/// `path` as the path of an SQLite URI: `?` and `#` (which would end it) and `%`
+/// percent-encoded.
+fn uri_path(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    abs.to_string_lossy()
+        .chars()
+        .map(|c| match c {
+            '?' => "%3f".to_string(),
+            '#' => "%23".to_string(),
+            '%' => "%25".to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 /// foliolab's directory in the user's data directory: `$XDG_DATA_HOME/foliolab`, else
 /// `~/.local/share/foliolab`.
 pub fn data_dir() -> Option<PathBuf> {
@@ -107,6 +132,18 @@ impl Store {
             path: path.display().to_string(),
             err,
         };
+        if path.is_file() && read_only_fs(path) {
+            // WAL readers need the -shm file, which a read-only mount cannot get: read
+            // the database as immutable instead (nothing can write it there). A
+            // `record` then fails as writing to a read-only database.
+            let uri = format!("file:{}?immutable=1", uri_path(path));
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+            let conn = Connection::open_with_flags(uri, flags).map_err(sql)?;
+            return Ok(Store {
+                conn,
+                path: path.to_path_buf(),
+            });
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::Other {
                 path: path.display().to_string(),

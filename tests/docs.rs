@@ -128,7 +128,9 @@ fn unavailable(flags: &[&str]) -> Option<String> {
 
 /// An exclusive lock on `/tmp/foliolab-guide`, released when dropped (or when the
 /// process dies).
-struct GuideLock(std::fs::File);
+struct GuideLock {
+    _file: std::fs::File,
+}
 
 impl GuideLock {
     fn take() -> GuideLock {
@@ -137,7 +139,7 @@ impl GuideLock {
         // SAFETY: flock on a descriptor this process owns; it changes no memory.
         let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
         assert_eq!(r, 0, "flock /tmp/foliolab-guide.lock");
-        GuideLock(f)
+        GuideLock { _file: f }
     }
 }
 

@@ -236,7 +236,9 @@ impl Spec {
             ));
         }
         let bytes = PhysMem::host_bytes_needed(self.granule, RAM_BASE + self.ram, tables, false);
-        crate::hostmem::check_fits(&what, bytes, available)
+        crate::hostmem::Budget::new(what)
+            .add("the linear map's page tables (a smaller --ram, rodata=off, or a larger granule)", bytes)
+            .check_against(available)
     }
 
     /// The variants in force, as reported.

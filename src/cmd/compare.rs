@@ -50,8 +50,10 @@ fn load(args: &[String], db: &super::StoreArgs) -> Result<Vec<(String, Report)>,
                 (format!("#{id}"), v)
             }
             Err(_) => {
-                let text = std::fs::read_to_string(arg).map_err(|e| format!("{arg}: {e}"))?;
-                let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{arg}: not JSON: {e}"))?;
+                let text = crate::input::read_text(arg, crate::input::MAX_REPORT_BYTES)
+                    .map_err(|e| format!("{arg}:1:1: {e}"))?;
+                let v: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| format!("{arg}:{}:{}: not JSON: {e}", e.line(), e.column()))?;
                 (arg.clone(), v)
             }
         };
@@ -62,10 +64,10 @@ fn load(args: &[String], db: &super::StoreArgs) -> Result<Vec<(String, Report)>,
         let n = reports.len();
         for (i, v) in reports.into_iter().enumerate() {
             let time = v.get("time").cloned();
-            let mut r: Report = serde_json::from_value(v).map_err(|e| format!("{arg}: not a report: {e}"))?;
+            let mut r: Report = serde_json::from_value(v).map_err(|e| format!("{arg}:1:1: not a report: {e}"))?;
             add_modeled_time(&mut r, time.as_ref());
             if r.source.is_empty() {
-                return Err(format!("{arg}: not a report (no \"source\")"));
+                return Err(format!("{arg}:1:1: not a report (no \"source\")"));
             }
             let name = if n > 1 { format!("{name}[{i}]") } else { name.clone() };
             columns.push((name, r));

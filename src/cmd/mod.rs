@@ -52,15 +52,24 @@ impl StoreArgs {
 }
 
 /// Records a finished command's result unless `--no-store`; a store that fails is
-/// reported on stderr and leaves the command's own output and status alone.
-pub fn record(db: &StoreArgs, run: &crate::store::NewRun) {
+/// reported on stderr and leaves the command's own output alone. Returns whether the
+/// result is where it was asked to be: stored, or not asked for.
+pub fn record(db: &StoreArgs, run: &crate::store::NewRun) -> bool {
     if db.no_store {
-        return;
+        return true;
     }
-    if let Err(e) = db.open().and_then(|mut s| s.record(run)) {
-        eprintln!("foliolab: not recorded: {e}");
+    match db.open().and_then(|mut s| s.record(run)) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("foliolab: not recorded: {e}");
+            false
+        }
     }
 }
+
+/// The exit status of a command whose result was printed but could not be stored
+/// (the store is a directory, read-only, full, or locked past its timeout).
+pub const EXIT_NOT_STORED: u8 = 3;
 
 /// Records one report of `w` (see `record`); host runs carry the host's kernel release.
 pub fn record_report(
@@ -70,7 +79,7 @@ pub fn record_report(
     r: &crate::report::Report,
     machine: Option<&crate::time::Machine>,
     wall: std::time::Duration,
-) {
+) -> bool {
     let host_kernel = (r.source == "host").then(crate::store::host_kernel).flatten();
     // With a machine, the report is kept with its modeled time, as `--json` prints it.
     let result = match machine {
@@ -87,5 +96,5 @@ pub fn record_report(
             wall_ms: wall.as_secs_f64() * 1e3,
             result,
         },
-    );
+    )
 }

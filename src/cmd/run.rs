@@ -62,7 +62,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let Some((title, columns)) = each else {
         let start = std::time::Instant::now();
         let r = sim::run(&w, &v)?;
-        super::record_report(db, "run", &w, &r, machine.as_ref(), start.elapsed());
+        let stored = super::record_report(db, "run", &w, &r, machine.as_ref(), start.elapsed());
         if let Some(m) = &machine {
             super::emit(&m.render(&r, a.json, summary))?;
         } else if a.json {
@@ -73,13 +73,15 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         if let Some(dir) = &a.html {
             write_html(dir, &[("run".to_string(), r)], machine.as_ref())?;
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(status(stored));
     };
     let mut runs = Vec::with_capacity(columns.len());
+    let mut stored = true;
     for (label, v) in columns {
         let start = std::time::Instant::now();
-        let r = sim::run(&w, &v)?;
-        super::record_report(db, "run", &w, &r, machine.as_ref(), start.elapsed());
+        let key = a.each.as_deref().and_then(|e| e.split_once('=')).map_or("", |(k, _)| k);
+        let r = sim::run(&w, &v).map_err(|e| e.in_column(key, &label))?;
+        stored &= super::record_report(db, "run", &w, &r, machine.as_ref(), start.elapsed());
         runs.push((label, r));
     }
     if a.json {
@@ -91,7 +93,17 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     if let Some(dir) = &a.html {
         write_html(dir, &runs, machine.as_ref())?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(status(stored))
+}
+
+/// Success, or `EXIT_NOT_STORED` when a result that was to be stored was not: the
+/// output is complete, but a script relying on the store must know.
+fn status(stored: bool) -> ExitCode {
+    if stored {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::EXIT_NOT_STORED)
+    }
 }
 
 /// `--html DIR`: the runs' page, with their modeled time on the machine if one is given.
@@ -163,10 +175,12 @@ pub(crate) fn parse_each<'e>(each: &'e str, sets: &[String]) -> Result<(&'static
         return Err(format!("--each {each}: expected at least two values"));
     }
     let mut probe = Variants::default();
+    // 1G and 1024M are one machine: sizes are compared by value.
+    let same = |a: &str, b: &str| a == b || (name == "ram" && variants::parse_ram(a).ok() == variants::parse_ram(b).ok());
     for (i, value) in values.iter().enumerate() {
-        probe.set(name, value)?;
-        if values[..i].contains(value) {
-            return Err(format!("--each {name}: value '{value}' given twice"));
+        probe.set(name, value).map_err(|e| format!("--each {name}={value}: {e}"))?;
+        if let Some(first) = values[..i].iter().find(|v| same(v, value)) {
+            return Err(format!("--each {name}: value '{value}' given twice (as '{first}')"));
         }
     }
     Ok((key, values))

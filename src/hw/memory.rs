@@ -209,7 +209,7 @@ impl PhysMem {
         } else {
             tables.div_ceil(SECTION_PFNS as u64) + 1
         };
-        (tables << granule.page_shift())
+        (tables.saturating_mul(granule.page_size()))
             .saturating_add(sections * SECTION_PFNS as u64 * 4)
             .saturating_add(nsec * 16)
     }

@@ -27,12 +27,12 @@ impl Kernel {
     /// madvise_collapse over [start, end) of one VMA: each whole pmd range inside it.
     pub fn madvise_collapse(&mut self, mm: MmId, vma: &Vma, start: u64, end: u64) -> Result<(), VmaError> {
         if vma.flags.contains(VmFlags::NOHUGEPAGE) {
-            return Err(VmaError::Invalid);
+            return Err(VmaError::Invalid("the range is MADV_NOHUGEPAGE"));
         }
         // hugepage_vma_revalidate: an anon VMA without an anon_vma (zero-page reads
         // only) has nothing to collapse.
         if vma.anon_vma.is_none() {
-            return Err(VmaError::Invalid);
+            return Err(VmaError::Invalid("nothing was faulted in to collapse (no anon_vma)"));
         }
         let pmd_size = self.arch.granule().pmd_size();
         let mut addr = (start + pmd_size - 1) & !(pmd_size - 1);

@@ -30,7 +30,7 @@ impl Kernel {
     pub fn do_madvise(&mut self, mm: MmId, start: u64, end: u64, advice: Madv) -> Result<(), VmaError> {
         let ps = self.arch.granule().page_size();
         if start % ps != 0 {
-            return Err(VmaError::Invalid);
+            return Err(VmaError::Invalid("start is not page aligned"));
         }
         let end = end.next_multiple_of(ps);
         match advice {
@@ -59,7 +59,7 @@ impl Kernel {
     fn madvise_dontneed_free(&mut self, mm: MmId, start: u64, end: u64, free: bool) -> Result<(), VmaError> {
         let vmas = self.mm(mm).vmas_in(start, end);
         if vmas.iter().any(|v| v.flags.contains(VmFlags::LOCKED)) {
-            return Err(VmaError::Invalid);
+            return Err(VmaError::Invalid("the range is mlocked (madvise_dontneed_free_valid_vma refuses VM_LOCKED)"));
         }
         let mut tlb = self.tlb_gather_mmu(mm, false);
         if free {
@@ -194,7 +194,7 @@ impl Kernel {
         }
         let vmas = self.mm(mm).vmas_in(start, end);
         if vmas.iter().any(|v| v.flags.contains(VmFlags::LOCKED)) {
-            return Err(VmaError::Invalid);
+            return Err(VmaError::Invalid("the range is mlocked (can_madv_lru_vma refuses VM_LOCKED)"));
         }
         if pageout {
             // madvise_pageout: the lru_add batch first, so every folio can be isolated.

@@ -12,8 +12,9 @@ pub enum VmaError {
     Exists,
     #[error("ENOMEM: range not mapped")]
     NotMapped,
-    #[error("EINVAL")]
-    Invalid,
+    /// EINVAL, with the kernel's reason (the errno alone does not tell which check).
+    #[error("EINVAL: {0}")]
+    Invalid(&'static str),
     #[error("ENOMEM: out of memory")]
     NoMem,
 }

@@ -38,6 +38,11 @@ pub struct SwapCache {
 }
 
 impl SwapCache {
+    /// Host bytes one cached folio takes at most: an entry in each map, doubled for
+    /// B-tree nodes that are half full.
+    pub const HOST_BYTES_PER_FOLIO: u64 =
+        2 * (std::mem::size_of::<(u64, Pfn)>() + std::mem::size_of::<(Pfn, u64)>()) as u64;
+
     /// The folio caching `slot`, if any.
     pub fn folio(&self, slot: u64) -> Option<Pfn> {
         self.folios.get(&slot).copied()

@@ -71,12 +71,32 @@ pub struct SwapInfo {
     pub cache: SwapCache,
 }
 
+/// The most pages a swap device has: the swap header's `last_page` is a 32-bit field
+/// (union swap_header, include/linux/swap.h), so mkswap and read_swap_header stop there.
+pub const MAX_SWAP_PAGES: u64 = 1 << 32;
+
 impl SwapInfo {
+    /// Host bytes `swapon` of `pages` pages takes at most: a swap_map byte and a
+    /// zeromap flag per slot, and per cluster (of 256 slots at least) its state and a
+    /// list entry, doubled for a VecDeque's growth.
+    pub fn host_bytes(pages: u64) -> u64 {
+        let per_slot = (std::mem::size_of::<u8>() + std::mem::size_of::<bool>()) as u64;
+        let per_cluster = (std::mem::size_of::<Cluster>() + 2 * std::mem::size_of::<u32>()) as u64;
+        pages
+            .saturating_mul(per_slot)
+            .saturating_add(pages.div_ceil(256).saturating_mul(per_cluster))
+    }
+
     /// swapon of a device of `pages` pages (the header included), with clusters of
     /// `cluster_slots` and orders below `nr_orders`, for `ncpus` CPUs.
     pub fn swapon(pages: u64, cluster_slots: u64, nr_orders: usize, ncpus: usize) -> Result<SwapInfo, String> {
         if pages < 2 {
             return Err(format!("a swap device of {pages} pages has no slot beyond its header"));
+        }
+        if pages > MAX_SWAP_PAGES {
+            return Err(format!(
+                "a swap device of {pages} pages is larger than the 2^32 pages a swap header can describe"
+            ));
         }
         let nr_clusters = pages.div_ceil(cluster_slots);
         let mut clusters = vec![
@@ -505,6 +525,13 @@ mod tests {
     /// A zram device of `mib` MiB, 4K pages, 512-slot clusters, orders 0..=9, 2 CPUs.
     fn zram(mib: u64) -> SwapInfo {
         SwapInfo::swapon(mib << 8, 512, 10, 2).unwrap()
+    }
+
+    #[test]
+    fn a_device_past_the_headers_32_bit_last_page_is_refused() {
+        let Err(e) = SwapInfo::swapon(MAX_SWAP_PAGES + 1, 512, 10, 2) else { panic!("accepted") };
+        assert!(e.contains("2^32 pages"), "{e}");
+        assert_eq!(SwapInfo::host_bytes(1 << 18), (1 << 19) + (1 << 10) * 16);
     }
 
     #[test]

@@ -152,11 +152,16 @@ fn lock_knobs(path: &Path) -> Result<std::fs::File, KnobError> {
         .map_err(fail)?;
     // SAFETY: flock on a file descriptor we own.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let mut holder = String::new();
-        let _ = f.read_to_string(&mut holder);
+        // /proc/locks names the holder even in the moment between its flock and its
+        // writing its pid into the file (which then still reads empty).
+        let holder = flock_holder(&f).map(|pid| pid.to_string()).or_else(|| {
+            let mut text = String::new();
+            let _ = f.read_to_string(&mut text);
+            Some(text.trim().to_string()).filter(|t| !t.is_empty())
+        });
         eprintln!(
-            "foliolab: waiting for the THP knobs: another run (pid {}) holds {}",
-            holder.trim(),
+            "foliolab: waiting for the THP knobs: another run ({}) holds {}",
+            holder.map_or("pid unknown".to_string(), |pid| format!("pid {pid}")),
             path.display()
         );
         // SAFETY: as above; this one blocks until the holder is done.
@@ -168,6 +173,19 @@ fn lock_knobs(path: &Path) -> Result<std::fs::File, KnobError> {
     f.rewind().map_err(fail)?;
     write!(f, "{}", std::process::id()).map_err(fail)?;
     Ok(f)
+}
+
+/// The pid holding a flock on `f`'s file, from /proc/locks (`N: FLOCK ADVISORY WRITE
+/// PID MAJ:MIN:INODE START END`).
+fn flock_holder(f: &std::fs::File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = f.metadata().ok()?.ino().to_string();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        let held = fields.get(1) == Some(&"FLOCK") && fields.get(5)?.rsplit(':').next() == Some(ino.as_str());
+        held.then(|| fields.get(4)?.parse().ok()).flatten()
+    })
 }
 
 impl KnobGuard {
@@ -253,6 +271,20 @@ mod tests {
         assert_eq!(current_value("always [madvise] never\n"), "madvise");
         assert_eq!(current_value("always defer defer+madvise [madvise] never"), "madvise");
         assert_eq!(current_value("511\n"), "511");
+    }
+
+    #[test]
+    fn the_lock_holder_is_named_before_it_writes_its_pid() {
+        use std::os::fd::AsRawFd;
+        let path = std::env::temp_dir().join(format!("foliolab-holder-{}", std::process::id()));
+        let held = std::fs::File::create(&path).unwrap();
+        // SAFETY: flock on a file descriptor we own.
+        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let other = std::fs::File::open(&path).unwrap();
+        assert_eq!(flock_holder(&other), Some(std::process::id()));
+        drop(held);
+        assert_eq!(flock_holder(&other), None);
+        std::fs::remove_file(&path).unwrap();
     }
 
     /// Guards publish one process-wide restore list, so the tests that arm one take turns.

@@ -264,29 +264,9 @@ impl Default for Variants {
     }
 }
 
-/// Parse a command-line size: a number with an optional K/M/G/T suffix (powers of
-/// 1024, either case, `B` or `iB` after it allowed), or hex.
+/// Parse a command-line size (`workload::parse::parse_size`'s grammar).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let bad = || format!("{s}: expected a size such as 4096, 0x1000, 16M, 512G or 1T");
-    if let Some(hex) = s.strip_prefix("0x") {
-        return u64::from_str_radix(hex, 16).map_err(|_| bad());
-    }
-    let t = s.trim_end_matches("iB").trim_end_matches('B');
-    let (num, shift) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_uppercase() {
-                'K' => 10,
-                'M' => 20,
-                'G' => 30,
-                'T' => 40,
-                _ => return Err(bad()),
-            };
-            (&t[..i], shift)
-        }
-        _ => (t, 0),
-    };
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    n.checked_mul(1 << shift).ok_or_else(bad)
+    crate::workload::parse::parse_size(s).ok_or_else(|| format!("{s}: expected a size such as 4096, 0x1000, 16M, 512G or 1T"))
 }
 
 /// The least RAM a machine may have: the model reserves frames at the bottom and

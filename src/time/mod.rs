@@ -28,14 +28,19 @@ pub struct Modeled {
     pub seed_derived: BTreeMap<String, String>,
 }
 
+/// The picoseconds of `c` on `p`, in checked arithmetic: a checked profile's costs
+/// (`profile::MAX_COST_NS`) keep every product and sum far inside i128, so an overflow
+/// is a defect of that bound, not an input to wrap.
 fn counters_ps(p: &Profile, c: &Counters, by_event: &mut BTreeMap<String, i128>) -> i128 {
-    let mut total = 0;
+    const BOUND: &str = "picoseconds stay inside i128 for costs below MAX_COST_NS";
+    let mut total: i128 = 0;
     for (k, &n) in c {
         if let Lookup::Costed(ps, _) = p.lookup(k) {
-            let t = n as i128 * ps;
+            let t = (n as i128).checked_mul(ps).expect(BOUND);
             if t != 0 {
-                *by_event.entry(k.clone()).or_default() += t;
-                total += t;
+                let e = by_event.entry(k.clone()).or_default();
+                *e = e.checked_add(t).expect(BOUND);
+                total = total.checked_add(t).expect(BOUND);
             }
         }
     }
@@ -82,10 +87,9 @@ pub fn model(p: &Profile, r: &Report) -> Modeled {
 
 /// Picoseconds as a JSON number of nanoseconds.
 fn ns(ps: i128) -> Value {
-    if ps % 1000 == 0 {
-        Value::from((ps / 1000) as i64)
-    } else {
-        Value::from(ps as f64 / 1000.0)
+    match i64::try_from(ps / 1000) {
+        Ok(ns) if ps % 1000 == 0 => Value::from(ns),
+        _ => Value::from(ps as f64 / 1000.0),
     }
 }
 

@@ -16,6 +16,15 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 const COMMON: &str = include_str!("../../machines/common.toml");
 
+/// The core clocks a profile may state: real arm64 cores run from a few hundred MHz to
+/// about 4 GHz; a clock outside (0, NaN, inf) would scale costs to nothing or infinity.
+pub const CLOCK_GHZ: std::ops::RangeInclusive<f64> = 0.1..=10.0;
+/// The largest cost of one event: a second, far above any mm event (a broadcast TLB
+/// flush takes microseconds). With it a count (below 2^64) times a cost, scaled by a
+/// clock ratio of at most 100, is below 2^108 picoseconds, so sums over any number of
+/// events a report has stay far inside i128.
+pub const MAX_COST_NS: f64 = 1e9;
+
 /// The profile `foliolab calibrate` measures on this host.
 pub const HOST: &str = "host";
 
@@ -181,17 +190,11 @@ impl Profile {
     pub fn load(name: &str) -> Result<Profile, String> {
         if name == HOST {
             let path = host_path().ok_or("no HOME or XDG_DATA_HOME to find the host profile")?;
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                format!(
-                    "--machine host: {}: {e} (run `foliolab calibrate` first)",
-                    path.display()
-                )
-            })?;
-            return Profile::parse(&text).map_err(|e| format!("{}: {e}", path.display()));
+            let path = path.to_string_lossy();
+            return Profile::read(&path).map_err(|e| format!("--machine host: {e} (run `foliolab calibrate` first)"));
         }
         if name.ends_with(".toml") {
-            let text = std::fs::read_to_string(name).map_err(|e| format!("--machine {name}: {e}"))?;
-            return Profile::parse(&text).map_err(|e| format!("--machine {name}: {e}"));
+            return Profile::read(name).map_err(|e| format!("--machine {e}"));
         }
         match BUILTIN.iter().find(|(n, _)| *n == name) {
             Some((_, text)) => Profile::parse(text).map_err(|e| format!("machines/{name}.toml: {e}")),
@@ -210,9 +213,29 @@ impl Profile {
         BUILTIN.iter().map(|(n, _)| Profile::load(n)).collect()
     }
 
-    /// Parse one profile, merge common.toml under it and check it.
+    /// A profile file, read with a size limit; errors are `PATH:LINE:COL: message`.
+    fn read(path: &str) -> Result<Profile, String> {
+        let text =
+            crate::input::read_text(path, crate::input::MAX_PROFILE_BYTES).map_err(|e| format!("{path}:1:1: {e}"))?;
+        Profile::parse(&text).map_err(|e| format!("{path}:{e}"))
+    }
+
+    /// Parse one profile, merge common.toml under it and check it. An error is
+    /// `LINE:COL: message`, at the value at fault (or 1:1 when the text has none, as
+    /// for a cost common.toml brings); a message quoting the text is cut short.
     pub fn parse(text: &str) -> Result<Profile, String> {
-        let mut p: Profile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let at = |offset: Option<usize>, msg: &str| {
+            let (line, col) = crate::input::line_col(text, offset.unwrap_or(0));
+            let msg = msg.trim_end();
+            match msg.char_indices().nth(200) {
+                Some((cut, _)) => format!("{line}:{col}: {}… ({} bytes)", &msg[..cut], msg.len()),
+                None => format!("{line}:{col}: {msg}"),
+            }
+        };
+        let mut p: Profile = toml::from_str(text).map_err(|e| {
+            // The message alone: Display adds the offending line, which may be megabytes.
+            at(e.span().map(|s| s.start), e.message())
+        })?;
         let common: Common = toml::from_str(COMMON).map_err(|e| format!("common.toml: {e}"))?;
         let own: Vec<String> = p.cost.iter().flat_map(|c| c.events.clone()).collect();
         for mut c in common.cost {
@@ -222,39 +245,64 @@ impl Profile {
             }
         }
         p.not_costed.extend(common.not_costed);
-        p.check()?;
+        p.check_at().map_err(|(key, msg)| at(key.and_then(|k| text.find(&k)), &msg))?;
         Ok(p)
     }
 
     /// Every cost has a source and a quality tag, a number exactly when it is not
-    /// NONE, and a note when it is NONE, EST or D; no event is costed twice.
+    /// NONE, and a note when it is NONE, EST or D; no event is costed twice. The clock
+    /// and every cost lie in the stated ranges (`CLOCK_GHZ`, `MAX_COST_NS`).
     pub fn check(&self) -> Result<(), String> {
+        self.check_at().map_err(|(_, msg)| msg)
+    }
+
+    /// `check`, with the text to look for in the profile's file to find the value at
+    /// fault (`"event"` for a cost).
+    fn check_at(&self) -> Result<(), (Option<String>, String)> {
+        if !(CLOCK_GHZ.contains(&self.clock_ghz)) {
+            return Err((
+                Some("clock_ghz".into()),
+                format!(
+                    "clock_ghz = {:?}: a core clock is a finite number from {} to {} GHz",
+                    self.clock_ghz,
+                    CLOCK_GHZ.start(),
+                    CLOCK_GHZ.end()
+                ),
+            ));
+        }
+        if self.cpus == 0 || self.nodes == 0 {
+            return Err((Some("cpus".into()), "a machine has at least one CPU and one node".into()));
+        }
         let mut seen = BTreeMap::new();
         for c in &self.cost {
             let what = c.events.join(", ");
+            let key = c.events.first().map(|e| format!("\"{e}\""));
+            let fail = |msg: String| Err((key.clone(), msg));
             if c.events.is_empty() {
-                return Err("a cost entry with no events".into());
+                return Err((None, "a cost entry with no events".into()));
             }
             if c.source.trim().is_empty() {
-                return Err(format!("{what}: no source"));
+                return fail(format!("{what}: no source"));
             }
             match (c.quality, c.ns) {
-                (Quality::None, Some(_)) => return Err(format!("{what}: quality NONE with a cost")),
+                (Quality::None, Some(_)) => return fail(format!("{what}: quality NONE with a cost")),
                 (Quality::None, None) => {}
-                (_, None) => return Err(format!("{what}: quality {} without ns", c.quality.tag())),
-                (_, Some(ns)) if !(ns.is_finite() && ns >= 0.0) => return Err(format!("{what}: bad cost {ns}")),
+                (_, None) => return fail(format!("{what}: quality {} without ns", c.quality.tag())),
+                (_, Some(ns)) if !(0.0..=MAX_COST_NS).contains(&ns) => {
+                    return fail(format!("{what}: cost {ns:?} ns is outside 0 to {MAX_COST_NS:e} ns"))
+                }
                 _ => {}
             }
             let needs_note = matches!(c.quality, Quality::None | Quality::Est | Quality::D);
             if needs_note && c.note.as_deref().is_none_or(|n| n.trim().is_empty()) {
-                return Err(format!("{what}: quality {} needs a note", c.quality.tag()));
+                return fail(format!("{what}: quality {} needs a note", c.quality.tag()));
             }
             if c.seed_relation.is_some() && c.derived_from_seed.is_none() {
-                return Err(format!("{what}: seed_relation without derived_from_seed"));
+                return fail(format!("{what}: seed_relation without derived_from_seed"));
             }
             for e in &c.events {
                 if seen.insert(e.clone(), ()).is_some() {
-                    return Err(format!("{e}: costed twice"));
+                    return Err((Some(format!("\"{e}\"")), format!("{e}: costed twice")));
                 }
             }
         }

@@ -49,6 +49,36 @@ fn bad_profiles_are_refused() {
 }
 
 #[test]
+fn clocks_and_costs_outside_their_ranges_are_refused_at_their_line() {
+    let base = profile::BUILTIN[0].1;
+    let clock_line = base.lines().position(|l| l.starts_with("clock_ghz")).unwrap() + 1;
+    for clock in ["0", "-1", "nan", "inf", "1e300"] {
+        let text = base
+            .lines()
+            .map(|l| if l.starts_with("clock_ghz") { format!("clock_ghz = {clock}") } else { l.to_string() })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let e = Profile::parse(&text).unwrap_err();
+        assert!(e.starts_with(&format!("{clock_line}:1: clock_ghz = ")), "{clock}: {e}");
+        assert!(e.contains("finite number from 0.1 to 10 GHz"), "{e}");
+    }
+    let huge = format!(
+        "{base}\n[[cost]]\nevents = [\"kernel.folio_ref_atomic\"]\nns = 1e15\nquality = \"M\"\nsource = \"x\"\n"
+    );
+    let line = huge.lines().position(|l| l.contains("kernel.folio_ref_atomic")).unwrap() + 1;
+    let e = Profile::parse(&huge).unwrap_err();
+    assert_eq!(
+        e,
+        format!("{line}:11: kernel.folio_ref_atomic: cost 1000000000000000.0 ns is outside 0 to 1e9 ns")
+    );
+    // A syntax error names its place and does not echo a megabyte line.
+    let long = format!("{base}\nx = \"{}", "y".repeat(1 << 20));
+    let e = Profile::parse(&long).unwrap_err();
+    assert!(e.len() < 400, "{}", e.len());
+    assert!(e.starts_with(&format!("{}:", base.lines().count() + 2)), "{e}");
+}
+
+#[test]
 fn seed_derived_costs_are_marked() {
     let p = Profile::load("altra-vm").unwrap();
     let d: Vec<_> = p.derived_from("003").iter().flat_map(|c| c.events.clone()).collect();

@@ -199,6 +199,23 @@ impl Op {
     }
 }
 
+/// How many times ops `pick` selects run in `stmts`, repeats multiplied out: Err with
+/// the position of the statement that takes the count past `max`.
+pub fn executed(stmts: &[Stmt], pick: &dyn Fn(&Op) -> bool, max: u64) -> Result<u64, Pos> {
+    let mut total: u64 = 0;
+    for s in stmts {
+        let k = match &s.op {
+            Op::Repeat { n, body } => n.checked_mul(executed(body, pick, max)?),
+            op => Some(pick(op) as u64),
+        };
+        total = k
+            .and_then(|k| total.checked_add(k))
+            .filter(|&t| t <= max)
+            .ok_or(s.pos)?;
+    }
+    Ok(total)
+}
+
 impl Workload {
     /// Every `migrate`, in file order: where its `node=` is written, and the node.
     pub fn migrates(&self) -> Vec<(Pos, usize)> {

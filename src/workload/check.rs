@@ -124,6 +124,55 @@ struct State {
     first_memory: Option<u32>,
 }
 
+/// The most ops a workload runs, repeats multiplied out: a billion model ops take an
+/// hour or more, so a larger count is a mistake (or a fuzzer), refused before it runs.
+pub const MAX_OPS: u64 = 1 << 30;
+/// The most phases (`mark`s run): each keeps a copy of every counter, 33 KiB of host
+/// memory (hostmem::cost::PHASE), so 16384 of them take about half a gigabyte.
+pub const MAX_PHASES: u64 = 1 << 14;
+/// The most processes that may live at once (fork names): PID_MAX_DEFAULT, the
+/// kernel's default pid_max.
+pub const MAX_PROCS: usize = 1 << 15;
+
+/// Bounds the work `stmts` asks for: ops and phases run, repeats multiplied out in
+/// checked arithmetic, and the processes that may live at once.
+pub(crate) fn bounds(path: &str, stmts: &[Stmt]) -> Result<(), WorkloadError> {
+    let err = |pos, msg: String| WorkloadError {
+        path: path.to_string(),
+        pos,
+        msg,
+    };
+    executed(stmts, &|_| true, MAX_OPS).map_err(|pos| {
+        err(
+            pos,
+            format!("the workload would run more than {MAX_OPS} ops here (repeats multiplied out); lower the repeat counts"),
+        )
+    })?;
+    executed(stmts, &|op| matches!(op, Op::Mark { .. }), MAX_PHASES).map_err(|pos| {
+        err(
+            pos,
+            format!("the workload would start more than {MAX_PHASES} phases here (marks, repeats multiplied out)"),
+        )
+    })?;
+    fn forks<'s>(stmts: &'s [Stmt], names: &mut std::collections::BTreeSet<&'s str>) -> Option<Pos> {
+        stmts.iter().find_map(|s| match &s.op {
+            Op::Fork { child } => {
+                names.insert(child);
+                (names.len() > MAX_PROCS).then_some(s.pos)
+            }
+            Op::Repeat { body, .. } => forks(body, names),
+            _ => None,
+        })
+    }
+    match forks(stmts, &mut Default::default()) {
+        Some(pos) => Err(err(
+            pos,
+            format!("more than {MAX_PROCS} process names (the kernel's default pid_max): reuse names of exited processes"),
+        )),
+        None => Ok(()),
+    }
+}
+
 pub(crate) fn check(path: &str, nodes: &[Node]) -> Result<(), WorkloadError> {
     let mut st = State {
         procs: BTreeMap::from([(MAIN.to_string(), Proc::default())]),
@@ -176,6 +225,12 @@ impl Checker<'_> {
             }
             if size < 2 * 4096 {
                 return Err(self.err(stmt.pos, "a swap device needs a header page and a slot (8K at least)"));
+            }
+            if size / UNIT > crate::mm::swapfile::MAX_SWAP_PAGES {
+                return Err(self.err(
+                    stmt.pos,
+                    "a swap device has at most 2^32 pages (the swap header's last_page is 32 bits): 16T of 4K pages",
+                ));
             }
             st.swapon = Some(stmt.pos.line);
         }
@@ -533,7 +588,7 @@ mod tests {
             "unmapped at line 4 (in iteration 2",
         );
         fails("repeat 2\n  fork c\nend", 2, 8, "already exists (in iteration 2");
-        ok("mmap a 8K\nrepeat 1000000000\n  fork c\n  @c touch a\n  @c exit\nend");
+        ok("mmap a 8K\nrepeat 100000000\n  fork c\n  @c touch a\n  @c exit\nend");
         fails(
             "mmap a 8K\nrepeat 5\n  touch a\n  mprotect a 0 4K r\nend",
             3,
@@ -556,6 +611,40 @@ mod tests {
             12,
             "(in iteration 2 of the repeat at line 3)",
         );
+    }
+
+    #[test]
+    fn work_is_bounded_before_it_runs() {
+        fails(
+            "mmap a 8K\nrepeat 1000000000000\n  touch a\nend",
+            2,
+            1,
+            "more than 1073741824 ops here (repeats multiplied out)",
+        );
+        // Nested counts that would overflow u64 are refused, not wrapped: at the
+        // repeat whose count passes the bound.
+        let deep = "repeat 4000\n".repeat(6) + "touch a\n" + &"end\n".repeat(6);
+        fails(&format!("mmap a 4K\n{deep}"), 5, 1, "more than 1073741824 ops");
+        fails("repeat 100000\n  mark a\nend", 1, 1, "more than 16384 phases");
+        ok("repeat 16384\n  mark a\nend");
+        let forks: String = (0..=super::MAX_PROCS).map(|i| format!("fork c{i}\n")).collect();
+        fails(&forks, super::MAX_PROCS as u32 + 1, 1, "more than 32768 process names");
+    }
+
+    #[test]
+    fn swap_devices_are_bounded_by_the_header() {
+        ok("swapon 16T");
+        fails("swapon 128T", 1, 1, "at most 2^32 pages");
+    }
+
+    #[test]
+    fn an_empty_repeat_runs_nothing() {
+        for src in ["repeat 18446744073709551615\nend", "repeat 18446744073709551615\n  repeat 5\n  end\nend"] {
+            let w = parse_str("t.wl", src).unwrap();
+            assert!(w.stmts.is_empty(), "{src}");
+        }
+        let w = parse_str("t.wl", "repeat 3\n  repeat 5\n  end\n  mark x\nend").unwrap();
+        assert_eq!(crate::workload::executed(&w.stmts, &|_| true, u64::MAX), Ok(3));
     }
 
     #[test]

@@ -14,12 +14,31 @@ pub fn parse_str(path: &str, src: &str) -> Result<Workload, WorkloadError> {
     let mut parser = Parser { path, next_index: 0, machine: None };
     let nodes = parser.parse(src)?;
     check::check(path, &nodes)?;
+    let stmts = prune(nodes.into_iter().map(Node::into_stmt).collect());
+    check::bounds(path, &stmts)?;
     Ok(Workload {
         path: path.to_string(),
         text: src.to_string(),
-        stmts: nodes.into_iter().map(Node::into_stmt).collect(),
+        stmts,
         machine: parser.machine.unwrap_or_default(),
     })
+}
+
+/// Drops every `repeat` whose body runs no op: it does nothing, and an executor would
+/// still count through its N (up to 2^64) empty iterations.
+fn prune(stmts: Vec<Stmt>) -> Vec<Stmt> {
+    stmts
+        .into_iter()
+        .filter_map(|mut s| {
+            if let Op::Repeat { body, .. } = &mut s.op {
+                *body = prune(std::mem::take(body));
+                if body.is_empty() {
+                    return None;
+                }
+            }
+            Some(s)
+        })
+        .collect()
 }
 
 /// The largest workload file read: far beyond any real workload, and it bounds what
@@ -28,22 +47,13 @@ pub const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// Reads, parses and validates a workload file (a pipe or device works too).
 pub fn parse_file(path: &str) -> Result<Workload, WorkloadError> {
-    use std::io::Read;
     let err = |pos, msg| WorkloadError {
         path: path.to_string(),
         pos,
         msg,
     };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| err(Pos::default(), format!("cannot read: {e}")))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(err(
-            Pos::default(),
-            format!("larger than the {} MiB a workload may be", MAX_FILE_BYTES >> 20),
-        ));
-    }
+    // A file-level error is at its start: line 1, column 1 (0:0 is no position).
+    let bytes = crate::input::read_limited(path, MAX_FILE_BYTES).map_err(|msg| err(Pos { line: 1, col: 1 }, msg))?;
     let src = std::str::from_utf8(&bytes).map_err(|e| {
         let valid = &bytes[..e.valid_up_to()];
         let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -104,19 +114,7 @@ fn tokenize(line: &str, line_no: u32) -> Vec<Tok<'_>> {
     toks
 }
 
-/// A token as an error message shows it: at most its first 40 characters, then `…`
-/// and its length, so a megabyte-long token does not come back whole.
-pub struct Echo<'a>(pub &'a str);
-
-impl std::fmt::Display for Echo<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        const SHOWN: usize = 40;
-        match self.0.char_indices().nth(SHOWN) {
-            None => f.write_str(self.0),
-            Some((end, _)) => write!(f, "{}… ({} bytes)", &self.0[..end], self.0.len()),
-        }
-    }
-}
+pub use crate::input::Echo;
 
 /// `[A-Za-z_][A-Za-z0-9_-]*`, the spec's region and process names.
 pub fn valid_name(s: &str) -> bool {
@@ -125,17 +123,23 @@ pub fn valid_name(s: &str) -> bool {
         && cs.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// A decimal size with an optional K/M/G/T suffix (powers of 1024), or `0x` hex.
+/// A decimal size with an optional K/M/G/T suffix (powers of 1024, either case, `B` or
+/// `iB` after it allowed), or `0x` hex: one grammar for workloads and the command line.
 pub fn parse_size(s: &str) -> Option<u64> {
     if let Some(hex) = s.strip_prefix("0x") {
         return u64::from_str_radix(hex, 16).ok().filter(|_| !hex.starts_with('+'));
     }
-    let (digits, shift) = match s.as_bytes().last()? {
-        b'K' => (&s[..s.len() - 1], 10),
-        b'M' => (&s[..s.len() - 1], 20),
-        b'G' => (&s[..s.len() - 1], 30),
-        b'T' => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
+    let (t, unit) = match s.strip_suffix("iB") {
+        Some(t) => (t, true),
+        None => (s.strip_suffix('B').unwrap_or(s), false),
+    };
+    let (digits, shift) = match t.as_bytes().last()?.to_ascii_uppercase() {
+        b'K' => (&t[..t.len() - 1], 10),
+        b'M' => (&t[..t.len() - 1], 20),
+        b'G' => (&t[..t.len() - 1], 30),
+        b'T' => (&t[..t.len() - 1], 40),
+        _ if unit => return None,
+        _ => (t, 0),
     };
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -741,18 +745,12 @@ mod tests {
         assert_eq!(parse_size("1G"), Some(1 << 30));
         assert_eq!(parse_size("1T"), Some(1 << 40));
         assert_eq!(parse_size("0x3000"), Some(0x3000));
-        for bad in [
-            "",
-            "K",
-            "4k",
-            "0x",
-            "1.5M",
-            "-4K",
-            "+4096",
-            "0x+1",
-            "99999999999T",
-            "4KB",
-        ] {
+        // The command line's spellings too: one grammar everywhere.
+        assert_eq!(parse_size("32m"), Some(32 << 20));
+        assert_eq!(parse_size("4KB"), Some(4096));
+        assert_eq!(parse_size("16MiB"), Some(16 << 20));
+        assert_eq!(parse_size("4096B"), Some(4096));
+        for bad in ["", "K", "0x", "1.5M", "-4K", "+4096", "0x+1", "99999999999T", "16iB", "iB", "B"] {
             assert_eq!(parse_size(bad), None, "{bad}");
         }
         assert_eq!(fmt_size(3 << 20), "3M");
@@ -1008,7 +1006,7 @@ mod tests {
     #[test]
     fn file_errors_name_the_file() {
         let e = parse_file("/nonexistent/x.wl").unwrap_err();
-        assert!(e.to_string().starts_with("/nonexistent/x.wl:0:0: cannot read"), "{e}");
+        assert!(e.to_string().starts_with("/nonexistent/x.wl:1:1: cannot read"), "{e}");
     }
 
     #[test]
