@@ -15,7 +15,7 @@ use crate::mm::vmstat::{MthpStat, VmEvent};
 use crate::mm::Kernel;
 use crate::report::{Counters, PageKind, Phase, Report, RunBuilder};
 use crate::workload::{Advice, Op, Pos, Prot, Stmt, Workload};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 pub use variants::Variants;
 
 /// A run that could not complete, with the workload position it stopped at.
@@ -166,20 +166,23 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
 /// share of a pte table. A process maps at most every region of the workload, and
 /// every process that may live at once (main and each fork child) at most that much.
 fn host_bytes_needed(w: &Workload, cfg: &MachineConfig) -> u64 {
-    fn walk<'w>(stmts: &'w [Stmt], bytes: &mut u64, mmaps: &mut u64, children: &mut Vec<&'w str>) {
+    // A set: a workload may fork tens of thousands of children by name.
+    fn walk<'w>(stmts: &'w [Stmt], bytes: &mut u64, mmaps: &mut u64, children: &mut BTreeSet<&'w str>) {
         for s in stmts {
             match &s.op {
                 Op::Mmap { size, .. } => {
                     *bytes = bytes.saturating_add(*size);
                     *mmaps += 1;
                 }
-                Op::Fork { child } if !children.contains(&child.as_str()) => children.push(child),
+                Op::Fork { child } => {
+                    children.insert(child);
+                }
                 Op::Repeat { body, .. } => walk(body, bytes, mmaps, children),
                 _ => {}
             }
         }
     }
-    let (mut bytes, mut mmaps, mut children) = (0, 0, Vec::new());
+    let (mut bytes, mut mmaps, mut children) = (0, 0, BTreeSet::new());
     walk(&w.stmts, &mut bytes, &mut mmaps, &mut children);
     let procs = children.len() as u64 + 1;
     let frames = (bytes >> cfg.granule.page_shift()).saturating_mul(procs);
