@@ -44,7 +44,8 @@ fn encode(events: &[Event]) -> Vec<u8> {
 /// Replays `bytes` under order-0 folios and under 64K: Ok or Err, the test is that
 /// neither panics.
 fn replay_both(bytes: &[u8]) -> Result<(), String> {
-    let v = Variants::from_sets(&[]).unwrap();
+    // A small machine: booting it is most of a case's time.
+    let v = Variants::from_sets(&["ram=256M".to_string()]).unwrap();
     for knobs in [vec![], vec![("hugepages-64kB/enabled".to_string(), "always".to_string())]] {
         replay("fuzz", Cursor::new(bytes), &v, &knobs).map_err(|e| e.to_string())?;
     }
@@ -152,7 +153,11 @@ fn program() -> impl Strategy<Value = Vec<Event>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    // 256 cases in CI; PROPTEST_CASES=N for a longer hunt.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn generated_records_replay_or_fail_cleanly(events in program()) {
@@ -205,7 +210,7 @@ fn four_hundred_sixty_flips_raw_and_resealed_never_panic() {
                 reseal(CORPUS, |b| b[n * body.len() / 460] ^= 0x5a)
             } else {
                 let mut t = CORPUS.to_vec();
-                t[n * t.len() / 460] ^= 0x5a;
+                t[n * CORPUS.len() / 460] ^= 0x5a;
                 t
             };
             let outcome = match std::panic::catch_unwind(|| replay_both(&t)) {

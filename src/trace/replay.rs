@@ -255,12 +255,19 @@ impl Replay {
     /// neighbours as mmap_region would, or for the heap, with the heap only.
     fn map(&mut self, proc: u32, start: u64, m: Mapping, heap: bool) -> Result<(), TraceError> {
         let Some(sp) = self.space(proc) else { return Ok(()) };
-        sp.maps.insert(start, m);
         let floor = if heap {
             Some(*sp.start_brk.get_or_insert(start))
         } else {
             None
         };
+        // The heap is [mm->start_brk, brk): it never grows below where it began.
+        if floor.is_some_and(|f| start < f) {
+            return Err(self.fail(format!(
+                "the heap maps {start:#x}, below its start {:#x} (corrupt trace)",
+                floor.unwrap_or(0)
+            )));
+        }
+        sp.maps.insert(start, m);
         let mm = sp.mm;
         if m.kind.is_anon() {
             let nohuge = if m.nohuge {
@@ -875,11 +882,11 @@ struct Budget {
 
 impl Budget {
     /// Host bytes per live address space: the model mm with its page-table root and
-    /// the first tables below it, the shadow map, the process line. Measured: see
-    /// `a_replays_host_memory_per_address_space_is_what_the_budget_says`.
+    /// the first tables below it, the shadow map, the process line. Measured by
+    /// `measure_host_bytes_per_space` (one page written per space).
     const PER_SPACE: u64 = 24 << 10;
     /// Host bytes per mapping: the model VMA and the shadow's entry, and each a share
-    /// of a page table.
+    /// of a page table. Measured by `measure_host_bytes_per_mapping`.
     const PER_MAPPING: u64 = 512;
     /// Records between checks while running (and at every fork).
     const EVERY: u64 = 1 << 16;
@@ -1250,6 +1257,54 @@ mod tests {
             trace(&e)
         }
 
+        /// Peak resident bytes of this process, from /proc/self/status.
+        fn hwm() -> u64 {
+            let s = std::fs::read_to_string("/proc/self/status").unwrap();
+            let kb = s.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap();
+            kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() << 10
+        }
+
+        /// The measurement behind `Budget::PER_SPACE`: host bytes per fork child
+        /// alive, one page written. Alone, since it reads the process's peak RSS:
+        /// `cargo test --lib -- --ignored --exact trace::replay::tests::processes::measure_host_bytes_per_space`.
+        #[test]
+        #[ignore]
+        fn measure_host_bytes_per_space() {
+            let v = Variants::from_sets(&[]).unwrap();
+            let n = 20_000u32;
+            let t = forks(n);
+            let base = hwm();
+            replay("t", std::io::Cursor::new(&t), &v, &[]).unwrap();
+            let per_space = (hwm() - base) / n as u64;
+            println!("host bytes per address space {per_space}");
+            assert!(per_space <= Budget::PER_SPACE);
+        }
+
+        /// The measurement behind `Budget::PER_MAPPING`, alone as the one above:
+        /// `... --exact trace::replay::tests::processes::measure_host_bytes_per_mapping`.
+        #[test]
+        #[ignore]
+        fn measure_host_bytes_per_mapping() {
+            let v = Variants::from_sets(&[]).unwrap();
+            let m = 100_000u64;
+            let mut e = vec![exec(0)];
+            e.extend((0..m).map(|i| Event::Map {
+                proc: 0,
+                start: A + 2 * i * PAGE,
+                len: PAGE,
+                prot: if i % 2 == 0 { RW } else { PROT_READ },
+                kind: MapKind::Anon,
+                cause: MapCause::Mmap,
+                nohuge: false,
+            }));
+            let t = trace(&e);
+            let base = hwm();
+            replay("t", std::io::Cursor::new(&t), &v, &[]).unwrap();
+            let per_map = (hwm() - base) / m;
+            println!("host bytes per mapping {per_map}");
+            assert!(per_map <= Budget::PER_MAPPING);
+        }
+
         #[test]
         fn a_trace_keeping_more_address_spaces_alive_than_the_host_can_hold_is_refused_before_replay() {
             let v = Variants::from_sets(&[]).unwrap();
@@ -1327,6 +1382,25 @@ mod tests {
                 "{:?}",
                 r.report.diagnostics
             );
+        }
+
+        /// Found by tests/trace_fuzz.rs: a heap mapping below the heap's first one
+        /// (mm->start_brk) reached the VMA merge with its range reversed.
+        #[test]
+        fn a_heap_mapping_below_the_heap_start_is_an_error() {
+            let heap = |start| Event::Map {
+                proc: 0,
+                start,
+                len: PAGE,
+                prot: 0,
+                kind: MapKind::Anon,
+                cause: MapCause::Brk,
+                nohuge: false,
+            };
+            let v = Variants::from_sets(&[]).unwrap();
+            let t = trace(&[exec(0), heap(A + 32 * PAGE), heap(A)]);
+            let err = replay("t", std::io::Cursor::new(t), &v, &[]).unwrap_err().to_string();
+            assert!(err.contains("record 3: the heap maps 0x7f0000000000, below its start"), "{err}");
         }
 
         /// A realloc: a block moved (mremap to a new place), then grown where it is.
