@@ -16,6 +16,10 @@ fn skip_unless_root() -> Option<String> {
     (unsafe { libc::geteuid() } != 0).then(|| "not root: recording opens tracepoint events".to_string())
 }
 
+/// Held by every test that writes the host's THP knobs: one reads them before and
+/// after its own run, and another's run between would move them.
+static KNOBS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn skip_unless_knobs() -> Option<String> {
     skip_unless_root().or_else(|| {
         let probe = Path::new(THP).join("hugepages-64kB/enabled");
@@ -104,6 +108,7 @@ fn predictions_under_mthp_equal_the_host_per_process() {
         println!("SKIP predictions_under_mthp_equal_the_host_per_process: {why}");
         return;
     }
+    let _knobs = KNOBS.lock().unwrap_or_else(|e| e.into_inner());
     let (dir, exe) = workdir("predict");
     let before: Vec<String> = ["enabled", "hugepages-16kB/enabled", "hugepages-64kB/enabled"]
         .iter()
@@ -297,7 +302,7 @@ fn concurrent_records_without_tracefs_mounted_all_succeed_and_leave_no_mount() {
         println!("SKIP concurrent_records_without_tracefs_mounted_all_succeed_and_leave_no_mount: no unshare(1)");
         return;
     }
-    let (dir, _) = workdir("tracefs");
+    let (dir, _) = workdir("concurrent-records");
     let script = format!(
         "set -e
          for m in $(awk '$3 == \"tracefs\" {{ print $2 }}' /proc/mounts | sort -r); do umount \"$m\"; done
@@ -335,6 +340,7 @@ fn predict_refuses_a_run_whose_knobs_moved_under_it() {
         println!("SKIP predict_refuses_a_run_whose_knobs_moved_under_it: {why}");
         return;
     }
+    let _knobs = KNOBS.lock().unwrap_or_else(|e| e.into_inner());
     let (dir, _) = workdir("spoiled");
     let knob = Path::new(THP).join("hugepages-64kB/enabled");
     let before = std::fs::read_to_string(&knob).unwrap();

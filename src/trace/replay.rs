@@ -806,6 +806,8 @@ struct Census {
     peak_spaces: u64,
     /// Whether the program used MADV_HUGEPAGE.
     madv_hugepage: bool,
+    /// Address spaces the replay creates (an exec or a fork without CLONE_VM each).
+    spaces_created: u64,
 }
 
 impl Census {
@@ -814,6 +816,7 @@ impl Census {
     /// replay will.
     fn of<R: Read>(mut rd: Reader<R>) -> Result<Census, TraceError> {
         let mut c = Census::default();
+        // The replay's address spaces each take an ASID; next_space counts them.
         // Process → its space; space → its users.
         let mut procs: HashMap<u32, u64> = HashMap::new();
         let mut users: HashMap<u64, u32> = HashMap::new();
@@ -860,6 +863,7 @@ impl Census {
                 Event::Madvise { advice: 14, .. } => c.madv_hugepage = true,
                 _ => {}
             }
+            c.spaces_created = next_space;
             c.peak_procs = c.peak_procs.max(procs.len() as u64);
             c.peak_spaces = c.peak_spaces.max(users.len() as u64);
         }
@@ -899,6 +903,15 @@ impl Budget {
             what: format!("replaying {path} on a model with ram={}", v.get("ram")),
             maps: 0,
         };
+        // ASIDs 1 ..= Asid::MAX - 1, with no rollover in the model.
+        let asids = crate::hw::Asid::MAX as u64 - 1;
+        if c.spaces_created > asids {
+            return Err(format!(
+                "the trace creates {} address spaces; the model gives each an ASID of its own and does not model \
+                 ASID rollover (arm64's new_context), so a replay takes at most {asids}",
+                c.spaces_created
+            ));
+        }
         let needed = b.machine.saturating_add(c.peak_spaces.saturating_mul(Self::PER_SPACE));
         crate::hostmem::check_fits(&b.what, needed, b.limit).map_err(|msg| {
             format!(
@@ -1303,6 +1316,16 @@ mod tests {
             let per_map = (hwm() - base) / m;
             println!("host bytes per mapping {per_map}");
             assert!(per_map <= Budget::PER_MAPPING);
+        }
+
+        /// 200k sequential forks: the model's ASIDs run out (it panicked on the
+        /// overflow at 65,535 address spaces, or wrapped silently in a release build).
+        #[test]
+        fn a_trace_creating_more_address_spaces_than_asids_is_refused_before_replay() {
+            let v = Variants::from_sets(&[]).unwrap();
+            let census = Census::of(Reader::new("t", &forks(70_000)[..]).unwrap()).unwrap();
+            let err = Budget::new("t", &v, &census, None).err().unwrap();
+            assert!(err.contains("creates 70001 address spaces"), "{err}");
         }
 
         #[test]
