@@ -31,7 +31,9 @@ fn bench(c: &mut Criterion) {
             vec![("hugepages-64kB/enabled".to_string(), "always".to_string())],
         ),
     ] {
-        g.bench_function(name, |b| b.iter(|| replay("trace", std::io::Cursor::new(TRACE), &v, &knobs).unwrap()));
+        g.bench_function(name, |b| {
+            b.iter(|| replay("trace", std::io::Cursor::new(TRACE), &v, &knobs).unwrap())
+        });
     }
     g.finish();
 }

@@ -201,7 +201,12 @@ fn ctrl_c_ends_the_program_and_the_trace_is_still_complete() {
 fn build(dir: &Path, name: &str) -> PathBuf {
     let exe = dir.join(name);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
-    let out = Command::new("cc").args(["-O1", "-o"]).arg(&exe).arg(&src).output().expect("cc");
+    let out = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("cc");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     exe
 }
@@ -218,7 +223,14 @@ fn writes_to_write_only_memory_replay_fault_for_fault() {
     let (dir, _) = workdir("writeonly");
     let exe = build(&dir, "writeonly");
     let trc = dir.join("w.trc");
-    run_ok(&["record", "--no-aslr", "-o", trc.to_str().unwrap(), "--", exe.to_str().unwrap()]);
+    run_ok(&[
+        "record",
+        "--no-aslr",
+        "-o",
+        trc.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
     let r: serde_json::Value =
         serde_json::from_str(&run_ok(&["replay", "--json", "--no-store", trc.to_str().unwrap()])).unwrap();
     assert_eq!(r["counters"]["model.segv"], 0, "{r}");
@@ -261,7 +273,10 @@ fn a_32_bit_program_is_refused_by_name() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("ia32prog") && err.contains("32-bit (ia32) program"), "{err}");
+    assert!(
+        err.contains("ia32prog") && err.contains("32-bit (ia32) program"),
+        "{err}"
+    );
     assert!(!trc.exists(), "no trace is kept");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -277,14 +292,25 @@ fn children_still_running_at_exit_are_noted() {
     let (dir, _) = workdir("running");
     let trc = dir.join("r.trc");
     let out = Command::new(bin())
-        .args(["record", "-o", trc.to_str().unwrap(), "--", "sh", "-c", "sleep 1 & exit 0"])
+        .args([
+            "record",
+            "-o",
+            trc.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "sleep 1 & exit 0",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("note: 1 of its processes were still running"), "{err}");
     let text = run_ok(&["replay", "--no-store", trc.to_str().unwrap()]);
-    assert!(text.contains("1 processes were still running when the recorded program exited"), "{text}");
+    assert!(
+        text.contains("1 processes were still running when the recorded program exited"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -351,7 +377,17 @@ fn predict_refuses_a_run_whose_knobs_moved_under_it() {
         k = knob.display()
     );
     let out = Command::new(bin())
-        .args(["predict", "--mthp", "64K", "--dir", dir.to_str().unwrap(), "--", "sh", "-c", &flip])
+        .args([
+            "predict",
+            "--mthp",
+            "64K",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &flip,
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -360,6 +396,10 @@ fn predict_refuses_a_run_whose_knobs_moved_under_it() {
         err.contains("measured under 64K is spoiled") && err.contains("hugepages-64kB/enabled is never, not always"),
         "{err}"
     );
-    assert_eq!(std::fs::read_to_string(&knob).unwrap(), before, "the knobs were not restored");
+    assert_eq!(
+        std::fs::read_to_string(&knob).unwrap(),
+        before,
+        "the knobs were not restored"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -46,7 +46,10 @@ fn encode(events: &[Event]) -> Vec<u8> {
 fn replay_both(bytes: &[u8]) -> Result<(), String> {
     // A small machine: booting it is most of a case's time.
     let v = Variants::from_sets(&["ram=256M".to_string()]).unwrap();
-    for knobs in [vec![], vec![("hugepages-64kB/enabled".to_string(), "always".to_string())]] {
+    for knobs in [
+        vec![],
+        vec![("hugepages-64kB/enabled".to_string(), "always".to_string())],
+    ] {
         replay("fuzz", Cursor::new(bytes), &v, &knobs).map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -147,7 +150,13 @@ fn event() -> impl Strategy<Value = Event> {
 /// The trace a generated case replays: process 0 exec'd first, so most records act.
 fn program() -> impl Strategy<Value = Vec<Event>> {
     prop::collection::vec(event(), 0..48).prop_map(|mut v| {
-        v.insert(0, Event::Exec { proc: 0, comm: "p0".into() });
+        v.insert(
+            0,
+            Event::Exec {
+                proc: 0,
+                comm: "p0".into(),
+            },
+        );
         v
     })
 }
@@ -222,6 +231,9 @@ fn four_hundred_sixty_flips_raw_and_resealed_never_panic() {
         }
     }
     std::panic::set_hook(quiet);
-    println!("flips [replayed, refused, panicked]: raw {:?}, resealed {:?}", tally[0], tally[1]);
+    println!(
+        "flips [replayed, refused, panicked]: raw {:?}, resealed {:?}",
+        tally[0], tally[1]
+    );
     assert_eq!((tally[0][2], tally[1][2]), (0, 0), "{tally:?}");
 }

@@ -301,7 +301,10 @@ impl Header {
             ));
         }
         if self.page_size != 4096 {
-            return Err(format!("page size {}; traces are recorded with 4096-byte pages", self.page_size));
+            return Err(format!(
+                "page size {}; traces are recorded with 4096-byte pages",
+                self.page_size
+            ));
         }
         Ok(())
     }
@@ -725,7 +728,10 @@ impl<R: Read> Reader<R> {
     /// writer kept is the one read.
     fn finish(&mut self, t: &Trailer) -> Result<(), TraceError> {
         if self.pos < self.len {
-            return Err(self.bad(&format!("{} bytes of records after the end record", self.len - self.pos)));
+            return Err(self.bad(&format!(
+                "{} bytes of records after the end record",
+                self.len - self.pos
+            )));
         }
         loop {
             match self.inp.read(&mut self.buf) {
@@ -969,7 +975,10 @@ mod tests {
         let mut bytes = encode(&sample());
         bytes.push(0);
         let err = read_all(&bytes).unwrap_err();
-        assert!(err.contains("record 13: bytes after the end of the compressed stream"), "{err}");
+        assert!(
+            err.contains("record 13: bytes after the end of the compressed stream"),
+            "{err}"
+        );
         // A record after the end record, inside the stream.
         let mut w = Writer::new(Vec::new(), &header()).unwrap();
         for e in sample() {
@@ -987,7 +996,10 @@ mod tests {
         w.out.write_all(&w.buf).unwrap();
         let extra = w.out.finish().unwrap().into_inner().unwrap();
         let err = read_all(&extra).unwrap_err();
-        assert!(err.contains("record 13: 2 bytes of records after the end record"), "{err}");
+        assert!(
+            err.contains("record 13: 2 bytes of records after the end record"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -996,7 +1008,10 @@ mod tests {
         w.write(&sample()[0]).unwrap();
         let bytes = w.finish(&Trailer::default()).unwrap();
         let err = read_all(&bytes).unwrap_err();
-        assert!(err.contains("the end record counts 0 records, but 1 were read"), "{err}");
+        assert!(
+            err.contains("the end record counts 0 records, but 1 were read"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1017,7 +1032,10 @@ mod tests {
                 "page size 0",
             ),
         ] {
-            let bytes = Writer::new(Vec::new(), &h).unwrap().finish(&Trailer::default()).unwrap();
+            let bytes = Writer::new(Vec::new(), &h)
+                .unwrap()
+                .finish(&Trailer::default())
+                .unwrap();
             let err = Reader::new("t", &bytes[..]).err().unwrap().to_string();
             assert!(err.contains(what), "{err}");
         }

@@ -15,10 +15,10 @@ use super::format::{Event, MapCause, MapKind, Reader, TraceError, PROT_WRITE};
 use crate::mm::madvise::Madv;
 use crate::mm::memory::FaultError;
 use crate::mm::mm_types::{MmId, VmFlags};
+use crate::mm::thp_sysfs::ThpKnobs;
 use crate::mm::Kernel;
 use crate::report::{Counters, Report};
 use crate::sim::{self, Variants};
-use crate::mm::thp_sysfs::ThpKnobs;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek};
 
@@ -1395,13 +1395,21 @@ mod tests {
         fn records_of_a_process_never_introduced_are_counted_and_noted() {
             let top = A + 1024 * PAGE;
             let e = [
-                map(3, top - STACK_EXPAND - 2 * PAGE, STACK_EXPAND + 2 * PAGE, MapKind::Stack),
+                map(
+                    3,
+                    top - STACK_EXPAND - 2 * PAGE,
+                    STACK_EXPAND + 2 * PAGE,
+                    MapKind::Stack,
+                ),
                 write(3, top - PAGE),
                 exec(0),
             ];
             let r = run(&e, &[]);
             assert!(
-                r.report.diagnostics.iter().any(|d| d.starts_with("2 records of processes the trace never introduced")),
+                r.report
+                    .diagnostics
+                    .iter()
+                    .any(|d| d.starts_with("2 records of processes the trace never introduced")),
                 "{:?}",
                 r.report.diagnostics
             );
@@ -1423,7 +1431,10 @@ mod tests {
             let v = Variants::from_sets(&[]).unwrap();
             let t = trace(&[exec(0), heap(A + 32 * PAGE), heap(A)]);
             let err = replay("t", std::io::Cursor::new(t), &v, &[]).unwrap_err().to_string();
-            assert!(err.contains("record 3: the heap maps 0x7f0000000000, below its start"), "{err}");
+            assert!(
+                err.contains("record 3: the heap maps 0x7f0000000000, below its start"),
+                "{err}"
+            );
         }
 
         /// A realloc: a block moved (mremap to a new place), then grown where it is.
@@ -1471,8 +1482,13 @@ mod tests {
             assert!(same.recording_hid_faults_kb.is_empty());
             // The host default, enabled=always with 2M inherit: 2M THP hidden at off.
             let host = [("enabled", "always"), ("hugepages-2048kB/enabled", "inherit")];
-            let r = replay("t", std::io::Cursor::new(trace_under(&host, &e)), &v, &[("enabled".into(), "never".into())])
-                .unwrap();
+            let r = replay(
+                "t",
+                std::io::Cursor::new(trace_under(&host, &e)),
+                &v,
+                &[("enabled".into(), "never".into())],
+            )
+            .unwrap();
             assert_eq!(r.recording_hid_faults_kb, [2048]);
         }
     }
