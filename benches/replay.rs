@@ -12,7 +12,7 @@ const TRACE: &[u8] = include_bytes!("../data/sqlite3-cc-O2.trc");
 
 fn bench(c: &mut Criterion) {
     let v = Variants::from_sets(&[]).unwrap();
-    let events = replay("trace", TRACE, &v, &[]).unwrap().events;
+    let events = replay("trace", std::io::Cursor::new(TRACE), &v, &[]).unwrap().events;
     let mut r = Reader::new("trace", TRACE).unwrap();
     while r.next_event().unwrap().is_some() {}
     let wall = r.trailer().unwrap().wall_ns as f64 / 1e9;
@@ -31,7 +31,9 @@ fn bench(c: &mut Criterion) {
             vec![("hugepages-64kB/enabled".to_string(), "always".to_string())],
         ),
     ] {
-        g.bench_function(name, |b| b.iter(|| replay("trace", TRACE, &v, &knobs).unwrap()));
+        g.bench_function(name, |b| {
+            b.iter(|| replay("trace", std::io::Cursor::new(TRACE), &v, &knobs).unwrap())
+        });
     }
     g.finish();
 }

@@ -42,5 +42,11 @@ pub fn main(a: Args) -> super::CmdResult {
         r.bytes as f64 / t.events.max(1) as f64,
         t.status
     );
+    if t.still_running > 0 {
+        eprintln!(
+            "foliolab: note: {} of its processes were still running when the program exited; what they did after is not in the trace",
+            t.still_running
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -45,8 +45,11 @@ pub enum VmFault {
 }
 
 /// The vm_page_prot of a private anonymous VMA: read-only until written (CoW).
+/// arm64's protection_map gives VM_WRITE without VM_READ PAGE_READONLY too: its
+/// stage 1 permissions have no write-only encoding, so a write-only mapping is
+/// readable, and the write fault makes its pte read-write as for PROT_READ|PROT_WRITE.
 pub fn vm_page_prot(vma: &Vma) -> PgProt {
-    if vma.flags.contains(VmFlags::READ) {
+    if vma.flags.intersects(VmFlags::READ | VmFlags::WRITE) {
         PgProt::READONLY
     } else {
         PgProt::NONE
@@ -61,8 +64,14 @@ impl Kernel {
         let Some(vma) = self.mm(mm).find_vma(addr) else {
             return Err(FaultError::Segv(addr));
         };
-        let need = if write { VmFlags::WRITE } else { VmFlags::READ };
-        if !vma.flags.contains(need) {
+        // arm64's do_page_fault: a read is allowed by VM_READ or VM_WRITE ("write
+        // implies read"), a write only by VM_WRITE.
+        let allowed = if write {
+            VmFlags::WRITE
+        } else {
+            VmFlags::READ | VmFlags::WRITE
+        };
+        if !vma.flags.intersects(allowed) {
             return Err(FaultError::Segv(addr));
         }
         let ret = self.__handle_mm_fault(mm, &vma, addr, write);
@@ -1024,6 +1033,26 @@ mod tests {
         write(&mut k, mm, BASE, 64 << 10);
         assert_clean(&k);
         assert!((0..16).all(|i| k.page_kind(mm, BASE + i * K4) == Some(PageKind::Order(4))));
+    }
+
+    /// mmap(PROT_WRITE) then a write, a read, and mprotect(PROT_WRITE) over a
+    /// read-write mapping: arm64 maps write-only as read-write, one fault per page.
+    #[test]
+    fn a_write_only_mapping_faults_once_per_page_and_is_readable() {
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[]);
+        k.do_mmap(mm, BASE, 2 * K4, VmFlags::WRITE).unwrap();
+        user_access(&mut k, mm, 0, BASE, true).unwrap();
+        user_access(&mut k, mm, 0, BASE, false).unwrap();
+        user_access(&mut k, mm, 0, BASE + K4, false).unwrap();
+        user_access(&mut k, mm, 0, BASE + K4, true).unwrap();
+        assert_eq!(k.mm(mm).min_flt, 3, "write, read (zero page), write (CoW of it)");
+        k.do_mmap(mm, BASE + 2 * K4, K4, rw()).unwrap();
+        write(&mut k, mm, BASE + 2 * K4, K4);
+        k.do_mprotect(mm, BASE + 2 * K4, BASE + 3 * K4, VmFlags::WRITE).unwrap();
+        write(&mut k, mm, BASE + 2 * K4, K4);
+        user_access(&mut k, mm, 0, BASE + 2 * K4, false).unwrap();
+        assert_eq!(k.mm(mm).min_flt, 4);
+        assert_clean(&k);
     }
 
     /// swap_fork_64k_cached.wl: with the child gone the parent's slots have count 1

@@ -233,6 +233,11 @@ impl Kernel {
     /// mm_alloc + pgd_alloc: a new empty address space with its own ASID.
     pub fn mm_alloc(&mut self) -> Option<MmId> {
         let g = self.arch.granule();
+        // ASID rollover (arm64's new_context) is not modeled: every mm of a run gets
+        // an ASID of its own, and none is left after the last.
+        if self.next_asid == Asid::MAX {
+            return None;
+        }
         let (pgd, pgd_table) = self.pgtable_alloc(g.start_level())?;
         let asid = self.next_asid;
         self.next_asid += 1;

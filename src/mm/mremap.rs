@@ -20,6 +20,24 @@ impl Kernel {
         }
     }
 
+    /// mremap growing a mapping where it is (expand_vma_in_place, vma_merge_extend):
+    /// the VMA ending at `old_end` now ends at `new_end`, keeping its page offset, so
+    /// one that was moved before still grows as one VMA and a large folio may straddle
+    /// its old end. Merged with the VMA after it when they are compatible.
+    pub fn vma_expand(&mut self, mm: MmId, old_end: u64, new_end: u64) -> Result<(), VmaError> {
+        let vma = self
+            .mm(mm)
+            .find_vma(old_end.checked_sub(1).ok_or(VmaError::Invalid("mremap of a mapping ending at 0"))?)
+            .filter(|v| v.end == old_end)
+            .ok_or(VmaError::NotMapped)?;
+        if !self.mm(mm).vmas_in(old_end, new_end).is_empty() {
+            return Err(VmaError::Exists);
+        }
+        self.mm_mut(mm).vmas_mut().get_mut(&vma.start).expect("found").end = new_end;
+        self.merge_around(mm, vma.start, new_end);
+        Ok(())
+    }
+
     /// move_vma: mremap(MREMAP_MAYMOVE) of [old, old_end) to [new, new_end), whose
     /// first `moved_end - new` bytes receive the old pages. The new VMA keeps the old
     /// one's flags, anon_vma and page offset (copy_vma); the old range is then unmapped.

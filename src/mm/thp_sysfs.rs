@@ -212,6 +212,16 @@ impl ThpKnobs {
         v
     }
 
+    /// The folio sizes above a page (kB) a fault may allocate in an anonymous VMA,
+    /// with or without MADV_HUGEPAGE.
+    pub fn fault_sizes_kb(&self, vm_hugepage: bool) -> Vec<u64> {
+        let mask = self.allowable_orders(vm_hugepage, false);
+        self.anon_orders()
+            .filter(|o| mask & (1 << o) != 0)
+            .map(|o| self.size_kb(o))
+            .collect()
+    }
+
     /// thp_vma_allowable_orders for an anonymous VMA in the fault path (sysfs enforced).
     pub fn allowable_orders(&self, vm_hugepage: bool, vm_nohugepage: bool) -> u64 {
         if vm_nohugepage {

@@ -25,7 +25,8 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     let mut runs = Vec::new();
     for setting in ["off", "64K"] {
         let knobs = Setting::parse(setting)?.knobs(&sizes)?;
-        let rep = crate::trace::replay::replay(TRACE_NAME, TRACE, &v, &knobs).map_err(|e| e.to_string())?;
+        let rep = crate::trace::replay::replay(TRACE_NAME, std::io::Cursor::new(TRACE), &v, &knobs)
+            .map_err(|e| e.to_string())?;
         runs.push(rep);
     }
     let (base_ns, base_by) = costs.time_ns(&runs[0].report.counters);

@@ -449,10 +449,12 @@ impl Sim<'_> {
                 let (mm, cpu) = self.proc(&s.proc_name);
                 self.k.switch_mm(cpu, mm);
                 self.syscall(1);
-                let child_mm = self
-                    .k
-                    .dup_mmap(mm)
-                    .ok_or_else(|| self.fail(s.pos, "fork: out of memory"))?;
+                let child_mm = self.k.dup_mmap(mm).ok_or_else(|| {
+                    self.fail(
+                        s.pos,
+                        "fork: out of memory, or of ASIDs (65,534 address spaces a run: ASID rollover is not modeled)",
+                    )
+                })?;
                 let regions = self.procs[self.owner(&s.proc_name)].regions.clone();
                 let cpu = self.nr_procs % self.k.arch.hw.cpus.len();
                 self.nr_procs += 1;

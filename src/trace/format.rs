@@ -10,7 +10,7 @@
 //! page number from the previous fault's: one to three bytes before compression. The
 //! stream is read and written front to back, so neither side holds the trace in memory.
 
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufRead, BufWriter, Read, Write};
 
 pub const MAGIC: &[u8; 8] = b"FOLIOTRC";
 /// Bumped on any change a reader of the old version would misread.
@@ -168,6 +168,22 @@ impl Event {
         }
     }
 
+    /// The process acting: the one faulting, mapping, exiting; a fork's parent.
+    pub fn proc(&self) -> u32 {
+        match *self {
+            Event::Fault { proc, .. }
+            | Event::Map { proc, .. }
+            | Event::Munmap { proc, .. }
+            | Event::Mprotect { proc, .. }
+            | Event::Madvise { proc, .. }
+            | Event::Mremap { proc, .. }
+            | Event::Brk { proc, .. }
+            | Event::Exec { proc, .. }
+            | Event::Exit { proc } => proc,
+            Event::Fork { parent, .. } => parent,
+        }
+    }
+
     /// The record's name in reports.
     pub fn kind(&self) -> &'static str {
         Self::KINDS[self.kind_index()]
@@ -273,6 +289,27 @@ pub struct Header {
     pub no_aslr: bool,
 }
 
+impl Header {
+    /// What the recorder can have written: it records x86_64 hosts (their syscall
+    /// numbers and fault error codes), with 4K pages. Anything else is another
+    /// program's file or a corrupt one, and would replay as something it is not.
+    fn check(&self) -> Result<(), String> {
+        if self.arch != "x86_64" {
+            return Err(format!(
+                "recorded on arch {:?}; traces are recorded on x86_64 only",
+                self.arch
+            ));
+        }
+        if self.page_size != 4096 {
+            return Err(format!(
+                "page size {}; traces are recorded with 4096-byte pages",
+                self.page_size
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Written last: a trace without it was cut short.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Trailer {
@@ -286,6 +323,10 @@ pub struct Trailer {
     pub cpu_ns: u64,
     #[serde(default)]
     pub recorder_cpu_ns: u64,
+    /// Processes of the program still running when it exited (its children not
+    /// waited for): what they did after is not in the trace.
+    #[serde(default)]
+    pub still_running: u64,
 }
 
 fn put(out: &mut Vec<u8>, mut v: u64) {
@@ -461,10 +502,12 @@ pub enum TraceError {
     Io { path: String, source: io::Error },
 }
 
-/// Reads records back, front to back.
+/// Reads records back, front to back. After the end record it reads the compressed
+/// stream to its end, so that zlib checks its Adler-32, and refuses anything after it:
+/// a trace is whole only if it ends exactly where its writer finished it.
 pub struct Reader<R: Read> {
     path: String,
-    inp: flate2::read::ZlibDecoder<R>,
+    inp: flate2::bufread::ZlibDecoder<io::BufReader<R>>,
     /// Decompressed bytes not yet decoded: buf[pos..len].
     buf: Box<[u8]>,
     pos: usize,
@@ -502,9 +545,10 @@ impl<R: Read> Reader<R> {
         let mut json = vec![0; len];
         r.read_exact(&mut json).map_err(|_| bad("header cut short".into()))?;
         let header: Header = serde_json::from_slice(&json).map_err(|e| bad(format!("header: {e}")))?;
+        header.check().map_err(|e| bad(format!("header: {e}")))?;
         Ok(Reader {
             path: path.to_string(),
-            inp: flate2::read::ZlibDecoder::new(r),
+            inp: flate2::bufread::ZlibDecoder::new(io::BufReader::new(r)),
             buf: vec![0; 1 << 18].into_boxed_slice(),
             pos: 0,
             len: 0,
@@ -546,15 +590,7 @@ impl<R: Read> Reader<R> {
                 r => break r,
             }
         }
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
-                self.bad(&format!("the compressed stream is cut short or corrupt ({e})"))
-            }
-            _ => TraceError::Io {
-                path: self.path.clone(),
-                source: e,
-            },
-        })?;
+        .map_err(|e| self.stream_error(e))?;
         if n == 0 {
             return Err(self.bad("cut short (no end record): the recording did not finish"));
         }
@@ -573,6 +609,13 @@ impl<R: Read> Reader<R> {
             }
         }
         Err(self.bad("varint longer than 64 bits"))
+    }
+
+    /// A protection: PROT_READ, PROT_WRITE, PROT_EXEC and the arch's bits above them,
+    /// as the recorder kept them (the low byte of the syscall's argument).
+    fn prot(&mut self) -> Result<u8, TraceError> {
+        let v = self.var()?;
+        u8::try_from(v).map_err(|_| self.bad(&format!("protection {v:#x} out of range")))
     }
 
     fn var32(&mut self) -> Result<u32, TraceError> {
@@ -609,9 +652,12 @@ impl<R: Read> Reader<R> {
         }
         let e = match tag {
             T_MAP => {
-                let (proc, start, len, prot) = (self.var32()?, self.var()?, self.var()?, self.var()? as u8);
+                let (proc, start, len, prot) = (self.var32()?, self.var()?, self.var()?, self.prot()?);
                 let kind = MapKind::from_code(self.var()?).ok_or_else(|| self.bad("unknown mapping kind"))?;
                 let bits = self.var()?;
+                if bits > 3 {
+                    return Err(self.bad(&format!("mapping flags {bits:#x} (corrupt)")));
+                }
                 Event::Map {
                     proc,
                     start,
@@ -631,7 +677,7 @@ impl<R: Read> Reader<R> {
                 proc: self.var32()?,
                 start: self.var()?,
                 len: self.var()?,
-                prot: self.var()? as u8,
+                prot: self.prot()?,
             },
             T_MADVISE => Event::Madvise {
                 proc: self.var32()?,
@@ -653,7 +699,11 @@ impl<R: Read> Reader<R> {
             T_FORK => Event::Fork {
                 parent: self.var32()?,
                 child: self.var32()?,
-                share_mm: self.var()? == 1,
+                share_mm: match self.var()? {
+                    0 => false,
+                    1 => true,
+                    v => return Err(self.bad(&format!("fork flag {v} (corrupt)"))),
+                },
             },
             T_EXEC => {
                 let proc = self.var32()?;
@@ -664,12 +714,60 @@ impl<R: Read> Reader<R> {
             T_END => {
                 let json = self.bytes()?;
                 let t: Trailer = serde_json::from_slice(&json).map_err(|e| self.bad(&format!("end record: {e}")))?;
+                self.finish(&t)?;
                 self.trailer = Some(t);
                 return Ok(None);
             }
             _ => return Err(self.bad(&format!("unknown record tag {tag:#x}"))),
         };
         Ok(Some(e))
+    }
+
+    /// After the end record: nothing more in the records, the compressed stream ends
+    /// (its checksum checked), nothing after it in the file, and the record count the
+    /// writer kept is the one read.
+    fn finish(&mut self, t: &Trailer) -> Result<(), TraceError> {
+        if self.pos < self.len {
+            return Err(self.bad(&format!(
+                "{} bytes of records after the end record",
+                self.len - self.pos
+            )));
+        }
+        loop {
+            match self.inp.read(&mut self.buf) {
+                Ok(0) => break,
+                Ok(n) => return Err(self.bad(&format!("{n} bytes of records after the end record"))),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.stream_error(e)),
+            }
+        }
+        let rest = match self.inp.get_mut().fill_buf() {
+            Ok(rest) => rest.len(),
+            Err(e) => return Err(self.stream_error(e)),
+        };
+        if rest > 0 {
+            return Err(self.bad("bytes after the end of the compressed stream"));
+        }
+        let read = self.at - 1;
+        if t.events != read {
+            return Err(self.bad(&format!(
+                "the end record counts {} records, but {read} were read",
+                t.events
+            )));
+        }
+        Ok(())
+    }
+
+    fn stream_error(&self, e: io::Error) -> TraceError {
+        match e.kind() {
+            io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
+                self.bad(&format!("the compressed stream is cut short or corrupt ({e})"))
+            }
+            _ => TraceError::Io {
+                path: self.path.clone(),
+                source: e,
+            },
+        }
     }
 
     fn bytes(&mut self) -> Result<Vec<u8>, TraceError> {
@@ -782,6 +880,7 @@ mod tests {
             status: 0,
             cpu_ns: 4,
             recorder_cpu_ns: 1,
+            still_running: 0,
         })
         .unwrap()
     }
@@ -848,5 +947,97 @@ mod tests {
         }
         // The first carries its process and a 6-byte delta; the rest a tag and 1 byte.
         assert_eq!(w.buf.len(), 2 + 6 + 999 * 2);
+    }
+
+    fn read_all(bytes: &[u8]) -> Result<Vec<Event>, String> {
+        let mut r = Reader::new("t", bytes).map_err(|e| e.to_string())?;
+        let mut v = Vec::new();
+        while let Some(e) = r.next_event().map_err(|e| e.to_string())? {
+            v.push(e);
+        }
+        Ok(v)
+    }
+
+    /// The Adler-32 is the stream's last 4 bytes: a trace cut anywhere in them, or in
+    /// the final deflate block before them, is refused.
+    #[test]
+    fn a_trace_missing_any_of_its_last_bytes_is_refused() {
+        let bytes = encode(&sample());
+        assert!(read_all(&bytes).is_ok());
+        for cut in 1..=6 {
+            let err = read_all(&bytes[..bytes.len() - cut]).unwrap_err();
+            assert!(err.contains("cut short or corrupt"), "{cut}: {err}");
+        }
+    }
+
+    #[test]
+    fn bytes_after_the_end_record_or_the_stream_are_refused() {
+        let mut bytes = encode(&sample());
+        bytes.push(0);
+        let err = read_all(&bytes).unwrap_err();
+        assert!(
+            err.contains("record 13: bytes after the end of the compressed stream"),
+            "{err}"
+        );
+        // A record after the end record, inside the stream.
+        let mut w = Writer::new(Vec::new(), &header()).unwrap();
+        for e in sample() {
+            w.write(&e).unwrap();
+        }
+        let t = serde_json::to_vec(&Trailer {
+            events: sample().len() as u64,
+            ..Trailer::default()
+        })
+        .unwrap();
+        w.buf.push(T_END);
+        put(&mut w.buf, t.len() as u64);
+        w.buf.extend_from_slice(&t);
+        w.buf.extend_from_slice(&[T_EXIT, 0]);
+        w.out.write_all(&w.buf).unwrap();
+        let extra = w.out.finish().unwrap().into_inner().unwrap();
+        let err = read_all(&extra).unwrap_err();
+        assert!(
+            err.contains("record 13: 2 bytes of records after the end record"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_end_record_counting_other_records_is_refused() {
+        let mut w = Writer::new(Vec::new(), &header()).unwrap();
+        w.write(&sample()[0]).unwrap();
+        let bytes = w.finish(&Trailer::default()).unwrap();
+        let err = read_all(&bytes).unwrap_err();
+        assert!(
+            err.contains("the end record counts 0 records, but 1 were read"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_trace_of_another_arch_or_page_size_is_refused() {
+        for (h, what) in [
+            (
+                Header {
+                    arch: "riscv64".into(),
+                    ..header()
+                },
+                "arch \"riscv64\"",
+            ),
+            (
+                Header {
+                    page_size: 0,
+                    ..header()
+                },
+                "page size 0",
+            ),
+        ] {
+            let bytes = Writer::new(Vec::new(), &h)
+                .unwrap()
+                .finish(&Trailer::default())
+                .unwrap();
+            let err = Reader::new("t", &bytes[..]).err().unwrap().to_string();
+            assert!(err.contains(what), "{err}");
+        }
     }
 }

@@ -153,6 +153,27 @@ fn replay_file(path: &Path, v: &Variants, knobs: &[(String, String)]) -> Result<
     Ok((r, start.elapsed().as_nanos() as u64))
 }
 
+/// Whether the host's knobs still hold what was `written` for the run of `what`:
+/// the lock keeps other foliolab runs out, not a process outside foliolab (or the
+/// program itself), and a run under other knobs than its setting measures nothing.
+fn still_set(thp: &Path, written: &[(String, String)], what: &str) -> Result<(), String> {
+    let now = record::thp_knobs(thp);
+    let moved: Vec<String> = written
+        .iter()
+        .filter_map(|(k, v)| {
+            let cur = now.iter().find(|(n, _)| n == k).map_or("(gone)", |(_, c)| c.as_str());
+            (cur != v).then(|| format!("{k} is {cur}, not {v}"))
+        })
+        .collect();
+    if moved.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the run {what} is spoiled: the THP knobs changed during it, by a process outside foliolab or the program ({})",
+        moved.join("; ")
+    ))
+}
+
 /// Records `command` with every size off and under each setting, predicting each.
 /// Traces go to `dir` as `off.trc` (the recording replayed) and
 /// `<setting>.measured.trc`.
@@ -172,8 +193,10 @@ pub fn predict(
             .try_for_each(|(k, val)| guard.set(k, val).map_err(|e| e.to_string()))
     };
     let off = Setting::parse("off")?;
-    write(&off.knobs(&sizes)?)?;
+    let off_knobs = off.knobs(&sizes)?;
+    write(&off_knobs)?;
     let (plain_wall_ns, plain_cpu_ns) = run_plain(command)?;
+    still_set(thp, &off_knobs, "unrecorded, with every size off")?;
     let trace = |name: &str| -> PathBuf { dir.join(format!("{name}.trc")) };
     let rec = |path: &Path| {
         record::record(
@@ -187,6 +210,7 @@ pub fn predict(
         .map_err(|e| e.to_string())
     };
     let base = rec(&trace("off"))?;
+    still_set(thp, &off_knobs, "recorded with every size off")?;
     if base.trailer.status != 0 {
         return Err(format!(
             "{}: exited {} while recorded",
@@ -196,11 +220,13 @@ pub fn predict(
     }
     let mut measured = Vec::new();
     for s in settings {
-        write(&s.knobs(&sizes)?)?;
+        let knobs = s.knobs(&sizes)?;
+        write(&knobs)?;
         let before = anon_fault_alloc(thp, &s.sizes_kb);
         let r = rec(&trace(&format!("{}.measured", s.name)))?;
         let after = anon_fault_alloc(thp, &s.sizes_kb);
-        write(&off.knobs(&sizes)?)?;
+        still_set(thp, &knobs, &format!("measured under {}", s.name))?;
+        write(&off_knobs)?;
         let host: Vec<(u64, i64)> = after.iter().zip(&before).map(|(a, b)| (a.0, a.1 - b.1)).collect();
         measured.push((r, host));
     }
@@ -387,6 +413,26 @@ pub fn reference_build(out: &Path) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_knob_moved_during_a_run_spoils_it() {
+        let dir = std::env::temp_dir().join(format!("foliolab-still-set-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("hugepages-64kB")).unwrap();
+        std::fs::write(dir.join("enabled"), "always [madvise] never\n").unwrap();
+        std::fs::write(dir.join("hugepages-64kB/enabled"), "always inherit madvise [never]\n").unwrap();
+        let written = Setting::parse("64K").unwrap().knobs(&[64]).unwrap();
+        let err = still_set(&dir, &written, "measured under 64K").unwrap_err();
+        assert!(
+            err.contains("measured under 64K is spoiled")
+                && err.contains("enabled is madvise, not never")
+                && err.contains("hugepages-64kB/enabled is never, not always"),
+            "{err}"
+        );
+        std::fs::write(dir.join("enabled"), "always madvise [never]\n").unwrap();
+        std::fs::write(dir.join("hugepages-64kB/enabled"), "[always] inherit madvise never\n").unwrap();
+        assert!(still_set(&dir, &written, "x").is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn settings_parse_to_the_sizes_they_name() {

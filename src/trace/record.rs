@@ -34,6 +34,9 @@ const PERF_TYPE_TRACEPOINT: u32 = 2;
 const PERF_SAMPLE_TID: u64 = 1 << 1;
 const PERF_SAMPLE_TIME: u64 = 1 << 2;
 const PERF_SAMPLE_RAW: u64 = 1 << 10;
+const PERF_SAMPLE_REGS_USER: u64 = 1 << 12;
+/// perf_sample_regs_abi: the program runs 32-bit code (ia32 on x86_64).
+const PERF_SAMPLE_REGS_ABI_32: u64 = 1;
 const A_DISABLED: u64 = 1 << 0;
 const A_INHERIT: u64 = 1 << 1;
 const A_MMAP: u64 = 1 << 8;
@@ -130,61 +133,92 @@ fn read_tracepoint(tracefs: &Path, event: &str, fields: [&str; 2]) -> Result<Tra
     })
 }
 
-/// The five tracepoints, read from a tracefs mount; if none is mounted, one is mounted
-/// on a private directory for the reading and unmounted right after.
+/// The tracepoints, read from a tracefs mount; if none is mounted, from one mounted
+/// in a mount namespace of a thread's own, which no other process sees and which
+/// goes away with the thread, however the recorder ends: concurrent recorders never
+/// see each other's mount, and none is ever left behind.
 struct Tracepoints {
     fault: Tracepoint,
     kfault: Tracepoint,
     enter: Tracepoint,
     exit: Tracepoint,
     newtask: Tracepoint,
+    /// sched:sched_process_exec, sampled with the user registers' ABI.
+    exec: Tracepoint,
 }
 
+/// Where tracefs is mounted, from /proc/mounts. Mounts of foliolab's own earlier
+/// versions (`foliolab-tracefs-<pid>`, made and removed by another recorder) are not
+/// taken: they may vanish while read.
+fn tracefs_mount(mounts: &str) -> Option<String> {
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&"tracefs") && !f[1].contains("foliolab-tracefs-")).then(|| f[1].to_string())
+    })
+}
+
+/// tracefs's usual mount point, which exists (empty) when it is not mounted.
+const TRACEFS: &str = "/sys/kernel/tracing";
+
 impl Tracepoints {
+    fn read(dir: &Path) -> Result<Tracepoints, RecordError> {
+        Ok(Tracepoints {
+            fault: read_tracepoint(dir, "exceptions/page_fault_user", ["address", "error_code"])?,
+            kfault: read_tracepoint(dir, "exceptions/page_fault_kernel", ["address", "error_code"])?,
+            enter: read_tracepoint(dir, "raw_syscalls/sys_enter", ["id", "args"])?,
+            exit: read_tracepoint(dir, "raw_syscalls/sys_exit", ["id", "ret"])?,
+            newtask: read_tracepoint(dir, "task/task_newtask", ["pid", "clone_flags"])?,
+            exec: read_tracepoint(dir, "sched/sched_process_exec", ["filename", "pid"])?,
+        })
+    }
+
     fn load() -> Result<Tracepoints, RecordError> {
         let mounts = std::fs::read_to_string("/proc/mounts").map_err(|e| RecordError::Io("/proc/mounts".into(), e))?;
-        let mounted = mounts.lines().find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"tracefs")).then(|| f[1].to_string())
-        });
-        let read = |dir: &Path| -> Result<Tracepoints, RecordError> {
-            Ok(Tracepoints {
-                fault: read_tracepoint(dir, "exceptions/page_fault_user", ["address", "error_code"])?,
-                kfault: read_tracepoint(dir, "exceptions/page_fault_kernel", ["address", "error_code"])?,
-                enter: read_tracepoint(dir, "raw_syscalls/sys_enter", ["id", "args"])?,
-                exit: read_tracepoint(dir, "raw_syscalls/sys_exit", ["id", "ret"])?,
-                newtask: read_tracepoint(dir, "task/task_newtask", ["pid", "clone_flags"])?,
-            })
-        };
-        if let Some(dir) = mounted {
-            return read(Path::new(&dir));
+        if let Some(dir) = tracefs_mount(&mounts) {
+            return Self::read(Path::new(&dir));
         }
-        let dir = std::env::temp_dir().join(format!("foliolab-tracefs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| RecordError::Io(dir.display().to_string(), e))?;
+        std::thread::scope(|s| s.spawn(Self::load_private).join().expect("tracefs thread"))
+    }
+
+    /// Mounts tracefs on its usual place in a new mount namespace of the calling
+    /// thread (the thread must end after: its namespace ends with it).
+    fn load_private() -> Result<Tracepoints, RecordError> {
         let c = |s: &str| CString::new(s).expect("no NUL");
-        let target = c(&dir.display().to_string());
-        // SAFETY: NUL-terminated strings; no mount data.
-        let rc = unsafe {
-            libc::mount(
+        let fail = |what: &str| {
+            RecordError::Setup(format!(
+                "no tracefs mounted, and {what} failed: {} (record needs root)",
+                io::Error::last_os_error()
+            ))
+        };
+        // SAFETY: unshare and mount take flags and NUL-terminated strings; they change
+        // only this thread's view of the mounts (CLONE_NEWNS unshares its fs too).
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(fail("a private mount namespace"));
+            }
+            // Nothing mounted here propagates back to the host's namespace.
+            if libc::mount(
+                std::ptr::null(),
+                c("/").as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(fail("making the namespace private"));
+            }
+            if libc::mount(
                 c("nodev").as_ptr(),
-                target.as_ptr(),
+                c(TRACEFS).as_ptr(),
                 c("tracefs").as_ptr(),
                 0,
                 std::ptr::null(),
-            )
-        };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            let _ = std::fs::remove_dir(&dir);
-            return Err(RecordError::Setup(format!(
-                "no tracefs mounted, and mounting one failed: {e} (record needs root)"
-            )));
+            ) != 0
+            {
+                return Err(fail(&format!("mounting one on {TRACEFS}")));
+            }
         }
-        let got = read(&dir);
-        // SAFETY: target is the mount made above.
-        unsafe { libc::umount2(target.as_ptr(), 0) };
-        let _ = std::fs::remove_dir(&dir);
-        got
+        Self::read(Path::new(TRACEFS))
     }
 }
 
@@ -232,6 +266,11 @@ enum Rec {
     TaskExit {
         pid: u32,
         tid: u32,
+    },
+    /// A process exec'd a 32-bit (ia32) program: its syscalls have other numbers.
+    Ia32 {
+        pid: u32,
+        file: String,
     },
 }
 
@@ -319,6 +358,20 @@ impl Decoder {
                     Rec::NewTask {
                         tid: u32_at(raw, tp.newtask.at[0]),
                         flags: u64_at(raw, tp.newtask.at[1]),
+                    }
+                } else if ty == tp.exec.id {
+                    // REGS_USER follows the raw data: the ABI, then the registers.
+                    let raw_size = u32_at(b, S_RAW) as usize;
+                    if u64_at(b, S_RAW + 4 + raw_size) != PERF_SAMPLE_REGS_ABI_32 {
+                        return Ok(None);
+                    }
+                    // __data_loc char[] filename: offset and length in the raw data.
+                    let loc = u32_at(raw, tp.exec.at[0]) as usize;
+                    let name = raw.get(loc & 0xffff..(loc & 0xffff) + (loc >> 16)).unwrap_or(&[]);
+                    let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+                    Rec::Ia32 {
+                        pid,
+                        file: String::from_utf8_lossy(name).into_owned(),
                     }
                 } else {
                     return Err(RecordError::Setup(format!("sample of unknown tracepoint {ty}")));
@@ -553,6 +606,7 @@ impl<W: io::Write> Tracker<W> {
                     }
                 }
             }
+            Rec::Ia32 { .. } => return Ok(()),
             Rec::TaskExit { pid, tid } => {
                 self.inside.remove(&tid);
                 let Some(p) = self.procs.get_mut(&pid) else {
@@ -638,13 +692,21 @@ fn open_rings(tp: &Tracepoints, pid: i32) -> Result<Vec<CpuRings>, RecordError> 
         };
         let ring = Ring::map(lead, RING_PAGES).map_err(|e| RecordError::Setup(format!("cpu {cpu}: {e}")))?;
         let mut others = Vec::new();
-        for (t, what, filtered) in [
-            (&tp.kfault, "exceptions:page_fault_kernel", false),
-            (&tp.enter, "raw_syscalls:sys_enter", true),
-            (&tp.exit, "raw_syscalls:sys_exit", true),
-            (&tp.newtask, "task:task_newtask", false),
+        // Each exec, with the ABI of the program it starts (one register sampled: perf
+        // takes no empty set).
+        let exec = PerfEventAttr {
+            sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW | PERF_SAMPLE_REGS_USER,
+            sample_regs_user: 1,
+            ..base(tp.exec.id, 0)
+        };
+        for (attr, what, filtered) in [
+            (base(tp.kfault.id, 0), "exceptions:page_fault_kernel", false),
+            (base(tp.enter.id, 0), "raw_syscalls:sys_enter", true),
+            (base(tp.exit.id, 0), "raw_syscalls:sys_exit", true),
+            (base(tp.newtask.id, 0), "task:task_newtask", false),
+            (exec, "sched:sched_process_exec", false),
         ] {
-            let fd = open(&base(t.id, 0), what)?;
+            let fd = open(&attr, what)?;
             // SAFETY: both are perf event fds of this process; SET_OUTPUT takes an fd,
             // SET_FILTER a NUL-terminated string.
             unsafe {
@@ -834,6 +896,8 @@ pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
         e
     };
     let rings = open_rings(&tp, child.pid).map_err(kill)?;
+    // The program, once reaped, is not ours to signal: its pid may be reused.
+    let abort = |e: RecordError, reaped: bool| if reaped { e } else { kill(e) };
     let start = std::time::Instant::now();
     // SAFETY: go/exec_err are our pipe ends.
     let exec_errno = unsafe {
@@ -885,7 +949,21 @@ pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
                 let hdr = r.ring.read_u64(tail);
                 let size = (hdr >> 48) as usize;
                 r.ring.read(tail, size, &mut buf);
-                if let Some((time, rec)) = dec.decode(&buf)? {
+                let decoded = dec.decode(&buf).map_err(|e| abort(e, done))?;
+                if let Some((_, Rec::Ia32 { pid, file })) = &decoded {
+                    if !done {
+                        // SAFETY: signalling a process of the recording, still running.
+                        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+                    }
+                    return Err(abort(
+                        RecordError::Setup(format!(
+                            "{file} (pid {pid}) is a 32-bit (ia32) program: its syscalls are numbered \
+                             differently and are not decoded, so it cannot be recorded (it was killed)"
+                        )),
+                        done,
+                    ));
+                }
+                if let Some((time, rec)) = decoded {
                     round_max = round_max.max(time);
                     held.push((time, cpu as u32, seq, rec));
                     seq += 1;
@@ -940,6 +1018,7 @@ pub fn record(o: &Options, thp_dir: &Path) -> Result<Recorded, RecordError> {
         status: status.unwrap_or(0),
         cpu_ns: rusage_ns(&ru),
         recorder_cpu_ns: cpu_ns(libc::RUSAGE_SELF) - self_cpu,
+        still_running: t.procs.len() as u64,
     };
     let file = t.out.finish(&trailer).map_err(io_err)?;
     let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);

@@ -15,11 +15,12 @@ use super::format::{Event, MapCause, MapKind, Reader, TraceError, PROT_WRITE};
 use crate::mm::madvise::Madv;
 use crate::mm::memory::FaultError;
 use crate::mm::mm_types::{MmId, VmFlags};
+use crate::mm::thp_sysfs::ThpKnobs;
 use crate::mm::Kernel;
 use crate::report::{Counters, Report};
 use crate::sim::{self, Variants};
-use std::collections::BTreeMap;
-use std::io::Read;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Seek};
 
 /// One mapping of the shadow address space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +89,9 @@ pub struct Replayed {
     pub report: Report,
     pub processes: Vec<ProcLine>,
     pub events: u64,
+    /// Folio sizes (kB) above a page that the recording's THP knobs let the host
+    /// allocate at fault and this replay's do not: its faults are then too few.
+    pub recording_hid_faults_kb: Vec<u64>,
 }
 
 struct Proc {
@@ -95,36 +99,26 @@ struct Proc {
     line: ProcLine,
 }
 
-/// The live processes by trace number (numbers are dense: the recorder hands them
-/// out in order).
+/// The live processes by trace number. A map, not a table indexed by number: a
+/// corrupt trace's numbers may jump anywhere, and must not size anything.
 #[derive(Default)]
-struct Procs(Vec<Option<Proc>>);
+struct Procs(BTreeMap<u32, Proc>);
 
 impl Procs {
     fn get(&self, p: &u32) -> Option<&Proc> {
-        self.0.get(*p as usize)?.as_ref()
+        self.0.get(p)
     }
     fn get_mut(&mut self, p: &u32) -> Option<&mut Proc> {
-        self.0.get_mut(*p as usize)?.as_mut()
+        self.0.get_mut(p)
     }
     fn remove(&mut self, p: &u32) -> Option<Proc> {
-        self.0.get_mut(*p as usize)?.take()
+        self.0.remove(p)
     }
-    /// Adds process `p`; a number far past those seen is a corrupt trace, refused
-    /// before it can size the table.
-    fn insert(&mut self, p: u32, proc: Proc) -> Result<(), String> {
-        let i = p as usize;
-        if i > self.0.len() + (1 << 16) {
-            return Err(format!("process number {p} is far out of sequence (corrupt trace)"));
-        }
-        if i >= self.0.len() {
-            self.0.resize_with(i + 1, || None);
-        }
-        self.0[i] = Some(proc);
-        Ok(())
+    fn insert(&mut self, p: u32, proc: Proc) {
+        self.0.insert(p, proc);
     }
     fn values(&self) -> impl Iterator<Item = &Proc> {
-        self.0.iter().flatten()
+        self.0.values()
     }
 }
 
@@ -138,6 +132,8 @@ impl std::ops::Index<&u32> for Procs {
 struct Replay {
     k: Kernel,
     spaces: Vec<Option<Space>>,
+    /// The spaces not freed yet.
+    live_spaces: u64,
     procs: Procs,
     /// The mapping the last fault found (space, start, mapping): faults run in one
     /// mapping for long stretches. Every event that changes mappings clears it.
@@ -147,6 +143,8 @@ struct Replay {
     on_cpu: Vec<Option<MmId>>,
     ignored_advice: BTreeMap<u32, u64>,
     segv: u64,
+    /// Records of processes the trace never introduced.
+    orphans: u64,
     /// Recorded faults the kernel took on user memory for the program.
     kernel_faults: u64,
     /// The model's RAM, as set, for errors.
@@ -208,6 +206,7 @@ impl Replay {
             start_brk: None,
             users: 1,
         }));
+        self.live_spaces += 1;
         Ok(self.spaces.len() - 1)
     }
 
@@ -222,6 +221,7 @@ impl Replay {
         if sp.users == 0 {
             let mm = sp.mm;
             self.spaces[s] = None;
+            self.live_spaces -= 1;
             for c in self.on_cpu.iter_mut().filter(|c| **c == Some(mm)) {
                 *c = None;
             }
@@ -255,12 +255,19 @@ impl Replay {
     /// neighbours as mmap_region would, or for the heap, with the heap only.
     fn map(&mut self, proc: u32, start: u64, m: Mapping, heap: bool) -> Result<(), TraceError> {
         let Some(sp) = self.space(proc) else { return Ok(()) };
-        sp.maps.insert(start, m);
         let floor = if heap {
             Some(*sp.start_brk.get_or_insert(start))
         } else {
             None
         };
+        // The heap is [mm->start_brk, brk): it never grows below where it began.
+        if floor.is_some_and(|f| start < f) {
+            return Err(self.fail(format!(
+                "the heap maps {start:#x}, below its start {:#x} (corrupt trace)",
+                floor.unwrap_or(0)
+            )));
+        }
+        sp.maps.insert(start, m);
         let mm = sp.mm;
         if m.kind.is_anon() {
             let nohuge = if m.nohuge {
@@ -280,6 +287,12 @@ impl Replay {
     }
 
     fn event(&mut self, e: Event) -> Result<(), TraceError> {
+        // A process the trace never introduced (by a fork or an exec) has nothing to
+        // act on: counted, and noted in the report.
+        if !matches!(e, Event::Exec { .. }) && self.procs.get(&e.proc()).is_none() {
+            self.orphans += 1;
+            return Ok(());
+        }
         if !matches!(e, Event::Fault { .. }) {
             self.hit = None;
             let ranges = match e {
@@ -303,6 +316,19 @@ impl Replay {
                         "range {start:#x}+{len:#x} is beyond the user address space (corrupt trace)"
                     )));
                 }
+            }
+            // The syscalls recorded fail on an unaligned start (EINVAL), and mmap and
+            // mremap on an empty result: the recorder keeps only those that succeeded.
+            let (start, empty) = match e {
+                Event::Map { start, len, .. } => (start, len == 0),
+                Event::Munmap { start, .. } | Event::Mprotect { start, .. } | Event::Madvise { start, .. } => {
+                    (start, false)
+                }
+                Event::Mremap { old, new, new_len, .. } => (old | new, new_len == 0),
+                _ => (0, false),
+            };
+            if start % PAGE != 0 || empty {
+                return Err(self.fail(format!("{}: not what a successful call records (corrupt trace)", e)));
             }
         }
         match e {
@@ -344,10 +370,12 @@ impl Replay {
                     // top pages, put there by get_user_pages (no fault the trace
                     // records), and setup_arg_pages grew it by 128K below them.
                     MapCause::Mmap if kind == MapKind::Stack && len > STACK_EXPAND => {
+                        let Some(mm) = self.space(proc).map(|sp| sp.mm) else {
+                            return Ok(());
+                        };
                         self.unmap(proc, start, end);
                         let args = start + STACK_EXPAND;
                         self.map(proc, args, m, false)?;
-                        let mm = self.space(proc).expect("just mapped").mm;
                         self.k
                             .mm_populate(mm, args, end)
                             .map_err(|e| self.fail(format!("exec's argument pages in the model: {e}")))?;
@@ -448,9 +476,13 @@ impl Replay {
                 child,
                 share_mm,
             } => {
-                let Some(ps) = self.procs.get(&parent).map(|p| p.space) else {
-                    return Ok(());
-                };
+                let ps = self.procs[&parent].space;
+                // The recorder numbers each new process afresh.
+                if self.procs.get(&child).is_some() {
+                    return Err(self.fail(format!(
+                        "p{parent} forks p{child}, a process already alive (corrupt trace)"
+                    )));
+                }
                 let space = if share_mm {
                     self.spaces[ps].as_mut().expect("live").users += 1;
                     ps
@@ -468,22 +500,22 @@ impl Replay {
                         start_brk,
                         users: 1,
                     }));
+                    self.live_spaces += 1;
                     self.spaces.len() - 1
                 };
                 let comm = self.procs[&parent].line.comm.clone();
-                self.procs
-                    .insert(
-                        child,
-                        Proc {
-                            space,
-                            line: ProcLine {
-                                proc: child,
-                                comm,
-                                ..ProcLine::default()
-                            },
+                self.procs.insert(
+                    child,
+                    Proc {
+                        space,
+                        line: ProcLine {
+                            proc: child,
+                            comm,
+                            ..ProcLine::default()
                         },
-                    )
-                    .map_err(|m| self.fail(m))
+                    },
+                );
+                Ok(())
             }
             Event::Exec { proc, comm } => {
                 let space = self.new_space()?;
@@ -494,28 +526,25 @@ impl Replay {
                         self.put_space(old);
                     }
                     None => {
-                        self.procs
-                            .insert(
-                                proc,
-                                Proc {
-                                    space,
-                                    line: ProcLine {
-                                        proc,
-                                        comm,
-                                        ..ProcLine::default()
-                                    },
+                        self.procs.insert(
+                            proc,
+                            Proc {
+                                space,
+                                line: ProcLine {
+                                    proc,
+                                    comm,
+                                    ..ProcLine::default()
                                 },
-                            )
-                            .map_err(|m| self.fail(m))?;
+                            },
+                        );
                     }
                 }
                 Ok(())
             }
             Event::Exit { proc } => {
-                if let Some(p) = self.procs.remove(&proc) {
-                    self.done.push(p.line);
-                    self.put_space(p.space);
-                }
+                let p = self.procs.remove(&proc).expect("checked live");
+                self.done.push(p.line);
+                self.put_space(p.space);
                 Ok(())
             }
         }
@@ -598,7 +627,15 @@ impl Replay {
             if new_end < old_end {
                 self.unmap(proc, new_end, old_end);
             } else if new_end > old_end {
-                self.map(proc, old_end, Mapping { end: new_end, ..m }, false)?;
+                // Grown where it is: the same VMA, extended (expand_vma_in_place).
+                self.unmap(proc, old_end, new_end);
+                let sp = self.space(proc).expect("live");
+                sp.maps.insert(old_end, Mapping { end: new_end, ..m });
+                if m.kind.is_anon() {
+                    self.k
+                        .vma_expand(mm, old_end, new_end)
+                        .map_err(|e| self.fail(format!("mremap {old:#x} growing to {new_end:#x} in the model: {e}")))?;
+                }
             }
             return Ok(());
         }
@@ -623,19 +660,25 @@ impl Replay {
 /// The THP knobs start as the trace's header recorded them on the host (a knob the
 /// model's machine lacks, such as a size its granule has not, is left out with a
 /// note); `knobs` are then written over them (`enabled`, `hugepages-64kB/enabled`, ...).
-pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)]) -> Result<Replayed, TraceError> {
-    let mut rd = Reader::new(path, r)?;
-    // A trace may touch all of the model's RAM: refuse a machine the host cannot back.
-    let cfg = v.machine();
-    crate::hostmem::check_fits(
-        &format!("replaying {path} on a model with ram={}", v.get("ram")),
-        sim::host_bytes_for(&cfg, u64::MAX, 1 << 16),
-        crate::hostmem::mem_available(),
-    )
-    .map_err(|msg| TraceError::Bad {
+pub fn replay<R: Read + Seek>(
+    path: &str,
+    mut r: R,
+    v: &Variants,
+    knobs: &[(String, String)],
+) -> Result<Replayed, TraceError> {
+    let bad = |msg: String| TraceError::Bad {
         path: path.to_string(),
-        msg: format!("{msg}: lower --set ram"),
+        msg,
+    };
+    // The whole trace is read once before the model sees any of it: a corrupt one is
+    // refused whole (checksum, framing, end), never half replayed.
+    let census = Census::of(Reader::new(path, &mut r)?)?;
+    r.rewind().map_err(|e| TraceError::Io {
+        path: path.to_string(),
+        source: e,
     })?;
+    let mut rd = Reader::new(path, r)?;
+    let mut budget = Budget::new(path, v, &census, crate::hostmem::mem_available()).map_err(bad)?;
     let mut k = sim::boot_kernel(v);
     let mut diagnostics = Vec::new();
     for (knob, value) in &rd.header.thp {
@@ -644,21 +687,32 @@ pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)
         }
     }
     for (knob, value) in knobs {
-        k.knobs.set(knob, value).map_err(|e| TraceError::Bad {
-            path: path.to_string(),
-            msg: format!("THP knob {knob}={value}: {e}"),
-        })?;
+        k.knobs
+            .set(knob, value)
+            .map_err(|e| bad(format!("THP knob {knob}={value}: {e}")))?;
+    }
+    let hidden = hidden_by_recording(&rd.header.thp, &k.knobs, census.madv_hugepage);
+    if !hidden.is_empty() {
+        let sizes: Vec<String> = hidden.iter().map(|kb| format!("{kb}kB")).collect();
+        diagnostics.push(format!(
+            "the recording's THP knobs let the host allocate {} folios at fault, which this replay does not: \
+             the trace lacks the faults they absorbed, so the model's faults here are too few \
+             (record with every size off, as `foliolab predict` does)",
+            sizes.join(", ")
+        ));
     }
     let ncpus = k.arch.hw.cpus.len();
     let mut rp = Replay {
         k,
         spaces: Vec::new(),
+        live_spaces: 0,
         procs: Procs::default(),
         hit: None,
         done: Vec::new(),
         on_cpu: vec![None; ncpus],
         ignored_advice: BTreeMap::new(),
         segv: 0,
+        orphans: 0,
         kernel_faults: 0,
         ram: v.get("ram").to_string(),
     };
@@ -669,6 +723,12 @@ pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)
     while let Some(e) = rd.next_event()? {
         events += 1;
         kinds[e.kind_index()] += 1;
+        let recount = events % Budget::EVERY == 0;
+        if recount || matches!(e, Event::Fork { .. } | Event::Exec { .. }) {
+            budget
+                .check(&rp, recount)
+                .map_err(|msg| bad(format!("record {events}: {msg}")))?;
+        }
         rp.event(e).map_err(|e| match e {
             TraceError::Bad { msg, .. } => TraceError::Bad {
                 path: path.to_string(),
@@ -702,6 +762,18 @@ pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)
             .iter()
             .map(|(a, n)| format!("madvise advice {a} ({n} calls): not modelled, ignored")),
     );
+    let running = rd.trailer().map_or(0, |t| t.still_running);
+    if running > 0 {
+        diagnostics.push(format!(
+            "{running} processes were still running when the recorded program exited: what they did after is not in the trace"
+        ));
+    }
+    if rp.orphans > 0 {
+        diagnostics.push(format!(
+            "{} records of processes the trace never introduced (no fork or exec before them): ignored",
+            rp.orphans
+        ));
+    }
     if rp.segv > 0 {
         diagnostics.push(format!(
             "{} recorded faults are access violations in the model (a write to memory it maps read-only)",
@@ -722,7 +794,180 @@ pub fn replay<R: Read>(path: &str, r: R, v: &Variants, knobs: &[(String, String)
         },
         processes: lines,
         events,
+        recording_hid_faults_kb: hidden,
     })
+}
+
+/// What a first reading of the whole trace finds, before the model is built.
+#[derive(Debug, Default)]
+struct Census {
+    /// The most processes, and address spaces, alive at once.
+    peak_procs: u64,
+    peak_spaces: u64,
+    /// Whether the program used MADV_HUGEPAGE.
+    madv_hugepage: bool,
+    /// Address spaces the replay creates (an exec or a fork without CLONE_VM each).
+    spaces_created: u64,
+}
+
+impl Census {
+    /// Reads every record (the reader checks framing, the end record and the
+    /// checksum), following which processes and address spaces are alive as the
+    /// replay will.
+    fn of<R: Read>(mut rd: Reader<R>) -> Result<Census, TraceError> {
+        let mut c = Census::default();
+        // The replay's address spaces each take an ASID; next_space counts them.
+        // Process → its space; space → its users.
+        let mut procs: HashMap<u32, u64> = HashMap::new();
+        let mut users: HashMap<u64, u32> = HashMap::new();
+        let mut next_space = 0u64;
+        let drop_user = |users: &mut HashMap<u64, u32>, s: u64| {
+            let n = users.get_mut(&s).expect("a live space");
+            *n -= 1;
+            if *n == 0 {
+                users.remove(&s);
+            }
+        };
+        while let Some(e) = rd.next_event()? {
+            match e {
+                Event::Exec { proc, .. } => {
+                    next_space += 1;
+                    users.insert(next_space, 1);
+                    if let Some(old) = procs.insert(proc, next_space) {
+                        drop_user(&mut users, old);
+                    }
+                }
+                Event::Fork {
+                    parent,
+                    child,
+                    share_mm,
+                } => {
+                    let Some(&ps) = procs.get(&parent) else { continue };
+                    if procs.contains_key(&child) {
+                        continue;
+                    }
+                    let s = if share_mm {
+                        ps
+                    } else {
+                        next_space += 1;
+                        next_space
+                    };
+                    *users.entry(s).or_default() += 1;
+                    procs.insert(child, s);
+                }
+                Event::Exit { proc } => {
+                    if let Some(s) = procs.remove(&proc) {
+                        drop_user(&mut users, s);
+                    }
+                }
+                Event::Madvise { advice: 14, .. } => c.madv_hugepage = true,
+                _ => {}
+            }
+            c.spaces_created = next_space;
+            c.peak_procs = c.peak_procs.max(procs.len() as u64);
+            c.peak_spaces = c.peak_spaces.max(users.len() as u64);
+        }
+        Ok(c)
+    }
+}
+
+/// The replay's host memory: the model machine's own (its memmap and page tables, for
+/// all of its RAM), and per address space and per mapping what the replay keeps,
+/// checked before the model is built against the most spaces the trace keeps alive,
+/// and again as it runs.
+struct Budget {
+    /// Bytes the host can give (MemAvailable).
+    limit: Option<u64>,
+    machine: u64,
+    what: String,
+    /// Mappings of every live space at the last count.
+    maps: u64,
+}
+
+impl Budget {
+    /// Host bytes per live address space: the model mm with its page-table root and
+    /// the first tables below it, the shadow map, the process line (`run`'s per-process
+    /// cost too). Measured by `measure_host_bytes_per_space` (one page written per space).
+    const PER_SPACE: u64 = crate::hostmem::cost::PROCESS;
+    /// Host bytes per mapping: the model VMA and the shadow's entry, and each a share
+    /// of a page table. Measured by `measure_host_bytes_per_mapping`.
+    const PER_MAPPING: u64 = 512;
+    /// Records between checks while running (and at every fork).
+    const EVERY: u64 = 1 << 16;
+
+    fn new(path: &str, v: &Variants, c: &Census, limit: Option<u64>) -> Result<Budget, String> {
+        let cfg = v.machine();
+        let b = Budget {
+            limit,
+            machine: sim::host_bytes_for(&cfg, u64::MAX, 1 << 16),
+            what: format!("replaying {path} on a model with ram={}", v.get("ram")),
+            maps: 0,
+        };
+        // ASIDs 1 ..= Asid::MAX - 1, with no rollover in the model.
+        let asids = crate::hw::Asid::MAX as u64 - 1;
+        if c.spaces_created > asids {
+            return Err(format!(
+                "the trace creates {} address spaces; the model gives each an ASID of its own and does not model \
+                 ASID rollover (arm64's new_context), so a replay takes at most {asids}",
+                c.spaces_created
+            ));
+        }
+        b.parts(c.peak_spaces, 0, "alive at once in the trace").check_against(b.limit)?;
+        Ok(b)
+    }
+
+    /// Whether what the replay holds now still fits; the mappings are counted again
+    /// when `recount` (every `EVERY` records: counting is a walk of every space).
+    fn check(&mut self, rp: &Replay, recount: bool) -> Result<(), String> {
+        if recount {
+            self.maps = rp.spaces.iter().flatten().map(|s| s.maps.len() as u64).sum();
+        }
+        self.parts(rp.live_spaces, self.maps, "alive by now").check_against(self.limit)
+    }
+
+    /// The host memory budget (`hostmem::Budget`) of the model machine and `spaces`
+    /// address spaces holding `maps` mappings, each part named by what makes it smaller.
+    fn parts(&self, spaces: u64, maps: u64, when: &str) -> crate::hostmem::Budget {
+        let mut b = crate::hostmem::Budget::new(self.what.clone());
+        b.add("the model machine's memmap and page tables (a lower --set ram)", self.machine).add(
+            format!(
+                "{spaces} address spaces {when}, {} each (a trace of fewer processes)",
+                crate::hostmem::fmt_bytes(Self::PER_SPACE)
+            ),
+            spaces.saturating_mul(Self::PER_SPACE),
+        );
+        if maps > 0 {
+            b.add(format!("{maps} mappings"), maps.saturating_mul(Self::PER_MAPPING));
+        }
+        b
+    }
+}
+
+/// The folio sizes (kB) the recording's THP knobs let the host allocate at fault
+/// that the model's `now` do not: the recorded trace has no fault for the rest of
+/// each such folio, which a replay without them would need. With MADV_HUGEPAGE
+/// (`madvised`) the madvise settings count too.
+fn hidden_by_recording(recorded: &[(String, String)], now: &ThpKnobs, madvised: bool) -> Vec<u64> {
+    // The recorder runs on x86_64: 4K pages.
+    let mut rec = ThpKnobs::new(crate::hw::Granule::K4);
+    for (knob, value) in recorded {
+        // A knob the model's kernel lacks still set the host's sizes.
+        let _ = rec.set(knob, value);
+    }
+    let page_kb = now.granule.page_size() >> 10;
+    let mut hidden: Vec<u64> = [false, true]
+        .into_iter()
+        .filter(|h| !h || madvised)
+        .flat_map(|h| {
+            let allowed = now.fault_sizes_kb(h);
+            rec.fault_sizes_kb(h)
+                .into_iter()
+                .filter(move |kb| *kb > page_kb && !allowed.contains(kb))
+        })
+        .collect();
+    hidden.sort_unstable();
+    hidden.dedup();
+    hidden
 }
 
 #[cfg(test)]
@@ -734,19 +979,28 @@ mod tests {
     const A: u64 = 0x7f00_0000_0000;
 
     fn trace(events: &[Event]) -> Vec<u8> {
+        trace_under(&[("enabled", "never")], events)
+    }
+
+    /// A trace recorded under the THP knobs `thp`.
+    fn trace_under(thp: &[(&str, &str)], events: &[Event]) -> Vec<u8> {
         let h = Header {
             command: vec!["t".into()],
             host_kernel: "test".into(),
             arch: "x86_64".into(),
             page_size: 4096,
-            thp: vec![("enabled".into(), "never".into())],
+            thp: thp.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             no_aslr: true,
         };
         let mut w = Writer::new(Vec::new(), &h).unwrap();
         for e in events {
             w.write(e).unwrap();
         }
-        w.finish(&Trailer::default()).unwrap()
+        let t = Trailer {
+            events: w.events(),
+            ..Trailer::default()
+        };
+        w.finish(&t).unwrap()
     }
 
     fn map(proc: u32, start: u64, len: u64, kind: MapKind) -> Event {
@@ -784,7 +1038,7 @@ mod tests {
     fn run(events: &[Event], knobs: &[(&str, &str)]) -> Replayed {
         let v = Variants::from_sets(&[]).unwrap();
         let knobs: Vec<(String, String)> = knobs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        replay("t", &trace(events)[..], &v, &knobs).unwrap()
+        replay("t", std::io::Cursor::new(trace(events)), &v, &knobs).unwrap()
     }
 
     const K64: &[(&str, &str)] = &[("hugepages-64kB/enabled", "always")];
@@ -988,13 +1242,256 @@ mod tests {
             assert_eq!(r.report.counters["kernel.folio_free"], 4);
         }
 
+        /// Numbers jumping by 65,536 a record (what a corrupt trace may hold) cost
+        /// nothing: processes are kept by number, not in a table the number sizes.
         #[test]
-        fn a_process_number_far_out_of_sequence_is_refused() {
+        fn process_numbers_far_apart_size_nothing() {
+            let mut e = vec![exec(0)];
+            for i in 0..64u32 {
+                e.push(Event::Fork {
+                    parent: i * 65_536,
+                    child: (i + 1) * 65_536,
+                    share_mm: true,
+                });
+            }
+            e.push(exec(4_000_000_000));
+            let r = run(&e, &[]);
+            assert_eq!(r.processes.len(), 66);
+        }
+
+        fn forks(n: u32) -> Vec<u8> {
+            let mut e = vec![exec(0), map(0, A, PAGE, MapKind::Anon), write(0, A)];
+            for i in 0..n {
+                e.push(Event::Fork {
+                    parent: i,
+                    child: i + 1,
+                    share_mm: false,
+                });
+                e.push(write(i + 1, A));
+            }
+            trace(&e)
+        }
+
+        /// Peak resident bytes of this process, from /proc/self/status.
+        fn hwm() -> u64 {
+            let s = std::fs::read_to_string("/proc/self/status").unwrap();
+            let kb = s.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap();
+            kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() << 10
+        }
+
+        /// The measurement behind `Budget::PER_SPACE`: host bytes per fork child
+        /// alive, one page written. Alone, since it reads the process's peak RSS:
+        /// `cargo test --lib -- --ignored --exact trace::replay::tests::processes::measure_host_bytes_per_space`.
+        #[test]
+        #[ignore]
+        fn measure_host_bytes_per_space() {
             let v = Variants::from_sets(&[]).unwrap();
-            let err = replay("t", &trace(&[exec(4_000_000_000)])[..], &v, &[])
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains("t: record 1: process number 4000000000"), "{err}");
+            let n = 20_000u32;
+            let t = forks(n);
+            let base = hwm();
+            replay("t", std::io::Cursor::new(&t), &v, &[]).unwrap();
+            let per_space = (hwm() - base) / n as u64;
+            println!("host bytes per address space {per_space}");
+            assert!(per_space <= Budget::PER_SPACE);
+        }
+
+        /// The measurement behind `Budget::PER_MAPPING`, alone as the one above:
+        /// `... --exact trace::replay::tests::processes::measure_host_bytes_per_mapping`.
+        #[test]
+        #[ignore]
+        fn measure_host_bytes_per_mapping() {
+            let v = Variants::from_sets(&[]).unwrap();
+            let m = 100_000u64;
+            let mut e = vec![exec(0)];
+            e.extend((0..m).map(|i| Event::Map {
+                proc: 0,
+                start: A + 2 * i * PAGE,
+                len: PAGE,
+                prot: if i % 2 == 0 { RW } else { PROT_READ },
+                kind: MapKind::Anon,
+                cause: MapCause::Mmap,
+                nohuge: false,
+            }));
+            let t = trace(&e);
+            let base = hwm();
+            replay("t", std::io::Cursor::new(&t), &v, &[]).unwrap();
+            let per_map = (hwm() - base) / m;
+            println!("host bytes per mapping {per_map}");
+            assert!(per_map <= Budget::PER_MAPPING);
+        }
+
+        /// 200k sequential forks: the model's ASIDs run out (it panicked on the
+        /// overflow at 65,535 address spaces, or wrapped silently in a release build).
+        #[test]
+        fn a_trace_creating_more_address_spaces_than_asids_is_refused_before_replay() {
+            let v = Variants::from_sets(&[]).unwrap();
+            let census = Census::of(Reader::new("t", &forks(70_000)[..]).unwrap()).unwrap();
+            let err = Budget::new("t", &v, &census, None).err().unwrap();
+            assert!(err.contains("creates 70001 address spaces"), "{err}");
+        }
+
+        #[test]
+        fn a_trace_keeping_more_address_spaces_alive_than_the_host_can_hold_is_refused_before_replay() {
+            let v = Variants::from_sets(&[]).unwrap();
+            let census = Census::of(Reader::new("t", &forks(1000)[..]).unwrap()).unwrap();
+            assert_eq!((census.peak_procs, census.peak_spaces), (1001, 1001));
+            let machine = sim::host_bytes_for(&v.machine(), u64::MAX, 1 << 16);
+            let err = Budget::new("t", &v, &census, Some(machine + 500 * Budget::PER_SPACE))
+                .err()
+                .unwrap();
+            assert!(err.contains("1001 address spaces alive at once"), "{err}");
+            assert!(Budget::new("t", &v, &census, Some(machine + 1001 * Budget::PER_SPACE)).is_ok());
+        }
+    }
+
+    /// Issue 33's records that reached a panic, and the recording's knobs.
+    mod hostile {
+        use super::*;
+        use crate::trace::format::PROT_READ;
+
+        fn with_prot(prot: u8) -> Event {
+            Event::Map {
+                proc: 0,
+                start: A,
+                len: 4 * PAGE,
+                prot,
+                kind: MapKind::Anon,
+                cause: MapCause::Mmap,
+                nohuge: false,
+            }
+        }
+
+        /// mmap(PROT_WRITE) and p[0] = 1: arm64 maps write-only as read-write, so the
+        /// write faults once, and so does a read then a write of another page.
+        #[test]
+        fn a_write_to_a_write_only_mapping_faults_once() {
+            let mut e = vec![exec(0), with_prot(PROT_WRITE), write(0, A)];
+            e.push(Event::Fault {
+                proc: 0,
+                addr: A + PAGE,
+                write: false,
+                kernel: false,
+            });
+            e.push(write(0, A + PAGE));
+            // mprotect(PROT_WRITE) of a read-only mapping, then a write.
+            e.push(Event::Mprotect {
+                proc: 0,
+                start: A + 2 * PAGE,
+                len: PAGE,
+                prot: PROT_READ,
+            });
+            e.push(Event::Mprotect {
+                proc: 0,
+                start: A + 2 * PAGE,
+                len: PAGE,
+                prot: PROT_WRITE,
+            });
+            e.push(write(0, A + 2 * PAGE));
+            let r = run(&e, &[]);
+            assert_eq!(r.processes[0].model_faults, 4);
+            assert_eq!(r.report.counters["model.segv"], 0);
+        }
+
+        /// A stack mmap as the first record of a process (no exec or fork before it).
+        #[test]
+        fn records_of_a_process_never_introduced_are_counted_and_noted() {
+            let top = A + 1024 * PAGE;
+            let e = [
+                map(
+                    3,
+                    top - STACK_EXPAND - 2 * PAGE,
+                    STACK_EXPAND + 2 * PAGE,
+                    MapKind::Stack,
+                ),
+                write(3, top - PAGE),
+                exec(0),
+            ];
+            let r = run(&e, &[]);
+            assert!(
+                r.report
+                    .diagnostics
+                    .iter()
+                    .any(|d| d.starts_with("2 records of processes the trace never introduced")),
+                "{:?}",
+                r.report.diagnostics
+            );
+        }
+
+        /// Found by tests/trace_fuzz.rs: a heap mapping below the heap's first one
+        /// (mm->start_brk) reached the VMA merge with its range reversed.
+        #[test]
+        fn a_heap_mapping_below_the_heap_start_is_an_error() {
+            let heap = |start| Event::Map {
+                proc: 0,
+                start,
+                len: PAGE,
+                prot: 0,
+                kind: MapKind::Anon,
+                cause: MapCause::Brk,
+                nohuge: false,
+            };
+            let v = Variants::from_sets(&[]).unwrap();
+            let t = trace(&[exec(0), heap(A + 32 * PAGE), heap(A)]);
+            let err = replay("t", std::io::Cursor::new(t), &v, &[]).unwrap_err().to_string();
+            assert!(
+                err.contains("record 3: the heap maps 0x7f0000000000, below its start"),
+                "{err}"
+            );
+        }
+
+        /// A realloc: a block moved (mremap to a new place), then grown where it is.
+        /// Under 64K the block straddling its old end is one folio, one fault, as on
+        /// the host: the kernel extended the moved VMA, page offset and all.
+        #[test]
+        fn mremap_growth_in_place_after_a_move_extends_the_same_vma() {
+            let b = A + 0x100_0000;
+            let mut e = vec![exec(0), map(0, A, 16 * PAGE, MapKind::Anon)];
+            e.extend(writes(0, A, 16));
+            e.push(Event::Mremap {
+                proc: 0,
+                old: A,
+                old_len: 16 * PAGE,
+                new: b,
+                new_len: 40 * PAGE,
+            });
+            e.push(Event::Mremap {
+                proc: 0,
+                old: b,
+                old_len: 40 * PAGE,
+                new: b,
+                new_len: 64 * PAGE,
+            });
+            e.extend(writes(0, b + 32 * PAGE, 16));
+            let r = run(&e, K64);
+            // One 64K folio before the move, one after (16 faults when the grown part
+            // was a VMA of its own).
+            assert_eq!(r.processes[0].model_faults, 2);
+        }
+
+        /// Recorded with 64K mTHP on, replayed with it off: the recorded faults lack
+        /// the 15 of each 64K folio the host never took.
+        #[test]
+        fn a_replay_at_a_smaller_setting_than_the_recording_says_its_faults_are_too_few() {
+            let mut e = vec![exec(0), map(0, A, 16 * PAGE, MapKind::Anon)];
+            e.push(write(0, A));
+            let rec = [("enabled", "never"), ("hugepages-64kB/enabled", "always")];
+            let v = Variants::from_sets(&[]).unwrap();
+            let off = [("hugepages-64kB/enabled".to_string(), "never".to_string())];
+            let r = replay("t", std::io::Cursor::new(trace_under(&rec, &e)), &v, &off).unwrap();
+            assert_eq!(r.recording_hid_faults_kb, [64]);
+            assert!(r.report.diagnostics.iter().any(|d| d.contains("64kB folios at fault")));
+            let same = replay("t", std::io::Cursor::new(trace_under(&rec, &e)), &v, &[]).unwrap();
+            assert!(same.recording_hid_faults_kb.is_empty());
+            // The host default, enabled=always with 2M inherit: 2M THP hidden at off.
+            let host = [("enabled", "always"), ("hugepages-2048kB/enabled", "inherit")];
+            let r = replay(
+                "t",
+                std::io::Cursor::new(trace_under(&host, &e)),
+                &v,
+                &[("enabled".into(), "never".into())],
+            )
+            .unwrap();
+            assert_eq!(r.recording_hid_faults_kb, [2048]);
         }
     }
 }
