@@ -952,6 +952,12 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64, programs: &[Pr
             // fall at the same instructions on every run, whatever the host's load.
             "-icount",
             "shift=0,sleep=off",
+            // The guest's randomness from a fixed seed, not the host's entropy: QEMU's
+            // RNDR (FEAT_RNG of -cpu max) and the device tree's rng-seed seed the
+            // kernel's, which places its allocations (page shuffling, slab freelists)
+            // and so moves the instructions a window counts from boot to boot.
+            "-seed",
+            "1",
         ])
         .arg("-kernel")
         .arg(cache.join(flavour).join("Image"))
