@@ -335,3 +335,102 @@ fn migration_between_two_guest_nodes_agrees_with_the_model() {
         assert!(c.rows.iter().any(|r| r.counter == "vmstat.pgmigrate_success"));
     }
 }
+
+/// The instructions `c` counts in each of `functions`.
+fn insns(c: &foliolab::report::Counters, functions: &[&str]) -> Vec<(String, i64)> {
+    functions
+        .iter()
+        .map(|f| (f.to_string(), c.get(&format!("kernel.insns.{f}")).copied().unwrap_or(0)))
+        .collect()
+}
+
+/// The fault path's own functions. Their counts repeat exactly from boot to boot; the
+/// timer tick's and the scheduler's inside a window (tick_nohz_handler, try_to_wake_up,
+/// memset, ...) still move by some hundreds of instructions between boots even with
+/// QEMU's -seed: not pinned yet, so `kernel.insns` is not compared across boots.
+const FAULT_PATH: &[&str] = &[
+    "do_anonymous_page",
+    "handle_mm_fault",
+    "__handle_mm_fault",
+    "do_page_fault",
+    "folio_add_new_anon_rmap",
+    "contpte_set_ptes",
+    "get_page_from_freelist",
+    "__pi_clear_page",
+];
+
+/// `c`'s per-function instructions, summed: the window's `kernel.insns`.
+fn sum_per_function(c: &foliolab::report::Counters) -> i64 {
+    c.iter()
+        .filter(|(k, _)| qemu::insns_function(k).is_some())
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Instructions per kernel function: a fault workload's windows count instructions in
+/// do_anonymous_page, the functions' counts sum to each window's total, and two boots
+/// count the same in the fault path's functions, phase for phase (`FAULT_PATH`).
+#[test]
+fn instructions_per_kernel_function_are_the_same_on_every_boot() {
+    if let Some(why) = qemu::missing(Target::QemuArm64) {
+        println!("SKIP instructions_per_kernel_function_are_the_same_on_every_boot: {why}");
+        return;
+    }
+    let ws = vec![parse_file("tests/qemu/munmap_64m_64k.wl").unwrap()];
+    let boot = || {
+        let b = qemu::run_batch(Target::QemuArm64, &ws).unwrap();
+        let r = b.reports.into_iter().next().unwrap().unwrap();
+        (r, b.map_mem.expect("map_mem's window"))
+    };
+    let (a, map_a) = boot();
+    let (b, map_b) = boot();
+    assert_eq!(a.phases.len(), b.phases.len());
+    for (pa, pb) in a.phases.iter().zip(&b.phases) {
+        assert_eq!(sum_per_function(&pa.counters), pa.counters["kernel.insns"], "phase {}", pa.label);
+        assert_eq!(insns(&pa.counters, FAULT_PATH), insns(&pb.counters, FAULT_PATH), "phase {}", pa.label);
+    }
+    assert_eq!(sum_per_function(&map_a.counters), map_a.counters["kernel.insns"]);
+    assert_eq!(sum_per_function(&map_b.counters), map_b.counters["kernel.insns"]);
+    assert!(map_a.counters["kernel.insns"] > 0);
+    let faults = &a.phases.iter().find(|p| p.label == "faults").unwrap().counters;
+    assert_eq!(faults["kernel.do_anonymous_page"], 1024);
+    assert!(faults["kernel.insns.do_anonymous_page"] > 0);
+    // The touch loop's stores, one per page, run in user mode.
+    assert!(faults["user.insns"] >= 16384, "{}", faults["user.insns"]);
+}
+
+/// Seed 004's benchmark (tools/seed004/bench.c, built by scripts/setup-qemu) as a
+/// program of the runner's: two loops of each scenario, its four windows, its
+/// contpte_ptep_get calls counted with their instructions, the same on two boots.
+#[test]
+fn seed004_benchmark_runs_in_the_guest_with_its_instructions() {
+    let bench = qemu::cache_dir().join("seed004");
+    if let Some(why) = qemu::missing(Target::QemuArm64).or_else(|| {
+        (!bench.is_file()).then(|| format!("{} is missing (run scripts/setup-qemu)", bench.display()))
+    }) {
+        println!("SKIP seed004_benchmark_runs_in_the_guest_with_its_instructions: {why}");
+        return;
+    }
+    let programs: Vec<qemu::Program> = (1..=3)
+        .map(|s| qemu::Program {
+            path: bench.clone(),
+            args: vec![s.to_string(), "2".into()],
+        })
+        .collect();
+    let a = qemu::run_programs(Target::QemuArm64, &programs).unwrap();
+    let b = qemu::run_programs(Target::QemuArm64, &programs).unwrap();
+    for (ra, rb) in a.iter().zip(&b) {
+        assert_eq!(ra.status, 0, "{}", ra.program);
+        assert_eq!(ra.windows.len(), 4, "{}", ra.program);
+        for (wa, wb) in ra.windows.iter().zip(&rb.windows) {
+            let mine = ["contpte_ptep_get", "follow_page_pte", "__get_user_pages"];
+            assert_eq!(insns(wa, &mine), insns(wb, &mine), "{}", ra.program);
+            assert_eq!(wa.get("kernel.contpte_ptep_get"), wb.get("kernel.contpte_ptep_get"), "{}", ra.program);
+            assert_eq!(sum_per_function(wa), wa["kernel.insns"], "{}", ra.program);
+        }
+        // One loop's mlock and munlock walk every one of the 4096 contpte blocks.
+        let lp = &ra.windows[2];
+        assert!(lp["kernel.contpte_ptep_get"] >= 2 * 4096, "{}", ra.program);
+        assert!(lp["kernel.insns.contpte_ptep_get"] > 0, "{}", ra.program);
+    }
+}

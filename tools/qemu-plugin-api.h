@@ -16,6 +16,7 @@ struct qemu_plugin_tb;
 struct qemu_plugin_insn;
 
 enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS };
+enum qemu_plugin_op { QEMU_PLUGIN_INLINE_ADD_U64 };
 
 typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
 typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
@@ -30,6 +31,9 @@ uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
 void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn,
 					    qemu_plugin_vcpu_udata_cb_t cb,
 					    enum qemu_plugin_cb_flags flags, void *userdata);
+/* Adds imm to *ptr each time the block starts executing, without a call. */
+void qemu_plugin_register_vcpu_tb_exec_inline(struct qemu_plugin_tb *tb, enum qemu_plugin_op op,
+					      void *ptr, uint64_t imm);
 void qemu_plugin_outs(const char *string);
 void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t cb, void *userdata);
 

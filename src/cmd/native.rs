@@ -8,8 +8,13 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {
     /// The workload files.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "program")]
     pub workloads: Vec<String>,
+    /// A static aarch64 program (and its arguments, space-separated) for a QEMU target's
+    /// runner to run instead of workloads, one that marks its own windows (e.g. seed
+    /// 004's benchmark, tools/seed004/bench.c); its windows' counters are printed.
+    #[arg(long, conflicts_with = "workloads")]
+    pub program: Vec<String>,
     /// Where to run: this host's kernel, or Linux 6.12 arm64 under QEMU (4K or 16K
     /// pages; set up by scripts/setup-qemu).
     #[arg(long, value_enum, default_value = "host")]
@@ -42,6 +47,9 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     if let Some(why) = qemu::missing(a.target) {
         return Err(qemu::QemuError::NotSetUp(why).into());
     }
+    if !a.program.is_empty() {
+        return programs(&a);
+    }
     let start = std::time::Instant::now();
     let reports = run_on(a.target, &workloads)?
         .into_iter()
@@ -65,18 +73,78 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--program`: the programs in one boot, their windows' counters printed.
+fn programs(a: &Args) -> super::CmdResult {
+    if a.target == Target::Host {
+        return Err("--program runs on a QEMU target's runner only".into());
+    }
+    let programs: Vec<qemu::Program> = a
+        .program
+        .iter()
+        .map(|p| {
+            let mut words = p.split_whitespace().map(String::from);
+            qemu::Program {
+                path: words.next().unwrap_or_default().into(),
+                args: words.collect(),
+            }
+        })
+        .collect();
+    let runs = qemu::run_programs(a.target, &programs)?;
+    if a.json {
+        super::emit(&(serde_json::to_string_pretty(&serde_json::json!({ "programs": runs }))? + "\n"))?;
+    } else {
+        for r in &runs {
+            super::emit(&format!("{} (exit status {})\n", r.program, r.status))?;
+            for (i, w) in r.windows.iter().enumerate() {
+                super::emit(&format!("  window {i}\n{}", insns_text(w, 10)))?;
+            }
+        }
+    }
+    let failed = runs.iter().any(|r| r.status != 0);
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// `c`'s instruction counts for people: the totals, then the `top` functions with the
+/// most kernel instructions (every function's are in `--json`).
+fn insns_text(c: &crate::report::Counters, top: usize) -> String {
+    let mut s = String::new();
+    for k in [qemu::INSNS_KEY, qemu::USER_INSNS_KEY] {
+        s += &format!("    {k:<48} {:>14}\n", c.get(k).copied().unwrap_or(0));
+    }
+    let mut per: Vec<(&String, &i64)> = c
+        .iter()
+        .filter(|(k, v)| qemu::insns_function(k).is_some() && **v != 0)
+        .collect();
+    per.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (k, v) in per.iter().take(top) {
+        s += &format!("    {k:<48} {v:>14}\n");
+    }
+    if per.len() > top {
+        s += &format!("    ({} more functions: --json)\n", per.len() - top);
+    }
+    s
+}
+
 /// The report for people: per-process faults and the counters that moved, phases,
 /// layout, then what could not be read.
 pub fn text(r: &Report) -> String {
     let mut s = format!("{} ({})\n", r.workload, r.source);
-    for (k, v) in r.counters.iter().filter(|(k, v)| k.starts_with("proc.") || **v != 0) {
+    // Instructions per function are hundreds of keys: the largest ten here.
+    for (k, v) in r
+        .counters
+        .iter()
+        .filter(|(k, v)| (k.starts_with("proc.") || **v != 0) && !qemu::is_insns(k))
+    {
         s += &format!("  {k:<48} {v:>12}\n");
+    }
+    if r.counters.contains_key(qemu::INSNS_KEY) {
+        s += &insns_text(&r.counters, 10);
     }
     for p in &r.phases {
         let moved: Vec<String> = p
             .counters
             .iter()
-            .filter(|(_, v)| **v != 0)
+            .filter(|(k, v)| **v != 0 && qemu::insns_function(k).is_none())
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         s += &format!("phase {}: {}\n", p.label, moved.join(" "));

@@ -398,6 +398,10 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
             c.not_compared.insert(key.clone(), format!("host: {why}"));
             continue;
         }
+        if crate::native::qemu::is_insns(key) {
+            c.not_compared.insert(key.clone(), "not modeled: the model counts no instructions".into());
+            continue;
+        }
         let (m, h) = match (m, h, key.starts_with("proc.")) {
             (Some(m), Some(h), _) => (*m, *h),
             // A process that took no faults may be left out by either side.
@@ -770,6 +774,23 @@ mod tests {
             &["[0,16383,4]", "[16383,1,0]"]
         );
         assert!(table(&c).starts_with("w.wl: FAIL"));
+    }
+
+    /// The guest's instruction counts are never compared, even against a model key of
+    /// the same name: the model counts no instructions.
+    #[test]
+    fn instruction_counts_are_guest_only() {
+        let m = report("model", &[("kernel.insns", 0)], &[]);
+        let h = report(
+            "qemu-arm64",
+            &[("kernel.insns", 900), ("kernel.insns.do_anonymous_page", 400), ("user.insns", 7)],
+            &[],
+        );
+        let c = compare(&m, &h);
+        assert!(c.rows.is_empty());
+        assert!(c.ok());
+        assert_eq!(c.not_compared.len(), 3);
+        assert!(c.not_compared.values().all(|why| why.starts_with("not modeled")));
     }
 
     #[test]

@@ -268,6 +268,71 @@ pub struct Batch {
     pub reports: Vec<Result<Report, String>>,
     /// The boot's map_mem, when the plugin saw both its bounds.
     pub map_mem: Option<MapMem>,
+    /// The programs' runs, after the workloads', in order.
+    pub programs: Vec<ProgramRun>,
+}
+
+/// A static aarch64 program the runner runs after the workloads (its `program` job):
+/// one that marks its own windows, as tools/seed004/bench.c does.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub path: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// A program's run: its wait status, and each of its windows' counters (as an op's,
+/// `window_counters`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProgramRun {
+    pub program: String,
+    pub status: i32,
+    pub windows: Vec<Counters>,
+}
+
+/// Pairs the programs' windows (those after the workloads') with their runs, from the
+/// console's lines: a program announces its windows ("@@FOLIOLAB-PROGRAM-WINDOWS n"),
+/// the runner its end ("@@FOLIOLAB-PROGRAM-STATUS s"). A program that announced none
+/// has none.
+fn program_runs(
+    programs: &[Program],
+    console: &str,
+    windows: &[Window],
+    counted: &[&str],
+) -> Result<Vec<ProgramRun>, String> {
+    let mut runs = Vec::new();
+    let mut announced = 0;
+    let mut next = windows.iter();
+    for line in console.lines() {
+        if let Some(n) = line.strip_prefix("@@FOLIOLAB-PROGRAM-WINDOWS ") {
+            announced = n.trim().parse().map_err(|_| format!("bad program line {line:?}"))?;
+        } else if let Some(st) = line.strip_prefix("@@FOLIOLAB-PROGRAM-STATUS ") {
+            let p = programs
+                .get(runs.len())
+                .ok_or("the runner ran more programs than it was given")?;
+            let mine: Vec<Counters> = next
+                .by_ref()
+                .take(announced)
+                .map(|w| window_counters(w, counted))
+                .collect();
+            if mine.len() != announced {
+                return Err(format!("{} announced {announced} windows, the plugin saw {}", p.path.display(), mine.len()));
+            }
+            runs.push(ProgramRun {
+                program: std::iter::once(p.path.display().to_string()).chain(p.args.iter().cloned()).collect::<Vec<_>>().join(" "),
+                status: st.trim().parse().map_err(|_| format!("bad program line {line:?}"))?,
+                windows: mine,
+            });
+            announced = 0;
+        }
+    }
+    if runs.len() != programs.len() || next.next().is_some() {
+        return Err(format!(
+            "the runner ended {} of {} programs, or the plugin saw windows no program announced",
+            runs.len(),
+            programs.len()
+        ));
+    }
+    Ok(runs)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -478,7 +543,8 @@ fn parse_windows(text: &str) -> Result<(Vec<Window>, Option<Window>), String> {
 /// What the guest kernel's map_mem did at boot, from the plugin's boot window: every
 /// TLBI, DSB and ISB between map_mem's first and last calls (`Target::map_mem_bounds`),
 /// with the model's names (`arch.tlbi.<kind>`, `arch.tlbi.total`, `arch.dsb.<option>`,
-/// `arch.isb`), and the TLBIs by the function that issued them.
+/// `arch.isb`), the instructions (`kernel.insns`, `kernel.insns.<function>`: see
+/// `add_insns`), and the TLBIs by the function that issued them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MapMem {
     pub counters: Counters,
@@ -500,9 +566,47 @@ fn kernel_code(console: &str) -> Option<(u64, u64)> {
     })
 }
 
+/// The window's kernel-mode instructions, and the prefix of their per-function keys.
+pub const INSNS_KEY: &str = "kernel.insns";
+/// The window's user-mode instructions (every process's).
+pub const USER_INSNS_KEY: &str = "user.insns";
+
+/// Whether `key` is an instruction count, which only the guest measures.
+pub fn is_insns(key: &str) -> bool {
+    key == INSNS_KEY || key == USER_INSNS_KEY || insns_function(key).is_some()
+}
+
+/// The function of a `kernel.insns.<function>` key.
+pub fn insns_function(key: &str) -> Option<&str> {
+    key.strip_prefix(INSNS_KEY)?.strip_prefix('.')
+}
+
+/// Adds `n` of the plugin's `event` in `function` to `c` if it is an instruction count
+/// (guest-only counters; the model counts no instructions): `insns` to `kernel.insns`
+/// and `kernel.insns.<function>` (the instructions whose PC lies in the function's
+/// symbol, so an inlined function counts under its caller, and a compiler's clone such
+/// as `<function>.constprop.0` under its own name), `user.insns` to `user.insns`. They
+/// are the instructions QEMU ran, counted per translation block: an instruction that
+/// faults makes the rest of its block count again when it runs after the fault
+/// (tools/qemu/plugin.c).
+fn add_insns(c: &mut Counters, event: &str, function: &str, n: i64) -> bool {
+    let keys = match event {
+        "insns" => vec![INSNS_KEY.to_string(), format!("{INSNS_KEY}.{function}")],
+        "user.insns" => vec![USER_INSNS_KEY.to_string()],
+        _ => return false,
+    };
+    for k in keys {
+        *c.entry(k).or_default() += n;
+    }
+    true
+}
+
 fn map_mem_counters(w: &Window) -> MapMem {
     let mut m = MapMem::default();
     for ((event, function), &n) in w {
+        if add_insns(&mut m.counters, event, function, n) {
+            continue;
+        }
         if event.starts_with("tlbi.") {
             *m.counters.entry("arch.tlbi.total".into()).or_default() += n;
             *m.tlbi_by_function.entry(function.clone()).or_default() += n;
@@ -513,12 +617,20 @@ fn map_mem_counters(w: &Window) -> MapMem {
 }
 
 /// A window's counters: `arch.*` for the mm's TLBIs and barriers (with the model's
-/// names), `unattributed.arch.*` for the rest, `kernel.<function>` for entries.
+/// names), `unattributed.arch.*` for the rest, `kernel.<function>` for entries, and
+/// the instructions (`add_insns`) of every function, the mm's or not.
 /// `counted` are the `KERNEL_FUNCTIONS` the guest's kernel has.
 fn window_counters(w: &Window, counted: &[&str]) -> Counters {
-    let mut c: Counters = ARCH_KEYS.iter().map(|k| (k.to_string(), 0)).collect();
+    let mut c: Counters = ARCH_KEYS
+        .iter()
+        .chain(&[INSNS_KEY, USER_INSNS_KEY])
+        .map(|k| (k.to_string(), 0))
+        .collect();
     c.extend(counted.iter().map(|f| (format!("kernel.{f}"), 0)));
     for ((event, function), &n) in w {
+        if add_insns(&mut c, event, function, n) {
+            continue;
+        }
         let key = if event == "call" {
             format!("kernel.{function}")
         } else if is_mm(function) {
@@ -705,13 +817,18 @@ fn report(
 
 /// Runs `workloads` in one boot of `target`'s kernel, a 2G guest.
 pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuError> {
-    run_batch_on(target, workloads, 2 << 30)
+    run_batch_on(target, workloads, 2 << 30, &[])
+}
+
+/// Runs `programs` in one boot of `target`'s kernel, a 2G guest.
+pub fn run_programs(target: Target, programs: &[Program]) -> Result<Vec<ProgramRun>, QemuError> {
+    Ok(run_batch_on(target, &[], 2 << 30, programs)?.programs)
 }
 
 /// Boots `target`'s kernel with `ram` bytes of RAM and no workload: what its map_mem
 /// did (Debian's default rodata=full).
 pub fn boot_map_mem(target: Target, ram: u64) -> Result<MapMem, QemuError> {
-    run_batch_on(target, &[], ram)?
+    run_batch_on(target, &[], ram, &[])?
         .map_mem
         .ok_or_else(|| QemuError::Run("the plugin saw no map_mem window at boot".into()))
 }
@@ -733,8 +850,8 @@ fn numa_args(ram: u64) -> Vec<String> {
     args
 }
 
-/// `run_batch` on a guest of `ram` bytes.
-fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batch, QemuError> {
+/// `run_batch` on a guest of `ram` bytes, then `programs`.
+fn run_batch_on(target: Target, workloads: &[Workload], ram: u64, programs: &[Program]) -> Result<Batch, QemuError> {
     let (source, flavour, granule) = target
         .guest()
         .ok_or_else(|| QemuError::Run("the host is not a QEMU target".into()))?;
@@ -778,6 +895,12 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
         )
         .map_err(|e| run_err("workload", e))?;
         let _ = writeln!(jobs, "workload /{name}");
+        files.push(name);
+    }
+    for (i, p) in programs.iter().enumerate() {
+        let name = format!("p{i}");
+        std::fs::copy(&p.path, dir.join("root").join(&name)).map_err(|e| run_err(&p.path.display().to_string(), e))?;
+        let _ = writeln!(jobs, "program /{name} {}", p.args.join(" "));
         files.push(name);
     }
     std::fs::write(dir.join("root/jobs"), jobs).map_err(|e| run_err("jobs", e))?;
@@ -829,6 +952,12 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
             // fall at the same instructions on every run, whatever the host's load.
             "-icount",
             "shift=0,sleep=off",
+            // The guest's randomness from a fixed seed, not the host's entropy: QEMU's
+            // RNDR (FEAT_RNG of -cpu max) and the device tree's rng-seed seed the
+            // kernel's, which places its allocations (page shuffling, slab freelists)
+            // and so moves the instructions a window counts from boot to boot.
+            "-seed",
+            "1",
         ])
         .arg("-kernel")
         .arg(cache.join(flavour).join("Image"))
@@ -868,7 +997,7 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
         }
         (console, walls)
     });
-    let limit = boot_limit(&all_steps);
+    let limit = boot_limit(&all_steps) + PROGRAM_LIMIT * programs.len() as u32;
     let status = loop {
         match qemu.try_wait().map_err(|e| run_err("qemu-system-aarch64", e))? {
             Some(status) => break Some(status),
@@ -939,7 +1068,9 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
         used += n;
         reports.push(report(w, source, st, g, mine, &counted));
     }
-    if used != windows.len() {
+    let programs = program_runs(programs, &console, windows.get(used..).unwrap_or(&[]), &counted).map_err(QemuError::Run)?;
+    let program_windows: usize = programs.iter().map(|p| p.windows.len()).sum();
+    if used + program_windows != windows.len() {
         return Err(QemuError::Run(format!(
             "the plugin saw {} op windows, the runner ran {used} ops",
             windows.len()
@@ -953,6 +1084,7 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64) -> Result<Batc
             kernel_code: kernel_code(&console),
             ..map_mem_counters(b)
         }),
+        programs,
     })
 }
 
@@ -1053,6 +1185,9 @@ fn batched_pending_flush(v: &crate::sim::Variants) -> Counters {
     d
 }
 
+/// How long a program may run (seed 004's benchmark runs about a minute under TCG).
+const PROGRAM_LIMIT: Duration = Duration::from_secs(1200);
+
 /// How long a batch may take before the guest is taken to hang: the boot, plus a
 /// second per workload and per thousand ops, times ten (TCG on this host boots in
 /// 7-11 s and runs the whole validation suite in about two minutes).
@@ -1132,6 +1267,29 @@ mod tests {
             Target::QemuArm64_61.map_mem_bounds(),
             Target::QemuArm64.map_mem_bounds()
         );
+    }
+
+    /// Instructions go to `kernel.insns` and per function, or to `user.insns`, in op
+    /// windows and at boot alike, and never to the mm's arch counters.
+    #[test]
+    fn instructions_sum_per_function_to_the_window_total() {
+        let text = "boot insns __create_pgd_mapping_locked 700\nboot insns memblock_mark_nomap 12\nboot end\n\
+                    0 insns do_anonymous_page 300\n0 insns handle_mm_fault 50\n0 user.insns - 9\n\
+                    0 call do_anonymous_page 1\n0 end\nwindows 1 errors 0\n";
+        let (ops, boot) = parse_windows(text).unwrap();
+        let c = window_counters(&ops[0], &["do_anonymous_page"]);
+        assert_eq!(c["kernel.insns"], 350);
+        assert_eq!(c["kernel.insns.do_anonymous_page"], 300);
+        assert_eq!(c["kernel.insns.handle_mm_fault"], 50);
+        assert_eq!(c["user.insns"], 9);
+        assert_eq!(c["kernel.do_anonymous_page"], 1);
+        assert_eq!(c["arch.tlbi.total"], 0);
+        assert!(!c.keys().any(|k| k.starts_with("unattributed.")));
+        let m = map_mem_counters(&boot.unwrap());
+        assert_eq!(m.counters["kernel.insns"], 712);
+        assert_eq!(m.counters["kernel.insns.__create_pgd_mapping_locked"], 700);
+        assert!(is_insns("kernel.insns.memblock_mark_nomap") && is_insns("user.insns"));
+        assert!(!is_insns("kernel.insnsx") && !is_insns("kernel.do_anonymous_page"));
     }
 
     /// A `set` the guest's sysfs has no file for makes the workload not applicable to

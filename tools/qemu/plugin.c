@@ -5,14 +5,19 @@
  * kernel mode only (PC in the upper half):
  *   - TLBI (SYS, op0=1, CRn=8) by kind, DSB by option, ISB, each under the
  *     kernel function that contains its PC;
- *   - entries of the kernel functions listed in the symbol file with a '*'.
+ *   - entries of the kernel functions listed in the symbol file with a '*';
+ *   - instructions executed, in kernel mode per function (the symbol whose
+ *     range holds the PC: an inlined function counts under its caller), and in
+ *     user mode in all.
  * A pause marker (HINT #122) stops the counting until the stop marker (a
  * fork's child that runs before its parent has closed the window); outside a
  * window it does nothing. An abort marker (HINT #123) closes the window, or
  * writes an empty one if none is open (an op whose process died before or
  * after opening it), so windows and ops stay paired one to one.
  * At each stop marker it appends to the output file one line per counter
- * that moved, "<window> <event> <function> <count>", then "<window> end".
+ * that moved, "<window> <event> <function> <count>", then "<window> end";
+ * instructions are the events "insns" (kernel, per function) and "user.insns"
+ * (function "-").
  * Windows are numbered from 0 in boot order; the host pairs them with the
  * runner's ops. Single vCPU only (-smp 1), which the runner is given.
  *
@@ -21,6 +26,19 @@
  * function marked '<' in the symbol file and closes at the first entry of
  * the one marked '>' after it (map_mem's first and last calls, which the
  * host chooses per kernel).
+ *
+ * Instructions are counted per translation block, with an inline add at the
+ * block's start (no call): each block's instructions go to its functions'
+ * running totals whether a window is open or not, and a window's count is the
+ * totals' difference between its close and its open. A marker inside a block
+ * corrects for the block's instructions after it (known at translation): a
+ * window holds the instructions after its opening instruction up to and
+ * including its closing one. Under -icount, QEMU ends a block early rather than
+ * take an interrupt inside it, so an interrupt never splits a block; an
+ * instruction that faults (a user store's page fault) ends its block there,
+ * and the block's instructions after it, counted at its start, count again
+ * when they run after the fault: a few instructions per fault, the same on
+ * every run.
  *
  * Arguments: syms=PATH (lines "ADDR NAME", text symbols, sorted or not;
  * "ADDR *NAME" marks a function whose entries are counted, "ADDR <NAME" and
@@ -52,6 +70,25 @@ struct sym {
 
 static struct sym *syms;
 static size_t nsyms;
+
+/* Instruction totals by symbol index; index nsyms holds kernel PCs below the
+ * first symbol, USER user mode. snap: the totals at the window's open; acc:
+ * the window's counts so far. live: the indices that have been translated,
+ * the only ones whose totals can have moved. */
+#define USER (nsyms + 1)
+static uint64_t *insns, *snap;
+static int64_t *acc;
+static size_t *live, nlive;
+static char *is_live;
+
+/* The instructions of a block after a marker in it: per symbol index. */
+struct suffix {
+	size_t n;
+	struct {
+		size_t sym;
+		uint64_t n;
+	} seg[];
+};
 
 /* One counter: an event at one translated instruction. Instructions are
  * retranslated now and then, so one (event, function) may have several; the
@@ -105,7 +142,12 @@ static int load_syms(const char *path)
 	}
 	fclose(f);
 	qsort(syms, nsyms, sizeof(*syms), by_addr);
-	return 0;
+	insns = calloc(nsyms + 2, sizeof(*insns));
+	snap = calloc(nsyms + 2, sizeof(*snap));
+	acc = calloc(nsyms + 2, sizeof(*acc));
+	live = calloc(nsyms + 2, sizeof(*live));
+	is_live = calloc(nsyms + 2, 1);
+	return insns && snap && acc && live && is_live ? 0 : -1;
 }
 
 /* The symbol containing pc: the last one at or below it. */
@@ -172,21 +214,42 @@ static void on_event(unsigned int vcpu, void *udata)
 	}
 }
 
+/* Opens the instruction counts: the totals now, and the marker's block's
+ * instructions after it. */
+static void open_insns(const struct suffix *after)
+{
+	for (size_t i = 0; i < nlive; i++)
+		snap[live[i]] = insns[live[i]];
+	for (size_t i = 0; i < after->n; i++)
+		acc[after->seg[i].sym] += after->seg[i].n;
+}
+
+/* Adds the totals' moves since the open, less the marker's block's
+ * instructions after it (counted at the block's start). */
+static void take_insns(const struct suffix *after)
+{
+	for (size_t i = 0; i < nlive; i++)
+		acc[live[i]] += insns[live[i]] - snap[live[i]];
+	for (size_t i = 0; i < after->n; i++)
+		acc[after->seg[i].sym] -= after->seg[i].n;
+}
+
 static void on_start(unsigned int vcpu, void *udata)
 {
 	(void)vcpu;
-	(void)udata;
 	if (state != CLOSED)
 		errors++;	/* a window opened inside another */
 	state = OPEN;
+	open_insns(udata);
 }
 
 static void on_pause(unsigned int vcpu, void *udata)
 {
 	(void)vcpu;
-	(void)udata;
-	if (state == OPEN)
+	if (state == OPEN) {
 		state = PAUSED;
+		take_insns(udata);
+	}
 }
 
 /* Writes the window's counters under `label` and closes it. */
@@ -200,6 +263,15 @@ static void write_window(const char *label)
 		c->n = 0;
 		c->dirty = 0;
 		dirty = c->next_dirty;
+	}
+	for (size_t i = 0; i < nlive; i++) {
+		size_t k = live[i];
+
+		if (acc[k] && k == USER)
+			fprintf(out, "%s user.insns - %" PRId64 "\n", label, acc[k]);
+		else if (acc[k])
+			fprintf(out, "%s insns %s %" PRId64 "\n", label, k < nsyms ? syms[k].name : "?", acc[k]);
+		acc[k] = 0;
 	}
 	fprintf(out, "%s end\n", label);
 	fflush(out);
@@ -216,19 +288,19 @@ static void close_window(void)
 static void on_boot_open(unsigned int vcpu, void *udata)
 {
 	(void)vcpu;
-	(void)udata;
 	if (boot == BOOT_BEFORE && state == CLOSED) {
 		boot = BOOT_IN;
 		state = OPEN;
+		open_insns(udata);
 	}
 }
 
 static void on_boot_close(unsigned int vcpu, void *udata)
 {
 	(void)vcpu;
-	(void)udata;
 	if (boot == BOOT_IN) {
 		boot = BOOT_DONE;
+		take_insns(udata);
 		write_window("boot");
 	}
 }
@@ -236,18 +308,20 @@ static void on_boot_close(unsigned int vcpu, void *udata)
 static void on_stop(unsigned int vcpu, void *udata)
 {
 	(void)vcpu;
-	(void)udata;
 	if (state == CLOSED) {
 		errors++;
 		return;
 	}
+	if (state == OPEN)
+		take_insns(udata);
 	close_window();
 }
 
 static void on_abort(unsigned int vcpu, void *udata)
 {
 	(void)vcpu;
-	(void)udata;
+	if (state == OPEN)
+		take_insns(udata);
 	close_window();
 }
 
@@ -262,11 +336,65 @@ static struct counter *counter(const char *event, const char *fn)
 	return c;
 }
 
+/* The symbol index an instruction's instructions count under. */
+static size_t insn_sym(uint64_t pc)
+{
+	const struct sym *s;
+
+	if (pc < KERNEL_VA)
+		return USER;
+	s = lookup(pc);
+	return s ? (size_t)(s - syms) : nsyms;
+}
+
+/* Instructions from..n-1 of the block as runs of one symbol each: registered
+ * as the block's inline adds (at_start), or returned (a marker's suffix). */
+static struct suffix *runs(struct qemu_plugin_tb *tb, size_t from, size_t n, int at_start)
+{
+	struct suffix *r = calloc(1, sizeof(*r) + (n - from) * sizeof(r->seg[0]));
+
+	if (!r)
+		return NULL;
+	for (size_t i = from; i < n; i++) {
+		size_t k = insn_sym(qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, i)));
+
+		if (!r->n || r->seg[r->n - 1].sym != k)
+			r->seg[r->n++].sym = k;
+		r->seg[r->n - 1].n++;
+		if (!is_live[k]) {
+			is_live[k] = 1;
+			snap[k] = insns[k];
+			live[nlive++] = k;
+		}
+	}
+	if (at_start) {
+		for (size_t i = 0; i < r->n; i++)
+			qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64,
+								 &insns[r->seg[i].sym], r->seg[i].n);
+		free(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* Registers cb at a marker, with the block's instructions after it. */
+static void marker(struct qemu_plugin_tb *tb, size_t i, size_t n, qemu_plugin_vcpu_udata_cb_t cb)
+{
+	struct suffix *after = runs(tb, i + 1, n, 0);
+
+	if (after)
+		qemu_plugin_register_vcpu_insn_exec_cb(qemu_plugin_tb_get_insn(tb, i), cb,
+						       QEMU_PLUGIN_CB_NO_REGS, after);
+	else
+		errors++;
+}
+
 static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	size_t n = qemu_plugin_tb_n_insns(tb);
 
 	(void)id;
+	runs(tb, 0, n, 1);
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		uint64_t pc = qemu_plugin_insn_vaddr(insn);
@@ -279,22 +407,22 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		if (qemu_plugin_insn_size(insn) == sizeof(op))
 			memcpy(&op, qemu_plugin_insn_data(insn), sizeof(op));
 		if (op == HINT(START))
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_start, QEMU_PLUGIN_CB_NO_REGS, NULL);
+			marker(tb, i, n, on_start);
 		if (op == HINT(STOP))
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_stop, QEMU_PLUGIN_CB_NO_REGS, NULL);
+			marker(tb, i, n, on_stop);
 		if (op == HINT(PAUSE))
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_pause, QEMU_PLUGIN_CB_NO_REGS, NULL);
+			marker(tb, i, n, on_pause);
 		if (op == HINT(ABORT))
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_abort, QEMU_PLUGIN_CB_NO_REGS, NULL);
+			marker(tb, i, n, on_abort);
 		if (pc < KERNEL_VA)
 			continue;
 		s = lookup(pc);
 		if (s && s->mark == '*' && s->addr == pc && (c = counter("call", s->name)))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_event, QEMU_PLUGIN_CB_NO_REGS, c);
 		if (s && s->mark == '<' && s->addr == pc)
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_boot_open, QEMU_PLUGIN_CB_NO_REGS, NULL);
+			marker(tb, i, n, on_boot_open);
 		if (s && s->mark == '>' && s->addr == pc)
-			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_boot_close, QEMU_PLUGIN_CB_NO_REGS, NULL);
+			marker(tb, i, n, on_boot_close);
 		event = classify(op, buf, sizeof(buf));
 		if (event && (c = counter(event, s ? s->name : "?")))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_event, QEMU_PLUGIN_CB_NO_REGS, c);

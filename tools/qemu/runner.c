@@ -35,7 +35,10 @@
  * /jobs lists what to do, a line each: "kallsyms" prints the kernel's text
  * symbols, "iomem" prints /proc/iomem (each line after "@@FOLIOLAB-IOMEM "),
  * "workload PATH" runs one flattened workload (written by
- * src/native/qemu.rs; its format is described there). Results go to the
+ * src/native/qemu.rs; its format is described there), "program PATH ARG..."
+ * runs a static program of the host's (tools/seed004/bench.c) that marks its
+ * own windows, its output on the console, then prints
+ * "@@FOLIOLAB-PROGRAM-STATUS <wait status>". Results go to the
  * console between "@@FOLIOLAB-BEGIN" and "@@FOLIOLAB-END" lines, as one JSON
  * line per workload after a "@@FOLIOLAB-START" line (the host times the
  * workload between the two). Then the guest powers off.
@@ -1498,6 +1501,34 @@ static void iomem(void)
 	fclose(f);
 }
 
+/* The "program" job: runs argv (space-separated in line) to its end, real-time
+ * like the runner, its output on the console. */
+static void program(char *line)
+{
+	char *argv[16];
+	int argc = 0, status = -1;
+	pid_t pid;
+
+	for (char *t = strtok(line, " "); t && argc < 15; t = strtok(NULL, " "))
+		argv[argc++] = t;
+	argv[argc] = NULL;
+	/* The runner ignores SIGCHLD (exited workers vanish at once); this wait
+	 * needs the status. */
+	signal(SIGCHLD, SIG_DFL);
+	pid = argc ? fork() : -1;
+	if (pid == 0) {
+		dup2(console, 1);
+		dup2(console, 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	signal(SIGCHLD, SIG_IGN);
+	snprintf(buf, sizeof(buf), "@@FOLIOLAB-PROGRAM-STATUS %d\n", status);
+	put(console, buf, strlen(buf));
+}
+
 int main(int argc, char **argv)
 {
 	const char *broken;
@@ -1556,6 +1587,10 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(line, "iomem")) {
 			iomem();
+			continue;
+		}
+		if (!strncmp(line, "program ", 8)) {
+			program(line + 8);
 			continue;
 		}
 		if (sscanf(line, "workload %399s", path) != 1)
