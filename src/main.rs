@@ -45,6 +45,9 @@ enum Command {
     Replay(cmd::replay::Args),
     /// Predict a program's faults under mTHP from one recording, and check on the host.
     Predict(cmd::predict::Args),
+    /// Run every point of a sweep spec (workloads × variants × kernels × machines ×
+    /// targets) on every core or a Ray cluster, each kept in the results store.
+    Sweep(cmd::sweep::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Record(a) => cmd::record::main(a),
         Command::Replay(a) => cmd::replay::main(a, &cli.store),
         Command::Predict(a) => cmd::predict::main(a),
+        Command::Sweep(a) => cmd::sweep::main(a, &cli.store),
     };
     match r {
         Ok(code) => code,
