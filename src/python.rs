@@ -115,7 +115,17 @@ fn run(
                 eprintln!("foliolab: not recorded: {e}");
             }
         }
-        Ok(serde_json::to_string_pretty(&v).expect("JSON values serialize"))
+        Ok(serde_json::to_string_pretty(&v).expect("JSON values serialize") + "\n")
+    })
+}
+
+/// SPEC.toml read as `foliolab sweep` reads it: (the spec as JSON, the directory its
+/// paths are relative to).
+#[pyfunction]
+fn load_spec(py: Python<'_>, path: PathBuf) -> PyResult<(String, PathBuf)> {
+    nogil(py, move || {
+        let (spec, dir) = Spec::load(&path)?;
+        Ok((serde_json::to_string(&spec).expect("a spec serializes"), dir))
     })
 }
 
@@ -303,6 +313,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for f in [
         wrap_pyfunction!(build, m)?,
         wrap_pyfunction!(run, m)?,
+        wrap_pyfunction!(load_spec, m)?,
         wrap_pyfunction!(sweep_points, m)?,
         wrap_pyfunction!(point_info, m)?,
         wrap_pyfunction!(run_point, m)?,

@@ -46,13 +46,16 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     let mut text = format!(
-        "{} points: {} run, {} already stored, {} failed; {secs:.2} s on {jobs} thread(s), {:.2} ms per point run\n",
+        "{} points: {} run, {} already stored, {} failed; {secs:.2} s on {jobs} thread(s)",
         o.points.len(),
         o.ran,
         o.stored,
         o.failed.len(),
-        secs * 1e3 / o.ran.max(1) as f64,
     );
+    if o.ran > 0 {
+        text += &format!(", {:.2} ms per point run", secs * 1e3 / o.ran as f64);
+    }
+    text += "\n";
     for (i, why) in &o.failed {
         text += &format!("point {i} ({}): {why}\n", o.points[*i].input.path());
     }

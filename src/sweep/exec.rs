@@ -105,10 +105,21 @@ mod tests {
     use super::*;
     use crate::sweep::Spec;
 
+    /// Two small workloads (milliseconds each) in a scratch directory, and that directory.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("foliolab-sweep-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let w64 = "set hugepages-64kB/enabled always\nmmap buf 4M\ntouch buf\nmark unmap\nmunmap buf\n";
+        std::fs::write(dir.join("a.wl"), w64).unwrap();
+        std::fs::write(dir.join("b.wl"), "mmap buf 4M populate\nmadvise buf 0 4M dontneed step=64K\n").unwrap();
+        dir
+    }
+
     fn spec() -> Spec {
         toml::from_str(
-            r#"workloads = ["workloads/seed000-dontneed-64k.wl", "workloads/mthp-fault-64k.wl"]
-               kernels = ["6.1", "6.18"]
+            r#"workloads = ["a.wl", "b.wl"]
+               kernels = ["6.12", "6.18"]
                machines = ["altra-metal"]
                [variants]
                zap = ["per-pte", "batched"]"#,
@@ -116,19 +127,12 @@ mod tests {
         .unwrap()
     }
 
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("foliolab-sweep-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir.join("results.db")
-    }
-
-    fn sweep(db: &std::path::Path, jobs: usize, reverse: bool) -> (Outcome, super::super::Table) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    fn sweep(dir: &std::path::Path, db: &str, jobs: usize, reverse: bool) -> (Outcome, super::super::Table) {
         let mut points = spec().points(dir).unwrap();
         if reverse {
             points.reverse();
         }
-        let mut store = Store::open(db).unwrap();
+        let mut store = Store::open(&dir.join(db)).unwrap();
         let mut o = run_local(points, &mut store, jobs, &mut |_, _| {}).unwrap();
         if reverse {
             o.points.reverse();
@@ -140,26 +144,24 @@ mod tests {
 
     #[test]
     fn the_table_is_the_same_whatever_the_thread_count_and_order() {
-        let (a, b) = (scratch("one"), scratch("three"));
-        let (one, t1) = sweep(&a, 1, false);
-        let (three, t3) = sweep(&b, 3, true);
+        let dir = scratch("threads");
+        let (one, t1) = sweep(&dir, "one.db", 1, false);
+        let (three, t3) = sweep(&dir, "three.db", 3, true);
         assert_eq!((one.ran, three.ran, one.points.len()), (8, 8, 8));
         assert!(one.failed.is_empty() && three.failed.is_empty());
         assert_eq!(t1, t3);
         assert!(t1.rows() > 8);
-        for p in [a, b] {
-            std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
-        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn a_rerun_runs_only_what_is_not_stored() {
-        let db = scratch("rerun");
-        let (first, t1) = sweep(&db, 2, false);
+        let dir = scratch("rerun");
+        let (first, t1) = sweep(&dir, "r.db", 2, false);
         assert_eq!((first.ran, first.stored), (8, 0));
-        let (again, t2) = sweep(&db, 2, false);
+        let (again, t2) = sweep(&dir, "r.db", 2, false);
         assert_eq!((again.ran, again.stored), (0, 8));
         assert_eq!(t1, t2);
-        std::fs::remove_dir_all(db.parent().unwrap()).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
