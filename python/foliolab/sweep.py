@@ -178,7 +178,11 @@ def _ray(
     stored = sum(r is not None for r in results)
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        # A cluster reached on loopback is one on this machine bound to it (as the tests
+        # start it): the driver's own node address must be loopback too.
+        local = address is not None and address.split(":")[0] in ("127.0.0.1", "localhost")
+        extra = {"_node_ip_address": "127.0.0.1"} if local else {}
+        ray.init(address=address, log_to_driver=False, configure_logging=False, **extra)
     try:
         task = ray.remote(_ray_point)
         pending = {}

@@ -21,8 +21,11 @@ import pytest
 
 import foliolab
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install ./python[ray])") if not os.environ.get(
-    "FOLIOLAB_REQUIRE_RAY") else __import__("ray")
+# Ray reads it when imported: with it, every Ray process binds to and is reached on the
+# --node-ip-address given (127.0.0.1), not the machine's network address.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+if not os.environ.get("FOLIOLAB_REQUIRE_RAY"):
+    pytest.importorskip("ray", reason="ray is not installed (pip install ./python[ray])")
 
 
 def free_port():
@@ -76,7 +79,6 @@ def cluster():
             assert head.poll() is None, "ray start --head exited"
             assert time.time() < deadline, "the Ray head did not come up in 90 s"
             time.sleep(1)
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         yield {"address": address, "tmp": tmp, "head": head}
     finally:
         os.killpg(head.pid, signal.SIGTERM)
@@ -97,7 +99,8 @@ def test_every_ray_process_listens_on_loopback_only(cluster):
     pids = procs_with(cluster["tmp"]) + [cluster["head"].pid]
     found = listeners(pids)
     assert found, "no listening Ray sockets found: is ss measuring the right processes?"
-    wide = [(a, p) for a, p in found if not a.startswith("127.0.0.1:")]
+    loopback = ("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")
+    wide = [(a, p) for a, p in found if not a.startswith(loopback)]
     assert not wide, f"Ray listens beyond loopback: {wide}"
 
 

@@ -35,7 +35,7 @@ def test_a_rerun_runs_only_what_is_not_stored(tiny, db):
     assert first.to_arrow().equals(again.to_arrow())
     wider = foliolab.sweep(tiny, variants={"zap": ["per-pte", "batched"]}, kernels=["6.1", "6.12", "6.18"],
                            machines=["altra-metal"], db=db)
-    assert (wider.ran, wider.stored) == (4, 8)
+    assert (wider.ran + len(wider.failed), wider.stored) == (4, 8), "6.1's four points run (the 64K one fails there)"
 
 
 def test_each_point_is_its_run(tiny, db):
