@@ -26,13 +26,14 @@ def cli_path():
 
 @pytest.fixture
 def cli():
-    """Runs the CLI with --no-store and returns its stdout."""
+    """Runs the CLI (with --no-store unless `store`) and returns the finished process."""
     path = cli_path()
     if path is None:
         pytest.skip("no foliolab CLI to compare with (set FOLIOLAB_BIN or cargo build)")
 
-    def run(*args, check=True):
-        out = subprocess.run([path, "--no-store", *args], cwd=REPO, capture_output=True, text=True)
+    def run(*args, check=True, store=False):
+        flags = [] if store else ["--no-store"]
+        out = subprocess.run([path, *flags, *args], cwd=REPO, capture_output=True, text=True)
         if check:
             assert out.returncode == 0, out.stderr
         return out

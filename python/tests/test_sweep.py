@@ -55,12 +55,12 @@ def test_the_spec_file_and_the_cli_give_the_same_table(tiny, tmp_path, cli):
     )
     py = foliolab.sweep(spec=spec, db=tmp_path / "py.db")
     out = tmp_path / "cli.csv"
-    cli("--db", str(tmp_path / "cli.db"), "sweep", str(spec), "--out", str(out))
+    cli("--db", str(tmp_path / "cli.db"), "sweep", str(spec), "--out", str(out), store=True)
     c = pd.read_csv(out, keep_default_na=False, dtype={"kernel": str})
     p = py.to_pandas()
     assert list(c.columns) == list(p.columns)
     assert c.to_dict("list") == p.to_dict("list")
-    again = cli("--db", str(tmp_path / "py.db"), "sweep", str(spec)).stdout
+    again = cli("--db", str(tmp_path / "py.db"), "sweep", str(spec), store=True).stdout
     assert "0 run, 8 already stored" in again, "the CLI reuses the points Python stored: same build, same keys"
 
 
