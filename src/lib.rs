@@ -14,11 +14,14 @@ pub mod hw;
 pub mod kcount;
 pub mod mm;
 pub mod native;
+#[cfg(feature = "python")]
+pub mod python;
 pub mod report;
 pub mod reproduce;
 pub mod sim;
 pub mod store;
 pub mod suggest;
+pub mod sweep;
 pub mod time;
 pub mod trace;
 pub mod workload;

@@ -59,6 +59,9 @@ enum Command {
     /// Predict a program's faults under mTHP from one recording, and check on the host.
     #[command(after_help = "Examples:\n  foliolab predict --mthp 64K -- python3 -c 'x = b\"a\" * (1 << 24)'  # root\n  foliolab predict --mthp 16K+64K --dir /tmp/foliolab-traces -- sort --version  # root")]
     Predict(cmd::predict::Args),
+    /// Run every point of a sweep spec (workloads × variants × kernels × machines ×
+    /// targets) on every core or a Ray cluster, each kept in the results store.
+    Sweep(cmd::sweep::Args),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Record(a) => cmd::record::main(a),
         Command::Replay(a) => cmd::replay::main(a, &cli.store),
         Command::Predict(a) => cmd::predict::main(a),
+        Command::Sweep(a) => cmd::sweep::main(a, &cli.store),
     };
     match r {
         Ok(code) => code,

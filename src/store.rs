@@ -5,6 +5,7 @@
 //!   runs      id | kind | started_at | workload_path | workload_text | workload_hash
 //!                | variants (JSON) | machine | version | host_kernel | wall_ms | report (JSON)
 //!   counters  run_id | phase ('' = whole run) | name | value
+//!   points    key (a sweep point's inputs and build) | run_id
 //! ```
 //! WAL journal, one transaction per run: a process killed mid-write leaves the database
 //! as it was after the last committed run.
@@ -124,6 +125,10 @@ CREATE TABLE IF NOT EXISTS counters (
     value INTEGER NOT NULL,
     PRIMARY KEY (run_id, phase, name)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS points (
+    key TEXT PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id)
+) WITHOUT ROWID;
 ";
 
 impl Store {
@@ -172,6 +177,26 @@ impl Store {
 
     /// Records one result in one transaction; returns its id.
     pub fn record(&mut self, run: &NewRun) -> Result<i64, StoreError> {
+        self.record_as(run, None)
+    }
+
+    /// Records a sweep point's result under its key (`sweep::Point::key`), in the same
+    /// transaction as the run: a point is stored whole or not at all.
+    pub fn record_point(&mut self, key: &str, run: &NewRun) -> Result<i64, StoreError> {
+        self.record_as(run, Some(key))
+    }
+
+    /// The stored result of the sweep point `key`.
+    pub fn point(&self, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let id: Option<i64> = self
+            .conn
+            .query_row("SELECT run_id FROM points WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        id.map_or(Ok(None), |id| self.result(id))
+    }
+
+    fn record_as(&mut self, run: &NewRun, key: Option<&str>) -> Result<i64, StoreError> {
         let (path, text) = run.workload.unzip();
         let hash = text.map(|t| {
             Sha256::digest(t.as_bytes())
@@ -227,6 +252,10 @@ impl Store {
                     ins.execute(params![id, phase, name, value]).map_err(sql)?;
                 }
             }
+        }
+        if let Some(key) = key {
+            tx.execute("INSERT OR REPLACE INTO points (key, run_id) VALUES (?1, ?2)", params![key, id])
+                .map_err(sql)?;
         }
         tx.commit().map_err(sql)?;
         Ok(id)
@@ -332,6 +361,25 @@ mod tests {
         assert_eq!(n, 2, "non-zero counters: the total and the start phase");
         drop(s);
         assert_eq!(Store::open(&path).unwrap().list().unwrap().len(), 2, "reopened");
+        std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_point_is_found_by_its_key() {
+        let path = scratch("points");
+        let mut s = Store::open(&path).unwrap();
+        let run = NewRun {
+            kind: "run",
+            workload: Some(("w.wl", "mmap a 64K\n")),
+            machine: None,
+            host_kernel: None,
+            wall_ms: 1.0,
+            result: report(5),
+        };
+        assert!(s.point("k1").unwrap().is_none());
+        s.record_point("k1", &run).unwrap();
+        assert_eq!(s.point("k1").unwrap().unwrap()["counters"]["proc.main.minflt"], 5);
+        assert!(s.point("k2").unwrap().is_none());
         std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap()).unwrap();
     }
 

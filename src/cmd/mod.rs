@@ -14,6 +14,7 @@ pub mod reproduce;
 pub mod run;
 pub mod runs;
 pub mod seeds;
+pub mod sweep;
 pub mod validate;
 
 /// A command's failure, printed as `foliolab: <message>`.
@@ -23,11 +24,37 @@ pub type CmdResult = Result<std::process::ExitCode, Box<dyn std::error::Error>>;
 /// head`) ends the output quietly instead of panicking as `println!` would.
 pub fn emit(text: &str) -> std::io::Result<()> {
     use std::io::Write;
+    if CAPTURE.with_borrow_mut(|c| c.as_mut().map(|c| c.push_str(text)).is_some()) {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r,
     }
+}
+
+thread_local! {
+    /// `capture`'s buffer: set, `emit` appends to it instead of writing to stdout.
+    static CAPTURE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs a command in-process (the Python module) and returns what it emitted with its
+/// result, so a caller gets exactly the CLI's output without a subprocess.
+pub fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
+    /// Ends the capture even if `f` panics, so a caught panic leaves `emit` writing stdout.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CAPTURE.with_borrow_mut(|c| *c = None);
+        }
+    }
+    CAPTURE.with_borrow_mut(|c| *c = Some(String::new()));
+    let reset = Reset;
+    let r = f();
+    let out = CAPTURE.with_borrow_mut(|c| c.take()).unwrap_or_default();
+    drop(reset);
+    (r, out)
 }
 
 /// Where results are recorded: `--db PATH`, `$FOLIOLAB_DB`, or the user's data directory.
@@ -81,11 +108,7 @@ pub fn record_report(
     wall: std::time::Duration,
 ) -> bool {
     let host_kernel = (r.source == "host").then(crate::store::host_kernel).flatten();
-    // With a machine, the report is kept with its modeled time, as `--json` prints it.
-    let result = match machine {
-        Some(m) => crate::time::annotate(r, &crate::time::model(&m.profile, r), &m.applied),
-        None => serde_json::to_value(r).expect("a report serializes"),
-    };
+    let result = report_value(r, machine);
     record(
         db,
         &crate::store::NewRun {
@@ -97,4 +120,12 @@ pub fn record_report(
             result,
         },
     )
+}
+
+/// A report as `--json` prints it: with its modeled time when a machine is given.
+pub fn report_value(r: &crate::report::Report, machine: Option<&crate::time::Machine>) -> serde_json::Value {
+    match machine {
+        Some(m) => crate::time::annotate(r, &crate::time::model(&m.profile, r), &m.applied),
+        None => serde_json::to_value(r).expect("a report serializes"),
+    }
 }

@@ -108,6 +108,18 @@ fn parse_node_list(s: &str) -> Vec<usize> {
         .collect()
 }
 
+/// Puts SIGCHLD's disposition back when a host run ends: the orchestrator ignores it
+/// (`start_main`), and a process that goes on after the run (a sweep's next point on a
+/// QEMU guest, the Python module) must be able to wait for its children again.
+struct SigchldRestore(libc::sighandler_t);
+
+impl Drop for SigchldRestore {
+    fn drop(&mut self) {
+        // SAFETY: restoring a disposition read from `signal` has no preconditions.
+        unsafe { libc::signal(libc::SIGCHLD, self.0) };
+    }
+}
+
 /// Runs `w` on this host with the real knobs and counters.
 pub fn run(w: &Workload) -> Result<Report, NativeError> {
     run_with(w, &HostPaths::default())
@@ -126,6 +138,8 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         });
     }
     refuse_missing_nodes(w, &paths.nodes)?;
+    // SAFETY: reading back a disposition by setting the default has no preconditions.
+    let _sigchld = SigchldRestore(unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) });
     let guard = KnobGuard::arm(&paths.thp, &paths.lock)?;
     let mut unavailable = BTreeMap::new();
     for (knob, why) in &guard.missing {
