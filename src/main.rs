@@ -61,6 +61,7 @@ enum Command {
     Predict(cmd::predict::Args),
     /// Run every point of a sweep spec (workloads × variants × kernels × machines ×
     /// targets) on every core or a Ray cluster, each kept in the results store.
+    #[command(after_help = "Examples:\n  foliolab sweep examples/zap-sweep.toml\n  foliolab sweep examples/zap-sweep.toml --jobs 1 --out /tmp/foliolab-zap.csv")]
     Sweep(cmd::sweep::Args),
 }
 

@@ -330,7 +330,7 @@ fn the_summary_lists_every_page_of_the_guide() {
 /// The subcommands whose help must end with examples.
 const SUBCOMMANDS: &[&str] = &[
     "run", "native", "validate", "boot", "reproduce", "calibrate", "runs", "compare", "machines", "kernels",
-    "record", "replay", "predict",
+    "record", "replay", "predict", "sweep",
 ];
 
 /// The examples a help text ends with: `  foliolab ...` lines after `Examples:`, each
