@@ -593,8 +593,11 @@ mod tests {
         let software = Profile::load(crate::time::profile::CALIBRATED).unwrap();
         let kernel = *KERNELS.last().unwrap();
         let run = || reproduce(&[], &software, kernel).unwrap();
-        let plain = run();
-        let altered = with_published_altered(run);
+        // The flag is per thread: both runs at once.
+        let (plain, altered) = std::thread::scope(|s| {
+            let altered = s.spawn(|| with_published_altered(run));
+            (run(), altered.join().unwrap())
+        });
         assert_eq!(plain.rows.len(), altered.rows.len());
         for (a, b) in plain.rows.iter().zip(&altered.rows) {
             assert_eq!(a.model_value, b.model_value, "{a:?}");
