@@ -89,7 +89,12 @@ fn reproduce_is_deterministic() {
         .any(|n| n.as_str().unwrap().starts_with("anonymous faults: ")
             && n.as_str().unwrap().contains(" with order-0 folios, ")));
     // Seed 003's notes are said once, naming each machine they hold for.
-    let notes003: Vec<&str> = a["notes"]["003"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let notes003: Vec<&str> = a["notes"]["003"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
     let mut unique = notes003.clone();
     unique.dedup();
     assert_eq!(unique.len(), notes003.len());
@@ -107,9 +112,9 @@ fn seed_003_does_not_use_costs_derived_from_its_own_series() {
         .map(|n| n.as_str().unwrap())
         .collect();
     assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("altra-vm") && n.contains("arch.tlbi.vaale1is") && n.contains("its cost is derived from seed 003's own series")),
+        notes.iter().any(|n| n.contains("altra-vm")
+            && n.contains("arch.tlbi.vaale1is")
+            && n.contains("its cost is derived from seed 003's own series")),
         "{notes:?}"
     );
 }

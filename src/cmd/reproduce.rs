@@ -140,12 +140,22 @@ pub fn text(r: &Reproduction) -> String {
             };
             s += &line(
                 format!("{v:<vw$} seed"),
-                of(&|x, b| fmt(x.seed_value, b.filter(|b| b.variant != x.variant).map(|b| b.seed_value), x.seed_stdev)),
+                of(&|x, b| {
+                    fmt(
+                        x.seed_value,
+                        b.filter(|b| b.variant != x.variant).map(|b| b.seed_value),
+                        x.seed_stdev,
+                    )
+                }),
             );
             s += &line(
                 format!("{:<vw$} model", ""),
                 of(&|x, b| match x.model_value {
-                    Some(mv) => fmt(mv, b.filter(|b| b.variant != x.variant).and_then(|b| b.model_value), None),
+                    Some(mv) => fmt(
+                        mv,
+                        b.filter(|b| b.variant != x.variant).and_then(|b| b.model_value),
+                        None,
+                    ),
                     None => "n/a".into(),
                 }),
             );
@@ -154,7 +164,11 @@ pub fn text(r: &Reproduction) -> String {
         let reasons: Vec<String> = rows
             .iter()
             .filter(|x| matches!(x.verdict, Verdict::NotModeled | Verdict::Disagrees))
-            .filter_map(|x| x.reason.as_deref().map(|why| format!("{} {}: {why}", x.machine, x.variant)))
+            .filter_map(|x| {
+                x.reason
+                    .as_deref()
+                    .map(|why| format!("{} {}: {why}", x.machine, x.variant))
+            })
             .collect();
         for why in fold_reasons(reasons) {
             s += &format!("  {why}\n");
@@ -192,13 +206,19 @@ fn summary_text(sum: &Summary) -> String {
 fn fold_reasons(lines: Vec<String>) -> Vec<String> {
     let mut by_why: Vec<(String, Vec<String>)> = Vec::new();
     for l in lines {
-        let (cell, why) = l.split_once(": ").map(|(c, w)| (c.to_string(), w.to_string())).unwrap_or_default();
+        let (cell, why) = l
+            .split_once(": ")
+            .map(|(c, w)| (c.to_string(), w.to_string()))
+            .unwrap_or_default();
         match by_why.iter_mut().find(|(w, _)| *w == why) {
             Some((_, cells)) => cells.push(cell),
             None => by_why.push((why, vec![cell])),
         }
     }
-    by_why.into_iter().map(|(why, cells)| format!("{}: {why}", cells.join("; "))).collect()
+    by_why
+        .into_iter()
+        .map(|(why, cells)| format!("{}: {why}", cells.join("; ")))
+        .collect()
 }
 
 /// Seed 001's per-page figures: a table per experiment, a line per flavour, machine

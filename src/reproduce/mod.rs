@@ -170,7 +170,11 @@ impl Cell<'_> {
             }
             Figure::LevelChange { seed_base, model_base } => {
                 let Some(b) = model_base else {
-                    return (Verdict::NotModeled, Some("the model has no baseline figure".into()), false);
+                    return (
+                        Verdict::NotModeled,
+                        Some("the model has no baseline figure".into()),
+                        false,
+                    );
                 };
                 (self.seed_value - seed_base, model - b, None, true)
             }
@@ -180,7 +184,15 @@ impl Cell<'_> {
             return if model_change.abs() <= sd {
                 (Verdict::Noise, Some(format!("the seed's change {} is inside its spread ±{} (its stdev plus its baseline's), and the model's {} is too", fig(seed_change), fig(sd), fig(model_change))), sign)
             } else {
-                disagrees(format!("the seed's change {} is inside its spread ±{}, the model's {} is outside it", fig(seed_change), fig(sd), fig(model_change)), sign)
+                disagrees(
+                    format!(
+                        "the seed's change {} is inside its spread ±{}, the model's {} is outside it",
+                        fig(seed_change),
+                        fig(sd),
+                        fig(model_change)
+                    ),
+                    sign,
+                )
             };
         }
         if !sign {
@@ -188,7 +200,11 @@ impl Cell<'_> {
                 if model_change == 0.0 {
                     format!("the seed changes by {}, the model not at all", fig(seed_change))
                 } else {
-                    format!("opposite signs: the seed {}, the model {}", fig(seed_change), fig(model_change))
+                    format!(
+                        "opposite signs: the seed {}, the model {}",
+                        fig(seed_change),
+                        fig(model_change)
+                    )
                 },
                 false,
             );
@@ -472,7 +488,11 @@ fn fold_machine_notes(notes: Vec<String>) -> Vec<String> {
     let mut out: Vec<String> = by_events
         .into_iter()
         .map(|((events, text), ms)| {
-            let text = if events.is_empty() { text } else { format!("{events}: {text}") };
+            let text = if events.is_empty() {
+                text
+            } else {
+                format!("{events}: {text}")
+            };
             if ms.is_empty() {
                 text
             } else {
@@ -562,7 +582,10 @@ mod tests {
             unmodeled: None,
         };
         let r = c.row();
-        assert_eq!((r.verdict, r.sign_agrees, r.reason.as_deref()), (Verdict::NotModeled, false, Some("no cost")));
+        assert_eq!(
+            (r.verdict, r.sign_agrees, r.reason.as_deref()),
+            (Verdict::NotModeled, false, Some("no cost"))
+        );
         c.model = Ok(120.0);
         let r = c.row();
         assert_eq!((r.verdict, r.sign_agrees), (Verdict::Agrees, false));
@@ -582,7 +605,10 @@ mod tests {
         ];
         assert_eq!(
             fold_machine_notes(notes),
-            vec!["a note".to_string(), "altra-vm, m2-vm: arch.dsb.ishst, arch.isb: refused".to_string()]
+            vec![
+                "a note".to_string(),
+                "altra-vm, m2-vm: arch.dsb.ishst, arch.isb: refused".to_string()
+            ]
         );
     }
 
@@ -601,7 +627,10 @@ mod tests {
         assert_eq!(plain.rows.len(), altered.rows.len());
         for (a, b) in plain.rows.iter().zip(&altered.rows) {
             assert_eq!(a.model_value, b.model_value, "{a:?}");
-            assert_ne!(a.seed_value, b.seed_value, "a seed figure not read through published(): {a:?}");
+            assert_ne!(
+                a.seed_value, b.seed_value,
+                "a seed figure not read through published(): {a:?}"
+            );
         }
     }
 }

@@ -120,14 +120,10 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
         notes.extend(c.notes.iter().cloned());
         costs.insert(m, c);
     }
-    let tables: Vec<(&str, &str, &str, &[Published])> = std::iter::once((
-        "per-pte",
-        "per-pte",
-        "after-change (v4 03/16)",
-        SEED_CELLS,
-    ))
-    .chain(CONTPTE_CELLS.iter().map(|&(k, cells)| ("batched", k, k, cells)))
-    .collect();
+    let tables: Vec<(&str, &str, &str, &[Published])> =
+        std::iter::once(("per-pte", "per-pte", "after-change (v4 03/16)", SEED_CELLS))
+            .chain(CONTPTE_CELLS.iter().map(|&(k, cells)| ("batched", k, k, cells)))
+            .collect();
     for (base, changed, variant, cells) in tables {
         for &(machine, name, bench, folio, base_sd, change, sd) in cells {
             let costs = &costs[machine];
@@ -155,7 +151,11 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
                     seed_stdev: Some(published(sd)),
                     model,
                     figure: Figure::Change {
-                        baseline: if base == "per-pte" { "baseline" } else { "baseline (zap batched, contpte off)" },
+                        baseline: if base == "per-pte" {
+                            "baseline"
+                        } else {
+                            "baseline (zap batched, contpte off)"
+                        },
                         baseline_stdev: Some(published(base_sd)),
                     },
                     unmodeled: (a == b).then(|| CODEGEN.to_string()),

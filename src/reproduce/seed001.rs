@@ -176,7 +176,10 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
             let flush: f64 = FLUSH_EVENTS.iter().filter_map(|e| by.get(*e)).sum();
             Ok(flush / total * 100.0)
         } else {
-            Err(format!("no public cost for {} on {machine} (the profile says so)", uncosted.join(", ")))
+            Err(format!(
+                "no public cost for {} on {machine} (the profile says so)",
+                uncosted.join(", ")
+            ))
         };
         r.rows.push(
             Cell {

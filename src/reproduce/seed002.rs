@@ -33,7 +33,12 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     let model_kernel = pct(large_ns, base_ns);
     let kernel_why = "the seed's kernel time also holds syscalls, exec, file I/O and page-cache work, which the model does not model (only anonymous-memory work: faults, zap, teardown at exit) and the recording does not time; large anonymous folios leave that work alone, so the model's change (shown) is of a smaller whole";
     for (experiment, seed_value, model, by) in [
-        ("compile kernel time, % change", -34.0, Err(kernel_why.to_string()), Some(large_by)),
+        (
+            "compile kernel time, % change",
+            -34.0,
+            Err(kernel_why.to_string()),
+            Some(large_by),
+        ),
         (
             "compile wall time, % change",
             -4.0,
