@@ -408,7 +408,11 @@ pub fn pct(v: f64, base: f64) -> f64 {
 
 /// Whether two changes have the same sign (a zero change agrees with nothing but zero).
 fn same_sign(a: f64, b: f64) -> bool {
-    a.signum() == b.signum() || (a == 0.0 && b == 0.0)
+    // signum(0.0) is 1: a zero is checked first.
+    match (a == 0.0, b == 0.0) {
+        (false, false) => a.signum() == b.signum(),
+        (za, zb) => za && zb,
+    }
 }
 
 /// Runs every seed asked for (all when `seeds` is empty) with `software`'s costs for the
@@ -565,6 +569,8 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Disagrees);
         assert!(!r.sign_agrees);
         assert_eq!(cell(-3.2, None, None, 1.0).verdict, Verdict::Disagrees);
+        // A model change of 0 agrees with no positive change either.
+        assert_eq!(cell(1.8, Some(0.3), Some(0.5), 0.0).verdict, Verdict::Disagrees);
     }
 
     #[test]
