@@ -4,7 +4,7 @@
 
 use crate::compare;
 use crate::report::Report;
-use crate::reproduce::{Breakdown, Reproduction, Row, Series};
+use crate::reproduce::{Breakdown, Reproduction, Row, Series, Verdict};
 use plotters::chart::MeshStyle;
 use plotters::coord::ranged1d::{AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
@@ -462,6 +462,13 @@ impl<'a> Experiment<'a> {
 
     /// The seed's change and the model's for `row` against its machine's baseline.
     fn changes(&self, row: &Row) -> (Option<f64>, Option<f64>) {
+        if row.baseline.is_some() {
+            // Already changes: in percent they chart as they are; others have no percent.
+            return match is_percent(&row.unit) {
+                true => (Some(row.seed_value), row.model_value),
+                false => (None, None),
+            };
+        }
         let base = self.row(&row.machine, self.variants[0]);
         let seed = base.and_then(|b| change(row.seed_value, b.seed_value, &row.unit));
         let model = base
@@ -474,7 +481,7 @@ impl<'a> Experiment<'a> {
     /// with the seed's figure and the model's (and their changes where the unit is not
     /// already a percent), and whether the signs agree.
     fn table(&self) -> String {
-        let deltas = self.rows.iter().any(|r| !is_percent(&r.unit));
+        let deltas = self.rows.iter().any(|r| r.baseline.is_none() && !is_percent(&r.unit));
         let span = if deltas { 5 } else { 3 };
         // One unit for the whole table goes in its header, not in every cell.
         let units = firsts(self.rows.iter().map(|r| r.unit.as_str()));
@@ -495,7 +502,7 @@ impl<'a> Experiment<'a> {
             if deltas {
                 s.push_str("<th class=\"seed\">seed Δ</th><th class=\"model\">model Δ</th>");
             }
-            s.push_str("<th>sign</th>");
+            s.push_str("<th>verdict</th>");
         }
         s.push_str("</tr></thead><tbody>");
         for (vi, v) in self.variants.iter().enumerate() {
@@ -503,7 +510,7 @@ impl<'a> Experiment<'a> {
                 s,
                 "<tr><th>{}{}</th>",
                 esc(v),
-                if vi == 0 && !v.contains("baseline") {
+                if vi == 0 && !v.contains("baseline") && self.rows.iter().all(|r| r.baseline.is_none()) {
                     " <span class=\"sd\">(baseline)</span>"
                 } else {
                     ""
@@ -543,12 +550,17 @@ impl<'a> Experiment<'a> {
                         let _ = write!(s, "<td class=\"{class} chg\">{text}</td>");
                     }
                 }
-                s.push_str(match (vi, r.model_value, r.sign_agrees) {
-                    (0, _, _) => "<td class=\"na\">base</td>",
-                    (_, None, _) => "<td class=\"na\">—</td>",
-                    (_, _, true) => "<td class=\"agree\" title=\"same sign\">✓</td>",
-                    (_, _, false) => "<td class=\"disagree\" title=\"opposite sign\">✗</td>",
-                });
+                let class = match r.verdict {
+                    Verdict::Agrees | Verdict::Noise => "agree",
+                    Verdict::Disagrees => "disagree",
+                    Verdict::NotModeled => "na",
+                };
+                let _ = write!(
+                    s,
+                    "<td class=\"{class}\" title=\"{}\">{}</td>",
+                    esc(r.reason.as_deref().unwrap_or("")),
+                    r.verdict.name()
+                );
             }
             s.push_str("</tr>");
         }
@@ -563,7 +575,9 @@ fn change_chart(page: &mut Page, seed: &str, machine: &str, exps: &[Experiment])
     let mut cats = Vec::new();
     let (mut seeds, mut models) = (Vec::new(), Vec::new());
     for e in exps {
-        for v in &e.variants[1..] {
+        // A change-only table has no baseline row: every variant is a change.
+        let first = usize::from(e.rows.iter().all(|r| r.baseline.is_none()));
+        for v in &e.variants[first..] {
             let Some(r) = e.row(machine, v) else { continue };
             let (s, m) = e.changes(r);
             if s.unwrap_or(0.0) == 0.0 && m.unwrap_or(0.0) == 0.0 {
@@ -623,18 +637,26 @@ pub fn reproduce_page(r: &Reproduction) -> String {
         .collect();
     seeds.sort();
     seeds.dedup();
-    let with_model: Vec<&Row> = r.rows.iter().filter(|x| x.model_value.is_some()).collect();
-    let agree = with_model.iter().filter(|x| x.sign_agrees).count();
+    let counts: Vec<String> = Verdict::ALL
+        .iter()
+        .map(|v| format!("{} {}", r.summary.counts.get(v.name()).copied().unwrap_or(0), v.name()))
+        .collect();
     let _ = writeln!(
         page.body,
-        "<h1>foliolab reproduce</h1><p class=\"sub\">{} seeds, {} published figures, {} with a model figure, \
-         {agree} of them with the seed's sign; {:.1} s.</p>{}",
+        "<h1>foliolab reproduce</h1><p class=\"sub\">{} seeds, {} published figures: {}; {:.1} s.</p>{}",
         seeds.len(),
         r.rows.len(),
-        with_model.len(),
+        counts.join(", "),
         r.elapsed_s,
         legend(&seed_model_legend())
     );
+    if !r.summary.disagrees.is_empty() {
+        page.body.push_str("<ul class=\"notes\">");
+        for d in &r.summary.disagrees {
+            let _ = write!(page.body, "<li>disagrees: {}</li>", esc(d));
+        }
+        page.body.push_str("</ul>\n");
+    }
     for seed in seeds {
         let _ = writeln!(page.body, "<section id=\"seed-{0}\"><h2>seed {0}</h2>", esc(seed));
         if let Some(notes) = r.notes.get(seed).filter(|n| !n.is_empty()) {

@@ -1,7 +1,7 @@
 //! `foliolab reproduce [SEED...] [--json]`: every seed table, the seed's figures beside
 //! the model's.
 
-use crate::reproduce::{pct, reproduce, Reproduction, Row};
+use crate::reproduce::{pct, reproduce, Reproduction, Row, Summary, Verdict};
 use crate::time::Profile;
 use std::process::ExitCode;
 
@@ -57,19 +57,18 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Each experiment as a table in the seed's shape: a column per machine, per variant
-/// the seed's line and the model's, each value with its change against the baseline
-/// (the first variant) unless the unit is already a percentage; then whether the model
-/// agrees on the sign of each change, and the notes.
+/// The verdict counts and each disagreement first; then each experiment as a table in
+/// the seed's shape: a column per machine, per variant the seed's line, the model's
+/// (each value with its change against the baseline, the first variant, when the
+/// figures are levels not already in percent) and the verdict; then the notes.
 pub fn text(r: &Reproduction) -> String {
-    let mut s = String::new();
+    let mut s = summary_text(&r.summary);
     let mut experiments: Vec<(&str, &str)> = Vec::new();
     for row in &r.rows {
         if !experiments.contains(&(&row.seed, &row.experiment)) {
             experiments.push((&row.seed, &row.experiment));
         }
     }
-    let mut noted = Vec::new();
     for (seed, exp) in experiments {
         let rows: Vec<&Row> = r
             .rows
@@ -89,55 +88,90 @@ pub fn text(r: &Reproduction) -> String {
         let unit = &rows[0].unit;
         s += &format!("\nseed {seed}: {exp} ({unit})\n");
         let cell = |m: &str, v: &str| rows.iter().find(|x| x.machine == m && x.variant == v);
-        let base = |m: &str| cell(m, variants[0]);
-        let fmt = |value: f64, base: f64, stdev: Option<f64>| {
+        // Levels change against the first variant's row; a change-only table's
+        // baseline has no row (its figures are 0 by definition).
+        let base = |m: &str| cell(m, variants[0]).filter(|b| b.baseline.is_none());
+        let fmt = |value: f64, base: Option<f64>, stdev: Option<f64>| {
             let mut c = format_value(value);
             if let Some(sd) = stdev {
                 c += &format!(" ±{}", format_value(sd));
             }
-            if unit != "%" && base != 0.0 {
-                c += &format!(" ({:+.1}%)", pct(value, base));
+            if let Some(b) = base.filter(|b| unit != "%" && *b != 0.0) {
+                c += &format!(" ({:+.1}%)", pct(value, b));
             }
             c
         };
         let w = 26;
-        s += &format!("{:<20}", "");
-        for m in &machines {
-            s += &format!("{m:>w$}");
-        }
-        s.push('\n');
-        for v in &variants {
-            for (who, first) in [("seed", true), ("model", false)] {
-                s += &format!(
-                    "{:<20}",
-                    if first {
-                        format!("{v:<13} {who}")
-                    } else {
-                        format!("{:<13} {who}", "")
-                    }
-                );
-                for m in &machines {
-                    let text = match (cell(m, v), base(m)) {
-                        (Some(x), Some(b)) if first => fmt(x.seed_value, b.seed_value, x.seed_stdev),
-                        (Some(x), Some(b)) => match (x.model_value, b.model_value) {
-                            (Some(mv), Some(bv)) => fmt(mv, bv, None),
-                            _ => "n/a".into(),
-                        },
-                        _ => String::new(),
-                    };
-                    s += &format!("{text:>w$}");
-                }
-                s.push('\n');
+        let vw = variants
+            .iter()
+            .copied()
+            .chain(rows[0].baseline.as_deref())
+            .map(|v| v.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(13);
+        let lw = vw + 8;
+        let line = |label: String, cells: Vec<String>| {
+            let mut l = format!("{label:<lw$}");
+            for c in cells {
+                l += &format!("{c:>w$}");
             }
+            l + "\n"
+        };
+        s += &line(String::new(), machines.iter().map(|m| m.to_string()).collect());
+        if let Some(b) = rows[0].baseline.as_deref() {
+            s += &line(
+                format!("{b:<vw$} seed"),
+                machines
+                    .iter()
+                    .map(|m| {
+                        let sd = rows.iter().find(|x| x.machine == *m).and_then(|x| x.baseline_stdev);
+                        fmt(0.0, None, sd)
+                    })
+                    .collect(),
+            );
         }
-        s += &format!("{:<20}", "sign agrees");
-        for m in &machines {
-            let all = variants.iter().filter_map(|v| cell(m, v)).all(|x| x.sign_agrees);
-            s += &format!("{:>w$}", if all { "yes" } else { "NO" });
+        for v in &variants {
+            let of = |f: &dyn Fn(&Row, Option<&Row>) -> String| -> Vec<String> {
+                machines
+                    .iter()
+                    .map(|m| cell(m, v).map_or(String::new(), |x| f(x, base(m).copied())))
+                    .collect()
+            };
+            s += &line(
+                format!("{v:<vw$} seed"),
+                of(&|x, b| {
+                    fmt(
+                        x.seed_value,
+                        b.filter(|b| b.variant != x.variant).map(|b| b.seed_value),
+                        x.seed_stdev,
+                    )
+                }),
+            );
+            s += &line(
+                format!("{:<vw$} model", ""),
+                of(&|x, b| match x.model_value {
+                    Some(mv) => fmt(
+                        mv,
+                        b.filter(|b| b.variant != x.variant).and_then(|b| b.model_value),
+                        None,
+                    ),
+                    None => "n/a".into(),
+                }),
+            );
+            s += &line(format!("{:<vw$} verdict", ""), of(&|x, _| x.verdict.name().to_string()));
         }
-        s.push('\n');
-        if !noted.contains(&seed) {
-            noted.push(seed);
+        let reasons: Vec<String> = rows
+            .iter()
+            .filter(|x| matches!(x.verdict, Verdict::NotModeled | Verdict::Disagrees))
+            .filter_map(|x| {
+                x.reason
+                    .as_deref()
+                    .map(|why| format!("{} {}: {why}", x.machine, x.variant))
+            })
+            .collect();
+        for why in fold_reasons(reasons) {
+            s += &format!("  {why}\n");
         }
     }
     s += &per_page_text(r);
@@ -151,6 +185,40 @@ pub fn text(r: &Reproduction) -> String {
         }
     }
     s + &format!("\nreproduced in {:.1} s\n", r.elapsed_s)
+}
+
+/// The verdict counts, and one line per disagreeing cell.
+fn summary_text(sum: &Summary) -> String {
+    let total: usize = sum.counts.values().sum();
+    let counts: Vec<String> = Verdict::ALL
+        .iter()
+        .map(|v| format!("{} {}", sum.counts.get(v.name()).copied().unwrap_or(0), v.name()))
+        .collect();
+    let mut s = format!("verdicts over {total} cells: {}\n", counts.join(", "));
+    for d in &sum.disagrees {
+        s += &format!("  disagrees: {d}\n");
+    }
+    s
+}
+
+/// Reasons said once: `cell: why` lines with the same why folded into one naming
+/// every cell.
+fn fold_reasons(lines: Vec<String>) -> Vec<String> {
+    let mut by_why: Vec<(String, Vec<String>)> = Vec::new();
+    for l in lines {
+        let (cell, why) = l
+            .split_once(": ")
+            .map(|(c, w)| (c.to_string(), w.to_string()))
+            .unwrap_or_default();
+        match by_why.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, cells)) => cells.push(cell),
+            None => by_why.push((why, vec![cell])),
+        }
+    }
+    by_why
+        .into_iter()
+        .map(|(why, cells)| format!("{}: {why}", cells.join("; ")))
+        .collect()
 }
 
 /// Seed 001's per-page figures: a table per experiment, a line per flavour, machine

@@ -8,7 +8,8 @@ use super::mm_types::{MmId, VmFlags};
 use super::mmap::VmaError;
 use super::Kernel;
 use crate::arch::arm64::pgtable::pmd_trans_huge;
-use crate::arch::arm64::pgtable::{Pte, PtePtr};
+use crate::arch::arm64::pgtable::{ArchMm, Pte, PtePtr};
+use crate::hw::Pfn;
 
 impl Kernel {
     /// mlock(2): lock, then populate (faults count like any GUP fault).
@@ -78,7 +79,11 @@ impl Kernel {
                     // folio_mlock_step: its own ptep_get, then folio_pte_batch.
                     let p: Pte = self.arch.ptep_get(amm, ptep);
                     let count = ((next - addr) / g.page_size()) as usize;
-                    step = self.folio_pte_batch(mm, folio, ptep, p, count);
+                    step = if self.mlock_walk_per_pte {
+                        self.mlock_step_per_pte(amm, folio, ptep, p, count)
+                    } else {
+                        self.folio_pte_batch(mm, folio, ptep, p, count)
+                    };
                 }
                 // allow_mlock_munlock: a large folio only when wholly inside the range.
                 let whole = self.memmap.folio_order(folio) == 0 || step as u64 == self.memmap.folio_nr_pages(folio);
@@ -89,6 +94,21 @@ impl Kernel {
             ptep = ptep.add(step);
             addr += step as u64 * g.page_size();
         }
+    }
+
+    /// 6.6's folio_mlock_step loop: from `first`'s page to the folio's end (at most
+    /// `max` ptes), a ptep_get of every pte, stopping at one that is not present or
+    /// maps another folio.
+    fn mlock_step_per_pte(&mut self, amm: ArchMm, folio: Pfn, ptep: PtePtr, first: Pte, max: usize) -> usize {
+        let g = self.arch.granule();
+        let (start, nr) = (folio.0, self.memmap.folio_nr_pages(folio));
+        let count = ((start + nr - first.pte_pfn(g).0) as usize).min(max);
+        (0..count)
+            .position(|i| {
+                let p = self.arch.ptep_get(amm, ptep.add(i));
+                !p.pte_present() || p.pte_pfn(g).0.wrapping_sub(start) >= nr
+            })
+            .unwrap_or(count)
     }
 
     /// mlock_folio / munlock_folio.

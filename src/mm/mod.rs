@@ -101,6 +101,9 @@ pub struct Kernel {
     /// __collapse_huge_page_copy_succeeded clears the old ptes one at a time (6.12);
     /// since 4ea3594a4741 (6.17) a folio's ptes at once.
     pub collapse_copy_per_pte: bool,
+    /// folio_mlock_step reads every pte of a large folio (dc68badcede4, 6.6 to 6.10);
+    /// since 6.11 folio_pte_batch steps over it.
+    pub mlock_walk_per_pte: bool,
     /// A collapse whose ptes are all write-protected fails with SCAN_PAGE_RO (6.12);
     /// 6.18 collapses non-writable anon ranges too.
     pub collapse_ro_refuse: bool,
@@ -196,6 +199,7 @@ impl Kernel {
             huge_zero_wp_split: false,
             lazyfree_unmap_per_pte: false,
             collapse_copy_per_pte: false,
+            mlock_walk_per_pte: false,
             collapse_ro_refuse: false,
             split_list_reversed: false,
             swap_free_first: false,

@@ -8,7 +8,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// One cell pair of a seed table: the seed's figure and the model's.
+/// One cell pair of a seed table: the seed's figure and the model's, and how they
+/// compare.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Row {
     pub seed: String,
@@ -17,12 +18,256 @@ pub struct Row {
     pub variant: String,
     pub unit: String,
     pub seed_value: f64,
-    /// None where the model cannot produce the figure (the notes say why).
+    /// None where the model cannot produce the figure (`reason` says why).
     pub model_value: Option<f64>,
     pub seed_stdev: Option<f64>,
-    /// Whether the model's change against the baseline variant has the seed's sign
-    /// (true for the baseline itself; false when the model has no value).
+    /// Whether the model's change against the baseline has the seed's sign (false
+    /// when either has no change to compare: a level, a missing value, a zero).
     pub sign_agrees: bool,
+    /// Set when both figures are changes against this variant (which then has no row
+    /// of its own: a baseline of a change-only table is 0 by definition); None when
+    /// they are levels.
+    #[serde(default)]
+    pub baseline: Option<String>,
+    /// The seed's stdev of its baseline, for a change-only table that gives one.
+    #[serde(default)]
+    pub baseline_stdev: Option<f64>,
+    #[serde(default = "Verdict::unjudged")]
+    pub verdict: Verdict,
+    /// Why the verdict is not-modeled or disagrees (and, for noise, the spread used).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// How a model figure compares with the seed's.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Same sign of change (and, where the seed gives an absolute figure, a magnitude
+    /// within [`MAGNITUDE`]).
+    Agrees,
+    /// The seed's change is inside its own spread, and the model's is too.
+    Noise,
+    Disagrees,
+    /// The model has no figure, or does not model what decides this one (`reason`).
+    NotModeled,
+}
+
+impl Verdict {
+    pub const ALL: [Verdict; 4] = [Verdict::Agrees, Verdict::Noise, Verdict::Disagrees, Verdict::NotModeled];
+
+    /// What a row read from an older run without verdicts says.
+    fn unjudged() -> Verdict {
+        Verdict::NotModeled
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Agrees => "agrees",
+            Verdict::Noise => "noise",
+            Verdict::Disagrees => "disagrees",
+            Verdict::NotModeled => "not-modeled",
+        }
+    }
+}
+
+/// How far a model's absolute figure may be from the seed's and still agree: a factor
+/// either way (issue 37's targets: map_mem's ms and the Kunpeng share within ×1.5).
+pub const MAGNITUDE: f64 = 1.5;
+
+/// One cell to judge: the seed's figure and the model's, as levels or as changes.
+pub struct Cell<'a> {
+    pub seed: &'a str,
+    pub experiment: &'a str,
+    pub machine: &'a str,
+    pub variant: &'a str,
+    pub unit: &'a str,
+    pub seed_value: f64,
+    pub seed_stdev: Option<f64>,
+    /// The model's figure, or why there is none.
+    pub model: Result<f64, String>,
+    pub figure: Figure,
+    /// What the model does not count that decides this cell, when the model's work is
+    /// the same in both variants (a disagreement then is not-modeled, for this reason).
+    pub unmodeled: Option<String>,
+}
+
+/// What a cell's figures are.
+pub enum Figure {
+    /// Changes against `baseline` (which has no row): compared by sign; inside the
+    /// seed's spread (its stdev of the change plus its baseline's) a change is noise.
+    Change {
+        baseline: &'static str,
+        baseline_stdev: Option<f64>,
+    },
+    /// Absolute levels with no change to compare (a baseline, a share): by magnitude.
+    Level,
+    /// Absolute levels of a changed variant: by magnitude, and the change against the
+    /// baseline row's `(seed, model)` levels by sign.
+    LevelChange { seed_base: f64, model_base: Option<f64> },
+}
+
+impl Cell<'_> {
+    /// The row, judged.
+    pub fn row(&self) -> Row {
+        let (mut verdict, mut reason, sign_agrees) = self.judge();
+        if let (Verdict::Disagrees, Some(why)) = (verdict, &self.unmodeled) {
+            reason = Some(format!(
+                "{why} (the model's figure is shown; judged alone: {})",
+                reason.unwrap_or_default()
+            ));
+            verdict = Verdict::NotModeled;
+        }
+        let (baseline, baseline_stdev) = match self.figure {
+            Figure::Change {
+                baseline,
+                baseline_stdev,
+            } => (Some(baseline.to_string()), baseline_stdev),
+            _ => (None, None),
+        };
+        Row {
+            seed: self.seed.into(),
+            experiment: self.experiment.into(),
+            machine: self.machine.into(),
+            variant: self.variant.into(),
+            unit: self.unit.into(),
+            seed_value: self.seed_value,
+            model_value: self.model.as_ref().ok().copied(),
+            seed_stdev: self.seed_stdev,
+            sign_agrees,
+            baseline,
+            baseline_stdev,
+            verdict,
+            reason,
+        }
+    }
+
+    fn judge(&self) -> (Verdict, Option<String>, bool) {
+        let model = match &self.model {
+            Ok(m) => *m,
+            Err(why) => return (Verdict::NotModeled, Some(why.clone()), false),
+        };
+        let disagrees = |why: String, sign: bool| (Verdict::Disagrees, Some(why), sign);
+        // The change each side makes, the seed's spread of it, and whether the seed's
+        // figure is an absolute one whose magnitude the model's must match.
+        let (seed_change, model_change, spread, absolute) = match self.figure {
+            Figure::Change { baseline_stdev, .. } => (
+                self.seed_value,
+                model,
+                match (self.seed_stdev, baseline_stdev) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                },
+                // A change in %, or in points of a share, is relative; one in
+                // instructions or seconds is a figure of its own.
+                !matches!(self.unit, "%" | "points"),
+            ),
+            Figure::Level => {
+                return match magnitude(self.seed_value, model, self.unit) {
+                    Some(why) => disagrees(why, false),
+                    None => (Verdict::Agrees, None, false),
+                }
+            }
+            Figure::LevelChange { seed_base, model_base } => {
+                let Some(b) = model_base else {
+                    return (
+                        Verdict::NotModeled,
+                        Some("the model has no baseline figure".into()),
+                        false,
+                    );
+                };
+                (self.seed_value - seed_base, model - b, None, true)
+            }
+        };
+        let sign = same_sign(model_change, seed_change) && seed_change != 0.0;
+        if let Some(sd) = spread.filter(|sd| seed_change.abs() <= *sd) {
+            return if model_change.abs() <= sd {
+                (Verdict::Noise, Some(format!("the seed's change {} is inside its spread ±{} (its stdev plus its baseline's), and the model's {} is too", fig(seed_change), fig(sd), fig(model_change))), sign)
+            } else {
+                disagrees(
+                    format!(
+                        "the seed's change {} is inside its spread ±{}, the model's {} is outside it",
+                        fig(seed_change),
+                        fig(sd),
+                        fig(model_change)
+                    ),
+                    sign,
+                )
+            };
+        }
+        if !sign {
+            return disagrees(
+                if model_change == 0.0 {
+                    format!("the seed changes by {}, the model not at all", fig(seed_change))
+                } else {
+                    format!(
+                        "opposite signs: the seed {}, the model {}",
+                        fig(seed_change),
+                        fig(model_change)
+                    )
+                },
+                false,
+            );
+        }
+        match absolute.then(|| magnitude(self.seed_value, model, self.unit)).flatten() {
+            Some(why) => disagrees(why, true),
+            None => (Verdict::Agrees, None, true),
+        }
+    }
+}
+
+/// Why `model` is not within [`MAGNITUDE`] of `seed` (None when it is).
+fn magnitude(seed: f64, model: f64, unit: &str) -> Option<String> {
+    let ratio = model / seed;
+    (!(ratio >= 1.0 / MAGNITUDE && ratio <= MAGNITUDE)).then(|| {
+        format!(
+            "the model's {} {unit} is ×{ratio:.2} the seed's {} (agreement needs ×{:.2} to ×{MAGNITUDE})",
+            fig(model),
+            fig(seed),
+            1.0 / MAGNITUDE
+        )
+    })
+}
+
+/// A figure in a reason: four significant digits, no trailing zeros.
+fn fig(v: f64) -> String {
+    let digits = 3i32.saturating_sub(v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// Verdict counts, and a line for each disagreement.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    /// Verdict -> cells.
+    pub counts: BTreeMap<String, usize>,
+    /// `seed N, experiment, machine, variant: why`, one per disagreeing cell.
+    pub disagrees: Vec<String>,
+}
+
+impl Summary {
+    pub fn of(rows: &[Row]) -> Summary {
+        let mut counts: BTreeMap<String, usize> = Verdict::ALL.iter().map(|v| (v.name().to_string(), 0)).collect();
+        let mut disagrees = Vec::new();
+        for r in rows {
+            *counts.get_mut(r.verdict.name()).expect("every verdict counted") += 1;
+            if r.verdict == Verdict::Disagrees {
+                disagrees.push(format!(
+                    "seed {}, {}, {}, {}: {}",
+                    r.seed,
+                    r.experiment,
+                    r.machine,
+                    r.variant,
+                    r.reason.as_deref().unwrap_or("")
+                ));
+            }
+        }
+        Summary { counts, disagrees }
+    }
 }
 
 /// The modeled time of one variant, by event kind, for the stacked breakdown.
@@ -83,6 +328,9 @@ pub struct Reproduction {
     /// Per seed, what the reader must know (refused costs, missing counters ...).
     pub notes: BTreeMap<String, Vec<String>>,
     pub elapsed_s: f64,
+    /// Verdict counts over every row, and why each disagreeing cell disagrees.
+    #[serde(default)]
+    pub summary: Summary,
 }
 
 mod seed000;
@@ -159,8 +407,12 @@ pub fn pct(v: f64, base: f64) -> f64 {
 }
 
 /// Whether two changes have the same sign (a zero change agrees with nothing but zero).
-pub fn same_sign(a: f64, b: f64) -> bool {
-    a.signum() == b.signum() || (a == 0.0 && b == 0.0)
+fn same_sign(a: f64, b: f64) -> bool {
+    // signum(0.0) is 1: a zero is checked first.
+    match (a == 0.0, b == 0.0) {
+        (false, false) => a.signum() == b.signum(),
+        (za, zb) => za && zb,
+    }
 }
 
 /// Runs every seed asked for (all when `seeds` is empty) with `software`'s costs for the
@@ -200,6 +452,191 @@ pub fn reproduce(seeds: &[String], software: &Profile, kernel: Release) -> Resul
             ));
         }
     }
+    for notes in r.notes.values_mut() {
+        *notes = fold_machine_notes(std::mem::take(notes));
+    }
+    r.summary = Summary::of(&r.rows);
     r.elapsed_s = start.elapsed().as_secs_f64();
     Ok(r)
+}
+
+/// Notes said once: those that differ only in the machine they start with
+/// (`m2-vm: ...`) or, after it, in the event they name (`m2-vm: arch.isb: ...`) are
+/// folded into one naming every machine and event; all sorted, without repeats.
+fn fold_machine_notes(notes: Vec<String>) -> Vec<String> {
+    let machines: Vec<&str> = crate::time::profile::BUILTIN.iter().map(|(n, _)| *n).collect();
+    let is_event = |e: &str| e.contains('.') && !e.contains(' ');
+    // (machine, text) -> events, then (events, text) -> machines.
+    let mut by_machine: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for n in notes {
+        let (m, rest) = match n.split_once(": ").filter(|(m, _)| machines.contains(m)) {
+            Some((m, rest)) => (m.to_string(), rest.to_string()),
+            None => (String::new(), n),
+        };
+        match rest.split_once(": ").filter(|(e, _)| is_event(e)) {
+            Some((e, text)) => by_machine.entry((m, text.to_string())).or_default().push(e.to_string()),
+            None => {
+                by_machine.entry((m, rest)).or_default();
+            }
+        }
+    }
+    let mut by_events: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for ((m, text), mut events) in by_machine {
+        events.sort();
+        events.dedup();
+        let ms = by_events.entry((events.join(", "), text)).or_default();
+        if !m.is_empty() {
+            ms.push(m);
+        }
+    }
+    let mut out: Vec<String> = by_events
+        .into_iter()
+        .map(|((events, text), ms)| {
+            let text = if events.is_empty() {
+                text
+            } else {
+                format!("{events}: {text}")
+            };
+            if ms.is_empty() {
+                text
+            } else {
+                format!("{}: {text}", ms.join(", "))
+            }
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+thread_local! {
+    /// Whether figures read from a seed's text are altered: only in the test that
+    /// proves no model figure is derived from its own seed.
+    static PUBLISHED_ALTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A figure as the seed publishes it. Every seed figure a row shows is read through
+/// this, so a test can alter them all and check that no model figure moves.
+pub fn published(v: f64) -> f64 {
+    match PUBLISHED_ALTERED.with(|s| s.get()) {
+        true => v * 1.37 + 0.11,
+        false => v,
+    }
+}
+
+/// Runs `f` with every published figure altered (for the test above): scaled and
+/// shifted, so that changes and ratios of them move too.
+#[cfg(test)]
+fn with_published_altered<T>(f: impl FnOnce() -> T) -> T {
+    PUBLISHED_ALTERED.with(|s| s.set(true));
+    let out = f();
+    PUBLISHED_ALTERED.with(|s| s.set(false));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(seed_value: f64, sd: Option<f64>, base_sd: Option<f64>, model: f64) -> Row {
+        Cell {
+            seed: "x",
+            experiment: "e",
+            machine: "m",
+            variant: "after",
+            unit: "%",
+            seed_value,
+            seed_stdev: sd,
+            model: Ok(model),
+            figure: Figure::Change {
+                baseline: "before",
+                baseline_stdev: base_sd,
+            },
+            unmodeled: None,
+        }
+        .row()
+    }
+
+    /// Seed 000's M2 dontneed order-0 cell: −9.6 ±3.1 against a baseline of ±7.5 is
+    /// inside the seed's spread, so the model's 0 is noise, not a disagreement; a
+    /// model change beyond the spread disagrees.
+    #[test]
+    fn a_change_inside_the_seeds_spread_is_noise() {
+        assert_eq!(cell(-9.6, Some(3.1), Some(7.5), 0.0).verdict, Verdict::Noise);
+        assert_eq!(cell(-9.6, Some(3.1), Some(7.5), -20.0).verdict, Verdict::Disagrees);
+        assert_eq!(cell(-3.2, Some(0.2), Some(0.1), -1.0).verdict, Verdict::Agrees);
+        let r = cell(-3.2, Some(0.2), Some(0.1), 0.0);
+        assert_eq!(r.verdict, Verdict::Disagrees);
+        assert!(!r.sign_agrees);
+        assert_eq!(cell(-3.2, None, None, 1.0).verdict, Verdict::Disagrees);
+        // A model change of 0 agrees with no positive change either.
+        assert_eq!(cell(1.8, Some(0.3), Some(0.5), 0.0).verdict, Verdict::Disagrees);
+    }
+
+    #[test]
+    fn an_absent_value_is_not_modeled_and_a_level_is_judged_by_magnitude() {
+        let mut c = Cell {
+            seed: "x",
+            experiment: "e",
+            machine: "m",
+            variant: "v",
+            unit: "ms",
+            seed_value: 161.0,
+            seed_stdev: None,
+            model: Err("no cost".into()),
+            figure: Figure::Level,
+            unmodeled: None,
+        };
+        let r = c.row();
+        assert_eq!(
+            (r.verdict, r.sign_agrees, r.reason.as_deref()),
+            (Verdict::NotModeled, false, Some("no cost"))
+        );
+        c.model = Ok(120.0);
+        let r = c.row();
+        assert_eq!((r.verdict, r.sign_agrees), (Verdict::Agrees, false));
+        c.model = Ok(24.7);
+        assert_eq!(c.row().verdict, Verdict::Disagrees);
+    }
+
+    #[test]
+    fn notes_differing_only_in_machine_or_event_are_said_once() {
+        let notes = vec![
+            "m2-vm: arch.isb: refused".to_string(),
+            "m2-vm: arch.dsb.ishst: refused".to_string(),
+            "altra-vm: arch.isb: refused".to_string(),
+            "altra-vm: arch.dsb.ishst: refused".to_string(),
+            "a note".to_string(),
+            "a note".to_string(),
+        ];
+        assert_eq!(
+            fold_machine_notes(notes),
+            vec![
+                "a note".to_string(),
+                "altra-vm, m2-vm: arch.dsb.ishst, arch.isb: refused".to_string()
+            ]
+        );
+    }
+
+    /// No model figure comes from the seed it is compared with: with every published
+    /// figure altered, every seed figure moves and no model figure does.
+    #[test]
+    fn no_model_figure_is_derived_from_its_own_seed() {
+        let software = Profile::load(crate::time::profile::CALIBRATED).unwrap();
+        let kernel = *KERNELS.last().unwrap();
+        let run = || reproduce(&[], &software, kernel).unwrap();
+        // The flag is per thread: both runs at once.
+        let (plain, altered) = std::thread::scope(|s| {
+            let altered = s.spawn(|| with_published_altered(run));
+            (run(), altered.join().unwrap())
+        });
+        assert_eq!(plain.rows.len(), altered.rows.len());
+        for (a, b) in plain.rows.iter().zip(&altered.rows) {
+            assert_eq!(a.model_value, b.model_value, "{a:?}");
+            assert_ne!(
+                a.seed_value, b.seed_value,
+                "a seed figure not read through published(): {a:?}"
+            );
+        }
+    }
 }

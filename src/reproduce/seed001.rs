@@ -1,17 +1,17 @@
 //! Seed 001: reclaim that flushes the TLB per page (ptep_clear_flush: a TLBI and a
 //! DSB ISH waiting for it) against the batched, deferred flush (TLBIs issued without
 //! waiting, one DSB at the batch's end). The seed gives ptep_clear_flush's share of
-//! the cycles of a page-out microbenchmark on an 8-core Snapdragon 888 and a ~100-core
-//! Kunpeng 920, and the benchmark's speed-up on the Snapdragon.
+//! the cycles of its swap-in/page-out microbenchmark on an 8-core Snapdragon 888 and a
+//! ~100-core Kunpeng 920, and the benchmark's speed-up on the Snapdragon.
 
-use super::{pct, phase_counts, same_sign, Breakdown, Costs, PerPage, Reproduction, Row};
+use super::{pct, phase_counts, published, Breakdown, Cell, Costs, Figure, PerPage, Reproduction};
 use crate::report::Counters;
 use crate::sim::kernels::Release;
 use crate::time::Profile;
 use crate::workload::parse_str;
 
 const SEED: &str = "001";
-const WORKLOAD: &str = include_str!("../../workloads/seed001-pageout-order0.wl");
+const WORKLOAD: &str = include_str!("../../workloads/seed001-swap-loop.wl");
 /// The work ptep_clear_flush does that the deferred batch takes out of the loop.
 const FLUSH_EVENTS: &[&str] = &[
     "arch.tlbi.vae1is",
@@ -154,14 +154,14 @@ fn per_page(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result
 }
 
 pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<(), String> {
-    let w = parse_str("workloads/seed001-pageout-order0.wl", WORKLOAD).map_err(|e| e.to_string())?;
+    let w = parse_str("workloads/seed001-swap-loop.wl", WORKLOAD).map_err(|e| e.to_string())?;
     let mut phase = std::collections::BTreeMap::new();
     for batch in ["sync", "deferred"] {
-        phase.insert(batch, phase_counts(&w, kernel, &[("tlb-batch", batch)], "pageout")?);
+        phase.insert(batch, phase_counts(&w, kernel, &[("tlb-batch", batch)], "loop")?);
     }
     let mut notes = vec![
         "a broadcast TLBI's cost against the CPU count has no public curve (costs.md §1b): each machine's TLBI and DSB costs are its own, not scaled by its CPUs".to_string(),
-        "the model's page-out discards lazyfree (MADV_FREE) pages; the seed's benchmark swaps to zRAM, whose compression is not modeled, so the model's denominator is smaller and its share larger".to_string(),
+        "the seed's benchmark (patch 4/4's commit text): 1 MiB MAP_SHARED|MAP_ANONYMOUS written, then 10,000 times every page read back (swap-in) and MADV_PAGEOUT, on zram, on one CPU. shmem is not modeled: the model runs the same loop on private anonymous memory (workloads/seed001-swap-loop.wl, 100 rounds, the same work each). There a page read back stays clean in the swap cache and its next page-out only frees it, where shmem writes it to zram again; zram's compression is not modeled either, so the model's denominator is the smaller and its share the larger".to_string(),
     ];
     for (machine, share) in [("snapdragon-888", 5.36), ("kunpeng-920", 16.99)] {
         let costs = Costs::for_seed(machine, SEED, software)?;
@@ -174,28 +174,31 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
             .collect();
         let model = if uncosted.is_empty() && total > 0.0 {
             let flush: f64 = FLUSH_EVENTS.iter().filter_map(|e| by.get(*e)).sum();
-            Some(flush / total * 100.0)
+            Ok(flush / total * 100.0)
         } else {
-            notes.push(format!(
-                "{machine}: no public cost for {} (the profile says so), so ptep_clear_flush's share cannot be modeled",
+            Err(format!(
+                "no public cost for {} on {machine} (the profile says so)",
                 uncosted.join(", ")
-            ));
-            None
+            ))
         };
-        r.rows.push(Row {
-            seed: SEED.into(),
-            experiment: "ptep_clear_flush share of cycles, before the change".into(),
-            machine: machine.into(),
-            variant: "sync".into(),
-            unit: "%".into(),
-            seed_value: share,
-            model_value: model,
-            seed_stdev: None,
-            sign_agrees: model.is_some(),
-        });
+        r.rows.push(
+            Cell {
+                seed: SEED,
+                experiment: "ptep_clear_flush share of cycles, before the change",
+                machine,
+                variant: "sync",
+                unit: "%",
+                seed_value: published(share),
+                seed_stdev: None,
+                model,
+                figure: Figure::Level,
+                unmodeled: None,
+            }
+            .row(),
+        );
         r.breakdowns.push(Breakdown {
             seed: SEED.into(),
-            experiment: "page-out of 64 MiB lazyfree, before the change".into(),
+            experiment: "swap-in and page-out loop, before the change".into(),
             machine: machine.into(),
             variant: "sync".into(),
             by_event_ns: by,
@@ -203,42 +206,42 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     }
     // The speed-up was measured on the Snapdragon 888 only: 0:14.69 -> 0:13.80.
     let costs = Costs::for_seed("snapdragon-888", SEED, software)?;
-    let (sync, by_sync) = costs.time_ns(&phase["sync"]);
+    let (sync, _) = costs.time_ns(&phase["sync"]);
     let (deferred, by_def) = costs.time_ns(&phase["deferred"]);
-    let tlb_costed = by_sync
-        .keys()
-        .any(|k| k.starts_with("arch.tlbi") || k == "arch.dsb.ish");
-    let model = tlb_costed.then(|| pct(deferred, sync));
-    let seed_change = pct(13.80, 14.69);
-    for (variant, seed_value, m) in [("sync", 0.0, model.map(|_| 0.0)), ("deferred", seed_change, model)] {
-        r.rows.push(Row {
-            seed: SEED.into(),
-            experiment: "microbenchmark elapsed time, % change".into(),
-            machine: "snapdragon-888".into(),
-            variant: variant.into(),
-            unit: "%".into(),
-            seed_value,
-            model_value: m,
+    let tlb_costed = by_def.keys().any(|k| k.starts_with("arch.tlbi") || k == "arch.dsb.ish");
+    let model = if tlb_costed {
+        Ok(pct(deferred, sync))
+    } else {
+        Err(format!(
+            "snapdragon-888 has no TLBI or DSB cost: the two variants differ only in uncosted work ({sync:.0} ns against {deferred:.0} ns modeled)"
+        ))
+    };
+    r.rows.push(
+        Cell {
+            seed: SEED,
+            experiment: "microbenchmark elapsed time, % change",
+            machine: "snapdragon-888",
+            variant: "deferred",
+            unit: "%",
+            seed_value: pct(published(13.80), published(14.69)),
             seed_stdev: None,
-            sign_agrees: m.is_some_and(|m| same_sign(m, seed_value)),
-        });
-    }
-    if model.is_none() {
-        notes.push(format!(
-            "snapdragon-888: without a TLBI or DSB cost the two variants differ only in uncosted work ({:.0} ns against {:.0} ns modeled), so no change is claimed",
-            sync, deferred
-        ));
-    }
+            model,
+            figure: Figure::Change {
+                baseline: "sync",
+                baseline_stdev: None,
+            },
+            unmodeled: None,
+        }
+        .row(),
+    );
     r.breakdowns.push(Breakdown {
         seed: SEED.into(),
-        experiment: "page-out of 64 MiB lazyfree".into(),
+        experiment: "swap-in and page-out loop".into(),
         machine: "snapdragon-888".into(),
         variant: "deferred".into(),
         by_event_ns: by_def,
     });
     notes.extend(per_page(r, software, kernel)?);
-    notes.sort();
-    notes.dedup();
     r.notes.insert(SEED.into(), notes);
     Ok(())
 }

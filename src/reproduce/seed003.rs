@@ -2,7 +2,7 @@
 //! zero it, once to populate it) and after (once), on the seed's four machine/RAM
 //! columns, and the model's time against RAM size.
 
-use super::{pct, same_sign, Breakdown, Costs, Reproduction, Row, Series};
+use super::{published, Breakdown, Cell, Costs, Figure, Reproduction, Series};
 use crate::cmd::boot::{boot, Spec};
 use crate::hw::Granule;
 use crate::report::Counters;
@@ -53,22 +53,34 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
         let costs = Costs::for_seed(machine, SEED, software)?;
         notes.extend(costs.notes.iter().cloned());
         let column = format!("{machine} {gib}G");
-        let mut base = None;
+        let mut base: Option<(f64, f64)> = None;
         for ((name, _), seed_ms) in VARIANTS.iter().zip([before, after]) {
             let (ns, by) = costs.time_ns(&measured[&(gib, *name)]);
             let ms = ns / 1e6;
-            let base_ms = *base.get_or_insert(ms);
-            r.rows.push(Row {
-                seed: SEED.into(),
-                experiment: EXPERIMENT.into(),
-                machine: column.clone(),
-                variant: name.to_string(),
-                unit: "ms".into(),
-                seed_value: seed_ms,
-                model_value: Some(ms),
-                seed_stdev: None,
-                sign_agrees: same_sign(pct(ms, base_ms), pct(seed_ms, before)),
-            });
+            let seed_ms = published(seed_ms);
+            let figure = match base {
+                None => Figure::Level,
+                Some((seed_base, model_base)) => Figure::LevelChange {
+                    seed_base,
+                    model_base: Some(model_base),
+                },
+            };
+            base.get_or_insert((seed_ms, ms));
+            r.rows.push(
+                Cell {
+                    seed: SEED,
+                    experiment: EXPERIMENT,
+                    machine: &column,
+                    variant: name,
+                    unit: "ms",
+                    seed_value: seed_ms,
+                    seed_stdev: None,
+                    model: Ok(ms),
+                    figure,
+                    unmodeled: None,
+                }
+                .row(),
+            );
             r.breakdowns.push(Breakdown {
                 seed: SEED.into(),
                 experiment: EXPERIMENT.into(),

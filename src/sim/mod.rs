@@ -158,6 +158,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.huge_zero_wp_split = v.huge_zero_wp_split();
     k.lazyfree_unmap_per_pte = v.lazyfree_unmap_per_pte();
     k.collapse_copy_per_pte = v.collapse_copy_per_pte();
+    k.mlock_walk_per_pte = v.mlock_walk_per_pte();
     k.collapse_ro_refuse = v.collapse_ro_refuse();
     k.split_list_reversed = v.split_list_reversed();
     k.swap_free_first = v.get("swap-alloc") == "free-first";

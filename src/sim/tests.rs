@@ -720,6 +720,21 @@ mod kernel_counters {
         }
     }
 
+    /// mlock and munlock of 64K folios: 6.11+'s walk reads a block twice (the walk's
+    /// ptep_get and folio_mlock_step's), 6.6's reads every pte again in
+    /// folio_mlock_step (18); GUP reads each page's pte on mlock (16). Per block per
+    /// mlock+munlock: 20 and 52, the seed's totals' 48 to 52.
+    #[test]
+    fn the_mlock_walk_before_6_11_reads_every_pte_of_a_folio() {
+        let src = "set hugepages-64kB/enabled always\nmmap buf 4M\ntouch buf\nmark loop\nmlock buf\nmunlock buf\n";
+        let blocks = 4 << 20 >> 16;
+        for (walk, per_block) in [("batched", 20), ("per-pte", 52)] {
+            let r = report(src, &[&format!("mlock-walk={walk}")]);
+            let p = r.phases.iter().find(|p| p.label == "loop").unwrap();
+            assert_eq!(p.counters["arch.contpte.ptep_get"], per_block * blocks, "{walk}");
+        }
+    }
+
     /// Other granules have no measured table: nothing is counted.
     #[test]
     fn seed004_counts_no_instructions_without_16_entry_blocks() {

@@ -87,6 +87,12 @@ pub const KEYS: &[Key] = &[
         about: "__collapse_huge_page_copy_succeeded clears and unmaps the old ptes a folio at a time (batched, 6.17+: 4ea3594a4741) or one at a time, unfolding each contpte block and leaving each large folio partially mapped (per-pte, 6.12)",
     },
     Key {
+        name: "mlock-walk",
+        default: "batched",
+        values: "batched|per-pte",
+        about: "mlock_pte_range steps over a large folio with folio_pte_batch, one ptep_get per folio (batched, 6.11+: Lance Yang, 'mm/mlock: implement folio_mlock_step() using folio_pte_batch()', <20240603140745.83880-1-ioworker0@gmail.com>) or with 6.6's folio_mlock_step (dc68badcede4), which reads every pte of the folio again (per-pte, 6.6 to 6.10; seed 004's phone)",
+    },
+    Key {
         name: "split-list",
         default: "in-order",
         values: "in-order|reversed",
@@ -338,7 +344,7 @@ impl Variants {
             "cow-reuse" => matches!(val, "large" | "order0"),
             "mprotect-batch" => matches!(val, "batched" | "per-pte"),
             "huge-zero-wp" => matches!(val, "thp" | "split"),
-            "lazyfree-unmap" | "collapse-copy" => matches!(val, "batched" | "per-pte"),
+            "lazyfree-unmap" | "collapse-copy" | "mlock-walk" => matches!(val, "batched" | "per-pte"),
             "collapse-ro" => matches!(val, "allow" | "refuse"),
             "split-list" => matches!(val, "in-order" | "reversed"),
             "swap-alloc" => matches!(val, "nonfull-first" | "free-first"),
@@ -461,6 +467,11 @@ impl Variants {
     /// 4ea3594a4741 (6.17).
     pub fn collapse_copy_per_pte(&self) -> bool {
         self.get("collapse-copy") == "per-pte"
+    }
+    /// folio_mlock_step reads every pte of the folio, as from dc68badcede4 (6.6) up to
+    /// its folio_pte_batch version (6.11).
+    pub fn mlock_walk_per_pte(&self) -> bool {
+        self.get("mlock-walk") == "per-pte"
     }
     /// A collapse of a range with no writable pte fails (SCAN_PAGE_RO), as before 6.18.
     pub fn split_list_reversed(&self) -> bool {
