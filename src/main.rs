@@ -45,6 +45,8 @@ enum Command {
     Replay(cmd::replay::Args),
     /// Predict a program's faults under mTHP from one recording, and check on the host.
     Predict(cmd::predict::Args),
+    /// The speed guard: model against host kernel on the same work, whole processes, best of N.
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Record(a) => cmd::record::main(a),
         Command::Replay(a) => cmd::replay::main(a, &cli.store),
         Command::Predict(a) => cmd::predict::main(a),
+        Command::Bench(a) => cmd::bench::main(a),
     };
     match r {
         Ok(code) => code,
