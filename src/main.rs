@@ -63,6 +63,9 @@ enum Command {
     /// targets) on every core or a Ray cluster, each kept in the results store.
     #[command(after_help = "Examples:\n  foliolab sweep examples/zap-sweep.toml\n  foliolab sweep examples/zap-sweep.toml --jobs 1 --out /tmp/foliolab-zap.csv")]
     Sweep(cmd::sweep::Args),
+    /// The speed guard: model against host kernel on the same work, whole processes, best of N.
+    #[command(after_help = "Examples:\n  foliolab bench  # timed\n  foliolab bench --case order0 --rounds 3  # timed")]
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Command::Replay(a) => cmd::replay::main(a, &cli.store),
         Command::Predict(a) => cmd::predict::main(a),
         Command::Sweep(a) => cmd::sweep::main(a, &cli.store),
+        Command::Bench(a) => cmd::bench::main(a),
     };
     match r {
         Ok(code) => code,

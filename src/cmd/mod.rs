@@ -1,6 +1,7 @@
 //! One module per subcommand. Each returns the process exit code, or an error that
 //! `main` prints and turns into exit status 2.
 
+pub mod bench;
 pub mod boot;
 pub mod calibrate;
 pub mod compare;

@@ -321,15 +321,19 @@ impl Kernel {
         let (mut at, mut prev, mut n) = (self.ds_queue.head, NIL, 0u64);
         while at != NIL {
             let p = self.memmap.page(Pfn(at as u64));
-            if p.lru_prev != prev || !p.flags.contains(PageFlags::DEFERRED | PageFlags::HEAD) || p.order < 2 {
+            if !p.flags.contains(PageFlags::DEFERRED | PageFlags::HEAD) || p.order < 2 {
                 return Err(format!("deferred split queue: bad entry {at:#x} ({p:?})"));
+            }
+            let links = self.memmap.page(crate::mm::huge_memory::deferred_list(Pfn(at as u64)));
+            if links.lru_prev != prev {
+                return Err(format!("deferred split queue: bad link at {at:#x} ({links:?})"));
             }
             n += 1;
             if n > self.ds_queue.len {
                 return Err("deferred split queue longer than its length".into());
             }
             prev = at;
-            at = p.lru_next;
+            at = links.lru_next;
         }
         if n != self.ds_queue.len || prev != self.ds_queue.tail {
             return Err(format!("deferred split queue: {n} entries, len {}", self.ds_queue.len));
@@ -339,6 +343,7 @@ impl Kernel {
 
     fn check_folios(&self, seen: &Seen) -> Result<(), String> {
         self.check_ds_queue()?;
+        self.lruvec.check(&self.memmap)?;
         let mut heads: BTreeMap<u64, (i32, i32)> = BTreeMap::new();
         for (pfn, n) in &seen.pte_maps {
             self.check_tail_in_folio(Pfn(*pfn))?;

@@ -54,6 +54,24 @@ bitflags! {
     }
 }
 
+bitflags! {
+    /// A folio's LRU page flags (PG_lru, PG_active, PG_referenced, PG_workingset) and
+    /// which list it is counted on, one byte per page beside the memmap: struct page's
+    /// own flags word is full, and this keeps it 32 bytes. Meaningful on a folio's head.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub struct LruFlags: u8 {
+        /// PG_lru: on a list (not isolated, not waiting in the lru_add batch).
+        const LRU = 1 << 0;
+        const ACTIVE = 1 << 1;
+        const REFERENCED = 1 << 2;
+        const WORKINGSET = 1 << 3;
+        /// While LRU: the list it is on is an active one (as it was when added).
+        const ON_ACTIVE = 1 << 4;
+        /// While LRU: the list it is on is a file one.
+        const ON_FILE = 1 << 5;
+    }
+}
+
 /// One struct page: 32 bytes, so the memmap of a gigabyte of 4K pages is 8 MiB of
 /// host memory (touched once per page the model uses, it bounds fault throughput).
 #[derive(Clone, Copy, Debug)]
@@ -64,7 +82,9 @@ pub struct Page {
     /// The page's contents are not all zero (written by the user, or copied from such
     /// a page): what pages_identical(page, ZERO_PAGE) would tell. Allocation zeroes.
     pub nonzero: bool,
-    /// List links (buddy free list or deferred split queue).
+    /// List links: a free block's buddy free list, an in-use folio's LRU list (on
+    /// the head), the deferred split queue (on the third page, as the kernel keeps
+    /// _deferred_list in a tail page).
     pub lru_prev: u32,
     pub lru_next: u32,
     /// compound_head of a tail page; on the head of a large folio, its `LargeFolio` slot.
@@ -132,6 +152,7 @@ const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
 pub struct MemMap {
     nr_pages: u64,
     pages: HugeBuf<Page>,
+    lru: HugeBuf<LruFlags>,
     online: Vec<bool>,
     large: Vec<LargeFolio>,
     large_free: Vec<u32>,
@@ -146,6 +167,8 @@ impl MemMap {
             // for which all-zero bytes are valid; pages are reset to Page::default()
             // when their section comes online, before any use.
             pages: unsafe { HugeBuf::zeroed(nr_pages as usize) },
+            // SAFETY: all-zero bytes are LruFlags::empty().
+            lru: unsafe { HugeBuf::zeroed(nr_pages as usize) },
             online: vec![false; n],
             large: Vec::new(),
             large_free: Vec::new(),
@@ -162,7 +185,8 @@ impl MemMap {
             if !self.online[s] {
                 self.online[s] = true;
                 let range = s * SECTION_PAGES..((s + 1) * SECTION_PAGES).min(self.nr_pages as usize);
-                self.pages[range].fill(Page::default());
+                self.pages[range.clone()].fill(Page::default());
+                self.lru[range].fill(LruFlags::empty());
             }
         }
     }
@@ -183,6 +207,17 @@ impl MemMap {
     #[inline]
     pub fn try_page(&self, pfn: Pfn) -> Option<&Page> {
         self.is_online(pfn).then(|| &self.pages[pfn.0 as usize])
+    }
+    /// The LRU flags of folio `folio` (its head page).
+    #[inline]
+    pub fn lru(&self, folio: Pfn) -> LruFlags {
+        debug_assert!(self.is_online(folio), "page {folio:?} in an offline section");
+        self.lru[folio.0 as usize]
+    }
+    #[inline]
+    pub fn lru_mut(&mut self, folio: Pfn) -> &mut LruFlags {
+        debug_assert!(self.is_online(folio), "page {folio:?} in an offline section");
+        &mut self.lru[folio.0 as usize]
     }
     /// The struct page of a buddy block, None past the end of RAM. A block and its
     /// buddy share a section (the largest block is smaller than one), so the block

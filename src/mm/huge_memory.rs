@@ -487,20 +487,27 @@ pub fn deferred_split_folio(k: &mut Kernel, folio: Pfn, partially_mapped: bool) 
     ds_queue_add(k, folio);
 }
 
+/// The page whose list links hold a queued folio's place on the deferred split queue:
+/// its third, as the kernel keeps _deferred_list in a tail page (only folios of order
+/// 2 and up are queued), leaving the head's links to the LRU.
+pub(crate) fn deferred_list(folio: Pfn) -> Pfn {
+    Pfn(folio.0 + 2)
+}
+
 /// Put a folio at the tail of the deferred split queue unless it is on it.
 fn ds_queue_add(k: &mut Kernel, folio: Pfn) {
     if !k.memmap.folio_test(folio, PageFlags::DEFERRED) {
         k.memmap.folio_set(folio, PageFlags::DEFERRED);
         let tail = k.ds_queue.tail;
         {
-            let p = k.memmap.page_mut(folio);
+            let p = k.memmap.page_mut(deferred_list(folio));
             p.lru_prev = tail;
             p.lru_next = NIL;
         }
         if tail == NIL {
             k.ds_queue.head = folio.0 as u32;
         } else {
-            k.memmap.page_mut(Pfn(tail as u64)).lru_next = folio.0 as u32;
+            k.memmap.page_mut(deferred_list(Pfn(tail as u64))).lru_next = folio.0 as u32;
         }
         k.ds_queue.tail = folio.0 as u32;
         k.ds_queue.len += 1;
@@ -524,18 +531,18 @@ pub fn folio_unqueue_deferred_split(k: &mut Kernel, folio: Pfn) {
 fn ds_queue_del(k: &mut Kernel, folio: Pfn) {
     k.memmap.folio_clear(folio, PageFlags::DEFERRED);
     let (prev, next) = {
-        let p = k.memmap.page(folio);
-        (p.lru_prev, p.lru_next)
+        let p = k.memmap.page_mut(deferred_list(folio));
+        (std::mem::replace(&mut p.lru_prev, NIL), std::mem::replace(&mut p.lru_next, NIL))
     };
     if prev == NIL {
         k.ds_queue.head = next;
     } else {
-        k.memmap.page_mut(Pfn(prev as u64)).lru_next = next;
+        k.memmap.page_mut(deferred_list(Pfn(prev as u64))).lru_next = next;
     }
     if next == NIL {
         k.ds_queue.tail = prev;
     } else {
-        k.memmap.page_mut(Pfn(next as u64)).lru_prev = prev;
+        k.memmap.page_mut(deferred_list(Pfn(next as u64))).lru_prev = prev;
     }
     k.ds_queue.len -= 1;
 }
@@ -694,12 +701,17 @@ fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
     for i in 0..nr {
         let p = k.memmap.page_mut(Pfn(folio.0 + i));
         debug_assert_eq!(p.mapcount, 0, "page {i} still mapped after unmap_folio");
+        let head = i == 0;
         *p = Page {
             flags: (p.flags & PageFlags::ANON_EXCLUSIVE) | inherit | PageFlags::INUSE,
             mapcount: 0,
-            refcount: if i == 0 { pins } else { 0 },
+            refcount: if head { pins } else { 0 },
             index: p.index,
             nonzero: p.nonzero,
+            // The head keeps its place on its LRU list (lru_add_split_folio puts the
+            // tails beside it).
+            lru_prev: if head { p.lru_prev } else { NIL },
+            lru_next: if head { p.lru_next } else { NIL },
             ..Page::default()
         };
     }

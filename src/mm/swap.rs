@@ -7,16 +7,17 @@
 //! (folio_add_lru sets PG_active only under lru_gen), a lazyfree one to the inactive
 //! file list (lru_lazyfree).
 //!
-//! A folio's LRU state (the lru links, PG_lru, PG_active, PG_referenced,
-//! PG_workingset) is kept beside the memmap, by head pfn, so struct page stays 32
-//! bytes. The lru_add batch takes no reference here (the kernel's does): a reference
-//! more would change every refcount test the model already matches; a folio freed
-//! while waiting in it just leaves it.
+//! A folio's LRU state is where the kernel keeps it: the list links in its head
+//! struct page (`lru_prev`, `lru_next`) and PG_lru, PG_active, PG_referenced and
+//! PG_workingset in its page flags (`LruFlags`, a byte per page beside the memmap,
+//! as struct page's own flags word is full), so every list operation is a few
+//! indexed loads. The lru_add batch takes no reference here (the kernel's does): a
+//! reference more would change every refcount test the model already matches; a
+//! folio freed while waiting in it just leaves it.
 
-use super::folio::PageFlags;
+use super::folio::{LruFlags, MemMap, PageFlags, NIL};
 use super::Kernel;
 use crate::hw::Pfn;
-use std::collections::HashMap;
 
 /// PAGEVEC_SIZE: the folios a folio_batch holds.
 pub const PAGEVEC_SIZE: usize = 31;
@@ -52,36 +53,49 @@ impl LruList {
             LruList::ActiveAnon
         }
     }
-}
-
-/// One folio's LRU state. `prev` is toward the list's head (newer), `next` toward
-/// its tail (older), where reclaim takes folios (lru_to_folio).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LruFolio {
-    prev: Option<u64>,
-    next: Option<u64>,
-    /// The list it is on while `lru`; pages it counts there.
-    list: Option<LruList>,
-    pages: u64,
-    /// PG_lru: on a list (not isolated, not waiting in the batch).
-    pub lru: bool,
-    pub active: bool,
-    pub referenced: bool,
-    pub workingset: bool,
+    /// The list of a type and activeness.
+    fn of(file: bool, active: bool) -> LruList {
+        match (file, active) {
+            (false, false) => LruList::InactiveAnon,
+            (false, true) => LruList::ActiveAnon,
+            (true, false) => LruList::InactiveFile,
+            (true, true) => LruList::ActiveFile,
+        }
+    }
+    /// The flags that say a folio is on this list.
+    fn flags(self) -> LruFlags {
+        let mut f = LruFlags::LRU;
+        f.set(LruFlags::ON_ACTIVE, self.is_active());
+        f.set(LruFlags::ON_FILE, self.is_file());
+        f
+    }
 }
 
 /// struct lruvec: the four lists, their sizes in pages, the reclaim cost balance.
-#[derive(Default)]
+/// A list runs from `head` (newest) through each folio's `lru_next` to `tail`
+/// (oldest, where reclaim takes folios: lru_to_folio); `lru_prev` points back.
 pub struct Lruvec {
-    head: [Option<u64>; 4],
-    tail: [Option<u64>; 4],
+    head: [u32; 4],
+    tail: [u32; 4],
     nr_pages: [u64; 4],
-    folios: HashMap<u64, LruFolio>,
     /// cpu_fbatches.lru_add of the one CPU the workload's faults run on.
     fbatch: Vec<Pfn>,
     /// lruvec->anon_cost and file_cost (lru_note_cost).
     pub anon_cost: u64,
     pub file_cost: u64,
+}
+
+impl Default for Lruvec {
+    fn default() -> Self {
+        Lruvec {
+            head: [NIL; 4],
+            tail: [NIL; 4],
+            nr_pages: [0; 4],
+            fbatch: Vec::with_capacity(PAGEVEC_SIZE),
+            anon_cost: 0,
+            file_cost: 0,
+        }
+    }
 }
 
 impl Lruvec {
@@ -95,84 +109,116 @@ impl Lruvec {
         self.nr_pages[lru as usize]
     }
 
-    /// The folio's LRU state, if it has been added to the LRU (or its batch).
-    pub fn state(&self, folio: Pfn) -> Option<&LruFolio> {
-        self.folios.get(&folio.0)
-    }
-    pub fn state_mut(&mut self, folio: Pfn) -> &mut LruFolio {
-        self.folios.entry(folio.0).or_default()
-    }
-
     /// lru_to_folio: the oldest folio on `lru`.
     pub fn lru_to_folio(&self, lru: LruList) -> Option<Pfn> {
-        self.tail[lru as usize].map(Pfn)
+        let t = self.tail[lru as usize];
+        (t != NIL).then_some(Pfn(t as u64))
     }
 
-    /// lruvec_add_folio: at the head of `lru`, counting `pages`.
-    fn add(&mut self, folio: Pfn, lru: LruList, pages: u64) {
+    /// lruvec_add_folio: at the head of `lru`, counting the folio's pages.
+    fn add(&mut self, mm: &mut MemMap, folio: Pfn, lru: LruList) {
         let l = lru as usize;
         let old_head = self.head[l];
-        {
-            let s = self.folios.entry(folio.0).or_default();
-            debug_assert!(!s.lru, "folio {folio:?} already on an LRU list");
-            s.prev = None;
-            s.next = old_head;
-            s.list = Some(lru);
-            s.pages = pages;
-            s.lru = true;
+        let f = mm.lru_mut(folio);
+        debug_assert!(!f.contains(LruFlags::LRU), "folio {folio:?} already on an LRU list");
+        *f = (*f - (LruFlags::ON_ACTIVE | LruFlags::ON_FILE)) | lru.flags();
+        let p = mm.page_mut(folio);
+        p.lru_prev = NIL;
+        p.lru_next = old_head;
+        if old_head == NIL {
+            self.tail[l] = folio.0 as u32;
+        } else {
+            mm.page_mut(Pfn(old_head as u64)).lru_prev = folio.0 as u32;
         }
-        match old_head {
-            Some(h) => self.folios.get_mut(&h).expect("linked").prev = Some(folio.0),
-            None => self.tail[l] = Some(folio.0),
-        }
-        self.head[l] = Some(folio.0);
-        self.nr_pages[l] += pages;
+        self.head[l] = folio.0 as u32;
+        self.nr_pages[l] += mm.folio_nr_pages(folio);
+    }
+
+    /// The list folio `folio` is on (PG_lru set).
+    fn list_of(mm: &MemMap, folio: Pfn) -> LruList {
+        let f = mm.lru(folio);
+        debug_assert!(f.contains(LruFlags::LRU), "folio {folio:?} on no LRU list");
+        LruList::of(f.contains(LruFlags::ON_FILE), f.contains(LruFlags::ON_ACTIVE))
     }
 
     /// lruvec_del_folio: off its list (PG_lru cleared); its other flags stay.
-    pub fn del(&mut self, folio: Pfn) {
-        let s = self.folios.get_mut(&folio.0).expect("a folio on the LRU");
-        let (prev, next, lru, pages) = (s.prev, s.next, s.list.take().expect("on a list"), s.pages);
-        s.lru = false;
-        s.prev = None;
-        s.next = None;
-        let l = lru as usize;
-        match prev {
-            Some(p) => self.folios.get_mut(&p).expect("linked").next = next,
-            None => self.head[l] = next,
+    pub fn del(&mut self, mm: &mut MemMap, folio: Pfn) {
+        let l = Self::list_of(mm, folio) as usize;
+        mm.lru_mut(folio)
+            .remove(LruFlags::LRU | LruFlags::ON_ACTIVE | LruFlags::ON_FILE);
+        let p = mm.page_mut(folio);
+        let (prev, next) = (
+            std::mem::replace(&mut p.lru_prev, NIL),
+            std::mem::replace(&mut p.lru_next, NIL),
+        );
+        if prev == NIL {
+            self.head[l] = next;
+        } else {
+            mm.page_mut(Pfn(prev as u64)).lru_next = next;
         }
-        match next {
-            Some(n) => self.folios.get_mut(&n).expect("linked").prev = prev,
-            None => self.tail[l] = prev,
+        if next == NIL {
+            self.tail[l] = prev;
+        } else {
+            mm.page_mut(Pfn(next as u64)).lru_prev = prev;
         }
-        self.nr_pages[l] -= pages;
+        self.nr_pages[l] -= mm.folio_nr_pages(folio);
     }
 
     /// list_add_tail(&new->lru, &folio->lru): `new` right on the newer side of
-    /// `folio`, on its list.
-    fn add_before(&mut self, new: Pfn, folio: Pfn) {
-        let s = self.folios[&folio.0];
-        let lru = s.list.expect("on a list");
-        let l = lru as usize;
-        {
-            let n = self.folios.entry(new.0).or_default();
-            n.prev = s.prev;
-            n.next = Some(folio.0);
-            n.list = Some(lru);
-            n.pages = 1;
-            n.lru = true;
+    /// `folio`, on its list; the list's count already covers it.
+    fn add_before(&mut self, mm: &mut MemMap, new: Pfn, folio: Pfn) {
+        let lru = Self::list_of(mm, folio);
+        *mm.lru_mut(new) |= lru.flags();
+        let prev = mm.page(folio).lru_prev;
+        let n = mm.page_mut(new);
+        n.lru_prev = prev;
+        n.lru_next = folio.0 as u32;
+        if prev == NIL {
+            self.head[lru as usize] = new.0 as u32;
+        } else {
+            mm.page_mut(Pfn(prev as u64)).lru_next = new.0 as u32;
         }
-        match s.prev {
-            Some(p) => self.folios.get_mut(&p).expect("linked").next = Some(new.0),
-            None => self.head[l] = Some(new.0),
+        mm.page_mut(folio).lru_prev = new.0 as u32;
+    }
+
+    /// Every list linked both ways, each folio on it in use with PG_lru and its list
+    /// flagged, and no more pages on it than its size. (Not equal: a split's tails that
+    /// are freed at once, unmapped zero-filled pages, stay counted in the head's list.)
+    pub fn check(&self, mm: &MemMap) -> Result<(), String> {
+        for lru in LruList::EVICTABLE {
+            let (mut at, mut next, mut pages) = (self.tail[lru as usize], NIL, 0u64);
+            while at != NIL {
+                let folio = Pfn(at as u64);
+                let p = mm.page(folio);
+                if p.lru_next != next
+                    || mm.lru(folio) & !(LruFlags::ACTIVE | LruFlags::REFERENCED | LruFlags::WORKINGSET) != lru.flags()
+                    || !p.flags.contains(PageFlags::INUSE)
+                {
+                    return Err(format!("{lru:?} list: bad entry {at:#x} ({p:?}, {:?})", mm.lru(folio)));
+                }
+                pages += mm.folio_nr_pages(folio);
+                if pages > self.nr_pages[lru as usize] {
+                    return Err(format!("{lru:?} list longer than its size"));
+                }
+                next = at;
+                at = p.lru_prev;
+            }
+            if next != self.head[lru as usize] {
+                return Err(format!("{lru:?} list: its head is not its newest folio"));
+            }
         }
-        self.folios.get_mut(&folio.0).expect("linked").prev = Some(new.0);
+        Ok(())
     }
 
     /// Folios from the oldest on `lru`.
     #[cfg(test)]
-    pub fn iter_from_tail(&self, lru: LruList) -> impl Iterator<Item = Pfn> + '_ {
-        std::iter::successors(self.tail[lru as usize], move |p| self.folios[p].prev).map(Pfn)
+    pub fn iter_from_tail<'a>(&self, mm: &'a MemMap, lru: LruList) -> impl Iterator<Item = Pfn> + 'a {
+        let first = self.tail[lru as usize];
+        std::iter::successors((first != NIL).then_some(first), move |&p| {
+            let prev = mm.page(Pfn(p as u64)).lru_prev;
+            (prev != NIL).then_some(prev)
+        })
+        .map(|p| Pfn(p as u64))
     }
 }
 
@@ -181,26 +227,23 @@ impl Kernel {
     /// swap-backed) folios are on the file lists.
     pub fn folio_lru_list(&self, folio: Pfn) -> LruList {
         let file = !self.memmap.folio_test(folio, PageFlags::SWAPBACKED);
-        let active = self.lruvec.state(folio).is_some_and(|s| s.active);
-        match (file, active) {
-            (false, false) => LruList::InactiveAnon,
-            (false, true) => LruList::ActiveAnon,
-            (true, false) => LruList::InactiveFile,
-            (true, true) => LruList::ActiveFile,
-        }
+        LruList::of(file, self.memmap.lru(folio).contains(LruFlags::ACTIVE))
     }
 
     /// lruvec_add_folio: onto the head of the list its flags say.
     pub fn lruvec_add_folio(&mut self, folio: Pfn) {
         let lru = self.folio_lru_list(folio);
-        let pages = self.memmap.folio_nr_pages(folio);
-        self.lruvec.add(folio, lru, pages);
+        self.lruvec.add(&mut self.memmap, folio, lru);
+    }
+
+    /// lruvec_del_folio.
+    pub fn lruvec_del_folio(&mut self, folio: Pfn) {
+        self.lruvec.del(&mut self.memmap, folio);
     }
 
     /// folio_add_lru_vma / folio_add_lru: a new folio waits in the lru_add batch,
     /// which moves to the lists when full, or at once for a large folio.
     pub fn folio_add_lru(&mut self, folio: Pfn) {
-        self.lruvec.state_mut(folio);
         self.lruvec.fbatch.push(folio);
         if self.lruvec.fbatch.len() == PAGEVEC_SIZE || self.memmap.folio_order(folio) > 0 {
             self.lru_add_drain();
@@ -209,21 +252,23 @@ impl Kernel {
 
     /// lru_add_drain: the batch's folios onto their lists, in the order added.
     pub fn lru_add_drain(&mut self) {
-        for folio in std::mem::take(&mut self.lruvec.fbatch) {
+        for i in 0..self.lruvec.fbatch.len() {
+            let folio = self.lruvec.fbatch[i];
             self.lruvec_add_folio(folio);
         }
+        self.lruvec.fbatch.clear();
     }
 
     /// lru_lazyfree (MADV_FREE of a swap-backed anon folio): to the inactive file
     /// list, PG_active, PG_referenced and SWAPBACKED cleared.
     pub fn lru_lazyfree(&mut self, folio: Pfn) {
-        let on_lru = self.lruvec.state(folio).is_some_and(|s| s.lru);
+        let on_lru = self.memmap.lru(folio).contains(LruFlags::LRU);
         if on_lru {
-            self.lruvec.del(folio);
+            self.lruvec_del_folio(folio);
         }
-        let s = self.lruvec.state_mut(folio);
-        s.active = false;
-        s.referenced = false;
+        self.memmap
+            .lru_mut(folio)
+            .remove(LruFlags::ACTIVE | LruFlags::REFERENCED);
         self.memmap.folio_clear(folio, PageFlags::SWAPBACKED);
         if on_lru {
             self.lruvec_add_folio(folio);
@@ -233,10 +278,10 @@ impl Kernel {
     /// folio_isolate_lru: take the folio off its list, with a reference, for the
     /// caller; false when it is not on one (still in the batch, or isolated already).
     pub fn folio_isolate_lru(&mut self, folio: Pfn) -> bool {
-        if !self.lruvec.state(folio).is_some_and(|s| s.lru) {
+        if !self.memmap.lru(folio).contains(LruFlags::LRU) {
             return false;
         }
-        self.lruvec.del(folio);
+        self.lruvec_del_folio(folio);
         self.folio_ref_add(folio, 1);
         true
     }
@@ -248,41 +293,35 @@ impl Kernel {
         self.folio_put(folio);
     }
 
-    /// __page_cache_release (a folio being freed): off the LRU, out of the batch.
+    /// __page_cache_release (a folio being freed): off the LRU, out of the batch,
+    /// its LRU flags cleared.
     pub(super) fn lru_forget_folio(&mut self, folio: Pfn) {
-        let Some(s) = self.lruvec.folios.get(&folio.0).copied() else {
-            return;
-        };
-        if s.lru {
-            self.lruvec.del(folio);
-        } else if let Some(i) = self.lruvec.fbatch.iter().position(|&f| f == folio) {
+        let f = self.memmap.lru(folio);
+        if f.contains(LruFlags::LRU) {
+            self.lruvec_del_folio(folio);
+        } else if let Some(i) = self.lruvec.fbatch.iter().position(|&b| b == folio) {
             self.lruvec.fbatch.remove(i);
         }
-        self.lruvec.folios.remove(&folio.0);
+        *self.memmap.lru_mut(folio) = LruFlags::empty();
     }
 
-    /// lru_add_split_folio for every new folio of a split (`folio` now order 0,
-    /// `nr` pages before): each tail takes the head's flags and, while the head is on
-    /// a list, goes right on its newer side, in ascending order; a tail of an isolated
-    /// head is isolated too (the caller lists it), one of a batched head joins the batch.
+    /// lru_add_split_folio for every new folio of a split (`folio` now order 0): each
+    /// tail takes the head's flags and, while the head is on a list, goes right on
+    /// its newer side, in ascending order; a tail of an isolated head is isolated too
+    /// (the caller lists it), one of a batched head joins the batch.
     pub(super) fn lru_add_split_folio(&mut self, folio: Pfn, nr: u64) {
-        let Some(head) = self.lruvec.folios.get(&folio.0).copied() else {
-            return;
-        };
-        self.lruvec.folios.get_mut(&folio.0).expect("present").pages = 1;
+        let head = self.memmap.lru(folio);
+        let inherit = head & (LruFlags::ACTIVE | LruFlags::REFERENCED | LruFlags::WORKINGSET);
+        let batched = !head.contains(LruFlags::LRU) && self.lruvec.fbatch.contains(&folio);
         for i in 1..nr {
             let tail = Pfn(folio.0 + i);
             if self.memmap.folio_ref_count(tail) == 0 {
                 continue;
             }
-            let s = self.lruvec.state_mut(tail);
-            s.active = head.active;
-            s.referenced = head.referenced;
-            s.workingset = head.workingset;
-            if head.lru {
-                // The head's count on its list already covers the tail.
-                self.lruvec.add_before(tail, folio);
-            } else if self.lruvec.fbatch.contains(&folio) {
+            *self.memmap.lru_mut(tail) = inherit;
+            if head.contains(LruFlags::LRU) {
+                self.lruvec.add_before(&mut self.memmap, tail, folio);
+            } else if batched {
                 self.lruvec.fbatch.push(tail);
             }
         }
@@ -313,7 +352,7 @@ mod tests {
         assert_eq!(k.lruvec.size(LruList::InactiveAnon), 40);
         let first = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
         assert_eq!(k.lruvec.lru_to_folio(LruList::InactiveAnon), Some(first));
-        assert_eq!(k.lruvec.iter_from_tail(LruList::InactiveAnon).count(), 40);
+        assert_eq!(k.lruvec.iter_from_tail(&k.memmap, LruList::InactiveAnon).count(), 40);
     }
 
     #[test]
@@ -332,7 +371,7 @@ mod tests {
         assert_eq!(k.lruvec.size(LruList::InactiveAnon), 16);
         let order: Vec<u64> = k
             .lruvec
-            .iter_from_tail(LruList::InactiveAnon)
+            .iter_from_tail(&k.memmap, LruList::InactiveAnon)
             .map(|p| p.0 - folio.0)
             .collect();
         assert_eq!(order, [0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]);
@@ -348,6 +387,9 @@ mod tests {
         }
         k.do_munmap(mm, BASE, BASE + (40 << 12));
         assert_eq!(k.lruvec.size(LruList::InactiveAnon), 0);
-        assert!(k.lruvec.fbatch.is_empty() && k.lruvec.folios.is_empty());
+        assert!(k.lruvec.fbatch.is_empty());
+        assert!(
+            (0..k.memmap.nr_pages()).all(|p| k.memmap.try_page(Pfn(p)).is_none() || k.memmap.lru(Pfn(p)).is_empty())
+        );
     }
 }

@@ -8,7 +8,7 @@
 //! activates every piece, which stays mapped; with one (`swapon`) it is swapped out.
 //! Lazyfree (MADV_FREE) folios that are still clean are discarded.
 
-use super::folio::PageFlags;
+use super::folio::{LruFlags, PageFlags};
 use super::huge_memory::{can_split_folio, deferred_split_scan, split_folio_to_list};
 use super::rmap::TtuFlags;
 use super::swap::{LruList, PAGEVEC_SIZE};
@@ -106,7 +106,7 @@ impl Kernel {
     /// isolation took. Returns the pages reclaimed.
     pub fn reclaim_pages(&mut self, folios: Vec<Pfn>) -> u64 {
         for &folio in &folios {
-            self.lruvec.state_mut(folio).active = false;
+            self.memmap.lru_mut(folio).remove(LruFlags::ACTIVE);
         }
         let (stat, kept) = self.shrink_folio_list(folios, true);
         for folio in kept {
@@ -150,7 +150,7 @@ impl Kernel {
                 }
                 Verdict::Activate => {
                     if !self.memmap.folio_test(folio, PageFlags::MLOCKED) {
-                        self.lruvec.state_mut(folio).active = true;
+                        self.memmap.lru_mut(folio).insert(LruFlags::ACTIVE);
                         stat.nr_activate += self.memmap.folio_nr_pages(folio);
                     }
                     kept.push(folio);
@@ -208,10 +208,10 @@ impl Kernel {
         if locked {
             return FolioReferences::Activate;
         }
-        let s = self.lruvec.state_mut(folio);
-        let referenced_folio = std::mem::take(&mut s.referenced);
+        let s = self.memmap.lru_mut(folio);
+        let referenced_folio = s.contains(LruFlags::REFERENCED);
+        s.set(LruFlags::REFERENCED, referenced_ptes > 0);
         if referenced_ptes > 0 {
-            s.referenced = true;
             if referenced_folio || referenced_ptes > 1 {
                 return FolioReferences::Activate;
             }
@@ -412,7 +412,7 @@ impl Kernel {
                 break;
             };
             scan += self.memmap.folio_nr_pages(folio);
-            self.lruvec.del(folio);
+            self.lruvec_del_folio(folio);
             self.folio_ref_add(folio, 1);
             taken.push(folio);
         }
@@ -481,9 +481,9 @@ impl Kernel {
         let mut inactive = Vec::new();
         for folio in folios {
             self.folio_referenced(folio);
-            let s = self.lruvec.state_mut(folio);
-            s.active = false;
-            s.workingset = true;
+            let s = self.memmap.lru_mut(folio);
+            s.remove(LruFlags::ACTIVE);
+            s.insert(LruFlags::WORKINGSET);
             inactive.push(folio);
         }
         let nr_deactivate = self.move_folios_to_lru(inactive);
@@ -834,7 +834,7 @@ mod tests {
             let a = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
             let b = k.memmap.folio_of(k.page_table_pfn(mm, BASE + K4).unwrap());
             assert_eq!(k.folio_check_references(a), FolioReferences::Keep);
-            assert!(k.lruvec.state(a).unwrap().referenced);
+            assert!(k.memmap.lru(a).contains(LruFlags::REFERENCED));
             assert_eq!(k.folio_check_references(b), FolioReferences::Keep);
             // ptep_clear_flush_young's TLBIs complete at the next DSB (here the one a
             // batch flush issues); then a read walks again and sets the young bit, and
@@ -892,8 +892,8 @@ mod tests {
             written(&mut k, mm, 4 * K4, VmFlags::NOHUGEPAGE);
             k.lru_add_drain();
             let a = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
-            k.lruvec.del(a);
-            k.lruvec.state_mut(a).active = true;
+            k.lruvec_del_folio(a);
+            k.memmap.lru_mut(a).insert(LruFlags::ACTIVE);
             k.lruvec_add_folio(a);
             assert_eq!(k.lruvec.size(LruList::ActiveAnon), 1);
             k.shrink_active_list(
@@ -904,9 +904,9 @@ mod tests {
             assert_eq!(k.stat.event(VmEvent::PgDeactivate), 1);
             // A cgroup's reclaim: pgrefill counts only the node's.
             assert_eq!(k.stat.event(VmEvent::PgRefill), 0);
-            let s = k.lruvec.state(a).unwrap();
-            assert!(s.lru && !s.active && s.workingset);
-            assert_eq!(k.lruvec.iter_from_tail(LruList::InactiveAnon).last(), Some(a));
+            let s = k.memmap.lru(a);
+            assert!(s.contains(LruFlags::LRU | LruFlags::WORKINGSET) && !s.contains(LruFlags::ACTIVE));
+            assert_eq!(k.lruvec.iter_from_tail(&k.memmap, LruList::InactiveAnon).last(), Some(a));
         }
     }
 
