@@ -10,6 +10,7 @@ pub mod cpumask;
 pub mod hostmem;
 pub mod html;
 pub mod hw;
+pub mod kbuild;
 pub mod kcount;
 pub mod mm;
 pub mod native;

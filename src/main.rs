@@ -35,10 +35,14 @@ enum Command {
     Runs(cmd::runs::Args),
     /// Stored runs or saved reports side by side, change against the first.
     Compare(cmd::compare::Args),
+    /// The same workloads on two or more guest kernels (built or Debian's), side by side.
+    Ab(cmd::ab::Args),
     /// List the machine profiles: CPUs, features, and each cost with its source.
     Machines(cmd::machines::Args),
     /// The kernel presets (--kernel): what each sets, with the upstream commit.
     Kernels(cmd::kernels::Args),
+    /// Build arm64 kernels from source with patches, for --image (cached by inputs).
+    Kernel(cmd::kernel::Args),
     /// Run a program on the host and record its mmaps and page faults to a trace.
     Record(cmd::record::Args),
     /// Drive the model with a recorded trace: faults, mTHP counters, TLB behaviour.
@@ -58,8 +62,10 @@ fn main() -> ExitCode {
         Command::Reproduce(a) => cmd::reproduce::main(a, &cli.store),
         Command::Runs(a) => cmd::runs::main(a, &cli.store),
         Command::Compare(a) => cmd::compare::main(a, &cli.store),
+        Command::Ab(a) => cmd::ab::main(a, &cli.store),
         Command::Machines(a) => cmd::machines::main(a),
         Command::Kernels(a) => cmd::kernels::main(a),
+        Command::Kernel(a) => cmd::kernel::main(a),
         Command::Record(a) => cmd::record::main(a),
         Command::Replay(a) => cmd::replay::main(a, &cli.store),
         Command::Predict(a) => cmd::predict::main(a),

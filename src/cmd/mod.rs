@@ -1,9 +1,11 @@
 //! One module per subcommand. Each returns the process exit code, or an error that
 //! `main` prints and turns into exit status 2.
 
+pub mod ab;
 pub mod boot;
 pub mod calibrate;
 pub mod compare;
+pub mod kernel;
 pub mod kernels;
 pub mod machines;
 pub mod native;
