@@ -231,6 +231,31 @@ mod tests {
             .contains("64K"));
     }
 
+    #[test]
+    fn an_image_needs_a_qemu_target_of_its_page_size() {
+        let e = super::super::resolve(Target::Host, Some("0123abcd")).unwrap_err();
+        assert!(e.to_string().contains("give --target qemu-arm64"), "{e}");
+        let dir = std::env::temp_dir().join(format!("foliolab-image-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["Image", "System.map"] {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        std::fs::write(
+            dir.join(".config"),
+            "# Linux/arm64 6.12.117 Kernel Configuration\nCONFIG_ARM64_4K_PAGES=y\nCONFIG_ARM64_VA_BITS=48\n",
+        )
+        .unwrap();
+        let arg = dir.to_string_lossy().into_owned();
+        let e = super::super::resolve(Target::QemuArm64_16k, Some(&arg)).unwrap_err();
+        assert!(e.to_string().contains("has 4K pages"), "{e}");
+        let k = super::super::resolve(Target::QemuArm64, Some(&arg)).unwrap().unwrap();
+        assert_eq!((k.release, k.granule, k.va_bits), (Release(6, 12), Granule::K4, 48));
+        assert_eq!(k.machine_sets(), ["tlbi-range=on"]);
+        assert!(k.boot_sets().is_empty());
+        assert!(matches!(k.provenance, Provenance::Dir(_)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Debian's kernels resolve to the values the targets had as enum variants.
     #[test]
     fn debian_targets_keep_their_machine() {
