@@ -6,8 +6,6 @@
 //! store as a `native` run, and the whole comparison as an `ab` run.
 
 use crate::native::qemu::{self, GuestKernel, Target};
-use crate::report::Report;
-use crate::workload::Workload;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -38,40 +36,6 @@ fn kernel(arg: &str) -> Result<GuestKernel, qemu::QemuError> {
     }
 }
 
-/// Each workload's result on `k` (one boot for all that apply to it), and the boot's
-/// wall time shared out per workload.
-fn run_all(k: &GuestKernel, workloads: &[Workload]) -> (Vec<Result<Report, String>>, std::time::Duration) {
-    let misfit: Vec<Option<String>> = workloads
-        .iter()
-        .map(|w| crate::sim::granule_misfit(w, k.granule.page_size()).or_else(|| qemu::unsupported(w)))
-        .collect();
-    let fit: Vec<Workload> = workloads
-        .iter()
-        .zip(&misfit)
-        .filter(|(_, m)| m.is_none())
-        .map(|(w, _)| w.clone())
-        .collect();
-    let (mut results, share) = match qemu::run_guest(k, &fit) {
-        Ok(b) => {
-            eprintln!("{}: one boot ran {} workloads in {:.1} s", k.label(), fit.len(), b.wall.as_secs_f64());
-            let share = b.wall / fit.len().max(1) as u32;
-            (b.reports.into_iter(), share)
-        }
-        Err(e) => (
-            fit.iter().map(|_| Err(e.to_string())).collect::<Vec<_>>().into_iter(),
-            std::time::Duration::ZERO,
-        ),
-    };
-    let all = misfit
-        .into_iter()
-        .map(|m| match m {
-            Some(why) => Err(format!("{}{}: {why}", qemu::NOT_APPLICABLE, k.source)),
-            None => results.next().unwrap_or_else(|| Err("the batch has no result for it".into())),
-        })
-        .collect();
-    (all, share)
-}
-
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     if a.images.len() < 2 {
         return Err("ab compares two or more kernels: give --image at least twice".into());
@@ -92,7 +56,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let names: Vec<String> = a.images.clone();
     let mut per_kernel = Vec::new();
     for k in &kernels {
-        let (results, share) = run_all(k, &workloads);
+        let (results, share, _) = super::validate::run_guest_batch(k, &workloads, k.granule.page_size());
         for (w, r) in workloads.iter().zip(&results) {
             if let Ok(r) = r {
                 super::record_report(db, "native", w, r, None, share);

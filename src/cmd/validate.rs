@@ -87,18 +87,17 @@ fn host_runner() -> Box<Runner<'static>> {
     Box::new(move |w: &Workload| crate::native::run(w).map_err(|e| e.to_string()))
 }
 
-/// A guest kernel's runner: every workload runs in one boot, up front; the runner
-/// hands out the results in order (one workload's error stays that workload's). A
-/// workload whose offsets or lengths are not multiples of the target's page size
-/// (`page`) does not go to the guest (a touch of the rounded-up hole would kill the
-/// worker): it is not applicable there. Returns the runner, the boot's wall time
-/// shared out per workload, and each workload's wall time under QEMU.
-fn batched_runner(
+/// Every workload on `guest` in one boot, a result each: a workload whose offsets
+/// or lengths are not multiples of the page size (`page`) does not go to the guest (a
+/// touch of the rounded-up hole would kill the worker), nor one the runner cannot do:
+/// it is not applicable there. Returns the results, the boot's wall time shared out
+/// per workload, and each workload's wall time under QEMU.
+pub fn run_guest_batch(
     guest: &crate::native::qemu::GuestKernel,
     workloads: &[Workload],
     page: u64,
 ) -> (
-    Box<Runner<'static>>,
+    Vec<Result<Report, String>>,
     std::time::Duration,
     Vec<Option<std::time::Duration>>,
 ) {
@@ -136,12 +135,32 @@ fn batched_runner(
         .map(|m| if m.is_some() { None } else { guest.next() })
         .collect();
     let mut results = results.into_iter();
-    let mut all = misfit.into_iter().map(move |m| match m {
-        Some(why) => Err(format!("{}{source}: {why}", crate::native::qemu::NOT_APPLICABLE)),
-        None => results
-            .next()
-            .unwrap_or_else(|| Err("the batch has no result for it".into())),
-    });
+    let all = misfit
+        .into_iter()
+        .map(|m| match m {
+            Some(why) => Err(format!("{}{source}: {why}", crate::native::qemu::NOT_APPLICABLE)),
+            None => results
+                .next()
+                .unwrap_or_else(|| Err("the batch has no result for it".into())),
+        })
+        .collect();
+    (all, share, times)
+}
+
+/// A guest kernel's runner: every workload runs in one boot, up front
+/// (`run_guest_batch`); the runner hands out the results in order (one workload's
+/// error stays that workload's).
+fn batched_runner(
+    guest: &crate::native::qemu::GuestKernel,
+    workloads: &[Workload],
+    page: u64,
+) -> (
+    Box<Runner<'static>>,
+    std::time::Duration,
+    Vec<Option<std::time::Duration>>,
+) {
+    let (results, share, times) = run_guest_batch(guest, workloads, page);
+    let mut all = results.into_iter();
     let runner = Box::new(move |w: &Workload| {
         all.next()
             .unwrap_or_else(|| Err(format!("{}: the batch has no result for it", w.path)))
