@@ -39,7 +39,11 @@ fn build(args: &[&str]) -> (String, f64, bool) {
 
 fn entries() -> Vec<String> {
     std::fs::read_dir(foliolab::kbuild::kernels_dir())
-        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -65,7 +69,10 @@ fn a_second_build_is_a_cache_hit_and_a_bad_patch_caches_nothing() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("patch tests/kernel/does-not-apply.patch does not apply"), "{err}");
+    assert!(
+        err.contains("patch tests/kernel/does-not-apply.patch does not apply"),
+        "{err}"
+    );
     assert_eq!(entries(), before, "a failed build left something in the cache");
     // The tree is clean again: the unpatched build is still a hit, and the patched
     // one builds from the same tree.
@@ -113,17 +120,29 @@ fn one_flush_per_anonymous_fault_is_one_tlbi_per_fault_and_boots_repeat_exactly(
             .iter()
             .find(|r| r["counter"] == counter)
             .unwrap_or_else(|| panic!("{section}: no row {counter}: {table}"));
-        r["values"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
+        r["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect()
     };
     // Only rows that differ are listed: every one must be the patch's, never a
     // difference between the two boots of the same kernel.
     for s in table["sections"].as_array().unwrap() {
         for r in s["rows"].as_array().unwrap() {
             let v = r["values"].as_array().unwrap();
-            assert_eq!(v[0], v[1], "two boots of {base} differ: {} {}", s["label"], r["counter"]);
+            assert_eq!(
+                v[0], v[1],
+                "two boots of {base} differ: {} {}",
+                s["label"], r["counter"]
+            );
         }
     }
     let tlbi = row("phase faults", "arch.tlbi.vale1is");
     assert_eq!(tlbi[2] - tlbi[0], 2560, "one TLBI per fault: {tlbi:?}");
-    assert_eq!(row("phase faults", "arch.tlbi.total")[2] - row("phase faults", "arch.tlbi.total")[0], 2560);
+    assert_eq!(
+        row("phase faults", "arch.tlbi.total")[2] - row("phase faults", "arch.tlbi.total")[0],
+        2560
+    );
 }

@@ -30,7 +30,9 @@ pub struct Args {
 fn kernel(arg: &str) -> Result<GuestKernel, qemu::QemuError> {
     use clap::ValueEnum;
     match Target::from_str(arg, false) {
-        Ok(Target::Host) => Err(qemu::QemuError::Run("--image host: the host is not a guest kernel".into())),
+        Ok(Target::Host) => Err(qemu::QemuError::Run(
+            "--image host: the host is not a guest kernel".into(),
+        )),
         Ok(t) => Ok(t.guest_kernel().expect("a QEMU target")),
         Err(_) => GuestKernel::image(arg),
     }

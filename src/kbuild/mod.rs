@@ -22,7 +22,10 @@ pub use tree::Compiler;
 
 /// foliolab's own config fragments, one for every kernel and one per page size
 /// (merged after `allnoconfig`, before the user's).
-const BASE_FRAGMENT: (&str, &str) = ("tools/kernel/base.config", include_str!("../../tools/kernel/base.config"));
+const BASE_FRAGMENT: (&str, &str) = (
+    "tools/kernel/base.config",
+    include_str!("../../tools/kernel/base.config"),
+);
 const FRAGMENT_4K: (&str, &str) = ("tools/kernel/4K.config", include_str!("../../tools/kernel/4K.config"));
 const FRAGMENT_16K: (&str, &str) = ("tools/kernel/16K.config", include_str!("../../tools/kernel/16K.config"));
 
@@ -166,8 +169,12 @@ fn resolve_source(source: &str) -> Result<Source, KbuildError> {
             link.display()
         ))
     })?;
-    let identity = std::fs::read_to_string(dir.join("identity"))
-        .map_err(|e| KbuildError::Input(format!("{}: {e} (run scripts/setup-kbuild)", dir.join("identity").display())))?;
+    let identity = std::fs::read_to_string(dir.join("identity")).map_err(|e| {
+        KbuildError::Input(format!(
+            "{}: {e} (run scripts/setup-kbuild)",
+            dir.join("identity").display()
+        ))
+    })?;
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -194,9 +201,8 @@ struct Inputs {
 }
 
 fn read_inputs(spec: &Spec) -> Result<Inputs, KbuildError> {
-    let read = |p: &Path, what: &str| {
-        std::fs::read(p).map_err(|e| KbuildError::Input(format!("{what} {}: {e}", p.display())))
-    };
+    let read =
+        |p: &Path, what: &str| std::fs::read(p).map_err(|e| KbuildError::Input(format!("{what} {}: {e}", p.display())));
     let patches = spec
         .patches
         .iter()
@@ -258,9 +264,12 @@ pub fn build(spec: &Spec, log: &mut dyn FnMut(&str)) -> Result<Built, KbuildErro
     if entry.join("Image").is_file() {
         return Ok(hit(start));
     }
-    let tree_dir = cache_dir()
-        .join("trees")
-        .join(format!("{}-{}-{}", inputs.source.name, spec.compiler.name(), spec.page_size.name()));
+    let tree_dir = cache_dir().join("trees").join(format!(
+        "{}-{}-{}",
+        inputs.source.name,
+        spec.compiler.name(),
+        spec.page_size.name()
+    ));
     let mut t = tree::Tree::open(&tree_dir, spec.compiler, log)?;
     // Another build of the same inputs may have finished while this one waited.
     if entry.join("Image").is_file() {
@@ -394,8 +403,14 @@ pub fn find(key: &str) -> Result<PathBuf, String> {
         .collect();
     match &matches[..] {
         [one] => Ok(one.clone()),
-        [] => Err(format!("no built kernel {key} in {} (foliolab kernel list)", dir.display())),
-        _ => Err(format!("{key}: {} built kernels start so; give more digits", matches.len())),
+        [] => Err(format!(
+            "no built kernel {key} in {} (foliolab kernel list)",
+            dir.display()
+        )),
+        _ => Err(format!(
+            "{key}: {} built kernels start so; give more digits",
+            matches.len()
+        )),
     }
 }
 

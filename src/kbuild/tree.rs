@@ -187,7 +187,13 @@ impl Tree {
         }
         let mut rsync = Command::new("rsync");
         rsync
-            .args(["-rlp", "--checksum", "--delete", "--exclude=/.git", "--exclude=/identity"])
+            .args([
+                "-rlp",
+                "--checksum",
+                "--delete",
+                "--exclude=/.git",
+                "--exclude=/identity",
+            ])
             .arg(format!("{}/", source.display()))
             .arg(format!("{}/", src.display()));
         run(rsync, "copying the source (rsync)", &self.dir.join("rsync.log"))?;
@@ -212,10 +218,7 @@ impl Tree {
         let mut result = Ok(());
         for (name, bytes) in patches {
             log(&format!("applying {name}"));
-            if let Err(e) = self
-                .patch(bytes, &["--dry-run"])
-                .and_then(|()| self.patch(bytes, &[]))
-            {
+            if let Err(e) = self.patch(bytes, &["--dry-run"]).and_then(|()| self.patch(bytes, &[])) {
                 result = Err(KbuildError::Input(format!("patch {name} does not apply: {e}")));
                 break;
             }
@@ -238,7 +241,15 @@ impl Tree {
     fn patch(&self, bytes: &[u8], extra: &[&str]) -> Result<(), String> {
         use std::io::Write;
         let mut child = Command::new("patch")
-            .args(["-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-r", "-", "-s"])
+            .args([
+                "-p1",
+                "--batch",
+                "--forward",
+                "--no-backup-if-mismatch",
+                "-r",
+                "-",
+                "-s",
+            ])
             .args(extra)
             .arg("-d")
             .arg(self.src())

@@ -77,10 +77,18 @@ impl GuestKernel {
             let config = std::fs::read_to_string(&config).map_err(|e| bad(format!("{}: {e}", config.display())))?;
             let (release, granule, va_bits) = from_config(&config).map_err(bad)?;
             let (symbols, provenance, source) = match crate::kbuild::read_entry(path) {
-                Ok(e) => (path.join("kallsyms"), Provenance::Build(e.key.clone()), format!("qemu-arm64:{}", e.key)),
+                Ok(e) => (
+                    path.join("kallsyms"),
+                    Provenance::Build(e.key.clone()),
+                    format!("qemu-arm64:{}", e.key),
+                ),
                 Err(_) => {
                     let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-                    (map, Provenance::Dir(canon.clone()), format!("qemu-arm64:{}", canon.display()))
+                    (
+                        map,
+                        Provenance::Dir(canon.clone()),
+                        format!("qemu-arm64:{}", canon.display()),
+                    )
                 }
             };
             return Ok(GuestKernel {
@@ -226,9 +234,11 @@ mod tests {
                  CONFIG_ARM64_16K_PAGES=y\nCONFIG_ARM64_VA_BITS=52\n";
         assert_eq!(from_config(c), Ok((Release(6, 12), Granule::K16, 52)));
         assert!(from_config("CONFIG_ARM64_4K_PAGES=y\n").unwrap_err().contains("header"));
-        assert!(from_config("# Linux/arm64 6.12.1 Kernel Configuration\nCONFIG_ARM64_64K_PAGES=y\n")
-            .unwrap_err()
-            .contains("64K"));
+        assert!(
+            from_config("# Linux/arm64 6.12.1 Kernel Configuration\nCONFIG_ARM64_64K_PAGES=y\n")
+                .unwrap_err()
+                .contains("64K")
+        );
     }
 
     #[test]
