@@ -139,6 +139,11 @@ fn one_flush_per_anonymous_fault_is_one_tlbi_per_fault_and_boots_repeat_exactly(
             );
         }
     }
+    // flush_tlb_page: DSB ISHST, TLBI VALE1IS, DSB ISH, once per fault.
+    for key in ["arch.dsb.ishst", "arch.dsb.ish"] {
+        let v = row("phase faults", key);
+        assert_eq!(v[2] - v[0], 2560, "{key}: {v:?}");
+    }
     let tlbi = row("phase faults", "arch.tlbi.vale1is");
     assert_eq!(tlbi[2] - tlbi[0], 2560, "one TLBI per fault: {tlbi:?}");
     assert_eq!(
