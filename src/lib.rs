@@ -11,6 +11,7 @@ pub mod hostmem;
 pub mod html;
 pub mod input;
 pub mod hw;
+pub mod kbuild;
 pub mod kcount;
 pub mod mm;
 pub mod native;

@@ -44,12 +44,18 @@ enum Command {
     /// Stored runs or saved reports side by side, change against the first.
     #[command(after_help = "Examples:\n  foliolab compare 1 2\n  foliolab compare 1 2 --all --json")]
     Compare(cmd::compare::Args),
+    /// The same workloads on two or more guest kernels (built or Debian's), side by side.
+    #[command(after_help = "Examples:\n  foliolab ab tests/kernel/anon_faults.wl --image qemu-arm64 --image qemu-arm64-6.1  # qemu\n  foliolab ab tests/validation/fork_cow.wl --image qemu-arm64 --image qemu-arm64 --json  # qemu")]
+    Ab(cmd::ab::Args),
     /// List the machine profiles: CPUs, features, and each cost with its source.
     #[command(after_help = "Examples:\n  foliolab machines\n  foliolab machines altra-metal --notes")]
     Machines(cmd::machines::Args),
     /// The kernel presets (--kernel): what each sets, with the upstream commit.
     #[command(after_help = "Examples:\n  foliolab kernels\n  foliolab kernels --json")]
     Kernels(cmd::kernels::Args),
+    /// Build arm64 kernels from source with patches, for --image (cached by inputs).
+    #[command(after_help = "Examples:\n  foliolab kernel build --source 6.12  # kbuild\n  foliolab kernel build --source 6.12 --patch tests/kernel/flush-per-anon-fault.patch --json  # kbuild\n  foliolab kernel list")]
+    Kernel(cmd::kernel::Args),
     /// Run a program on the host and record its mmaps and page faults to a trace.
     #[command(after_help = "Examples:\n  foliolab record -o sort.trc -- sort --version  # root\n  foliolab record --no-aslr -o build.trc -- make -j2  # root")]
     Record(cmd::record::Args),
@@ -79,8 +85,10 @@ fn main() -> ExitCode {
         Command::Reproduce(a) => cmd::reproduce::main(a, &cli.store),
         Command::Runs(a) => cmd::runs::main(a, &cli.store),
         Command::Compare(a) => cmd::compare::main(a, &cli.store),
+        Command::Ab(a) => cmd::ab::main(a, &cli.store),
         Command::Machines(a) => cmd::machines::main(a),
         Command::Kernels(a) => cmd::kernels::main(a),
+        Command::Kernel(a) => cmd::kernel::main(a),
         Command::Record(a) => cmd::record::main(a),
         Command::Replay(a) => cmd::replay::main(a, &cli.store),
         Command::Predict(a) => cmd::predict::main(a),

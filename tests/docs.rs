@@ -120,6 +120,12 @@ fn unavailable(flags: &[&str]) -> Option<String> {
                     return Some(format!("needs scripts/setup-qemu's guests in {}", cache.display()));
                 }
             }
+            "kbuild" => {
+                let src = foliolab::kbuild::cache_dir().join("src/6.12/identity");
+                if !src.is_file() {
+                    return Some(format!("needs scripts/setup-kbuild's source ({} is missing)", src.display()));
+                }
+            }
             _ => {}
         }
     }
@@ -330,7 +336,7 @@ fn the_summary_lists_every_page_of_the_guide() {
 /// The subcommands whose help must end with examples.
 const SUBCOMMANDS: &[&str] = &[
     "run", "native", "validate", "boot", "reproduce", "calibrate", "runs", "compare", "machines", "kernels",
-    "record", "replay", "predict", "sweep", "bench",
+    "record", "replay", "predict", "sweep", "bench", "kernel", "ab",
 ];
 
 /// The examples a help text ends with: `  foliolab ...` lines after `Examples:`, each
@@ -341,7 +347,7 @@ fn help_examples(help: &str) -> Vec<(String, Vec<&'static str>)> {
         .map_while(|l| l.strip_prefix("  foliolab "))
         .map(|l| {
             let (cmd, note) = l.split_once("  # ").unwrap_or((l, ""));
-            let flags = ["root", "qemu"]
+            let flags = ["root", "qemu", "kbuild"]
                 .into_iter()
                 .filter(|f| note.split([',', ':']).any(|n| n.trim() == *f))
                 .collect();

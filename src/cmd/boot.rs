@@ -330,7 +330,7 @@ pub fn main(a: Args) -> CmdResult {
         if !a.holes.is_empty() {
             return Err("--target boots a guest of --ram with no holes".into());
         }
-        let guest = crate::native::qemu::boot_map_mem(target, a.ram)?;
+        let guest = crate::native::qemu::boot_map_mem(&target.guest_kernel().ok_or("--target host has no map_mem to boot")?, a.ram)?;
         let spec = guest_spec(target, kernel, a.ram, &guest, &a.set)?;
         let report = model_report(&spec)?;
         let agree = ["arch.tlbi.total", "arch.dsb.ish", "arch.dsb.ishst", "arch.isb"]

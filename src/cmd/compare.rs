@@ -116,7 +116,7 @@ fn add_modeled_time(r: &mut Report, time: Option<&serde_json::Value>) {
 
 /// `{"columns": [...], "sections": [{"label", "rows": [{"counter", "values", "pct"}]}]}`,
 /// `pct` against the first column (null from a zero base).
-fn json(columns: &[(String, Report)], all: bool) -> serde_json::Value {
+pub(crate) fn json(columns: &[(String, Report)], all: bool) -> serde_json::Value {
     let sections: Vec<serde_json::Value> = sections(columns, all)
         .into_iter()
         .map(|s| {

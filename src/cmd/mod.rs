@@ -1,10 +1,12 @@
 //! One module per subcommand. Each returns the process exit code, or an error that
 //! `main` prints and turns into exit status 2.
 
+pub mod ab;
 pub mod bench;
 pub mod boot;
 pub mod calibrate;
 pub mod compare;
+pub mod kernel;
 pub mod kernels;
 pub mod machines;
 pub mod native;

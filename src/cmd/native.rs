@@ -19,22 +19,26 @@ pub struct Args {
     /// pages; set up by scripts/setup-qemu).
     #[arg(long, value_enum, default_value = "host")]
     pub target: Target,
+    /// With a QEMU target: boot this kernel instead of Debian's, a key from
+    /// `foliolab kernel build` or a kernel build directory (Image, System.map, .config).
+    #[arg(long, value_name = "KEY|DIR")]
+    pub image: Option<String>,
     /// Print the report as JSON (`{"runs": [...]}` for several workloads).
     #[arg(long)]
     pub json: bool,
 }
 
-/// Runs `workloads` on `target`, a result per workload.
+/// Runs `workloads` on the host (None) or a guest kernel, a result per workload.
 pub fn run_on(
-    target: Target,
+    guest: Option<&qemu::GuestKernel>,
     workloads: &[crate::workload::Workload],
 ) -> Result<Vec<Result<Report, String>>, Box<dyn std::error::Error>> {
-    match target {
-        Target::Host => Ok(workloads
+    match guest {
+        None => Ok(workloads
             .iter()
             .map(|w| crate::native::run(w).map_err(|e| e.to_string()))
             .collect()),
-        _ => Ok(qemu::run_batch(target, workloads)?.reports),
+        Some(k) => Ok(qemu::run_guest(k, workloads)?.reports),
     }
 }
 
@@ -44,14 +48,15 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         .iter()
         .map(|p| crate::workload::parse_file(p))
         .collect::<Result<Vec<_>, _>>()?;
-    if let Some(why) = qemu::missing(a.target) {
+    let guest = qemu::resolve(a.target, a.image.as_deref())?;
+    if let Some(why) = guest.as_ref().and_then(qemu::guest_missing) {
         return Err(qemu::QemuError::NotSetUp(why).into());
     }
     if !a.program.is_empty() {
         return programs(&a);
     }
     let start = std::time::Instant::now();
-    let reports = run_on(a.target, &workloads)?
+    let reports = run_on(guest.as_ref(), &workloads)?
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
     // A batch's wall time is shared out evenly: the guest boots once for all of them.

@@ -210,7 +210,7 @@ pub fn run() -> Result<Seeds, Box<dyn std::error::Error>> {
             let ram = mib << 20;
             let guest = match (mib, &batch.map_mem) {
                 (2048, Some(m)) => m.clone(),
-                _ => qemu::boot_map_mem(target, ram)?,
+                _ => qemu::boot_map_mem(&target.guest_kernel().expect("a QEMU target"), ram)?,
             };
             let model = model_map_mem(target, kernel, ram, &guest)?;
             sizes.push((guest, model));

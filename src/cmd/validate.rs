@@ -31,7 +31,7 @@ pub struct Args {
     /// Instead of workloads: each seed's before and after on Debian's arm64 6.1 and
     /// 6.12 kernels under QEMU, against the model's 6.1 and 6.12 presets (one boot per
     /// kernel for the seed workloads, and per RAM size for seed 003's map_mem).
-    #[arg(long, conflicts_with_all = ["workloads", "target", "sets", "kernel"])]
+    #[arg(long, conflicts_with_all = ["workloads", "target", "image", "sets", "kernel"])]
     pub seeds: bool,
     /// A model variant, as for `run` (the host runs as it is).
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -42,6 +42,10 @@ pub struct Args {
     /// The kernel to compare with: this host's, or Linux 6.12 or 6.1 arm64 under QEMU.
     #[arg(long, value_enum, default_value = "host")]
     pub target: crate::native::qemu::Target,
+    /// With a QEMU target: boot this kernel instead of Debian's, a key from
+    /// `foliolab kernel build` or a kernel build directory (Image, System.map, .config).
+    #[arg(long, value_name = "KEY|DIR")]
+    pub image: Option<String>,
     /// The model's kernel preset (`foliolab kernels`); default: the target's release.
     #[arg(long, value_name = "6.1|6.12|6.18", value_parser = crate::sim::kernels::parse_kernel)]
     pub kernel: Option<crate::sim::kernels::Release>,
@@ -55,10 +59,20 @@ pub fn target_variants(
     kernel: Option<crate::sim::kernels::Release>,
     sets: &[String],
 ) -> Result<crate::sim::Variants, String> {
-    use crate::sim::kernels::{overlay, with_preset, Scope};
-    let kernel = kernel.unwrap_or(target.kernel());
-    let sets = overlay(target.machine_sets(), sets);
-    crate::sim::Variants::from_sets(&with_preset(kernel, Scope::Run, &sets))
+    guest_variants(target.guest_kernel().as_ref(), kernel, sets)
+}
+
+/// `target_variants` for a guest kernel (None: the host): its machine and release.
+pub fn guest_variants(
+    guest: Option<&crate::native::qemu::GuestKernel>,
+    kernel: Option<crate::sim::kernels::Release>,
+    sets: &[String],
+) -> Result<crate::sim::Variants, String> {
+    use crate::sim::kernels::{overlay, with_preset, Scope, KERNELS};
+    let own = guest.map_or(*KERNELS.last().expect("a preset"), |k| k.release);
+    let machine = guest.map(|k| k.machine_sets()).unwrap_or_default();
+    let sets = overlay(machine, sets);
+    crate::sim::Variants::from_sets(&with_preset(kernel.unwrap_or(own), Scope::Run, &sets))
 }
 
 /// Runs a workload on one side; the error is reported as that side's failure.
@@ -73,18 +87,17 @@ fn host_runner() -> Box<Runner<'static>> {
     Box::new(move |w: &Workload| crate::native::run(w).map_err(|e| e.to_string()))
 }
 
-/// A QEMU target's runner: every workload runs in one boot, up front; the runner
-/// hands out the results in order (one workload's error stays that workload's). A
-/// workload whose offsets or lengths are not multiples of the target's page size
-/// (`page`) does not go to the guest (a touch of the rounded-up hole would kill the
-/// worker): it is not applicable there. Returns the runner, the boot's wall time
-/// shared out per workload, and each workload's wall time under QEMU.
-fn batched_runner(
-    target: crate::native::qemu::Target,
+/// Every workload on `guest` in one boot, a result each: a workload whose offsets
+/// or lengths are not multiples of the page size (`page`) does not go to the guest (a
+/// touch of the rounded-up hole would kill the worker), nor one the runner cannot do:
+/// it is not applicable there. Returns the results, the boot's wall time shared out
+/// per workload, and each workload's wall time under QEMU.
+pub fn run_guest_batch(
+    guest: &crate::native::qemu::GuestKernel,
     workloads: &[Workload],
     page: u64,
 ) -> (
-    Box<Runner<'static>>,
+    Vec<Result<Report, String>>,
     std::time::Duration,
     Vec<Option<std::time::Duration>>,
 ) {
@@ -98,10 +111,12 @@ fn batched_runner(
         .filter(|(_, m)| m.is_none())
         .map(|(w, _)| w.clone())
         .collect();
-    let (results, share, guest) = match crate::native::qemu::run_batch(target, &fit) {
+    let source = guest.source.clone();
+    let (results, share, guest) = match crate::native::qemu::run_guest(guest, &fit) {
         Ok(b) => {
             eprintln!(
-                "{target:?}: one boot ran {} workloads in {:.1} s",
+                "{}: one boot ran {} workloads in {:.1} s",
+                guest.label(),
                 fit.len(),
                 b.wall.as_secs_f64()
             );
@@ -120,13 +135,32 @@ fn batched_runner(
         .map(|m| if m.is_some() { None } else { guest.next() })
         .collect();
     let mut results = results.into_iter();
-    let source = target.source();
-    let mut all = misfit.into_iter().map(move |m| match m {
-        Some(why) => Err(format!("{}{source}: {why}", crate::native::qemu::NOT_APPLICABLE)),
-        None => results
-            .next()
-            .unwrap_or_else(|| Err("the batch has no result for it".into())),
-    });
+    let all = misfit
+        .into_iter()
+        .map(|m| match m {
+            Some(why) => Err(format!("{}{source}: {why}", crate::native::qemu::NOT_APPLICABLE)),
+            None => results
+                .next()
+                .unwrap_or_else(|| Err("the batch has no result for it".into())),
+        })
+        .collect();
+    (all, share, times)
+}
+
+/// A guest kernel's runner: every workload runs in one boot, up front
+/// (`run_guest_batch`); the runner hands out the results in order (one workload's
+/// error stays that workload's).
+fn batched_runner(
+    guest: &crate::native::qemu::GuestKernel,
+    workloads: &[Workload],
+    page: u64,
+) -> (
+    Box<Runner<'static>>,
+    std::time::Duration,
+    Vec<Option<std::time::Duration>>,
+) {
+    let (results, share, times) = run_guest_batch(guest, workloads, page);
+    let mut all = results.into_iter();
     let runner = Box::new(move |w: &Workload| {
         all.next()
             .unwrap_or_else(|| Err(format!("{}: the batch has no result for it", w.path)))
@@ -618,7 +652,8 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     if a.seeds {
         return seeds_main(a.json, db);
     }
-    let v = target_variants(a.target, a.kernel, &a.sets)?;
+    let guest = crate::native::qemu::resolve(a.target, a.image.as_deref())?;
+    let v = guest_variants(guest.as_ref(), a.kernel, &a.sets)?;
     // Every workload is checked before anything runs: bad input is exit 2, up front.
     let workloads = a
         .workloads
@@ -626,20 +661,20 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         .map(|p| crate::workload::parse_file(p))
         .collect::<Result<Vec<_>, _>>()?;
     let start = std::time::Instant::now();
-    let (host, wall, guest_times) = match a.target {
-        crate::native::qemu::Target::Host => (host_runner(), None, Vec::new()),
-        target => {
-            if let Some(why) = crate::native::qemu::missing(target) {
+    let (host, wall, guest_times) = match &guest {
+        None => (host_runner(), None, Vec::new()),
+        Some(k) => {
+            if let Some(why) = crate::native::qemu::guest_missing(k) {
                 return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
             }
-            let (r, share, times) = batched_runner(target, &workloads, v.machine().granule.page_size());
+            let (r, share, times) = batched_runner(k, &workloads, v.machine().granule.page_size());
             (r, Some(share), times)
         }
     };
     let model_times = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    let model = match a.target {
-        crate::native::qemu::Target::Host => model_runner(v),
-        _ => {
+    let model = match guest {
+        None => model_runner(v),
+        Some(_) => {
             let times = model_times.clone();
             Box::new(move |w: &Workload| {
                 let start = std::time::Instant::now();

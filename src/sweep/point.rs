@@ -182,7 +182,7 @@ impl Point {
                 if hex(&Sha256::digest(&bytes)) != *sha256 {
                     return Err(PointError::Other(format!("{path}: changed since the sweep read it")));
                 }
-                let r = crate::trace::replay::replay(path, &bytes[..], &v, &[]).map_err(|e| e.to_string())?;
+                let r = crate::trace::replay::replay(path, std::io::Cursor::new(&bytes[..]), &v, &[]).map_err(|e| e.to_string())?;
                 let mut j = serde_json::to_value(&r).expect("a replay serializes");
                 if let Some(m) = &machine {
                     j["time"] = crate::cmd::report_value(&r.report, Some(m))["time"].take();

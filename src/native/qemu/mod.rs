@@ -29,6 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod kernel;
+pub use kernel::{GuestKernel, Provenance};
+
 /// A QEMU guest to run workloads on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Target {
@@ -44,85 +47,43 @@ pub enum Target {
 }
 
 impl Target {
-    /// The report's `source`, the cache's kernel directory and the base page size.
-    fn guest(self) -> Option<(&'static str, &'static str, Granule)> {
-        match self {
-            Target::Host => None,
-            Target::QemuArm64 => Some(("qemu-arm64", "arm64", Granule::K4)),
-            Target::QemuArm64_16k => Some(("qemu-arm64-16k", "arm64-16k", Granule::K16)),
-            Target::QemuArm64_61 => Some(("qemu-arm64-6.1", "arm64-6.1", Granule::K4)),
-        }
-    }
-
-    /// Where the guest places the workload's regions, past their addresses in the
-    /// workload: with 16K pages a top-level entry spans 128T, the whole of the
-    /// default user window, which holds the runner's stack and mappings; the model's
-    /// address space has only the workload in it. So the guest maps the regions
-    /// 128T up (an mmap hint past the 47-bit window), where their page tables are
-    /// their own, as with 4K pages (512G per entry) they are anyway.
-    fn va_offset(self) -> u64 {
-        match self {
-            Target::QemuArm64_16k => 1 << 47,
-            _ => 0,
-        }
+    /// The guest kernel the target boots: Debian's (scripts/setup-qemu); None for
+    /// the host.
+    pub fn guest_kernel(self) -> Option<GuestKernel> {
+        GuestKernel::debian(self)
     }
 
     /// The guest's base page size (4K for the host, whose own is not modelled here).
     pub fn granule(self) -> Granule {
-        self.guest().map_or(Granule::K4, |(_, _, g)| g)
+        self.guest_kernel().map_or(Granule::K4, |k| k.granule)
     }
 
-    /// The report's `source`: "qemu-arm64", "qemu-arm64-16k" or "host".
+    /// The report's `source`: "qemu-arm64", "qemu-arm64-16k", "qemu-arm64-6.1" or "host".
     pub fn source(self) -> &'static str {
-        self.guest().map_or("host", |(s, ..)| s)
-    }
-
-    /// The functions whose first entries bound map_mem at boot (paging_init inlines
-    /// it): its first call, memblock_mark_nomap (6.12: of the kfence pool; 6.1: of
-    /// the kernel image), and the first call after it, memblock_allow_resize (6.12,
-    /// whose map_mem ends mapping the kfence pool) or its own last call,
-    /// memblock_clear_nomap (6.1, where pgd_clear_fixmap and the TTBR1 switch follow).
-    fn map_mem_bounds(self) -> (&'static str, &'static str) {
-        match self.kernel() {
-            Release(6, 1) => ("memblock_mark_nomap", "memblock_clear_nomap"),
-            _ => ("memblock_mark_nomap", "memblock_allow_resize"),
-        }
-    }
-
-    /// The `boot --set` values of the target's kernel build and CPU: Debian's 6.12 is a
-    /// 52-bit VA kernel, which with 4K pages on `-cpu max` (FEAT_LPA2) runs five levels
-    /// of tables (16K pages reach 52 bits with four).
-    pub fn boot_sets(self) -> Vec<String> {
         match self {
-            Target::QemuArm64 => vec!["pgtable-levels=5".into()],
-            Target::Host | Target::QemuArm64_16k | Target::QemuArm64_61 => Vec::new(),
+            Target::Host => "host",
+            Target::QemuArm64 => "qemu-arm64",
+            Target::QemuArm64_16k => "qemu-arm64-16k",
+            Target::QemuArm64_61 => "qemu-arm64-6.1",
         }
+    }
+
+    /// The `boot --set` values of the target's kernel build and CPU
+    /// (`GuestKernel::boot_sets`).
+    pub fn boot_sets(self) -> Vec<String> {
+        self.guest_kernel().map(|k| k.boot_sets()).unwrap_or_default()
     }
 
     /// The kernel release the target runs (its `--kernel` preset by default).
     pub fn kernel(self) -> Release {
-        match self {
-            Target::Host => *crate::sim::kernels::KERNELS.last().expect("a preset"),
-            Target::QemuArm64 | Target::QemuArm64_16k => Release(6, 12),
-            Target::QemuArm64_61 => Release(6, 1),
-        }
+        self.guest_kernel()
+            .map_or(*crate::sim::kernels::KERNELS.last().expect("a preset"), |k| k.release)
     }
 
-    /// The model variants that match this target's machine (`--set ...`, which a
-    /// user's own `--set` overrides): its base page size; `tlbi-range=on` because
-    /// QEMU's `-cpu max` implements FEAT_TLBIRANGE, so the guest kernel flushes ranges
-    /// with range TLBIs; and for the 6.12 kernels `lpa2=on`, because `-cpu max`
-    /// implements FEAT_LPA2 too and Debian builds 6.12 for 52-bit VAs
-    /// (CONFIG_ARM64_LPA2), so range TLBIs start on 64K boundaries (Debian's 6.1 is a
-    /// 48-bit VA kernel). The kernel's behaviour is its preset's (`kernel`).
+    /// The model variants that match this target's machine
+    /// (`GuestKernel::machine_sets`; none for the host).
     pub fn machine_sets(self) -> Vec<String> {
-        let sets: &[&str] = match self {
-            Target::Host => &[],
-            Target::QemuArm64 => &["tlbi-range=on", "lpa2=on"],
-            Target::QemuArm64_16k => &["granule=16K", "tlbi-range=on", "lpa2=on"],
-            Target::QemuArm64_61 => &["tlbi-range=on"],
-        };
-        sets.iter().map(|s| s.to_string()).collect()
+        self.guest_kernel().map(|k| k.machine_sets()).unwrap_or_default()
     }
 }
 
@@ -348,9 +309,38 @@ pub fn cache_dir() -> PathBuf {
     std::env::var_os("FOLIOLAB_QEMU_CACHE").map_or_else(|| "/var/cache/foliolab/qemu".into(), PathBuf::from)
 }
 
+/// The guest `--target` and `--image` name: `target`'s own kernel, or the image
+/// (a build key or directory, whose page size must be the target's); None for the
+/// host.
+pub fn resolve(target: Target, image: Option<&str>) -> Result<Option<GuestKernel>, QemuError> {
+    let Some(image) = image else {
+        return Ok(target.guest_kernel());
+    };
+    if target == Target::Host {
+        return Err(QemuError::Run(format!(
+            "--image {image} runs under QEMU: give --target qemu-arm64 (or qemu-arm64-16k)"
+        )));
+    }
+    let k = GuestKernel::image(image)?;
+    if k.granule != target.granule() {
+        return Err(QemuError::Run(format!(
+            "--image {image} has {} pages, --target {} {}: give the target of its page size",
+            k.granule.name(),
+            target.source(),
+            target.granule().name()
+        )));
+    }
+    Ok(Some(k))
+}
+
 /// Why `target` cannot run here, if it cannot.
 pub fn missing(target: Target) -> Option<String> {
-    let (_, flavour, _) = target.guest()?;
+    guest_missing(&target.guest_kernel()?)
+}
+
+/// Why `kernel` cannot boot here, if it cannot: QEMU, cpio, the plugin, the runner
+/// or the kernel's own files missing.
+pub fn guest_missing(kernel: &GuestKernel) -> Option<String> {
     let cache = cache_dir();
     for tool in ["qemu-system-aarch64", "cpio"] {
         let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
@@ -358,17 +348,12 @@ pub fn missing(target: Target) -> Option<String> {
             return Some(format!("{tool} is not installed"));
         }
     }
-    [
-        "plugin.so",
-        "runner",
-        &format!("{flavour}/Image"),
-        &format!("{flavour}/kallsyms"),
-    ]
-    .iter()
-    .map(|f| cache.join(f))
-    .find(|p| !p.is_file())
-    .or_else(|| Some(cache.join(flavour).join("modules")).filter(|p| !p.is_dir()))
-    .map(|p| format!("{} is missing", p.display()))
+    ["plugin.so", "runner"]
+        .iter()
+        .map(|f| cache.join(f))
+        .find(|p| !p.is_file())
+        .map(|p| format!("{} is missing", p.display()))
+        .or_else(|| kernel.missing())
 }
 
 /// A workload's ops in execution order, repeats expanded.
@@ -541,7 +526,7 @@ fn parse_windows(text: &str) -> Result<(Vec<Window>, Option<Window>), String> {
 }
 
 /// What the guest kernel's map_mem did at boot, from the plugin's boot window: every
-/// TLBI, DSB and ISB between map_mem's first and last calls (`Target::map_mem_bounds`),
+/// TLBI, DSB and ISB between map_mem's first and last calls (`GuestKernel::map_mem_bounds`),
 /// with the model's names (`arch.tlbi.<kind>`, `arch.tlbi.total`, `arch.dsb.<option>`,
 /// `arch.isb`), the instructions (`kernel.insns`, `kernel.insns.<function>`: see
 /// `add_insns`), and the TLBIs by the function that issued them.
@@ -817,20 +802,32 @@ fn report(
 
 /// Runs `workloads` in one boot of `target`'s kernel, a 2G guest.
 pub fn run_batch(target: Target, workloads: &[Workload]) -> Result<Batch, QemuError> {
-    run_batch_on(target, workloads, 2 << 30, &[])
+    run_guest(&debian(target)?, workloads)
+}
+
+/// Runs `workloads` in one boot of `kernel`, a 2G guest.
+pub fn run_guest(kernel: &GuestKernel, workloads: &[Workload]) -> Result<Batch, QemuError> {
+    run_batch_on(kernel, workloads, 2 << 30, &[])
 }
 
 /// Runs `programs` in one boot of `target`'s kernel, a 2G guest.
 pub fn run_programs(target: Target, programs: &[Program]) -> Result<Vec<ProgramRun>, QemuError> {
-    Ok(run_batch_on(target, &[], 2 << 30, programs)?.programs)
+    Ok(run_batch_on(&debian(target)?, &[], 2 << 30, programs)?.programs)
 }
 
-/// Boots `target`'s kernel with `ram` bytes of RAM and no workload: what its map_mem
-/// did (Debian's default rodata=full).
-pub fn boot_map_mem(target: Target, ram: u64) -> Result<MapMem, QemuError> {
-    run_batch_on(target, &[], ram, &[])?
+/// Boots `kernel` with `ram` bytes of RAM and no workload: what its map_mem did
+/// (the default rodata=full).
+pub fn boot_map_mem(kernel: &GuestKernel, ram: u64) -> Result<MapMem, QemuError> {
+    run_batch_on(kernel, &[], ram, &[])?
         .map_mem
         .ok_or_else(|| QemuError::Run("the plugin saw no map_mem window at boot".into()))
+}
+
+/// `target`'s Debian kernel.
+fn debian(target: Target) -> Result<GuestKernel, QemuError> {
+    target
+        .guest_kernel()
+        .ok_or_else(|| QemuError::Run("the host is not a QEMU target".into()))
 }
 
 /// QEMU's options for GUEST_NODES NUMA nodes sharing `ram` evenly, the one vCPU on
@@ -851,11 +848,9 @@ fn numa_args(ram: u64) -> Vec<String> {
 }
 
 /// `run_batch` on a guest of `ram` bytes, then `programs`.
-fn run_batch_on(target: Target, workloads: &[Workload], ram: u64, programs: &[Program]) -> Result<Batch, QemuError> {
-    let (source, flavour, granule) = target
-        .guest()
-        .ok_or_else(|| QemuError::Run("the host is not a QEMU target".into()))?;
-    if let Some(why) = missing(target) {
+fn run_batch_on(kernel: &GuestKernel, workloads: &[Workload], ram: u64, programs: &[Program]) -> Result<Batch, QemuError> {
+    let (source, granule) = (kernel.source.as_str(), kernel.granule);
+    if let Some(why) = guest_missing(kernel) {
         return Err(QemuError::NotSetUp(why));
     }
     for w in workloads {
@@ -874,7 +869,7 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64, programs: &[Pr
     // One directory per batch: a process may boot several guests at once (tests).
     static BATCHES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = BATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("foliolab-qemu-{}-{n}-{flavour}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("foliolab-qemu-{}-{n}", std::process::id()));
     std::fs::create_dir_all(dir.join("root/w")).map_err(|e| run_err("temporary directory", e))?;
     let all_steps: Vec<Vec<&Stmt>> = workloads
         .iter()
@@ -891,7 +886,7 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64, programs: &[Pr
         let name = format!("w/{i}");
         std::fs::write(
             dir.join("root").join(&name),
-            flatten(w, granule, target.va_offset(), st),
+            flatten(w, granule, kernel.va_offset(), st),
         )
         .map_err(|e| run_err("workload", e))?;
         let _ = writeln!(jobs, "workload /{name}");
@@ -904,16 +899,20 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64, programs: &[Pr
         files.push(name);
     }
     std::fs::write(dir.join("root/jobs"), jobs).map_err(|e| run_err("jobs", e))?;
-    // zram and the modules it needs, in load order, for a `swapon`.
-    let modules = cache.join(flavour).join("modules");
-    let mut names: Vec<String> = std::fs::read_dir(&modules)
-        .map_err(|e| QemuError::NotSetUp(format!("{}: {e}", modules.display())))?
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .collect();
+    // zram and the modules it needs, in load order, for a `swapon` (none where zram
+    // is built in: the runner finds /modules empty).
+    let mut names: Vec<String> = match &kernel.modules {
+        Some(modules) => std::fs::read_dir(modules)
+            .map_err(|e| QemuError::NotSetUp(format!("{}: {e}", modules.display())))?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect(),
+        None => Vec::new(),
+    };
     names.sort();
     std::fs::create_dir_all(dir.join("root/modules")).map_err(|e| run_err("modules", e))?;
     files.push("modules".into());
     for n in names {
+        let modules = kernel.modules.as_ref().expect("names come from the modules");
         std::fs::copy(modules.join(&n), dir.join("root/modules").join(&n)).map_err(|e| run_err("modules", e))?;
         files.push(format!("modules/{n}"));
     }
@@ -921,7 +920,7 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64, programs: &[Pr
     let initrd = dir.join("initrd.cpio");
     cpio(&dir.join("root"), &files, &initrd)?;
     let syms = dir.join("syms");
-    let counted = write_syms(&cache.join(flavour).join("kallsyms"), &syms, target.map_mem_bounds())?;
+    let counted = write_syms(&kernel.kallsyms(&dir)?, &syms, kernel.map_mem_bounds())?;
     let counts = dir.join("counts");
     let file = |name: &str| std::fs::File::create(dir.join(name)).map_err(|e| run_err(name, e));
     // A batch that migrates boots a guest with GUEST_NODES nodes; others keep one.
@@ -960,7 +959,7 @@ fn run_batch_on(target: Target, workloads: &[Workload], ram: u64, programs: &[Pr
             "1",
         ])
         .arg("-kernel")
-        .arg(cache.join(flavour).join("Image"))
+        .arg(&kernel.image)
         .arg("-initrd")
         .arg(&initrd)
         // nokaslr: the kallsyms addresses hold; norandmaps: the runner's own
@@ -1263,10 +1262,8 @@ mod tests {
         assert_eq!(m.counters["arch.dsb.ish"], 3);
         assert_eq!(m.tlbi_by_function["__set_fixmap"], 3);
         assert_eq!(Target::QemuArm64_61.kernel(), Release(6, 1));
-        assert_ne!(
-            Target::QemuArm64_61.map_mem_bounds(),
-            Target::QemuArm64.map_mem_bounds()
-        );
+        let bounds = |t: Target| t.guest_kernel().unwrap().map_mem_bounds();
+        assert_ne!(bounds(Target::QemuArm64_61), bounds(Target::QemuArm64));
     }
 
     /// Instructions go to `kernel.insns` and per function, or to `user.insns`, in op
