@@ -4,7 +4,7 @@
 //! browser half prints SKIP; the page itself is still checked.
 
 use foliolab::html;
-use foliolab::reproduce::{Breakdown, PerPage, Reproduction, Row, Series};
+use foliolab::reproduce::{Breakdown, PerPage, Reproduction, Row, Series, Summary, Verdict};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -127,6 +127,14 @@ fn row(
         seed_stdev,
         sign_agrees: model_value
             .is_some_and(|m| m.signum() == seed_value.signum() || variant == "baseline" || variant == "before"),
+        baseline: None,
+        baseline_stdev: None,
+        verdict: match model_value {
+            None => Verdict::NotModeled,
+            Some(m) if m.signum() == seed_value.signum() => Verdict::Agrees,
+            Some(_) => Verdict::Disagrees,
+        },
+        reason: model_value.is_none().then(|| "no model figure".to_string()),
     }
 }
 
@@ -214,6 +222,7 @@ fn fixture() -> Reproduction {
         machine: "calibrated".into(),
         flush_ns: None,
     }];
+    let summary = Summary::of(&rows);
     Reproduction {
         rows,
         breakdowns,
@@ -224,6 +233,7 @@ fn fixture() -> Reproduction {
             vec!["Ampere Altra Metal: no profile for the 512G machine's fixmap costs".to_string()],
         )]),
         elapsed_s: 12.5,
+        summary,
     }
 }
 

@@ -99,10 +99,9 @@ impl Default for Lruvec {
 }
 
 impl Lruvec {
-    /// Host bytes the LRU state of one folio takes at most: its map entry and control
-    /// byte, times 24/7 for a hash table at 7/8 load caught growing (old and new tables
-    /// both live). 512 MiB of order-0 folios measured 171 bytes each.
-    pub const HOST_BYTES_PER_FOLIO: u64 = (std::mem::size_of::<(u64, LruFolio)>() as u64 + 1) * 24 / 7;
+    /// Host bytes the LRU state of one page takes beyond its struct page (where a
+    /// folio's links live): its byte of LRU flags beside the memmap.
+    pub const HOST_BYTES_PER_FOLIO: u64 = std::mem::size_of::<crate::mm::folio::LruFlags>() as u64;
 
     /// lruvec_page_state(NR_LRU_BASE + lru): pages on `lru`.
     pub fn size(&self, lru: LruList) -> u64 {

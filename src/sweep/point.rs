@@ -158,7 +158,8 @@ impl Point {
             if let Some(why) = crate::native::qemu::missing(target) {
                 return Err(PointError::Other(format!("target {}: {why}", self.target)));
             }
-            let r = crate::cmd::native::run_on(target, std::slice::from_ref(&w))
+            let guest = target.guest_kernel();
+            let r = crate::cmd::native::run_on(guest.as_ref(), std::slice::from_ref(&w))
                 .map_err(|e| PointError::Other(e.to_string()))?
                 .pop()
                 .expect("a report per workload")?;
