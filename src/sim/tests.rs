@@ -873,12 +873,13 @@ mod host_budget {
 
     #[test]
     fn order0_memory_is_estimated_above_what_it_was_measured_to_take() {
-        // Issue 33: 24G touched nohugepage on ram=32G peaked at 859 MiB (release build);
-        // the estimate was 272 MiB.
+        // Issue 33: 24G touched nohugepage on ram=32G peaked at 859 MiB with the LRU in
+        // a hash map (the estimate was 272 MiB); with its links in struct page it peaks
+        // at 282 MiB (test build, measured with /usr/bin/time).
         let e = estimate("mmap a 24G nohugepage\ntouch a\n", &["ram=32G"]);
-        assert!(e > 859 << 20, "{e}");
-        // And stays within twice the 54 MiB per GiB measured here for order 0.
-        assert!(e < 24 * (108 << 20), "{e}");
+        assert!(e > 282 << 20, "{e}");
+        // And stays within twice that.
+        assert!(e < 2 * (282 << 20), "{e}");
     }
 
     #[test]
