@@ -21,7 +21,6 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a workload on the model.
-    #[command(after_help = "Examples:\n  foliolab run workloads/seed000-munmap-64k.wl --each zap=per-pte,batched\n  foliolab run workloads/mthp-fault-64k.wl --machine altra-metal\n  foliolab run workloads/seed001-pageout-order0.wl --each kernel=6.1,6.12,6.18 --json")]
     Run(cmd::run::Args),
     /// Run a workload for real on the host kernel.
     #[command(after_help = "Examples:\n  foliolab native tests/validation/fork_cow.wl  # root\n  foliolab native --target qemu-arm64 tests/validation/fork_cow.wl  # qemu")]
@@ -30,7 +29,6 @@ enum Command {
     #[command(after_help = "Examples:\n  foliolab validate tests/validation/fork_cow.wl  # root\n  foliolab validate --target qemu-arm64 tests/validation/fork_cow.wl  # qemu")]
     Validate(cmd::validate::Args),
     /// Build the kernel linear map of a machine.
-    #[command(after_help = "Examples:\n  foliolab boot --ram 4G\n  foliolab boot --ram 64G --set pgtable-fixmap=per-cont-block --json")]
     Boot(cmd::boot::Args),
     /// Every seed table: the seed's figures beside the model's.
     #[command(after_help = "Examples:\n  foliolab reproduce 004\n  foliolab reproduce --json")]
@@ -60,7 +58,6 @@ enum Command {
     #[command(after_help = "Examples:\n  foliolab record -o sort.trc -- sort --version  # root\n  foliolab record --no-aslr -o build.trc -- make -j2  # root")]
     Record(cmd::record::Args),
     /// Drive the model with a recorded trace: faults, mTHP counters, TLB behaviour.
-    #[command(after_help = "Examples:\n  foliolab replay data/sqlite3-cc-O2.trc --each thp=off,64K,16K+64K\n  foliolab replay data/sqlite3-cc-O2.trc --kernel 6.12 --machine m2-vm")]
     Replay(cmd::replay::Args),
     /// Predict a program's faults under mTHP from one recording, and check on the host.
     #[command(after_help = "Examples:\n  foliolab predict --mthp 64K -- python3 -c 'x = b\"a\" * (1 << 24)'  # root\n  foliolab predict --mthp 16K+64K --dir /tmp/foliolab-traces -- sort --version  # root")]

@@ -25,7 +25,7 @@ mod tests {
     fn a_one_letter_typo_finds_its_word() {
         assert_eq!(nearest("zapp", ["zap", "tlb-batch", "contpte"]), Some("zap"));
         assert_eq!(nearest("batchd", ["per-pte", "batched"]), Some("batched"));
-        assert_eq!(nearest("6.13", ["6.1", "6.12", "6.18"]), Some("6.12"));
+        assert_eq!(nearest("6.188", ["6.1", "6.12", "6.18"]), Some("6.18"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use crate::trace::replay::{self, Replayed};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-#[command(after_help = variants::keys_help(variants::KEYS))]
+#[command(after_help = format!("{}\n\nExamples:\n  foliolab replay data/sqlite3-cc-O2.trc --each thp=off,64K,16K+64K\n  foliolab replay data/sqlite3-cc-O2.trc --kernel 6.12 --machine m2-vm", variants::keys_help(variants::KEYS)))]
 pub struct Args {
     /// A trace written by `foliolab record`.
     pub trace: String,

@@ -7,7 +7,7 @@ use crate::workload;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-#[command(after_help = variants::keys_help(variants::KEYS))]
+#[command(after_help = format!("{}\n\nExamples:\n  foliolab run workloads/seed000-munmap-64k.wl --each zap=per-pte,batched\n  foliolab run workloads/mthp-fault-64k.wl --machine altra-metal\n  foliolab run workloads/seed001-pageout-order0.wl --each kernel=6.1,6.12,6.18 --json", variants::keys_help(variants::KEYS)))]
 pub struct Args {
     /// The workload file.
     pub workload: String,
