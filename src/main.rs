@@ -55,7 +55,7 @@ enum Command {
     #[command(after_help = "Examples:\n  foliolab kernel build --source 6.12  # kbuild\n  foliolab kernel build --source 6.12 --patch tests/kernel/flush-per-anon-fault.patch --json  # kbuild\n  foliolab kernel list")]
     Kernel(cmd::kernel::Args),
     /// Run a program on the host and record its mmaps and page faults to a trace.
-    #[command(after_help = "Examples:\n  foliolab record -o sort.trc -- sort --version  # root\n  foliolab record --no-aslr -o build.trc -- make -j2  # root")]
+    #[command(after_help = "Examples:\n  foliolab record -o /tmp/foliolab-sort.trc -- sort --version  # root\n  foliolab record --no-aslr -o /tmp/foliolab-py.trc -- python3 -c 'x = b\"a\" * (1 << 24)'  # root")]
     Record(cmd::record::Args),
     /// Drive the model with a recorded trace: faults, mTHP counters, TLB behaviour.
     Replay(cmd::replay::Args),
