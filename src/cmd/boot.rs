@@ -425,9 +425,11 @@ fn guest_summary(target: crate::native::qemu::Target, model: &Report, guest: &cr
         target.source(),
         model.variants
     );
+    use crate::native::qemu::is_insns;
     let keys: std::collections::BTreeSet<&String> = guest
         .counters
         .keys()
+        .filter(|k| !is_insns(k))
         .chain(
             model
                 .counters
@@ -446,6 +448,16 @@ fn guest_summary(target: crate::native::qemu::Target, model: &Report, guest: &cr
     let _ = writeln!(s, "guest TLBIs by function:");
     for (f, n) in &guest.tlbi_by_function {
         let _ = writeln!(s, "  {f:<40} {n:>10}");
+    }
+    // Instructions are the guest's alone: shown, never compared (the model counts none).
+    if let Some(total) = guest.counters.get(crate::native::qemu::INSNS_KEY) {
+        let mut top: Vec<(&String, &i64)> =
+            guest.counters.iter().filter(|(k, _)| k.as_str() != crate::native::qemu::INSNS_KEY && is_insns(k)).collect();
+        top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let _ = writeln!(s, "guest instructions (not modeled): {total}; the largest functions (--json has all):");
+        for (k, n) in top.into_iter().take(5) {
+            let _ = writeln!(s, "  {:<40} {n:>10}", k.trim_start_matches("kernel.insns."));
+        }
     }
     s
 }
