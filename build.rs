@@ -36,5 +36,8 @@ fn main() {
         h.update(std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display())));
     }
     let hex: String = h.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect();
-    println!("cargo:rustc-env=FOLIOLAB_BUILD={}+{hex}", std::env::var("CARGO_PKG_VERSION").expect("set by cargo"));
+    println!(
+        "cargo:rustc-env=FOLIOLAB_BUILD={}+{hex}",
+        std::env::var("CARGO_PKG_VERSION").expect("set by cargo")
+    );
 }

@@ -188,7 +188,10 @@ impl Budget {
         }
         let mut parts: Vec<&(String, u64)> = self.parts.iter().filter(|(_, b)| *b > 0).collect();
         parts.sort_by(|a, b| b.1.cmp(&a.1));
-        let parts: Vec<String> = parts.iter().map(|(p, b)| format!("{} for {p}", fmt_bytes(*b))).collect();
+        let parts: Vec<String> = parts
+            .iter()
+            .map(|(p, b)| format!("{} for {p}", fmt_bytes(*b)))
+            .collect();
         Err(format!(
             "{} needs up to {} of host memory, more than the {} it may use (MemAvailable {} less a margin of {}): {}",
             self.what,
@@ -285,7 +288,8 @@ mod tests {
     #[test]
     fn a_refusal_names_the_parts_largest_first() {
         let mut b = Budget::new("running t.wl");
-        b.add("phases: fewer marks", 3 << 30).add("model RAM: lower --set ram", 1 << 30);
+        b.add("phases: fewer marks", 3 << 30)
+            .add("model RAM: lower --set ram", 1 << 30);
         let e = b.check_against(Some(4 << 30)).unwrap_err();
         assert!(
             e.ends_with(": 3.0 GiB for phases: fewer marks; 1.0 GiB for model RAM: lower --set ram; 32.0 MiB for the program itself"),
@@ -296,10 +300,19 @@ mod tests {
 
     #[test]
     fn the_watch_fires_only_past_its_limit() {
-        let mut w = Watch { limit: Some(1 << 20), n: 0 };
+        let mut w = Watch {
+            limit: Some(1 << 20),
+            n: 0,
+        };
         let results: Vec<bool> = (0..Watch::EVERY).map(|_| w.tick().is_ok()).collect();
-        assert!(results[..Watch::EVERY as usize - 1].iter().all(|&ok| ok), "only every EVERYth tick reads");
-        assert!(!results[Watch::EVERY as usize - 1], "a test binary holds more than 1 MiB");
+        assert!(
+            results[..Watch::EVERY as usize - 1].iter().all(|&ok| ok),
+            "only every EVERYth tick reads"
+        );
+        assert!(
+            !results[Watch::EVERY as usize - 1],
+            "a test binary holds more than 1 MiB"
+        );
         let mut w = Watch::new(mem_available());
         assert!((0..Watch::EVERY).all(|_| w.tick().is_ok()));
     }

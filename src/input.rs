@@ -18,7 +18,10 @@ pub fn read_limited(path: &str, max: u64) -> Result<Vec<u8>, String> {
         .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
         .map_err(|e| format!("cannot read: {e}"))?;
     if bytes.len() as u64 > max {
-        return Err(format!("larger than the {} this input may be", crate::hostmem::fmt_bytes(max)));
+        return Err(format!(
+            "larger than the {} this input may be",
+            crate::hostmem::fmt_bytes(max)
+        ));
     }
     Ok(bytes)
 }
@@ -37,7 +40,13 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
     }
     Cow::Owned(
         s.chars()
-            .map(|c| if is_escaped(c) { c.escape_unicode().to_string() } else { c.to_string() })
+            .map(|c| {
+                if is_escaped(c) {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
             .collect(),
     )
 }
@@ -69,7 +78,10 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     }
     let before = &text[..offset];
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+    )
 }
 
 #[cfg(test)]
@@ -80,7 +92,9 @@ mod tests {
     fn inputs_past_their_limit_are_refused_without_reading_them_whole() {
         let e = read_limited("/dev/zero", 1 << 20).unwrap_err();
         assert_eq!(e, "larger than the 1.0 MiB this input may be");
-        assert!(read_limited("/nonexistent/x", 10).unwrap_err().starts_with("cannot read: "));
+        assert!(read_limited("/nonexistent/x", 10)
+            .unwrap_err()
+            .starts_with("cannot read: "));
         assert!(read_text("/proc/self/stat", 1 << 20).is_ok());
     }
 

@@ -23,10 +23,14 @@ enum Command {
     /// Run a workload on the model.
     Run(cmd::run::Args),
     /// Run a workload for real on the host kernel.
-    #[command(after_help = "Examples:\n  foliolab native tests/validation/fork_cow.wl  # root\n  foliolab native --target qemu-arm64 tests/validation/fork_cow.wl  # qemu")]
+    #[command(
+        after_help = "Examples:\n  foliolab native tests/validation/fork_cow.wl  # root\n  foliolab native --target qemu-arm64 tests/validation/fork_cow.wl  # qemu"
+    )]
     Native(cmd::native::Args),
     /// Run workloads on the model and the host and compare.
-    #[command(after_help = "Examples:\n  foliolab validate tests/validation/fork_cow.wl  # root\n  foliolab validate --target qemu-arm64 tests/validation/fork_cow.wl  # qemu")]
+    #[command(
+        after_help = "Examples:\n  foliolab validate tests/validation/fork_cow.wl  # root\n  foliolab validate --target qemu-arm64 tests/validation/fork_cow.wl  # qemu"
+    )]
     Validate(cmd::validate::Args),
     /// Build the kernel linear map of a machine.
     Boot(cmd::boot::Args),
@@ -34,7 +38,9 @@ enum Command {
     #[command(after_help = "Examples:\n  foliolab reproduce 004\n  foliolab reproduce --json")]
     Reproduce(cmd::reproduce::Args),
     /// Measure this host's mm software costs into the `host` machine profile.
-    #[command(after_help = "Examples:\n  foliolab calibrate --out /tmp/foliolab-host.toml  # root\n  foliolab calibrate --shootdown-only --out /tmp/foliolab-host.toml  # root")]
+    #[command(
+        after_help = "Examples:\n  foliolab calibrate --out /tmp/foliolab-host.toml  # root\n  foliolab calibrate --shootdown-only --out /tmp/foliolab-host.toml  # root"
+    )]
     Calibrate(cmd::calibrate::Args),
     /// List the results recorded in the results database.
     #[command(after_help = "Examples:\n  foliolab runs\n  foliolab runs --json")]
@@ -43,7 +49,9 @@ enum Command {
     #[command(after_help = "Examples:\n  foliolab compare 1 2\n  foliolab compare 1 2 --all --json")]
     Compare(cmd::compare::Args),
     /// The same workloads on two or more guest kernels (built or Debian's), side by side.
-    #[command(after_help = "Examples:\n  foliolab ab tests/kernel/anon_faults.wl --image qemu-arm64 --image qemu-arm64-6.1  # qemu\n  foliolab ab tests/validation/fork_cow.wl --image qemu-arm64 --image qemu-arm64 --json  # qemu")]
+    #[command(
+        after_help = "Examples:\n  foliolab ab tests/kernel/anon_faults.wl --image qemu-arm64 --image qemu-arm64-6.1  # qemu\n  foliolab ab tests/validation/fork_cow.wl --image qemu-arm64 --image qemu-arm64 --json  # qemu"
+    )]
     Ab(cmd::ab::Args),
     /// List the machine profiles: CPUs, features, and each cost with its source.
     #[command(after_help = "Examples:\n  foliolab machines\n  foliolab machines altra-metal --notes")]
@@ -52,19 +60,27 @@ enum Command {
     #[command(after_help = "Examples:\n  foliolab kernels\n  foliolab kernels --json")]
     Kernels(cmd::kernels::Args),
     /// Build arm64 kernels from source with patches, for --image (cached by inputs).
-    #[command(after_help = "Examples:\n  foliolab kernel build --source 6.12  # kbuild\n  foliolab kernel build --source 6.12 --patch tests/kernel/flush-per-anon-fault.patch --json  # kbuild\n  foliolab kernel list")]
+    #[command(
+        after_help = "Examples:\n  foliolab kernel build --source 6.12  # kbuild\n  foliolab kernel build --source 6.12 --patch tests/kernel/flush-per-anon-fault.patch --json  # kbuild\n  foliolab kernel list"
+    )]
     Kernel(cmd::kernel::Args),
     /// Run a program on the host and record its mmaps and page faults to a trace.
-    #[command(after_help = "Examples:\n  foliolab record -o /tmp/foliolab-sort.trc -- sort --version  # root\n  foliolab record --no-aslr -o /tmp/foliolab-py.trc -- python3 -c 'x = b\"a\" * (1 << 24)'  # root")]
+    #[command(
+        after_help = "Examples:\n  foliolab record -o /tmp/foliolab-sort.trc -- sort --version  # root\n  foliolab record --no-aslr -o /tmp/foliolab-py.trc -- python3 -c 'x = b\"a\" * (1 << 24)'  # root"
+    )]
     Record(cmd::record::Args),
     /// Drive the model with a recorded trace: faults, mTHP counters, TLB behaviour.
     Replay(cmd::replay::Args),
     /// Predict a program's faults under mTHP from one recording, and check on the host.
-    #[command(after_help = "Examples:\n  foliolab predict --mthp 64K -- python3 -c 'x = b\"a\" * (1 << 24)'  # root\n  foliolab predict --mthp 16K+64K --dir /tmp/foliolab-traces -- sort --version  # root")]
+    #[command(
+        after_help = "Examples:\n  foliolab predict --mthp 64K -- python3 -c 'x = b\"a\" * (1 << 24)'  # root\n  foliolab predict --mthp 16K+64K --dir /tmp/foliolab-traces -- sort --version  # root"
+    )]
     Predict(cmd::predict::Args),
     /// Run every point of a sweep spec (workloads × variants × kernels × machines ×
     /// targets) on every core or a Ray cluster, each kept in the results store.
-    #[command(after_help = "Examples:\n  foliolab sweep examples/zap-sweep.toml\n  foliolab sweep examples/zap-sweep.toml --jobs 1 --out /tmp/foliolab-zap.csv")]
+    #[command(
+        after_help = "Examples:\n  foliolab sweep examples/zap-sweep.toml\n  foliolab sweep examples/zap-sweep.toml --jobs 1 --out /tmp/foliolab-zap.csv"
+    )]
     Sweep(cmd::sweep::Args),
     /// The speed guard: model against host kernel on the same work, whole processes, best of N.
     #[command(after_help = "Examples:\n  foliolab bench  # timed\n  foliolab bench --case order0 --rounds 3  # timed")]

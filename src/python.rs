@@ -111,7 +111,9 @@ fn run(
         let v = p.run()?;
         if store {
             let run = p.new_run(v.clone(), start.elapsed().as_secs_f64() * 1e3);
-            if let Err(e) = open_store(db, true).and_then(|mut s| s.record(&run).map_err(|e| PointError::Other(e.to_string()))) {
+            if let Err(e) =
+                open_store(db, true).and_then(|mut s| s.record(&run).map_err(|e| PointError::Other(e.to_string())))
+            {
                 eprintln!("foliolab: not recorded: {e}");
             }
         }
@@ -254,7 +256,10 @@ fn command(py: Python<'_>, name: String, argv: Vec<String>) -> PyResult<String> 
 }
 
 /// `name`'s arguments parsed with its CLI definition, and the store flags.
-fn parse<A: clap::Args + clap::FromArgMatches>(name: &'static str, argv: &[String]) -> Result<(A, StoreArgs), Box<dyn std::error::Error>> {
+fn parse<A: clap::Args + clap::FromArgMatches>(
+    name: &'static str,
+    argv: &[String],
+) -> Result<(A, StoreArgs), Box<dyn std::error::Error>> {
     use clap::FromArgMatches;
     let c = clap::Command::new(name).no_binary_name(true);
     let c = <StoreArgs as clap::Args>::augment_args(A::augment_args(c));

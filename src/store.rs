@@ -71,7 +71,9 @@ pub fn default_path(flag: Option<&Path>) -> Option<PathBuf> {
 /// Whether `path` lies on a file system mounted read-only (statvfs ST_RDONLY).
 fn read_only_fs(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
     // SAFETY: statvfs writes only into `st`; `c` is a valid NUL-terminated path.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -254,8 +256,11 @@ impl Store {
             }
         }
         if let Some(key) = key {
-            tx.execute("INSERT OR REPLACE INTO points (key, run_id) VALUES (?1, ?2)", params![key, id])
-                .map_err(sql)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO points (key, run_id) VALUES (?1, ?2)",
+                params![key, id],
+            )
+            .map_err(sql)?;
         }
         tx.commit().map_err(sql)?;
         Ok(id)

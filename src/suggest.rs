@@ -14,7 +14,9 @@ pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 
 /// `" (did you mean 'X'?)"` when a near candidate exists, else nothing.
 pub fn hint<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
-    nearest(word, candidates).map(|c| format!(" (did you mean '{c}'?)")).unwrap_or_default()
+    nearest(word, candidates)
+        .map(|c| format!(" (did you mean '{c}'?)"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -24,7 +24,10 @@ fn root() -> PathBuf {
 
 /// README.md and every page of the guide, as (path relative to the root, text).
 fn pages() -> Vec<(PathBuf, String)> {
-    let mut out = vec![(PathBuf::from("README.md"), std::fs::read_to_string(root().join("README.md")).unwrap())];
+    let mut out = vec![(
+        PathBuf::from("README.md"),
+        std::fs::read_to_string(root().join("README.md")).unwrap(),
+    )];
     let mut stack = vec![root().join("docs/src")];
     while let Some(dir) = stack.pop() {
         let mut entries: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
@@ -63,7 +66,11 @@ fn split(text: &str) -> (Vec<Fence>, Vec<(usize, &str)>) {
                 open = Some(f);
             }
             None if t.starts_with("```") => {
-                open = Some(Fence { info: t.trim_start_matches('`').trim().to_string(), line: i + 1, body: vec![] })
+                open = Some(Fence {
+                    info: t.trim_start_matches('`').trim().to_string(),
+                    line: i + 1,
+                    body: vec![],
+                })
             }
             None => prose.push((i + 1, l)),
         }
@@ -81,10 +88,16 @@ fn steps(f: &Fence) -> Vec<Step> {
     let mut out: Vec<Step> = Vec::new();
     for l in &f.body {
         if let Some(c) = l.strip_prefix("$ ") {
-            let cmd = c.strip_prefix("cargo run --release -- ").map(|r| format!("foliolab {r}")).unwrap_or(c.to_string());
+            let cmd = c
+                .strip_prefix("cargo run --release -- ")
+                .map(|r| format!("foliolab {r}"))
+                .unwrap_or(c.to_string());
             out.push(Step { cmd, expect: vec![] });
         } else {
-            out.last_mut().expect("output before the first command").expect.push(l.clone());
+            out.last_mut()
+                .expect("output before the first command")
+                .expect
+                .push(l.clone());
         }
     }
     out
@@ -123,7 +136,10 @@ fn unavailable(flags: &[&str]) -> Option<String> {
             "kbuild" => {
                 let src = foliolab::kbuild::cache_dir().join("src/6.12/identity");
                 if !src.is_file() {
-                    return Some(format!("needs scripts/setup-kbuild's source ({} is missing)", src.display()));
+                    return Some(format!(
+                        "needs scripts/setup-kbuild's source ({} is missing)",
+                        src.display()
+                    ));
                 }
             }
             _ => {}
@@ -166,7 +182,11 @@ fn every_documented_command_runs_and_prints_what_the_text_shows() {
     let _ = std::fs::remove_dir_all(&guide);
     std::fs::create_dir_all(&guide).unwrap();
     let scratch = std::env::temp_dir().join(format!("foliolab-docs-{}", std::process::id()));
-    let path = format!("{}:{}", bin_dir(&scratch).display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin_dir(&scratch).display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let (mut ran, mut skipped, mut failures) = (0, 0, Vec::new());
     let started = std::time::Instant::now();
     for (page, text) in pages() {
@@ -176,8 +196,11 @@ fn every_documented_command_runs_and_prints_what_the_text_shows() {
                 continue;
             }
             let flags: Vec<&str> = words.collect();
-            let status: i32 =
-                flags.iter().find_map(|f| f.strip_prefix("exit=")).map(|n| n.parse().unwrap()).unwrap_or(0);
+            let status: i32 = flags
+                .iter()
+                .find_map(|f| f.strip_prefix("exit="))
+                .map(|n| n.parse().unwrap())
+                .unwrap_or(0);
             if let Some(why) = unavailable(&flags) {
                 for s in steps(&f) {
                     println!("SKIP {}:{}: `{}`: {why}", page.display(), f.line, s.cmd);
@@ -215,7 +238,10 @@ fn every_documented_command_runs_and_prints_what_the_text_shows() {
     }
     let _ = std::fs::remove_dir_all(&scratch);
     let _ = std::fs::remove_dir_all(&guide);
-    println!("docs: {ran} commands run, {skipped} skipped, in {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "docs: {ran} commands run, {skipped} skipped, in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(ran > 10, "only {ran} documented commands ran");
 }
@@ -245,7 +271,11 @@ fn every_foliolab_line_outside_console_blocks_is_a_synopsis() {
             }
         }
     }
-    assert!(concrete.is_empty(), "concrete commands outside console blocks (make them console blocks):\n{}", concrete.join("\n"));
+    assert!(
+        concrete.is_empty(),
+        "concrete commands outside console blocks (make them console blocks):\n{}",
+        concrete.join("\n")
+    );
 }
 
 /// mdBook's id for a heading: lower case, spaces to `-`, other punctuation dropped.
@@ -263,7 +293,12 @@ fn slug(heading: &str) -> String {
 }
 
 fn anchors(text: &str) -> BTreeSet<String> {
-    split(text).1.iter().filter_map(|(_, l)| l.strip_prefix('#')).map(|h| slug(h.trim_start_matches('#'))).collect()
+    split(text)
+        .1
+        .iter()
+        .filter_map(|(_, l)| l.strip_prefix('#'))
+        .map(|h| slug(h.trim_start_matches('#')))
+        .collect()
 }
 
 /// The targets of the inline links `[text](target)` on a line, skipping code spans.
@@ -335,14 +370,31 @@ fn the_summary_lists_every_page_of_the_guide() {
 
 /// The subcommands whose help must end with examples.
 const SUBCOMMANDS: &[&str] = &[
-    "run", "native", "validate", "boot", "reproduce", "calibrate", "runs", "compare", "machines", "kernels",
-    "record", "replay", "predict", "sweep", "bench", "kernel", "ab",
+    "run",
+    "native",
+    "validate",
+    "boot",
+    "reproduce",
+    "calibrate",
+    "runs",
+    "compare",
+    "machines",
+    "kernels",
+    "record",
+    "replay",
+    "predict",
+    "sweep",
+    "bench",
+    "kernel",
+    "ab",
 ];
 
 /// The examples a help text ends with: `  foliolab ...` lines after `Examples:`, each
 /// with the flags of its trailing `# root` or `# qemu` note.
 fn help_examples(help: &str) -> Vec<(String, Vec<&'static str>)> {
-    let Some((_, tail)) = help.split_once("Examples:\n") else { return vec![] };
+    let Some((_, tail)) = help.split_once("Examples:\n") else {
+        return vec![];
+    };
     tail.lines()
         .map_while(|l| l.strip_prefix("  foliolab "))
         .map(|l| {
@@ -361,10 +413,17 @@ fn every_help_ends_with_examples_that_run() {
     let scratch = std::env::temp_dir().join(format!("foliolab-help-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).unwrap();
-    let path = format!("{}:{}", bin_dir(&scratch).display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin_dir(&scratch).display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let mut failures = Vec::new();
     let help = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_foliolab")).args(args).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_foliolab"))
+            .args(args)
+            .output()
+            .unwrap();
         help_examples(&String::from_utf8_lossy(&out.stdout))
     };
     let top = help(&["--help"]);
@@ -373,7 +432,10 @@ fn every_help_ends_with_examples_that_run() {
     for sub in SUBCOMMANDS {
         let ex = help(&[sub, "--help"]);
         if !(2..=3).contains(&ex.len()) {
-            failures.push(format!("foliolab {sub} --help: {} examples, want two or three", ex.len()));
+            failures.push(format!(
+                "foliolab {sub} --help: {} examples, want two or three",
+                ex.len()
+            ));
         }
         groups.push((sub, ex));
     }
@@ -393,7 +455,11 @@ fn every_help_ends_with_examples_that_run() {
         let db = scratch.join(format!("{sub}.db"));
         if sub == "compare" {
             for set in ["contpte=on", "contpte=off"] {
-                assert!(sh(&format!("foliolab run workloads/mthp-fault-64k.wl --set {set}"), &db).status.success());
+                assert!(
+                    sh(&format!("foliolab run workloads/mthp-fault-64k.wl --set {set}"), &db)
+                        .status
+                        .success()
+                );
             }
         }
         for (cmd, flags) in examples {
@@ -409,7 +475,11 @@ fn every_help_ends_with_examples_that_run() {
             }
             let out = sh(&cmd, &db);
             if !out.status.success() {
-                failures.push(format!("`{cmd}`: exit {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stderr)));
+                failures.push(format!(
+                    "`{cmd}`: exit {:?}\n{}",
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
             }
         }
     }
@@ -419,8 +489,14 @@ fn every_help_ends_with_examples_that_run() {
 
 #[test]
 fn the_readme_fits_on_two_screens() {
-    let n = std::fs::read_to_string(root().join("README.md")).unwrap().lines().count();
-    assert!(n <= 120, "README.md has {n} lines; move detail into the guide (docs/src)");
+    let n = std::fs::read_to_string(root().join("README.md"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        n <= 120,
+        "README.md has {n} lines; move detail into the guide (docs/src)"
+    );
 }
 
 mod matcher {

@@ -16,7 +16,10 @@ use proptest::test_runner::{Config, FileFailurePersistence};
 /// `cases` cases (CI), or `$PROPTEST_CASES` when set, to fuzz longer.
 fn config(cases: u32) -> Config {
     Config {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(cases),
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(cases),
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
         ..Config::default()
     }
@@ -26,19 +29,103 @@ fn config(cases: u32) -> Config {
 /// numbers and sizes, and bytes no line should hold.
 fn token() -> impl Strategy<Value = String> {
     let words = [
-        "mmap", "touch", "madvise", "munmap", "mprotect", "mlock", "munlock", "fork", "exit", "repeat", "end",
-        "mark", "set", "swapon", "memlimit", "thread", "threads", "all", "cpu", "shrink", "migrate", "a", "b",
-        "c", "@c", "@main", "@b", "read", "write", "hugepage", "nohugepage", "populate", "ro", "r", "rw", "none",
-        "dontneed", "free", "pageout", "cold", "collapse", "enabled", "always", "never", "madvise", "defrag",
-        "hugepages-64kB/enabled", "inherit", "node=0", "node=1", "node=99", "stride=4K", "stride=0", "step=4K",
-        "skew=4K", "skew=1M",
+        "mmap",
+        "touch",
+        "madvise",
+        "munmap",
+        "mprotect",
+        "mlock",
+        "munlock",
+        "fork",
+        "exit",
+        "repeat",
+        "end",
+        "mark",
+        "set",
+        "swapon",
+        "memlimit",
+        "thread",
+        "threads",
+        "all",
+        "cpu",
+        "shrink",
+        "migrate",
+        "a",
+        "b",
+        "c",
+        "@c",
+        "@main",
+        "@b",
+        "read",
+        "write",
+        "hugepage",
+        "nohugepage",
+        "populate",
+        "ro",
+        "r",
+        "rw",
+        "none",
+        "dontneed",
+        "free",
+        "pageout",
+        "cold",
+        "collapse",
+        "enabled",
+        "always",
+        "never",
+        "madvise",
+        "defrag",
+        "hugepages-64kB/enabled",
+        "inherit",
+        "node=0",
+        "node=1",
+        "node=99",
+        "stride=4K",
+        "stride=0",
+        "step=4K",
+        "skew=4K",
+        "skew=1M",
     ];
     let numbers = [
-        "0", "1", "2", "3", "4K", "8K", "12K", "64K", "2M", "4097", "1G", "32G", "33G", "16T", "128T", "32m",
-        "4KB", "0x1000", "0x", "1.5M", "-1", "18446744073709551615", "18446744073709551616", "4000000000",
+        "0",
+        "1",
+        "2",
+        "3",
+        "4K",
+        "8K",
+        "12K",
+        "64K",
+        "2M",
+        "4097",
+        "1G",
+        "32G",
+        "33G",
+        "16T",
+        "128T",
+        "32m",
+        "4KB",
+        "0x1000",
+        "0x",
+        "1.5M",
+        "-1",
+        "18446744073709551615",
+        "18446744073709551616",
+        "4000000000",
         "99999999999T",
     ];
-    let odd = ["\u{1b}[2J", "\u{7}", "\u{0}", "é", "#", "\u{feff}", "\t", "\r", "@", "=", "a b"];
+    let odd = [
+        "\u{1b}[2J",
+        "\u{7}",
+        "\u{0}",
+        "é",
+        "#",
+        "\u{feff}",
+        "\t",
+        "\r",
+        "@",
+        "=",
+        "a b",
+    ];
     prop_oneof![
         6 => prop::sample::select(words.to_vec()).prop_map(str::to_string),
         4 => prop::sample::select(numbers.to_vec()).prop_map(str::to_string),
@@ -49,7 +136,8 @@ fn token() -> impl Strategy<Value = String> {
 
 /// A workload: lines of 0 to 6 tokens, indented at random.
 fn workload_text() -> impl Strategy<Value = String> {
-    let line = (0..3usize, prop::collection::vec(token(), 0..6)).prop_map(|(indent, toks)| "  ".repeat(indent) + &toks.join(" "));
+    let line = (0..3usize, prop::collection::vec(token(), 0..6))
+        .prop_map(|(indent, toks)| "  ".repeat(indent) + &toks.join(" "));
     prop::collection::vec(line, 0..24).prop_map(|lines| lines.join("\n"))
 }
 
@@ -91,15 +179,24 @@ fn valid_ish_text() -> impl Strategy<Value = String> {
 /// A refusal is `t.wl:LINE:COL: message`: see `assert_positioned`.
 fn assert_clean_error(e: &dyn std::fmt::Display) {
     let text = e.to_string();
-    assert_positioned(text.strip_prefix("t.wl:").unwrap_or_else(|| panic!("no path: {text:?}")));
+    assert_positioned(
+        text.strip_prefix("t.wl:")
+            .unwrap_or_else(|| panic!("no path: {text:?}")),
+    );
 }
 
 /// `LINE:COL: message` on one line, at a real position, short, and showing no control
 /// byte of the input.
 fn assert_positioned(text: &str) {
     let mut parts = text.splitn(3, ':');
-    let line: u32 = parts.next().and_then(|l| l.parse().ok()).unwrap_or_else(|| panic!("no line: {text:?}"));
-    let col: u32 = parts.next().and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no column: {text:?}"));
+    let line: u32 = parts
+        .next()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("no line: {text:?}"));
+    let col: u32 = parts
+        .next()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no column: {text:?}"));
     assert!(line >= 1 && col >= 1, "{text:?}");
     assert!(!text.chars().any(char::is_control), "a control byte in {text:?}");
     assert!(text.len() < 2000, "{} bytes", text.len());
@@ -186,7 +283,9 @@ fn profile_text() -> impl Strategy<Value = String> {
                     .filter(|&i| text[i..].starts_with(|c: char| c.is_ascii_digit()))
                     .collect();
                 let i = spots[at.index(spots.len())];
-                let end = i + text[i..].find(|c: char| c == '\n' || c == ',' || c == ']').unwrap_or(text.len() - i);
+                let end = i + text[i..]
+                    .find(|c: char| c == '\n' || c == ',' || c == ']')
+                    .unwrap_or(text.len() - i);
                 format!("{}{num}{}", &text[..i], &text[end..])
             }
             1 => {
@@ -239,7 +338,8 @@ proptest! {
 fn the_generators_produce_accepted_inputs() {
     use proptest::strategy::ValueTree;
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let mut accepted = |s: &dyn Fn(&mut proptest::test_runner::TestRunner) -> bool| (0..200).filter(|_| s(&mut runner)).count();
+    let mut accepted =
+        |s: &dyn Fn(&mut proptest::test_runner::TestRunner) -> bool| (0..200).filter(|_| s(&mut runner)).count();
     let wl = accepted(&|r| parse_str("t.wl", &valid_ish_text().new_tree(r).unwrap().current()).is_ok());
     let any_wl = accepted(&|r| parse_str("t.wl", &workload_text().new_tree(r).unwrap().current()).is_ok());
     let prof = accepted(&|r| Profile::parse(&profile_text().new_tree(r).unwrap().current()).is_ok());

@@ -74,15 +74,23 @@ fn phases_and_repeated_work_are_bounded_before_the_run() {
     let (w, line) = run_refused("marks.wl", b"repeat 100000\n  mark a\nend\n");
     assert_eq!(
         line,
-        format!("foliolab: {w}:1:1: the workload would start more than 16384 phases here (marks, repeats multiplied out)")
+        format!(
+            "foliolab: {w}:1:1: the workload would start more than 16384 phases here (marks, repeats multiplied out)"
+        )
     );
     let (w, line) = run_refused("ops.wl", b"mmap a 8K\nrepeat 1000000000000\n  touch a\nend\n");
-    assert!(line.starts_with(&format!("foliolab: {w}:2:1: the workload would run more than")), "{line}");
+    assert!(
+        line.starts_with(&format!("foliolab: {w}:2:1: the workload would run more than")),
+        "{line}"
+    );
 }
 
 #[test]
 fn an_empty_repeat_does_not_spin() {
-    let w = file("empty.wl", b"repeat 18446744073709551615\n  repeat 18446744073709551615\n  end\nend\n");
+    let w = file(
+        "empty.wl",
+        b"repeat 18446744073709551615\n  repeat 18446744073709551615\n  end\nend\n",
+    );
     let out = foliolab_within(&["run", &w, "--no-store", "--json"], Duration::from_secs(20));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -93,7 +101,10 @@ fn a_run_the_host_cannot_hold_is_refused_naming_what_to_make_smaller() {
     let w = file("huge.wl", text.as_bytes());
     let e = error_line(&["run", &w, "--set", "ram=128T", "--no-store"]);
     assert!(e.starts_with(&format!("foliolab: running {w} needs up to ")), "{e}");
-    assert!(e.contains("for the model memory it maps (smaller mmaps, fewer forks, or a lower --set ram)"), "{e}");
+    assert!(
+        e.contains("for the model memory it maps (smaller mmaps, fewer forks, or a lower --set ram)"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -103,7 +114,13 @@ fn endless_profiles_and_reports_stop_at_their_limits() {
     std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
     let zero = zero.to_str().unwrap();
     assert_eq!(
-        error_line(&["run", "workloads/seed000-munmap-64k.wl", "--machine", zero, "--no-store"]),
+        error_line(&[
+            "run",
+            "workloads/seed000-munmap-64k.wl",
+            "--machine",
+            zero,
+            "--no-store"
+        ]),
         format!("foliolab: --machine {zero}:1:1: larger than the 1.0 MiB this input may be")
     );
     assert_eq!(
@@ -112,8 +129,17 @@ fn endless_profiles_and_reports_stop_at_their_limits() {
     );
     // A long one-line profile is not echoed back.
     let long = file("long.toml", format!("name = \"{}", "x".repeat(900 << 10)).as_bytes());
-    let e = error_line(&["run", "workloads/seed000-munmap-64k.wl", "--machine", &long, "--no-store"]);
-    assert!(e.len() < 500 && e.starts_with(&format!("foliolab: --machine {long}:1:")), "{e}");
+    let e = error_line(&[
+        "run",
+        "workloads/seed000-munmap-64k.wl",
+        "--machine",
+        &long,
+        "--no-store",
+    ]);
+    assert!(
+        e.len() < 500 && e.starts_with(&format!("foliolab: --machine {long}:1:")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -123,12 +149,21 @@ fn profile_values_outside_their_ranges_are_refused_at_their_line() {
     for clock in ["0", "nan", "inf", "-2"] {
         let text = generic
             .lines()
-            .map(|l| if l.starts_with("clock_ghz") { format!("clock_ghz = {clock}") } else { l.to_string() })
+            .map(|l| {
+                if l.starts_with("clock_ghz") {
+                    format!("clock_ghz = {clock}")
+                } else {
+                    l.to_string()
+                }
+            })
             .collect::<Vec<_>>()
             .join("\n");
         let p = file("clock.toml", text.as_bytes());
         let e = error_line(&["run", "workloads/seed000-munmap-64k.wl", "--machine", &p, "--no-store"]);
-        assert!(e.starts_with(&format!("foliolab: --machine {p}:{line}:1: clock_ghz = ")), "{e}");
+        assert!(
+            e.starts_with(&format!("foliolab: --machine {p}:{line}:1: clock_ghz = ")),
+            "{e}"
+        );
     }
 }
 
@@ -139,7 +174,10 @@ fn a_result_that_could_not_be_stored_exits_3() {
     std::fs::create_dir_all(&dir).unwrap();
     let out = foliolab(&["--db", dir.to_str().unwrap(), "run", &w]);
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("counters"), "the result is still printed");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("counters"),
+        "the result is still printed"
+    );
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("foliolab: not recorded: "));
     let out = foliolab(&["--db", dir.to_str().unwrap(), "--no-store", "run", &w]);
     assert_eq!(out.status.code(), Some(0));

@@ -250,7 +250,10 @@ fn reproduce_page_renders_every_chart_in_a_browser() {
     // machine (the metal one with the seed's bar only) and the curves.
     check_charts(&text, 2 + 1 + 3 + 1);
     assert!(
-        text.contains("n/a") && text.contains(">agrees</td>") && text.contains(">disagrees</td>") && text.contains("−35.4%"),
+        text.contains("n/a")
+            && text.contains(">agrees</td>")
+            && text.contains(">disagrees</td>")
+            && text.contains("−35.4%"),
         "{text}"
     );
     assert!(

@@ -386,8 +386,18 @@ fn instructions_per_kernel_function_are_the_same_on_every_boot() {
     let (b, map_b) = boot();
     assert_eq!(a.phases.len(), b.phases.len());
     for (pa, pb) in a.phases.iter().zip(&b.phases) {
-        assert_eq!(sum_per_function(&pa.counters), pa.counters["kernel.insns"], "phase {}", pa.label);
-        assert_eq!(insns(&pa.counters, FAULT_PATH), insns(&pb.counters, FAULT_PATH), "phase {}", pa.label);
+        assert_eq!(
+            sum_per_function(&pa.counters),
+            pa.counters["kernel.insns"],
+            "phase {}",
+            pa.label
+        );
+        assert_eq!(
+            insns(&pa.counters, FAULT_PATH),
+            insns(&pb.counters, FAULT_PATH),
+            "phase {}",
+            pa.label
+        );
     }
     assert_eq!(sum_per_function(&map_a.counters), map_a.counters["kernel.insns"]);
     assert_eq!(sum_per_function(&map_b.counters), map_b.counters["kernel.insns"]);
@@ -405,9 +415,9 @@ fn instructions_per_kernel_function_are_the_same_on_every_boot() {
 #[test]
 fn seed004_benchmark_runs_in_the_guest_with_its_instructions() {
     let bench = qemu::cache_dir().join("seed004");
-    if let Some(why) = qemu::missing(Target::QemuArm64).or_else(|| {
-        (!bench.is_file()).then(|| format!("{} is missing (run scripts/setup-qemu)", bench.display()))
-    }) {
+    if let Some(why) = qemu::missing(Target::QemuArm64)
+        .or_else(|| (!bench.is_file()).then(|| format!("{} is missing (run scripts/setup-qemu)", bench.display())))
+    {
         println!("SKIP seed004_benchmark_runs_in_the_guest_with_its_instructions: {why}");
         return;
     }
@@ -425,7 +435,12 @@ fn seed004_benchmark_runs_in_the_guest_with_its_instructions() {
         for (wa, wb) in ra.windows.iter().zip(&rb.windows) {
             let mine = ["contpte_ptep_get", "follow_page_pte", "__get_user_pages"];
             assert_eq!(insns(wa, &mine), insns(wb, &mine), "{}", ra.program);
-            assert_eq!(wa.get("kernel.contpte_ptep_get"), wb.get("kernel.contpte_ptep_get"), "{}", ra.program);
+            assert_eq!(
+                wa.get("kernel.contpte_ptep_get"),
+                wb.get("kernel.contpte_ptep_get"),
+                "{}",
+                ra.program
+            );
             assert_eq!(sum_per_function(wa), wa["kernel.insns"], "{}", ra.program);
         }
         // One loop's mlock and munlock walk every one of the 4096 contpte blocks.

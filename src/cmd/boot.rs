@@ -237,7 +237,10 @@ impl Spec {
         }
         let bytes = PhysMem::host_bytes_needed(self.granule, RAM_BASE + self.ram, tables, false);
         crate::hostmem::Budget::new(what)
-            .add("the linear map's page tables (a smaller --ram, rodata=off, or a larger granule)", bytes)
+            .add(
+                "the linear map's page tables (a smaller --ram, rodata=off, or a larger granule)",
+                bytes,
+            )
             .check_against(available)
     }
 
@@ -330,7 +333,10 @@ pub fn main(a: Args) -> CmdResult {
         if !a.holes.is_empty() {
             return Err("--target boots a guest of --ram with no holes".into());
         }
-        let guest = crate::native::qemu::boot_map_mem(&target.guest_kernel().ok_or("--target host has no map_mem to boot")?, a.ram)?;
+        let guest = crate::native::qemu::boot_map_mem(
+            &target.guest_kernel().ok_or("--target host has no map_mem to boot")?,
+            a.ram,
+        )?;
         let spec = guest_spec(target, kernel, a.ram, &guest, &a.set)?;
         let report = model_report(&spec)?;
         let agree = ["arch.tlbi.total", "arch.dsb.ish", "arch.dsb.ishst", "arch.isb"]
@@ -451,10 +457,16 @@ fn guest_summary(target: crate::native::qemu::Target, model: &Report, guest: &cr
     }
     // Instructions are the guest's alone: shown, never compared (the model counts none).
     if let Some(total) = guest.counters.get(crate::native::qemu::INSNS_KEY) {
-        let mut top: Vec<(&String, &i64)> =
-            guest.counters.iter().filter(|(k, _)| k.as_str() != crate::native::qemu::INSNS_KEY && is_insns(k)).collect();
+        let mut top: Vec<(&String, &i64)> = guest
+            .counters
+            .iter()
+            .filter(|(k, _)| k.as_str() != crate::native::qemu::INSNS_KEY && is_insns(k))
+            .collect();
         top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let _ = writeln!(s, "guest instructions (not modeled): {total}; the largest functions (--json has all):");
+        let _ = writeln!(
+            s,
+            "guest instructions (not modeled): {total}; the largest functions (--json has all):"
+        );
         for (k, n) in top.into_iter().take(5) {
             let _ = writeln!(s, "  {:<40} {n:>10}", k.trim_start_matches("kernel.insns."));
         }

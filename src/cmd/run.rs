@@ -176,9 +176,12 @@ pub(crate) fn parse_each<'e>(each: &'e str, sets: &[String]) -> Result<(&'static
     }
     let mut probe = Variants::default();
     // 1G and 1024M are one machine: sizes are compared by value.
-    let same = |a: &str, b: &str| a == b || (name == "ram" && variants::parse_ram(a).ok() == variants::parse_ram(b).ok());
+    let same =
+        |a: &str, b: &str| a == b || (name == "ram" && variants::parse_ram(a).ok() == variants::parse_ram(b).ok());
     for (i, value) in values.iter().enumerate() {
-        probe.set(name, value).map_err(|e| format!("--each {name}={value}: {e}"))?;
+        probe
+            .set(name, value)
+            .map_err(|e| format!("--each {name}={value}: {e}"))?;
         if let Some(first) = values[..i].iter().find(|v| same(v, value)) {
             return Err(format!("--each {name}: value '{value}' given twice (as '{first}')"));
         }

@@ -27,7 +27,11 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         return ray(&a, address, db);
     }
     if let Some(out) = a.out.as_ref().filter(|o| o.extension().is_none_or(|e| e != "csv")) {
-        return Err(format!("--out {}: the CLI writes .csv (Parquet: foliolab.sweep in Python)", out.display()).into());
+        return Err(format!(
+            "--out {}: the CLI writes .csv (Parquet: foliolab.sweep in Python)",
+            out.display()
+        )
+        .into());
     }
     let (spec, dir) = Spec::load(&a.spec)?;
     let points = spec.points(&dir)?;
@@ -36,7 +40,9 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     } else {
         db.open()?
     };
-    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let bar = indicatif::ProgressBar::new(points.len() as u64).with_style(
         indicatif::ProgressStyle::with_template("sweep {bar:30} {pos}/{len} points, {eta} left")
             .expect("a valid template"),
@@ -68,7 +74,11 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     }
     super::emit(&text)?;
     if !o.failed.is_empty() {
-        return Err(format!("{} point(s) failed (the others are stored; a rerun runs only those)", o.failed.len()).into());
+        return Err(format!(
+            "{} point(s) failed (the others are stored; a rerun runs only those)",
+            o.failed.len()
+        )
+        .into());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -77,7 +87,9 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
 fn ray(a: &Args, address: &str, db: &super::StoreArgs) -> super::CmdResult {
     let python = std::env::var("FOLIOLAB_PYTHON").unwrap_or_else(|_| "python3".into());
     let mut cmd = std::process::Command::new(&python);
-    cmd.args(["-m", "foliolab", "sweep"]).arg(&a.spec).args(["--ray", address]);
+    cmd.args(["-m", "foliolab", "sweep"])
+        .arg(&a.spec)
+        .args(["--ray", address]);
     if let Some(out) = &a.out {
         cmd.arg("--out").arg(out);
     }

@@ -433,7 +433,8 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
             continue;
         }
         if crate::native::qemu::is_insns(key) {
-            c.not_compared.insert(key.clone(), "not modeled: the model counts no instructions".into());
+            c.not_compared
+                .insert(key.clone(), "not modeled: the model counts no instructions".into());
             continue;
         }
         let (m, h) = match (m, h, key.starts_with("proc.")) {
@@ -818,7 +819,11 @@ mod tests {
         let m = report("model", &[("kernel.insns", 0)], &[]);
         let h = report(
             "qemu-arm64",
-            &[("kernel.insns", 900), ("kernel.insns.do_anonymous_page", 400), ("user.insns", 7)],
+            &[
+                ("kernel.insns", 900),
+                ("kernel.insns.do_anonymous_page", 400),
+                ("user.insns", 7),
+            ],
             &[],
         );
         let c = compare(&m, &h);

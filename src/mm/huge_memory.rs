@@ -532,7 +532,10 @@ fn ds_queue_del(k: &mut Kernel, folio: Pfn) {
     k.memmap.folio_clear(folio, PageFlags::DEFERRED);
     let (prev, next) = {
         let p = k.memmap.page_mut(deferred_list(folio));
-        (std::mem::replace(&mut p.lru_prev, NIL), std::mem::replace(&mut p.lru_next, NIL))
+        (
+            std::mem::replace(&mut p.lru_prev, NIL),
+            std::mem::replace(&mut p.lru_next, NIL),
+        )
     };
     if prev == NIL {
         k.ds_queue.head = next;

@@ -59,7 +59,9 @@ impl Kernel {
     fn madvise_dontneed_free(&mut self, mm: MmId, start: u64, end: u64, free: bool) -> Result<(), VmaError> {
         let vmas = self.mm(mm).vmas_in(start, end);
         if vmas.iter().any(|v| v.flags.contains(VmFlags::LOCKED)) {
-            return Err(VmaError::Invalid("the range is mlocked (madvise_dontneed_free_valid_vma refuses VM_LOCKED)"));
+            return Err(VmaError::Invalid(
+                "the range is mlocked (madvise_dontneed_free_valid_vma refuses VM_LOCKED)",
+            ));
         }
         let mut tlb = self.tlb_gather_mmu(mm, false);
         if free {
@@ -194,7 +196,9 @@ impl Kernel {
         }
         let vmas = self.mm(mm).vmas_in(start, end);
         if vmas.iter().any(|v| v.flags.contains(VmFlags::LOCKED)) {
-            return Err(VmaError::Invalid("the range is mlocked (can_madv_lru_vma refuses VM_LOCKED)"));
+            return Err(VmaError::Invalid(
+                "the range is mlocked (can_madv_lru_vma refuses VM_LOCKED)",
+            ));
         }
         if pageout {
             // madvise_pageout: the lru_add batch first, so every folio can be isolated.

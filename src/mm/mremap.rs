@@ -27,7 +27,11 @@ impl Kernel {
     pub fn vma_expand(&mut self, mm: MmId, old_end: u64, new_end: u64) -> Result<(), VmaError> {
         let vma = self
             .mm(mm)
-            .find_vma(old_end.checked_sub(1).ok_or(VmaError::Invalid("mremap of a mapping ending at 0"))?)
+            .find_vma(
+                old_end
+                    .checked_sub(1)
+                    .ok_or(VmaError::Invalid("mremap of a mapping ending at 0"))?,
+            )
             .filter(|v| v.end == old_end)
             .ok_or(VmaError::NotMapped)?;
         if !self.mm(mm).vmas_in(old_end, new_end).is_empty() {

@@ -529,7 +529,9 @@ mod tests {
 
     #[test]
     fn a_device_past_the_headers_32_bit_last_page_is_refused() {
-        let Err(e) = SwapInfo::swapon(MAX_SWAP_PAGES + 1, 512, 10, 2) else { panic!("accepted") };
+        let Err(e) = SwapInfo::swapon(MAX_SWAP_PAGES + 1, 512, 10, 2) else {
+            panic!("accepted")
+        };
         assert!(e.contains("2^32 pages"), "{e}");
         assert_eq!(SwapInfo::host_bytes(1 << 18), (1 << 19) + (1 << 10) * 16);
     }

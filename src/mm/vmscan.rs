@@ -906,7 +906,10 @@ mod tests {
             assert_eq!(k.stat.event(VmEvent::PgRefill), 0);
             let s = k.memmap.lru(a);
             assert!(s.contains(LruFlags::LRU | LruFlags::WORKINGSET) && !s.contains(LruFlags::ACTIVE));
-            assert_eq!(k.lruvec.iter_from_tail(&k.memmap, LruList::InactiveAnon).last(), Some(a));
+            assert_eq!(
+                k.lruvec.iter_from_tail(&k.memmap, LruList::InactiveAnon).last(),
+                Some(a)
+            );
         }
     }
 

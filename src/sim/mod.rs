@@ -32,7 +32,11 @@ impl SimError {
     pub fn in_column(self, key: &str, value: &str) -> SimError {
         let with = format!(" (with --each {key}={value})");
         match self {
-            SimError::Failed { path, pos, msg } => SimError::Failed { path, pos, msg: msg + &with },
+            SimError::Failed { path, pos, msg } => SimError::Failed {
+                path,
+                pos,
+                msg: msg + &with,
+            },
             SimError::Setup(msg) => SimError::Setup(msg + &with),
         }
     }
@@ -78,7 +82,11 @@ struct Sim<'w> {
 
 /// Run `w` on a fresh model machine configured by `v`.
 pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
-    let v = &v.meeting(&w.machine).map_err(|(pos, msg)| SimError::Failed { path: w.path.clone(), pos, msg })?;
+    let v = &v.meeting(&w.machine).map_err(|(pos, msg)| SimError::Failed {
+        path: w.path.clone(),
+        pos,
+        msg,
+    })?;
     let cfg = v.machine();
     let page = cfg.granule.page_size();
     let watch = budget(w, &cfg).check().map_err(SimError::Setup)?;

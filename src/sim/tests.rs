@@ -889,6 +889,9 @@ mod host_budget {
         assert_eq!(marks - base, 10000 * crate::hostmem::cost::PHASE);
         let forks: String = (0..100).map(|i| format!("fork c{i}\n")).collect();
         assert!(estimate(&format!("mmap a 4K\n{forks}"), &[]) - base >= 100 * crate::hostmem::cost::PROCESS);
-        assert!(estimate("mmap a 4K\nswapon 16T\n", &[]) - base >= 8 << 30, "2^32 slots of 2 bytes");
+        assert!(
+            estimate("mmap a 4K\nswapon 16T\n", &[]) - base >= 8 << 30,
+            "2^32 slots of 2 bytes"
+        );
     }
 }

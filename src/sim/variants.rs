@@ -272,7 +272,8 @@ impl Default for Variants {
 
 /// Parse a command-line size (`workload::parse::parse_size`'s grammar).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    crate::workload::parse::parse_size(s).ok_or_else(|| format!("{s}: expected a size such as 4096, 0x1000, 16M, 512G or 1T"))
+    crate::workload::parse::parse_size(s)
+        .ok_or_else(|| format!("{s}: expected a size such as 4096, 0x1000, 16M, 512G or 1T"))
 }
 
 /// The least RAM a machine may have: the model reserves frames at the bottom and
@@ -365,7 +366,10 @@ impl Variants {
         };
         if !ok {
             let hint = crate::suggest::hint(val, key.values.split('|'));
-            return Err(format!("invalid value '{val}' for variant '{k}'{hint} ({})", key.values));
+            return Err(format!(
+                "invalid value '{val}' for variant '{k}'{hint} ({})",
+                key.values
+            ));
         }
         self.values.insert(k.to_string(), val.to_string());
         Ok(())
@@ -388,7 +392,10 @@ impl Variants {
             if key(n.key).is_some_and(|k| k.default != have) {
                 return Err((
                     n.pos,
-                    format!("the workload needs {}={} and this run has {}={have}", n.key, n.value, n.key),
+                    format!(
+                        "the workload needs {}={} and this run has {}={have}",
+                        n.key, n.value, n.key
+                    ),
                 ));
             }
             out.set(n.key, &n.value).map_err(|e| (n.pos, e))?;
@@ -523,10 +530,20 @@ mod tests {
     fn a_workload_machine_raises_defaults_and_refuses_a_smaller_setting() {
         let w = crate::workload::parse_str("t.wl", "machine nodes=2 ram=4G\nmmap a 4K\n").unwrap();
         let v = Variants::default().meeting(&w.machine).unwrap();
-        assert_eq!((v.get("nodes"), v.get("ram")), ("2", "16G"), "a default below the need is raised, one above kept");
-        let more = Variants::from_sets(&["nodes=4".into()]).unwrap().meeting(&w.machine).unwrap();
+        assert_eq!(
+            (v.get("nodes"), v.get("ram")),
+            ("2", "16G"),
+            "a default below the need is raised, one above kept"
+        );
+        let more = Variants::from_sets(&["nodes=4".into()])
+            .unwrap()
+            .meeting(&w.machine)
+            .unwrap();
         assert_eq!(more.get("nodes"), "4");
-        let (pos, e) = Variants::from_sets(&["ram=1G".into()]).unwrap().meeting(&w.machine).unwrap_err();
+        let (pos, e) = Variants::from_sets(&["ram=1G".into()])
+            .unwrap()
+            .meeting(&w.machine)
+            .unwrap_err();
         assert_eq!((pos.line, pos.col), (1, 17));
         assert!(e.contains("needs ram=4G and this run has ram=1G"), "{e}");
     }

@@ -112,7 +112,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let w64 = "set hugepages-64kB/enabled always\nmmap buf 4M\ntouch buf\nmark unmap\nmunmap buf\n";
         std::fs::write(dir.join("a.wl"), w64).unwrap();
-        std::fs::write(dir.join("b.wl"), "mmap buf 4M populate\nmadvise buf 0 4M dontneed step=64K\n").unwrap();
+        std::fs::write(
+            dir.join("b.wl"),
+            "mmap buf 4M populate\nmadvise buf 0 4M dontneed step=64K\n",
+        )
+        .unwrap();
         dir
     }
 

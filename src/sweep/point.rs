@@ -53,21 +53,36 @@ pub struct Point {
 #[derive(Debug, thiserror::Error)]
 pub enum PointError {
     #[error("{path}:{line}:{col}: {msg}")]
-    Workload { path: String, line: u32, col: u32, msg: String },
+    Workload {
+        path: String,
+        line: u32,
+        col: u32,
+        msg: String,
+    },
     #[error("{0}")]
     Other(String),
 }
 
 impl From<crate::workload::WorkloadError> for PointError {
     fn from(e: crate::workload::WorkloadError) -> Self {
-        PointError::Workload { path: e.path, line: e.pos.line, col: e.pos.col, msg: e.msg }
+        PointError::Workload {
+            path: e.path,
+            line: e.pos.line,
+            col: e.pos.col,
+            msg: e.msg,
+        }
     }
 }
 
 impl From<crate::sim::SimError> for PointError {
     fn from(e: crate::sim::SimError) -> Self {
         match e {
-            crate::sim::SimError::Failed { path, pos, msg } => PointError::Workload { path, line: pos.line, col: pos.col, msg },
+            crate::sim::SimError::Failed { path, pos, msg } => PointError::Workload {
+                path,
+                line: pos.line,
+                col: pos.col,
+                msg,
+            },
             e => PointError::Other(e.to_string()),
         }
     }
@@ -93,7 +108,15 @@ impl Point {
         machine: Option<String>,
         target: &str,
     ) -> Point {
-        Point { index, input, variants, sets, kernel, machine, target: target.to_string() }
+        Point {
+            index,
+            input,
+            variants,
+            sets,
+            kernel,
+            machine,
+            target: target.to_string(),
+        }
     }
 
     /// A single model run of a workload (`foliolab run`, `foliolab.run`).
@@ -129,7 +152,9 @@ impl Point {
             .filter(|m| m.ends_with(".toml"))
             .map(|m| std::fs::read(m).map(|b| hex(&Sha256::digest(&b))).unwrap_or_default());
         let input = match &self.input {
-            Input::Workload { path, text } => serde_json::json!(["workload", path, hex(&Sha256::digest(text.as_bytes()))]),
+            Input::Workload { path, text } => {
+                serde_json::json!(["workload", path, hex(&Sha256::digest(text.as_bytes()))])
+            }
             Input::Trace { path, sha256 } => serde_json::json!(["trace", path, sha256]),
         };
         let host = (self.target == "host").then(crate::store::host_kernel).flatten();
@@ -151,7 +176,10 @@ impl Point {
     pub fn run(&self) -> Result<Value, PointError> {
         if self.target != super::spec::MODEL {
             let Input::Workload { path, text } = &self.input else {
-                return Err(PointError::Other(format!("{}: traces replay on the model only", self.input.path())));
+                return Err(PointError::Other(format!(
+                    "{}: traces replay on the model only",
+                    self.input.path()
+                )));
             };
             let w = crate::workload::parse_str(path, text)?;
             let target = super::spec::parse_target(&self.target)?;
@@ -183,7 +211,8 @@ impl Point {
                 if hex(&Sha256::digest(&bytes)) != *sha256 {
                     return Err(PointError::Other(format!("{path}: changed since the sweep read it")));
                 }
-                let r = crate::trace::replay::replay(path, std::io::Cursor::new(&bytes[..]), &v, &[]).map_err(|e| e.to_string())?;
+                let r = crate::trace::replay::replay(path, std::io::Cursor::new(&bytes[..]), &v, &[])
+                    .map_err(|e| e.to_string())?;
                 let mut j = serde_json::to_value(&r).expect("a replay serializes");
                 if let Some(m) = &machine {
                     j["time"] = crate::cmd::report_value(&r.report, Some(m))["time"].take();

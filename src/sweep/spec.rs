@@ -72,7 +72,11 @@ impl Spec {
         for t in &self.traces {
             inputs.push(Input::trace(&dir.join(t).to_string_lossy())?);
         }
-        let targets = if self.targets.is_empty() { vec![MODEL.to_string()] } else { self.targets.clone() };
+        let targets = if self.targets.is_empty() {
+            vec![MODEL.to_string()]
+        } else {
+            self.targets.clone()
+        };
         for t in &targets {
             if t != MODEL {
                 let target = parse_target(t)?;
@@ -95,7 +99,15 @@ impl Spec {
         for input in &inputs {
             for target in &targets {
                 if target != MODEL {
-                    points.push(Point::new(points.len(), input.clone(), vec![], vec![], None, None, target));
+                    points.push(Point::new(
+                        points.len(),
+                        input.clone(),
+                        vec![],
+                        vec![],
+                        None,
+                        None,
+                        target,
+                    ));
                     continue;
                 }
                 for kernel in opt(&self.kernels) {
@@ -125,7 +137,10 @@ impl Spec {
         for (key, values) in &self.variants {
             if variants::key(key).is_none() {
                 let known: Vec<_> = variants::KEYS.iter().map(|k| k.name).collect();
-                return Err(format!("sweep: variants.{key}: unknown variant (known: {})", known.join(", ")));
+                return Err(format!(
+                    "sweep: variants.{key}: unknown variant (known: {})",
+                    known.join(", ")
+                ));
             }
             if fixed.iter().any(|&(k, _)| k == key) {
                 return Err(format!("sweep: variants.{key}: also in sets"));
@@ -134,7 +149,9 @@ impl Spec {
                 return Err(format!("sweep: variants.{key}: no values"));
             }
             for (i, v) in values.iter().enumerate() {
-                Variants::default().set(key, v).map_err(|e| format!("sweep: variants.{key}: {e}"))?;
+                Variants::default()
+                    .set(key, v)
+                    .map_err(|e| format!("sweep: variants.{key}: {e}"))?;
                 if values[..i].contains(v) {
                     return Err(format!("sweep: variants.{key}: value '{v}' given twice"));
                 }
@@ -202,7 +219,10 @@ mod tests {
         let p = s.points(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
         assert_eq!(p.len(), 2 * 2 * 2 * 2);
         assert!(p.iter().enumerate().all(|(i, p)| p.index == i));
-        assert_eq!(p[0].variants, [("contpte".into(), "on".into()), ("zap".into(), "per-pte".into())]);
+        assert_eq!(
+            p[0].variants,
+            [("contpte".into(), "on".into()), ("zap".into(), "per-pte".into())]
+        );
         assert_eq!(p[1].variants[1].1, "batched");
         assert_eq!(p[4].kernel.as_deref(), Some("6.18"));
         let keys: std::collections::BTreeSet<_> = p.iter().map(Point::key).collect();
@@ -218,7 +238,10 @@ mod tests {
         assert!(err(&format!("{w}\n[variants]\nnope = [\"x\"]")).contains("unknown variant"));
         assert!(err(&format!("{w}\nkernels = [\"5.0\"]")).contains("no preset"));
         assert!(err(&format!("{w}\ntargets = [\"mars\"]")).contains("unknown target"));
-        assert!(err(&format!("{w}\nsets = [\"zap=batched\"]\n[variants]\nzap = [\"per-pte\"]")).contains("also in sets"));
+        assert!(err(&format!(
+            "{w}\nsets = [\"zap=batched\"]\n[variants]\nzap = [\"per-pte\"]"
+        ))
+        .contains("also in sets"));
         assert!(err("").contains("no workloads"));
     }
 

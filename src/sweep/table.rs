@@ -84,7 +84,11 @@ pub fn table(points: &[Point], results: &[Option<Value>]) -> Table {
             if let Some(machine) = machine {
                 let t = crate::time::model(&machine.profile, &report);
                 rows.push((String::new(), "time_ps.total".into(), t.total_ps as i64));
-                rows.extend(t.by_event.iter().map(|(k, &ps)| (String::new(), format!("time_ps.{k}"), ps as i64)));
+                rows.extend(
+                    t.by_event
+                        .iter()
+                        .map(|(k, &ps)| (String::new(), format!("time_ps.{k}"), ps as i64)),
+                );
                 for (ph, &ps) in report.phases.iter().zip(&t.phases_ps) {
                     rows.push((ph.label.clone(), "time_ps.total".into(), ps as i64));
                 }
@@ -97,9 +101,18 @@ pub fn table(points: &[Point], results: &[Option<Value>]) -> Table {
                 String::new()
             }
         });
-        let mut fixed = vec![p.input.path().to_string(), p.target.clone(), kernel, p.machine.clone().unwrap_or_default()];
+        let mut fixed = vec![
+            p.input.path().to_string(),
+            p.target.clone(),
+            kernel,
+            p.machine.clone().unwrap_or_default(),
+        ];
         fixed.extend(keys.iter().map(|k| {
-            p.variants.iter().find(|(pk, _)| pk == k).map(|(_, v)| v.clone()).unwrap_or_default()
+            p.variants
+                .iter()
+                .find(|(pk, _)| pk == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
         }));
         for (phase, counter, v) in rows {
             point.push(p.index as i64);

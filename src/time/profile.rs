@@ -245,7 +245,8 @@ impl Profile {
             }
         }
         p.not_costed.extend(common.not_costed);
-        p.check_at().map_err(|(key, msg)| at(key.and_then(|k| text.find(&k)), &msg))?;
+        p.check_at()
+            .map_err(|(key, msg)| at(key.and_then(|k| text.find(&k)), &msg))?;
         Ok(p)
     }
 
@@ -271,7 +272,10 @@ impl Profile {
             ));
         }
         if self.cpus == 0 || self.nodes == 0 {
-            return Err((Some("cpus".into()), "a machine has at least one CPU and one node".into()));
+            return Err((
+                Some("cpus".into()),
+                "a machine has at least one CPU and one node".into(),
+            ));
         }
         let mut seen = BTreeMap::new();
         for c in &self.cost {

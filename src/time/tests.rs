@@ -55,7 +55,13 @@ fn clocks_and_costs_outside_their_ranges_are_refused_at_their_line() {
     for clock in ["0", "-1", "nan", "inf", "1e300"] {
         let text = base
             .lines()
-            .map(|l| if l.starts_with("clock_ghz") { format!("clock_ghz = {clock}") } else { l.to_string() })
+            .map(|l| {
+                if l.starts_with("clock_ghz") {
+                    format!("clock_ghz = {clock}")
+                } else {
+                    l.to_string()
+                }
+            })
             .collect::<Vec<_>>()
             .join("\n");
         let e = Profile::parse(&text).unwrap_err();
@@ -65,7 +71,11 @@ fn clocks_and_costs_outside_their_ranges_are_refused_at_their_line() {
     let huge = format!(
         "{base}\n[[cost]]\nevents = [\"kernel.folio_ref_atomic\"]\nns = 1e15\nquality = \"M\"\nsource = \"x\"\n"
     );
-    let line = huge.lines().position(|l| l.contains("kernel.folio_ref_atomic")).unwrap() + 1;
+    let line = huge
+        .lines()
+        .position(|l| l.contains("kernel.folio_ref_atomic"))
+        .unwrap()
+        + 1;
     let e = Profile::parse(&huge).unwrap_err();
     assert_eq!(
         e,

@@ -912,7 +912,8 @@ impl Budget {
                 c.spaces_created
             ));
         }
-        b.parts(c.peak_spaces, 0, "alive at once in the trace").check_against(b.limit)?;
+        b.parts(c.peak_spaces, 0, "alive at once in the trace")
+            .check_against(b.limit)?;
         Ok(b)
     }
 
@@ -922,14 +923,19 @@ impl Budget {
         if recount {
             self.maps = rp.spaces.iter().flatten().map(|s| s.maps.len() as u64).sum();
         }
-        self.parts(rp.live_spaces, self.maps, "alive by now").check_against(self.limit)
+        self.parts(rp.live_spaces, self.maps, "alive by now")
+            .check_against(self.limit)
     }
 
     /// The host memory budget (`hostmem::Budget`) of the model machine and `spaces`
     /// address spaces holding `maps` mappings, each part named by what makes it smaller.
     fn parts(&self, spaces: u64, maps: u64, when: &str) -> crate::hostmem::Budget {
         let mut b = crate::hostmem::Budget::new(self.what.clone());
-        b.add("the model machine's memmap and page tables (a lower --set ram)", self.machine).add(
+        b.add(
+            "the model machine's memmap and page tables (a lower --set ram)",
+            self.machine,
+        )
+        .add(
             format!(
                 "{spaces} address spaces {when}, {} each (a trace of fewer processes)",
                 crate::hostmem::fmt_bytes(Self::PER_SPACE)

@@ -145,7 +145,9 @@ pub(crate) fn bounds(path: &str, stmts: &[Stmt]) -> Result<(), WorkloadError> {
     executed(stmts, &|_| true, MAX_OPS).map_err(|pos| {
         err(
             pos,
-            format!("the workload would run more than {MAX_OPS} ops here (repeats multiplied out); lower the repeat counts"),
+            format!(
+                "the workload would run more than {MAX_OPS} ops here (repeats multiplied out); lower the repeat counts"
+            ),
         )
     })?;
     executed(stmts, &|op| matches!(op, Op::Mark { .. }), MAX_PHASES).map_err(|pos| {
@@ -167,7 +169,9 @@ pub(crate) fn bounds(path: &str, stmts: &[Stmt]) -> Result<(), WorkloadError> {
     match forks(stmts, &mut Default::default()) {
         Some(pos) => Err(err(
             pos,
-            format!("more than {MAX_PROCS} process names (the kernel's default pid_max): reuse names of exited processes"),
+            format!(
+                "more than {MAX_PROCS} process names (the kernel's default pid_max): reuse names of exited processes"
+            ),
         )),
         None => Ok(()),
     }
@@ -639,7 +643,10 @@ mod tests {
 
     #[test]
     fn an_empty_repeat_runs_nothing() {
-        for src in ["repeat 18446744073709551615\nend", "repeat 18446744073709551615\n  repeat 5\n  end\nend"] {
+        for src in [
+            "repeat 18446744073709551615\nend",
+            "repeat 18446744073709551615\n  repeat 5\n  end\nend",
+        ] {
             let w = parse_str("t.wl", src).unwrap();
             assert!(w.stmts.is_empty(), "{src}");
         }

@@ -11,7 +11,11 @@ use crate::mm::thp_sysfs::ThpKnobs;
 /// byte order mark is skipped.
 pub fn parse_str(path: &str, src: &str) -> Result<Workload, WorkloadError> {
     let src = src.strip_prefix('\u{feff}').unwrap_or(src);
-    let mut parser = Parser { path, next_index: 0, machine: None };
+    let mut parser = Parser {
+        path,
+        next_index: 0,
+        machine: None,
+    };
     let nodes = parser.parse(src)?;
     check::check(path, &nodes)?;
     let stmts = prune(nodes.into_iter().map(Node::into_stmt).collect());
@@ -162,7 +166,10 @@ enum Line {
     Op(Node),
     /// A `machine` line, kept by the parser rather than run.
     Machine,
-    Repeat { n: u64, pos: Pos },
+    Repeat {
+        n: u64,
+        pos: Pos,
+    },
     End,
 }
 
@@ -176,8 +183,8 @@ struct Parser<'p> {
 
 /// The ops of the language, for "did you mean" on an unknown one.
 const OPS: &[&str] = &[
-    "set", "mmap", "touch", "madvise", "munmap", "mprotect", "mlock", "munlock", "fork", "exit", "thread",
-    "threads", "cpu", "shrink", "swapon", "memlimit", "migrate", "mark", "repeat", "end", "machine",
+    "set", "mmap", "touch", "madvise", "munmap", "mprotect", "mlock", "munlock", "fork", "exit", "thread", "threads",
+    "cpu", "shrink", "swapon", "memlimit", "migrate", "mark", "repeat", "end", "machine",
 ];
 
 /// The tokens of one line after the op keyword.
@@ -213,13 +220,22 @@ impl Parser<'_> {
             };
             let Some(key) = ["nodes", "cpus", "ram"].into_iter().find(|&n| n == k) else {
                 let hint = crate::suggest::hint(k, ["nodes", "cpus", "ram"]);
-                return Err(self.err(t.pos, format!("unknown machine key '{}'{hint} (nodes, cpus, ram)", Echo(k))));
+                return Err(self.err(
+                    t.pos,
+                    format!("unknown machine key '{}'{hint} (nodes, cpus, ram)", Echo(k)),
+                ));
             };
             if needs.iter().any(|n| n.key == key) {
                 return Err(self.err(t.pos, format!("'{key}' given twice")));
             }
-            crate::sim::Variants::default().set(key, v).map_err(|e| self.err(t.pos, Echo(&e).to_string()))?;
-            needs.push(MachineNeed { key, value: v.to_string(), pos: t.pos });
+            crate::sim::Variants::default()
+                .set(key, v)
+                .map_err(|e| self.err(t.pos, Echo(&e).to_string()))?;
+            needs.push(MachineNeed {
+                key,
+                value: v.to_string(),
+                pos: t.pos,
+            });
         }
         if needs.is_empty() {
             return Err(self.err(op.pos, "expected KEY=VALUE after 'machine' (nodes, cpus, ram)"));
@@ -723,7 +739,12 @@ mod tests {
 
     #[test]
     fn a_bad_machine_line_is_an_error_at_its_word() {
-        fails("machine nodez=2", 1, 9, "unknown machine key 'nodez' (did you mean 'nodes'?)");
+        fails(
+            "machine nodez=2",
+            1,
+            9,
+            "unknown machine key 'nodez' (did you mean 'nodes'?)",
+        );
         fails("machine nodes=0", 1, 9, "invalid value '0' for variant 'nodes'");
         fails("machine", 1, 1, "expected KEY=VALUE");
         fails("machine nodes=2 nodes=3", 1, 17, "'nodes' given twice");
@@ -750,7 +771,19 @@ mod tests {
         assert_eq!(parse_size("4KB"), Some(4096));
         assert_eq!(parse_size("16MiB"), Some(16 << 20));
         assert_eq!(parse_size("4096B"), Some(4096));
-        for bad in ["", "K", "0x", "1.5M", "-4K", "+4096", "0x+1", "99999999999T", "16iB", "iB", "B"] {
+        for bad in [
+            "",
+            "K",
+            "0x",
+            "1.5M",
+            "-4K",
+            "+4096",
+            "0x+1",
+            "99999999999T",
+            "16iB",
+            "iB",
+            "B",
+        ] {
             assert_eq!(parse_size(bad), None, "{bad}");
         }
         assert_eq!(fmt_size(3 << 20), "3M");

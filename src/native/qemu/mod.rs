@@ -276,10 +276,17 @@ fn program_runs(
                 .map(|w| window_counters(w, counted))
                 .collect();
             if mine.len() != announced {
-                return Err(format!("{} announced {announced} windows, the plugin saw {}", p.path.display(), mine.len()));
+                return Err(format!(
+                    "{} announced {announced} windows, the plugin saw {}",
+                    p.path.display(),
+                    mine.len()
+                ));
             }
             runs.push(ProgramRun {
-                program: std::iter::once(p.path.display().to_string()).chain(p.args.iter().cloned()).collect::<Vec<_>>().join(" "),
+                program: std::iter::once(p.path.display().to_string())
+                    .chain(p.args.iter().cloned())
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 status: st.trim().parse().map_err(|_| format!("bad program line {line:?}"))?,
                 windows: mine,
             });
@@ -848,7 +855,12 @@ fn numa_args(ram: u64) -> Vec<String> {
 }
 
 /// `run_batch` on a guest of `ram` bytes, then `programs`.
-fn run_batch_on(kernel: &GuestKernel, workloads: &[Workload], ram: u64, programs: &[Program]) -> Result<Batch, QemuError> {
+fn run_batch_on(
+    kernel: &GuestKernel,
+    workloads: &[Workload],
+    ram: u64,
+    programs: &[Program],
+) -> Result<Batch, QemuError> {
     let (source, granule) = (kernel.source.as_str(), kernel.granule);
     if let Some(why) = guest_missing(kernel) {
         return Err(QemuError::NotSetUp(why));
@@ -1067,7 +1079,8 @@ fn run_batch_on(kernel: &GuestKernel, workloads: &[Workload], ram: u64, programs
         used += n;
         reports.push(report(w, source, st, g, mine, &counted));
     }
-    let programs = program_runs(programs, &console, windows.get(used..).unwrap_or(&[]), &counted).map_err(QemuError::Run)?;
+    let programs =
+        program_runs(programs, &console, windows.get(used..).unwrap_or(&[]), &counted).map_err(QemuError::Run)?;
     let program_windows: usize = programs.iter().map(|p| p.windows.len()).sum();
     if used + program_windows != windows.len() {
         return Err(QemuError::Run(format!(
