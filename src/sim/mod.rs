@@ -249,7 +249,7 @@ pub fn host_bytes_for(cfg: &MachineConfig, frames: u64, mmaps: u64) -> u64 {
     let frames = frames.min(cfg.ram_bytes >> g.page_shift());
     // A pte table per PTRS_PER_PTE frames, and one per level for each region's ends.
     let tables = frames.div_ceil(g.ptrs_per_table() as u64) + mmaps.saturating_add(1).saturating_mul(2 * 4);
-    let per_frame = std::mem::size_of::<Page>() as u64 + crate::mm::swap::Lruvec::HOST_BYTES_PER_FOLIO;
+    let per_frame = std::mem::size_of::<Page>() as u64 + crate::mm::swap::Lruvec::HOST_BYTES_PER_PAGE;
     frames
         .saturating_mul(per_frame)
         .saturating_add(PhysMem::host_bytes_needed(g, cfg.ram_bytes, tables, true))
