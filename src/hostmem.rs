@@ -5,8 +5,11 @@
 //! page by page. `HugeBuf` reserves the whole array at once as anonymous, lazily
 //! backed host memory (like the kernel's vmemmap: a terabyte machine reserves
 //! address space, not memory), so an element is one index away with no section
-//! table in between. The reservation is 2 MiB aligned and advised MADV_HUGEPAGE, so
-//! one host TLB entry covers 2 MiB of it where the host's THP policy allows.
+//! table in between. The reservation is 2 MiB aligned and, for an array touched
+//! densely like the memmap, advised MADV_HUGEPAGE, so one host TLB entry covers
+//! 2 MiB of it where the host's THP policy allows. A sparse one (a byte per page) is
+//! left to 4K host pages: a huge page would make the host zero 2 MiB at its first
+//! touch, however little of it the model uses.
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -14,7 +17,7 @@ use std::ptr::NonNull;
 /// The host's PMD size on x86-64 and arm64 with 4K pages.
 const HUGE: usize = 2 << 20;
 
-/// A fixed-length array of `T` in 2 MiB-aligned, THP-advised, lazily backed host memory.
+/// A fixed-length array of `T` in 2 MiB-aligned, lazily backed host memory.
 pub struct HugeBuf<T: Copy> {
     ptr: NonNull<T>,
     len: usize,
@@ -29,11 +32,11 @@ unsafe impl<T: Copy + Sync> Sync for HugeBuf<T> {}
 
 impl<T: Copy> HugeBuf<T> {
     /// `len` elements of all-zero bytes. The host backs a page of them only when it
-    /// is first touched.
+    /// is first touched, with a 2 MiB huge page where `thp` (and the host) allows.
     ///
     /// # Safety
     /// All-zero bytes must be a valid `T`.
-    pub unsafe fn zeroed(len: usize) -> HugeBuf<T> {
+    pub unsafe fn zeroed(len: usize, thp: bool) -> HugeBuf<T> {
         assert!(std::mem::align_of::<T>() <= HUGE, "HugeBuf alignment");
         let bytes = std::mem::size_of::<T>()
             .checked_mul(len)
@@ -66,7 +69,9 @@ impl<T: Copy> HugeBuf<T> {
             if base + span > start + bytes {
                 libc::munmap((start + bytes) as *mut libc::c_void, base + span - start - bytes);
             }
-            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
+            if thp {
+                libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
+            }
         }
         HugeBuf {
             ptr: NonNull::new(start as *mut T).expect("mmap returned null"),
@@ -110,7 +115,11 @@ pub fn mem_available() -> Option<u64> {
 /// This process's resident set, in bytes (/proc/self/statm); None where the host does
 /// not say.
 pub fn rss() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    rss_from(&std::fs::read_to_string("/proc/self/statm").ok()?)
+}
+
+/// The resident set in a /proc/self/statm text.
+fn rss_from(statm: &str) -> Option<u64> {
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -218,6 +227,9 @@ pub fn check_fits(what: &str, needed: u64, available: Option<u64>) -> Result<(),
 pub struct Watch {
     limit: Option<u64>,
     n: u32,
+    /// /proc/self/statm, kept open: a touch of 1 GiB reads it 64 times, and opening
+    /// it each time cost more than the reads.
+    statm: Option<std::fs::File>,
 }
 
 impl Watch {
@@ -227,23 +239,41 @@ impl Watch {
         let limit = available
             .zip(rss())
             .map(|(avail, rss)| rss.saturating_add(avail.saturating_sub(margin(avail))));
-        Watch { limit, n: 0 }
+        let statm = limit.and_then(|_| std::fs::File::open("/proc/self/statm").ok());
+        Watch { limit, n: 0, statm }
     }
 
     /// A watch that never fires (for a command whose budget was not checked).
     pub fn none() -> Watch {
-        Watch { limit: None, n: 0 }
+        Watch {
+            limit: None,
+            n: 0,
+            statm: None,
+        }
     }
 
     /// Counts a unit of work; an error once the resident set has passed the limit.
-    #[inline]
+    #[inline(always)]
     pub fn tick(&mut self) -> Result<(), String> {
         self.n += 1;
         if self.n < Self::EVERY {
             return Ok(());
         }
+        self.check()
+    }
+
+    /// Every `EVERY`th tick: the resident set against the limit.
+    #[cold]
+    #[inline(never)]
+    fn check(&mut self) -> Result<(), String> {
         self.n = 0;
-        match (self.limit, rss()) {
+        let rss = self.statm.as_ref().and_then(|f| {
+            use std::os::unix::fs::FileExt;
+            let mut buf = [0u8; 128];
+            let n = f.read_at(&mut buf, 0).ok()?;
+            rss_from(std::str::from_utf8(&buf[..n]).ok()?)
+        });
+        match (self.limit, rss) {
             (Some(limit), Some(rss)) if rss > limit => Err(format!(
                 "stopped: host memory in use reached {}, past the {} this command may use",
                 fmt_bytes(rss),
@@ -303,6 +333,7 @@ mod tests {
         let mut w = Watch {
             limit: Some(1 << 20),
             n: 0,
+            statm: std::fs::File::open("/proc/self/statm").ok(),
         };
         let results: Vec<bool> = (0..Watch::EVERY).map(|_| w.tick().is_ok()).collect();
         assert!(
@@ -320,7 +351,7 @@ mod tests {
     #[test]
     fn buffers_are_huge_page_aligned_and_zeroed() {
         // SAFETY: zero is a valid u64.
-        let mut b = unsafe { HugeBuf::<u64>::zeroed(HUGE / 8 + 3) };
+        let mut b = unsafe { HugeBuf::<u64>::zeroed(HUGE / 8 + 3, true) };
         assert_eq!(b.as_ptr() as usize % HUGE, 0);
         assert!(b.iter().all(|&x| x == 0));
         b[HUGE / 8 + 2] = 5;
@@ -332,7 +363,7 @@ mod tests {
     fn a_terabyte_memmap_reserves_address_space_only() {
         // 2^28 struct pages of 32 bytes: 8 GiB reserved, nothing touched.
         // SAFETY: zero is a valid [u64; 4].
-        let b = unsafe { HugeBuf::<[u64; 4]>::zeroed(1 << 28) };
+        let b = unsafe { HugeBuf::<[u64; 4]>::zeroed(1 << 28, true) };
         assert_eq!(b[(1 << 28) - 1], [0; 4]);
     }
 }

@@ -164,11 +164,15 @@ impl MemMap {
         MemMap {
             nr_pages,
             // SAFETY: every field of Page is an integer, a bool or a bitflags integer,
-            // for which all-zero bytes are valid; pages are reset to Page::default()
-            // when their section comes online, before any use.
-            pages: unsafe { HugeBuf::zeroed(nr_pages as usize) },
-            // SAFETY: all-zero bytes are LruFlags::empty().
-            lru: unsafe { HugeBuf::zeroed(nr_pages as usize) },
+            // for which all-zero bytes are valid. All-zero is also a page no list or
+            // folio holds, which is all a page of a newly online section is: it
+            // differs from Page::default() only in the links and `head`, which are
+            // read only on list members, tails and heads, all written before.
+            pages: unsafe { HugeBuf::zeroed(nr_pages as usize, true) },
+            // SAFETY: all-zero bytes are LruFlags::empty(), every page's state until
+            // its folio is added to an LRU list; a byte per page is sparse, so 4K host
+            // pages back it, only where folios are added.
+            lru: unsafe { HugeBuf::zeroed(nr_pages as usize, false) },
             online: vec![false; n],
             large: Vec::new(),
             large_free: Vec::new(),
@@ -178,17 +182,13 @@ impl MemMap {
         self.nr_pages
     }
     /// Bring the sections covering [start, end) online (done before pages there are used).
+    /// Their struct pages and LRU flags are left the zeros they were created as (see
+    /// `new`), so the host backs a page of them only when the model first uses it
+    /// instead of the model writing a whole section at once.
     pub fn online(&mut self, start: Pfn, end: Pfn) {
         let first = (start.0 >> SECTION_SHIFT) as usize;
         let last = ((end.0 - 1) >> SECTION_SHIFT) as usize;
-        for s in first..=last {
-            if !self.online[s] {
-                self.online[s] = true;
-                let range = s * SECTION_PAGES..((s + 1) * SECTION_PAGES).min(self.nr_pages as usize);
-                self.pages[range.clone()].fill(Page::default());
-                self.lru[range].fill(LruFlags::empty());
-            }
-        }
+        self.online[first..=last].fill(true);
     }
     #[inline]
     fn is_online(&self, pfn: Pfn) -> bool {
@@ -379,7 +379,8 @@ mod tests {
         let mut mm = MemMap::new(4096);
         assert!(mm.try_page(Pfn(0)).is_none(), "offline");
         mm.online(Pfn(0), Pfn(4096));
-        assert_eq!(mm.page(Pfn(4095)).head, NIL, "reset when brought online");
+        let p = mm.page(Pfn(4095));
+        assert!(p.flags.is_empty() && p.refcount == 0 && p.mapcount == 0, "free, held by no list or folio");
         assert!(
             mm.try_page(Pfn(4096)).is_none(),
             "past the end of RAM, inside the section"

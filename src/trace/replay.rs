@@ -579,19 +579,23 @@ impl Replay {
         let cached = self
             .hit
             .filter(|(hs, start, m)| *hs == s && *start <= addr && addr < m.end);
-        let found = match cached.map(|(_, start, m)| (start, m)).or_else(|| sp.find(addr)) {
-            Some(f) => {
-                self.hit = Some((s, f.0, f.1));
-                Some(f)
-            }
-            // The stack grows down to a fault below it (expand_stack).
-            None => match sp.maps.range(addr..).next() {
-                Some((&start, &m)) if m.kind == MapKind::Stack => {
-                    let low = addr & !(PAGE - 1);
-                    self.grow_stack(proc, start, low);
-                    Some((low, m))
+        // The memo is written only when it changes: most faults hit it.
+        let found = match cached.map(|(_, start, m)| (start, m)) {
+            Some(f) => Some(f),
+            None => match sp.find(addr) {
+                Some(f) => {
+                    self.hit = Some((s, f.0, f.1));
+                    Some(f)
                 }
-                _ => None,
+                // The stack grows down to a fault below it (expand_stack).
+                None => match sp.maps.range(addr..).next() {
+                    Some((&start, &m)) if m.kind == MapKind::Stack => {
+                        let low = addr & !(PAGE - 1);
+                        self.grow_stack(proc, start, low);
+                        Some((low, m))
+                    }
+                    _ => None,
+                },
             },
         };
         let line = &mut self.procs.get_mut(&proc).expect("found").line;
