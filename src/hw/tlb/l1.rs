@@ -116,6 +116,7 @@ impl L1 {
     }
 
     /// Insert `slot` as most recently used; when full, the LRU entry leaves and is returned.
+    #[inline(always)]
     pub(super) fn insert(&mut self, slot: Slot) -> Option<Slot> {
         let i = if let Some(i) = self.free.pop() {
             i
@@ -139,6 +140,7 @@ impl L1 {
     /// A full L1's fill: the LRU entry's slot takes `slot` and becomes the most recently
     /// used; the old entry is returned. The slot stays live, so only its bucket changes
     /// and the ring turns so its tail is the head.
+    #[inline(always)]
     fn replace_lru(&mut self, slot: Slot) -> Slot {
         let i = self.prev[self.head as usize];
         let old = std::mem::replace(&mut self.slots[i as usize], slot);

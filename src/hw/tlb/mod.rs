@@ -341,6 +341,7 @@ impl Tlb {
     }
 
     /// Cache a new translation (it goes to L1). Returns whether an entry left the TLB.
+    #[inline(always)]
     pub fn fill(&mut self, e: TlbEntry, res: &mut Residency) -> bool {
         self.clock += 1;
         let class = self.class_of.get(e.span_shift as usize).copied().unwrap_or(NO_CLASS);
@@ -361,7 +362,7 @@ impl Tlb {
     }
 
     /// Put `slot` in L1; the LRU victim moves to L2.
-    #[inline]
+    #[inline(always)]
     fn place_l1(&mut self, slot: Slot, res: &mut Residency) -> bool {
         match self.l1.insert(slot) {
             Some(old) => self.place_l2(old, res),
