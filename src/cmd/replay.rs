@@ -80,12 +80,16 @@ fn replay_one(
 ) -> Result<Replayed, Box<dyn std::error::Error>> {
     let file = std::fs::File::open(trace).map_err(|e| format!("{trace}: {e}"))?;
     let start = std::time::Instant::now();
+    let cpu0 = crate::trace::record::cpu_ns(libc::RUSAGE_SELF);
     let r = replay::replay(trace, file, v, knobs)?;
     let secs = start.elapsed().as_secs_f64();
+    // CPU time too: on a busy machine the wall-clock rate measures the scheduler.
+    let cpu = (crate::trace::record::cpu_ns(libc::RUSAGE_SELF) - cpu0) as f64 / 1e9;
     eprintln!(
-        "foliolab: replayed {} events in {secs:.2} s ({:.1} M events/s)",
+        "foliolab: replayed {} events in {secs:.2} s ({:.1} M events/s; {cpu:.2} s of CPU, {:.1} M events/s)",
         r.events,
-        r.events as f64 / secs / 1e6
+        r.events as f64 / secs / 1e6,
+        r.events as f64 / cpu.max(1e-9) / 1e6
     );
     let result = match machine {
         Some(m) => crate::time::annotate(&r.report, &crate::time::model(&m.profile, &r.report), &m.applied),

@@ -722,7 +722,11 @@ pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool)
         if let Ok(pa) = done {
             if write {
                 let pfn = crate::hw::Pfn(pa.0 >> k.arch.granule().page_shift());
-                k.memmap.page_mut(pfn).nonzero = true;
+                // Stored only when it changes: most writes are to a page written before.
+                let p = k.memmap.page_mut(pfn);
+                if !p.nonzero {
+                    p.nonzero = true;
+                }
             }
             return Ok(());
         }
