@@ -830,6 +830,13 @@ pub fn boot_map_mem(kernel: &GuestKernel, ram: u64) -> Result<MapMem, QemuError>
         .ok_or_else(|| QemuError::Run("the plugin saw no map_mem window at boot".into()))
 }
 
+/// Whether the plugin counts instructions: yes unless `FOLIOLAB_QEMU_INSNS=off`, which
+/// measures what counting costs (the guide's built-kernels chapter); the reports then
+/// have no `kernel.insns` or `user.insns` keys.
+fn count_insns() -> bool {
+    std::env::var("FOLIOLAB_QEMU_INSNS").map_or(true, |v| v != "off")
+}
+
 /// `target`'s Debian kernel.
 fn debian(target: Target) -> Result<GuestKernel, QemuError> {
     target
@@ -984,10 +991,11 @@ fn run_batch_on(
         .args(["-append", "console=ttyAMA0 rdinit=/init quiet nokaslr norandmaps"])
         .arg("-plugin")
         .arg(format!(
-            "file={},syms={},out={}",
+            "file={},syms={},out={}{}",
             cache.join("plugin.so").display(),
             syms.display(),
-            counts.display()
+            counts.display(),
+            if count_insns() { "" } else { ",insns=off" }
         ))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -1243,9 +1251,21 @@ fn write_syms(kallsyms: &Path, out: &Path, (open, close): (&str, &str)) -> Resul
 /// A newc cpio archive of `files` (relative to `root`), as the kernel unpacks it.
 fn cpio(root: &Path, files: &[String], out: &Path) -> Result<(), QemuError> {
     use std::io::Write;
+    // The same files make the same archive, byte for byte: every modification time
+    // the epoch, and (--reproducible) inode numbers counted from one. The guest's
+    // random numbers depend on the initramfs' bytes (measured: two boots of one
+    // kernel with archives differing only in these gave different boot_ids), and a
+    // kernel that randomizes its slab freelists or stack offsets (Debian's) then
+    // runs a different number of instructions in a window.
+    for f in files {
+        let path = root.join(f);
+        std::fs::File::open(&path)
+            .and_then(|h| h.set_modified(std::time::UNIX_EPOCH))
+            .map_err(|e| QemuError::Run(format!("{}: {e}", path.display())))?;
+    }
     let archive = std::fs::File::create(out).map_err(|e| QemuError::Run(format!("{}: {e}", out.display())))?;
     let mut child = Command::new("cpio")
-        .args(["-o", "-H", "newc", "--quiet"])
+        .args(["-o", "-H", "newc", "--quiet", "--reproducible"])
         .current_dir(root)
         .stdin(std::process::Stdio::piped())
         .stdout(archive)
