@@ -72,7 +72,7 @@ pub const KEYS: &[Key] = &[
 ];
 
 #[derive(clap::Args)]
-#[command(after_help = format!("{}\n\nExamples:\n  foliolab boot --ram 4G\n  foliolab boot --ram 64G --set pgtable-fixmap=per-cont-block --json\n  foliolab boot --ram 1G --image 2ec77403d2314591  # kbuild", keys_help(KEYS)))]
+#[command(after_help = format!("{}\n\nExamples:\n  foliolab boot --ram 4G\n  foliolab boot --ram 64G --set pgtable-fixmap=per-cont-block --json", keys_help(KEYS)))]
 pub struct Args {
     /// Physical memory span from the RAM base (64M to 128T, e.g. 16M, 512G, 1T).
     #[arg(long, value_parser = parse_ram)]
