@@ -220,6 +220,8 @@ static void on_event(unsigned int vcpu, void *udata)
  * instructions after it. */
 static void open_insns(const struct suffix *after)
 {
+	if (!count_insns)
+		return;
 	for (size_t i = 0; i < nlive; i++)
 		snap[live[i]] = insns[live[i]];
 	for (size_t i = 0; i < after->n; i++)
@@ -230,6 +232,8 @@ static void open_insns(const struct suffix *after)
  * instructions after it (counted at the block's start). */
 static void take_insns(const struct suffix *after)
 {
+	if (!count_insns)
+		return;
 	for (size_t i = 0; i < nlive; i++)
 		acc[live[i]] += insns[live[i]] - snap[live[i]];
 	for (size_t i = 0; i < after->n; i++)

@@ -613,9 +613,11 @@ fn map_mem_counters(w: &Window) -> MapMem {
 /// the instructions (`add_insns`) of every function, the mm's or not.
 /// `counted` are the `KERNEL_FUNCTIONS` the guest's kernel has.
 fn window_counters(w: &Window, counted: &[&str]) -> Counters {
+    // Instructions uncounted (FOLIOLAB_QEMU_INSNS=off) are absent, not zero.
+    let insns: &[&str] = if count_insns() { &[INSNS_KEY, USER_INSNS_KEY] } else { &[] };
     let mut c: Counters = ARCH_KEYS
         .iter()
-        .chain(&[INSNS_KEY, USER_INSNS_KEY])
+        .chain(insns)
         .map(|k| (k.to_string(), 0))
         .collect();
     c.extend(counted.iter().map(|f| (format!("kernel.{f}"), 0)));
