@@ -16,11 +16,7 @@ fn foliolab(args: &[&str]) -> Output {
 
 /// Why a 6.12 kernel cannot be built here, if it cannot.
 fn cannot_build() -> Option<String> {
-    let src = foliolab::kbuild::cache_dir().join("src/6.12/identity");
-    if !src.is_file() {
-        return Some(format!("{} is missing (run scripts/setup-kbuild)", src.display()));
-    }
-    foliolab::kbuild::Compiler::Gcc.version().err().map(|e| e.to_string())
+    foliolab::kbuild::missing("6.12", foliolab::kbuild::Compiler::Gcc)
 }
 
 /// `kernel build --source 6.12 ARGS --json`'s `(key, build_s, cached)`.

@@ -92,6 +92,11 @@ pub struct Args {
     /// size, kernel image and table levels.
     #[arg(long, value_enum)]
     target: Option<crate::native::qemu::Target>,
+    /// Boot this kernel instead (a key from `foliolab kernel build` or a kernel build
+    /// directory), as `--target` does Debian's; the model takes the kernel's release
+    /// as its preset unless `--kernel` says otherwise.
+    #[arg(long, value_name = "KEY|DIR")]
+    image: Option<String>,
     /// Holes in the memory map, as OFFSET+SIZE from the RAM base (comma-separated, e.g. 1G+2M).
     #[arg(long, value_delimiter = ',', value_parser = parse_hole)]
     holes: Vec<(u64, u64)>,
@@ -322,36 +327,34 @@ pub fn boot(spec: &Spec) -> Result<Booted, String> {
 
 pub fn main(a: Args) -> CmdResult {
     use crate::sim::kernels::{with_preset, Scope, KERNELS};
+    // --image alone is a QEMU guest of its own page size.
+    let guest = match (a.target, &a.image) {
+        (None, Some(image)) => Some(crate::native::qemu::GuestKernel::image(image)?),
+        (Some(t), image) => Some(
+            crate::native::qemu::resolve(t, image.as_deref())?.ok_or("--target host has no map_mem to boot")?,
+        ),
+        (None, None) => None,
+    };
     let kernel = a
         .kernel
-        .or(a.target.map(|t| t.kernel()))
+        .or(guest.as_ref().map(|k| k.release))
         .unwrap_or(*KERNELS.last().expect("a preset"));
-    if let Some(target) = a.target {
-        if let Some(why) = crate::native::qemu::missing(target) {
+    if let Some(guest_kernel) = guest {
+        if let Some(why) = crate::native::qemu::guest_missing(&guest_kernel) {
             return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
         }
         if !a.holes.is_empty() {
-            return Err("--target boots a guest of --ram with no holes".into());
+            return Err("--target and --image boot a guest of --ram with no holes".into());
         }
-        let guest = crate::native::qemu::boot_map_mem(
-            &target.guest_kernel().ok_or("--target host has no map_mem to boot")?,
-            a.ram,
-        )?;
-        let spec = guest_spec(target, kernel, a.ram, &guest, &a.set)?;
+        let guest = crate::native::qemu::boot_map_mem(&guest_kernel, a.ram)?;
+        let spec = guest_spec(&guest_kernel, kernel, a.ram, &guest, &a.set)?;
         let report = model_report(&spec)?;
-        let agree = ["arch.tlbi.total", "arch.dsb.ish", "arch.dsb.ishst", "arch.isb"]
-            .iter()
-            .all(|k| guest.counters.get(*k) == report.counters.get(*k))
-            && report
-                .counters
-                .keys()
-                .filter(|k| k.starts_with("arch.tlbi."))
-                .all(|k| guest.counters.get(k) == report.counters.get(k));
+        let agree = agrees(&guest, &report.counters);
         if a.json {
             let j = serde_json::json!({ "model": report, "guest": guest, "agree": agree });
             super::emit(&(serde_json::to_string_pretty(&j)? + "\n"))?;
         } else {
-            super::emit(&guest_summary(target, &report, &guest))?;
+            super::emit(&guest_summary(&guest_kernel.label(), &report, &guest))?;
         }
         return Ok(if agree { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
@@ -403,32 +406,44 @@ pub fn model_report(spec: &Spec) -> Result<Report, String> {
     })
 }
 
-/// The model of `target`'s guest of `ram` bytes: `kernel`'s preset, the target's
-/// build (`Target::boot_sets`) and the guest's own kernel image range, under `sets`.
+/// Whether the guest's map_mem and the model's agree: TLBIs (in all and by kind),
+/// DSBs and ISBs.
+pub fn agrees(guest: &crate::native::qemu::MapMem, model: &crate::report::Counters) -> bool {
+    ["arch.tlbi.total", "arch.dsb.ish", "arch.dsb.ishst", "arch.isb"]
+        .iter()
+        .all(|k| guest.counters.get(*k) == model.get(*k))
+        && model
+            .keys()
+            .filter(|k| k.starts_with("arch.tlbi."))
+            .all(|k| guest.counters.get(k) == model.get(k))
+}
+
+/// The model of `guest`'s boot with `ram` bytes: `kernel`'s preset, the guest
+/// kernel's build (`GuestKernel::boot_sets`) and its own kernel image range, under
+/// `sets`.
 pub fn guest_spec(
-    target: crate::native::qemu::Target,
+    guest_kernel: &crate::native::qemu::GuestKernel,
     kernel: crate::sim::kernels::Release,
     ram: u64,
     guest: &crate::native::qemu::MapMem,
     sets: &[String],
 ) -> Result<Spec, String> {
     use crate::sim::kernels::{overlay, with_preset, Scope};
-    let mut build = target.boot_sets();
+    let mut build = guest_kernel.boot_sets();
     if let Some((s, e)) = guest.kernel_code {
         build.push(format!("kernel-image={s:#x}-{e:#x}"));
     }
-    let mut spec = Spec::new(target.granule(), ram);
+    let mut spec = Spec::new(guest_kernel.granule, ram);
     spec.set_all(&with_preset(kernel, Scope::Boot, &overlay(build, sets)))?;
     Ok(spec)
 }
 
 /// The guest's map_mem beside the model's: TLBIs and barriers, then the guest's TLBIs by
 /// the function that issued them.
-fn guest_summary(target: crate::native::qemu::Target, model: &Report, guest: &crate::native::qemu::MapMem) -> String {
+fn guest_summary(label: &str, model: &Report, guest: &crate::native::qemu::MapMem) -> String {
     use std::fmt::Write;
     let mut s = format!(
-        "map_mem on {} against the model ({:?}):\n",
-        target.source(),
+        "map_mem on {label} against the model ({:?}):\n",
         model.variants
     );
     use crate::native::qemu::is_insns;

@@ -99,6 +99,27 @@ pub struct Cell {
     pub model: Option<i64>,
 }
 
+impl Cell {
+    /// `key` in `phase` of the guest's and the model's reports. A counter the guest
+    /// cannot measure has no model cell either; an instruction count has no model
+    /// cell (the model counts none).
+    fn of(kernel: String, guest: Option<&Report>, model: Option<&Report>, phase_label: &str, key: &str) -> Cell {
+        let get = |r: Option<&Report>| {
+            let r = r?;
+            if r.unavailable.contains_key(key) {
+                return None;
+            }
+            phase(r, phase_label).map(|c| c.get(key).copied().unwrap_or(0))
+        };
+        let guest_value = get(guest);
+        Cell {
+            kernel,
+            guest: guest_value,
+            model: guest_value.and(get(model)).filter(|_| !qemu::is_insns(key)),
+        }
+    }
+}
+
 #[derive(Debug, Serialize, Clone)]
 pub struct SeedRow {
     pub seed: String,
@@ -121,6 +142,27 @@ pub struct Seeds {
     pub rows: Vec<SeedRow>,
     pub verdicts: Vec<SeedVerdict>,
     pub notes: Vec<String>,
+    /// The seeds on kernels built from 6.12's source, before (a patch of ours that
+    /// undoes the seed's change) and after (6.12 as it is): cells `before` and `after`.
+    pub built: Vec<SeedRow>,
+    /// The kernels those were measured on.
+    pub built_kernels: Vec<BuiltKernel>,
+    /// Why the built kernels were not measured, if they were not.
+    pub built_skipped: Option<String>,
+}
+
+/// A kernel built for a seed's side.
+#[derive(Debug, Serialize, Clone)]
+pub struct BuiltKernel {
+    pub seed: String,
+    pub side: String,
+    /// `foliolab kernel build`'s key.
+    pub key: String,
+    /// The patch applied to 6.12 (tools/kernel/patches/), if any.
+    pub patch: Option<String>,
+    /// Seconds the build took (a cache lookup's when it was cached).
+    pub build_s: f64,
+    pub cached: bool,
 }
 
 impl Seeds {
@@ -134,6 +176,10 @@ impl Seeds {
                 .iter()
                 .filter(|r| r.seed == "003")
                 .all(|r| r.cells.iter().all(|c| c.guest == c.model))
+            && self
+                .built
+                .iter()
+                .all(|r| r.cells.iter().all(|c| c.model.is_none() || c.guest == c.model))
     }
 }
 
@@ -142,9 +188,16 @@ pub fn missing() -> Option<String> {
     KERNELS.iter().find_map(|&(_, t)| qemu::missing(t))
 }
 
-/// The model's map_mem of `target`'s `ram`-byte guest under `kernel`'s preset.
-fn model_map_mem(target: Target, kernel: Release, ram: u64, guest: &MapMem) -> Result<crate::report::Counters, String> {
-    let spec = super::boot::guest_spec(target, kernel, ram, guest, &[])?;
+/// The model's map_mem of `guest_kernel`'s `ram`-byte guest under `kernel`'s preset
+/// and `sets`.
+fn model_map_mem(
+    guest_kernel: &qemu::GuestKernel,
+    kernel: Release,
+    ram: u64,
+    guest: &MapMem,
+    sets: &[String],
+) -> Result<crate::report::Counters, String> {
+    let spec = super::boot::guest_spec(guest_kernel, kernel, ram, guest, sets)?;
     Ok(super::boot::model_report(&spec)?.counters)
 }
 
@@ -155,7 +208,37 @@ fn phase<'r>(r: &'r Report, label: &str) -> Option<&'r crate::report::Counters> 
     r.phases.iter().find(|p| p.label == label).map(|p| &p.counters)
 }
 
-/// Runs every seed on both kernels and the model.
+/// The model's report of `w` under `v`, in the guest's measures.
+fn model_run(w: &Workload, v: &crate::sim::Variants) -> Result<Report, String> {
+    crate::sim::run(w, v)
+        .map_err(|e| e.to_string())
+        .and_then(|r| qemu::as_guest_measures(r, w, v))
+}
+
+/// `validate`'s verdict on `w` from the model's and the guest's reports.
+fn verdict(w: &Workload, model: &Result<Report, String>, guest: &Result<Report, String>) -> Comparison {
+    match (model, guest) {
+        (_, Err(e)) if qemu::not_applicable(e).is_some() => Comparison {
+            workload: w.path.clone(),
+            not_applicable: Some(e.clone()),
+            ..Comparison::default()
+        },
+        (Ok(m), Ok(g)) => compare(m, g),
+        (Err(e), _) => Comparison {
+            workload: w.path.clone(),
+            error: Some(format!("model: {e}")),
+            ..Comparison::default()
+        },
+        (_, Err(e)) => Comparison {
+            workload: w.path.clone(),
+            error: Some(format!("guest: {e}")),
+            ..Comparison::default()
+        },
+    }
+}
+
+/// Runs every seed on both Debian kernels and the model (`run_built` adds kernels
+/// built from source).
 pub fn run() -> Result<Seeds, Box<dyn std::error::Error>> {
     let workloads: Vec<Workload> = WORKLOADS
         .iter()
@@ -176,27 +259,8 @@ pub fn run() -> Result<Seeds, Box<dyn std::error::Error>> {
         );
         let mut mine = Vec::new();
         for (w, guest) in workloads.iter().zip(batch.reports) {
-            let model = crate::sim::run(w, &v)
-                .map_err(|e| e.to_string())
-                .and_then(|r| qemu::as_guest_measures(r, w, &v));
-            let c = match (&model, &guest) {
-                (_, Err(e)) if qemu::not_applicable(e).is_some() => Comparison {
-                    workload: w.path.clone(),
-                    not_applicable: Some(e.clone()),
-                    ..Comparison::default()
-                },
-                (Ok(m), Ok(g)) => compare(m, g),
-                (Err(e), _) => Comparison {
-                    workload: w.path.clone(),
-                    error: Some(format!("model: {e}")),
-                    ..Comparison::default()
-                },
-                (_, Err(e)) => Comparison {
-                    workload: w.path.clone(),
-                    error: Some(format!("guest: {e}")),
-                    ..Comparison::default()
-                },
-            };
+            let model = model_run(w, &v);
+            let c = verdict(w, &model, &guest);
             out.verdicts.push(SeedVerdict {
                 seed: WORKLOADS[mine.len()].seed.into(),
                 kernel: kernel.to_string(),
@@ -212,7 +276,7 @@ pub fn run() -> Result<Seeds, Box<dyn std::error::Error>> {
                 (2048, Some(m)) => m.clone(),
                 _ => qemu::boot_map_mem(&target.guest_kernel().expect("a QEMU target"), ram)?,
             };
-            let model = model_map_mem(target, kernel, ram, &guest)?;
+            let model = model_map_mem(&target.guest_kernel().expect("a QEMU target"), kernel, ram, &guest, &[])?;
             sizes.push((guest, model));
         }
         boots.push(sizes);
@@ -224,20 +288,7 @@ pub fn run() -> Result<Seeds, Box<dyn std::error::Error>> {
                 .enumerate()
                 .map(|(k, (kernel, _))| {
                     let (g, m) = &reports[k][i];
-                    let get = |r: &Option<Report>| {
-                        let r = r.as_ref()?;
-                        if r.unavailable.contains_key(*key) {
-                            return None;
-                        }
-                        phase(r, s.phase).map(|c| c.get(*key).copied().unwrap_or(0))
-                    };
-                    // A counter the guest cannot measure has no model cell either.
-                    let guest = get(g);
-                    Cell {
-                        kernel: kernel.to_string(),
-                        guest,
-                        model: guest.and(get(m)),
-                    }
+                    Cell::of(kernel.to_string(), g.as_ref(), m.as_ref(), s.phase, key)
                 })
                 .collect();
             out.rows.push(SeedRow {
@@ -278,14 +329,220 @@ pub fn run() -> Result<Seeds, Box<dyn std::error::Error>> {
     Ok(out)
 }
 
+/// Adds the built-kernel section to `out`, or why it is skipped.
+pub fn run_built(out: &mut Seeds) -> Result<(), Box<dyn std::error::Error>> {
+    match built_missing() {
+        Some(why) => out.built_skipped = Some(why),
+        None => built(out)?,
+    }
+    Ok(())
+}
+
+/// A seed's before side on 6.12 built from source: our patch that undoes the seed's
+/// change, and the model's variant for it; the after side is 6.12 as it is and the
+/// model's 6.12 preset.
+struct BeforePatch {
+    seed: &'static str,
+    /// The patch's file name in tools/kernel/patches/, and its text.
+    name: &'static str,
+    text: &'static str,
+    /// The model's before side, a `--set` on the 6.12 preset.
+    model: &'static str,
+}
+
+const SEED003_BEFORE: BeforePatch = BeforePatch {
+    seed: "003",
+    name: "seed003-before.patch",
+    text: include_str!("../../tools/kernel/patches/seed003-before.patch"),
+    model: "pgtable-fixmap=alloc-and-populate",
+};
+const SEED001_BEFORE: BeforePatch = BeforePatch {
+    seed: "001",
+    name: "seed001-before.patch",
+    text: include_str!("../../tools/kernel/patches/seed001-before.patch"),
+    model: "tlb-batch=sync",
+};
+
+/// Seed 001's benchmark in its nearest private-memory shape, and the counters shown
+/// from its loop.
+const SEED001_LOOP: SeedWorkload = seed_workload!(
+    "001",
+    "seed001-swap-loop.wl",
+    "loop",
+    &[
+        "arch.tlbi.total",
+        "arch.tlbi.vale1is",
+        "arch.dsb.ish",
+        "arch.dsb.ishst",
+        "vmstat.pswpout",
+        "vmstat.pswpin",
+        "kernel.insns",
+        "kernel.insns.try_to_unmap_one",
+        "kernel.insns.arch_tlbbatch_flush",
+        "kernel.insns.shrink_folio_list",
+        "user.insns",
+    ]
+);
+
+/// Why the seeds cannot be measured on built kernels here, if they cannot: 6.12's
+/// source or gcc (scripts/setup-kbuild), or QEMU (scripts/setup-qemu).
+pub fn built_missing() -> Option<String> {
+    crate::kbuild::missing("6.12", crate::kbuild::Compiler::Gcc)
+        .or_else(|| qemu::guest_missing(&Target::QemuArm64.guest_kernel()?).map(|w| format!("{w} (run scripts/setup-qemu)")))
+}
+
+/// 6.12 built with gcc and 4K pages, with `patch` (a cache hit after the first time).
+fn build_612(side: &str, patch: Option<&BeforePatch>) -> Result<(qemu::GuestKernel, BuiltKernel), String> {
+    let mut patches = Vec::new();
+    if let Some(p) = patch {
+        // The patch's bytes from the binary, so the key is the same as a build with
+        // tools/kernel/patches/ from a checkout, wherever this runs.
+        let dir = crate::kbuild::cache_dir().join("patches");
+        let path = dir.join(p.name);
+        if std::fs::read(&path).ok().as_deref() != Some(p.text.as_bytes()) {
+            let tmp = dir.join(format!(".{}.{}", p.name, std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(&tmp, p.text))
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        patches.push(path);
+    }
+    let spec = crate::kbuild::Spec {
+        source: "6.12".into(),
+        patches,
+        compiler: crate::kbuild::Compiler::Gcc,
+        page_size: crate::kbuild::PageSize::K4,
+        fragments: Vec::new(),
+    };
+    let built = crate::kbuild::build(&spec, &mut |l| eprintln!("kernel build: {l}")).map_err(|e| e.to_string())?;
+    let kernel = qemu::GuestKernel::image(&built.key).map_err(|e| e.to_string())?;
+    let record = BuiltKernel {
+        seed: patch.map_or("003 001", |p| p.seed).into(),
+        side: side.into(),
+        key: built.key,
+        patch: patch.map(|p| format!("tools/kernel/patches/{}", p.name)),
+        build_s: built.build_s,
+        cached: built.cached,
+    };
+    Ok((kernel, record))
+}
+
+/// Seeds 003 and 001 on 6.12 built from source, before and after, beside the model's
+/// before and after.
+fn built(out: &mut Seeds) -> Result<(), Box<dyn std::error::Error>> {
+    let release = Release(6, 12);
+    let (after, record) = build_612("after", None)?;
+    out.built_kernels.push(record);
+    // Seed 003: map_mem at boot, per RAM size.
+    let (before, record) = build_612("before", Some(&SEED003_BEFORE))?;
+    out.built_kernels.push(record);
+    let sides = [(&before, vec![SEED003_BEFORE.model.to_string()]), (&after, Vec::new())];
+    for &mib in BOOT_RAM_MIB {
+        let ram = mib << 20;
+        let mut measured = Vec::new();
+        for (kernel, sets) in &sides {
+            let guest = qemu::boot_map_mem(kernel, ram)?;
+            let model = model_map_mem(kernel, release, ram, &guest, sets)?;
+            measured.push((guest, model));
+        }
+        for key in BOOT_KEYS.iter().chain(&[qemu::INSNS_KEY]) {
+            let cells = ["before", "after"]
+                .iter()
+                .zip(&measured)
+                .map(|(side, (g, m))| Cell {
+                    kernel: side.to_string(),
+                    guest: Some(g.counters.get(*key).copied().unwrap_or(0)),
+                    model: (!qemu::is_insns(key)).then(|| m.get(*key).copied().unwrap_or(0)),
+                })
+                .collect();
+            out.built.push(SeedRow {
+                seed: "003".into(),
+                experiment: format!("boot {}G, map_mem", mib >> 10),
+                counter: key.to_string(),
+                cells,
+            });
+        }
+    }
+    // Seed 001: its benchmark's loop.
+    let (before, record) = build_612("before", Some(&SEED001_BEFORE))?;
+    out.built_kernels.push(record);
+    let w = crate::workload::parse_str(SEED001_LOOP.path, SEED001_LOOP.text).map_err(|e| e.to_string())?;
+    let mut reports = Vec::new();
+    for (side, kernel, sets) in [
+        ("before", &before, vec![SEED001_BEFORE.model.to_string()]),
+        ("after", &after, Vec::new()),
+    ] {
+        let v = super::validate::guest_variants(Some(kernel), Some(release), &sets)?;
+        let guest = qemu::run_guest(kernel, std::slice::from_ref(&w))?
+            .reports
+            .pop()
+            .expect("one workload, one report");
+        let model = model_run(&w, &v);
+        out.verdicts.push(SeedVerdict {
+            seed: "001".into(),
+            kernel: format!("6.12 {side} ({})", kernel.label()),
+            comparison: verdict(&w, &model, &guest),
+        });
+        reports.push((side, guest.ok(), model.ok()));
+    }
+    for key in SEED001_LOOP.keys {
+        out.built.push(SeedRow {
+            seed: "001".into(),
+            experiment: format!("{} ({})", SEED001_LOOP.path.trim_start_matches("workloads/kernels/"), SEED001_LOOP.phase),
+            counter: key.to_string(),
+            cells: reports
+                .iter()
+                .map(|(side, g, m)| Cell::of(side.to_string(), g.as_ref(), m.as_ref(), SEED001_LOOP.phase, key))
+                .collect(),
+        });
+    }
+    out.notes.push(
+        "built kernels: seed 001's benchmark maps 1 MiB of shared anonymous memory (shmem); until the workload language has shmem ops (being added), the loop runs on private memory, 10 rounds".into(),
+    );
+    Ok(())
+}
+
 /// The seed tables: a row per counter, per kernel the guest's count and the model's.
 pub fn text(s: &Seeds) -> String {
+    let mut out = table(&s.rows, "");
+    out += "\nbuilt kernels (6.12.117 from source, gcc, 4K): before = 6.12 with our patch that undoes the seed's change, after = 6.12; the model's before is its 6.12 preset with the variant named\n";
+    match &s.built_skipped {
+        Some(why) => {
+            let _ = writeln!(out, "  skipped: {why}");
+        }
+        None => {
+            for k in &s.built_kernels {
+                let _ = writeln!(
+                    out,
+                    "  seed {:<7} {:<6} {}  {}  ({} {:.1} s)",
+                    k.seed,
+                    k.side,
+                    k.key,
+                    k.patch.as_deref().unwrap_or("no patch"),
+                    if k.cached { "cached, lookup" } else { "built in" },
+                    k.build_s
+                );
+            }
+            let _ = writeln!(
+                out,
+                "  model before: seed 003 {}, seed 001 {}",
+                SEED003_BEFORE.model, SEED001_BEFORE.model
+            );
+            out += &table(&s.built, " (built)");
+        }
+    }
+    verdicts(s, out)
+}
+
+/// Rows as one table per seed: per cell, the guest's count and the model's.
+fn table(rows: &[SeedRow], title: &str) -> String {
     let mut out = String::new();
     let mut seed = "";
-    for r in &s.rows {
+    for r in rows {
         if r.seed != seed {
             seed = &r.seed;
-            let _ = write!(out, "\nseed {seed}\n{:<44} {:<34}", "experiment", "counter");
+            let _ = write!(out, "\nseed {seed}{title}\n{:<44} {:<34}", "experiment", "counter");
             for c in &r.cells {
                 let _ = write!(out, " {:>10} {:>10}", format!("{} guest", c.kernel), "model");
             }
@@ -295,11 +552,17 @@ pub fn text(s: &Seeds) -> String {
         let mut all_agree = true;
         for c in &r.cells {
             let f = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
-            all_agree &= c.guest == c.model;
+            // An instruction count has no model cell: the model counts none.
+            all_agree &= c.guest == c.model || (c.model.is_none() && qemu::is_insns(&r.counter));
             let _ = write!(out, " {:>10} {:>10}", f(c.guest), f(c.model));
         }
         let _ = writeln!(out, "  {}", if all_agree { "" } else { "DIFFERS" });
     }
+    out
+}
+
+/// `out`, then every verdict and note.
+fn verdicts(s: &Seeds, mut out: String) -> String {
     let _ = writeln!(out, "\nverdicts (every counter, as `validate --target` judges):");
     for v in &s.verdicts {
         let c = &v.comparison;

@@ -30,7 +30,9 @@ pub struct Args {
     pub workloads: Vec<String>,
     /// Instead of workloads: each seed's before and after on Debian's arm64 6.1 and
     /// 6.12 kernels under QEMU, against the model's 6.1 and 6.12 presets (one boot per
-    /// kernel for the seed workloads, and per RAM size for seed 003's map_mem).
+    /// kernel for the seed workloads, and per RAM size for seed 003's map_mem); then
+    /// seeds 003 and 001 on 6.12 built from source, before and after (`foliolab kernel
+    /// build`, cached), or why not.
     #[arg(long, conflicts_with_all = ["workloads", "target", "image", "sets", "kernel"])]
     pub seeds: bool,
     /// A model variant, as for `run` (the host runs as it is).
@@ -724,7 +726,8 @@ fn seeds_main(json: bool, db: &super::StoreArgs) -> super::CmdResult {
         return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
     }
     let start = std::time::Instant::now();
-    let s = super::seeds::run()?;
+    let mut s = super::seeds::run()?;
+    super::seeds::run_built(&mut s)?;
     super::record(
         db,
         &crate::store::NewRun {

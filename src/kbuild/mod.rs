@@ -135,6 +135,16 @@ pub fn kernels_dir() -> PathBuf {
     cache_dir().join("kernels")
 }
 
+/// Why a kernel of Debian's `release` source cannot be built here with `compiler`,
+/// if it cannot: the source scripts/setup-kbuild unpacks, or the compiler, missing.
+pub fn missing(release: &str, compiler: Compiler) -> Option<String> {
+    let src = cache_dir().join("src").join(release).join("identity");
+    if !src.is_file() {
+        return Some(format!("{} is missing (run scripts/setup-kbuild)", src.display()));
+    }
+    compiler.version().err().map(|e| e.to_string())
+}
+
 /// A source resolved: the directory to copy and what identifies its contents.
 struct Source {
     dir: PathBuf,

@@ -42,7 +42,8 @@
  *
  * Arguments: syms=PATH (lines "ADDR NAME", text symbols, sorted or not;
  * "ADDR *NAME" marks a function whose entries are counted, "ADDR <NAME" and
- * "ADDR >NAME" the boot window's bounds), out=PATH.
+ * "ADDR >NAME" the boot window's bounds), out=PATH, and insns=off to count no
+ * instructions (the blocks get no inline adds: what counting costs).
  *
  * The plugin API's declarations are in ../qemu-plugin-api.h.
  */
@@ -107,6 +108,7 @@ static enum { BOOT_BEFORE, BOOT_IN, BOOT_DONE } boot;
 static unsigned long window;
 static unsigned long errors;
 static FILE *out;
+static int count_insns = 1;
 
 static int by_addr(const void *a, const void *b)
 {
@@ -218,6 +220,8 @@ static void on_event(unsigned int vcpu, void *udata)
  * instructions after it. */
 static void open_insns(const struct suffix *after)
 {
+	if (!count_insns)
+		return;
 	for (size_t i = 0; i < nlive; i++)
 		snap[live[i]] = insns[live[i]];
 	for (size_t i = 0; i < after->n; i++)
@@ -228,6 +232,8 @@ static void open_insns(const struct suffix *after)
  * instructions after it (counted at the block's start). */
 static void take_insns(const struct suffix *after)
 {
+	if (!count_insns)
+		return;
 	for (size_t i = 0; i < nlive; i++)
 		acc[live[i]] += insns[live[i]] - snap[live[i]];
 	for (size_t i = 0; i < after->n; i++)
@@ -368,7 +374,7 @@ static struct suffix *runs(struct qemu_plugin_tb *tb, size_t from, size_t n, int
 		}
 	}
 	if (at_start) {
-		for (size_t i = 0; i < r->n; i++)
+		for (size_t i = 0; count_insns && i < r->n; i++)
 			qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64,
 								 &insns[r->seg[i].sym], r->seg[i].n);
 		free(r);
@@ -449,6 +455,8 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
 			sym_path = argv[i] + 5;
 		else if (!strncmp(argv[i], "out=", 4))
 			out_path = argv[i] + 4;
+		else if (!strcmp(argv[i], "insns=off"))
+			count_insns = 0;
 		else
 			return -1;
 	}

@@ -613,9 +613,11 @@ fn map_mem_counters(w: &Window) -> MapMem {
 /// the instructions (`add_insns`) of every function, the mm's or not.
 /// `counted` are the `KERNEL_FUNCTIONS` the guest's kernel has.
 fn window_counters(w: &Window, counted: &[&str]) -> Counters {
+    // Instructions uncounted (FOLIOLAB_QEMU_INSNS=off) are absent, not zero.
+    let insns: &[&str] = if count_insns() { &[INSNS_KEY, USER_INSNS_KEY] } else { &[] };
     let mut c: Counters = ARCH_KEYS
         .iter()
-        .chain(&[INSNS_KEY, USER_INSNS_KEY])
+        .chain(insns)
         .map(|k| (k.to_string(), 0))
         .collect();
     c.extend(counted.iter().map(|f| (format!("kernel.{f}"), 0)));
@@ -830,6 +832,13 @@ pub fn boot_map_mem(kernel: &GuestKernel, ram: u64) -> Result<MapMem, QemuError>
         .ok_or_else(|| QemuError::Run("the plugin saw no map_mem window at boot".into()))
 }
 
+/// Whether the plugin counts instructions: yes unless `FOLIOLAB_QEMU_INSNS=off`, which
+/// measures what counting costs (the guide's built-kernels chapter); the reports then
+/// have no `kernel.insns` or `user.insns` keys.
+fn count_insns() -> bool {
+    std::env::var("FOLIOLAB_QEMU_INSNS").map_or(true, |v| v != "off")
+}
+
 /// `target`'s Debian kernel.
 fn debian(target: Target) -> Result<GuestKernel, QemuError> {
     target
@@ -969,6 +978,11 @@ fn run_batch_on(
             // and so moves the instructions a window counts from boot to boot.
             "-seed",
             "1",
+            // The wall clock from a fixed date, advancing with the guest's clock, not
+            // the host's: a kernel with the PL031 driver (Debian's) sets its time from
+            // it at boot, and setting the time mixes it into the entropy pool.
+            "-rtc",
+            "base=2024-01-01T00:00:00,clock=vm",
         ])
         .arg("-kernel")
         .arg(&kernel.image)
@@ -979,10 +993,11 @@ fn run_batch_on(
         .args(["-append", "console=ttyAMA0 rdinit=/init quiet nokaslr norandmaps"])
         .arg("-plugin")
         .arg(format!(
-            "file={},syms={},out={}",
+            "file={},syms={},out={}{}",
             cache.join("plugin.so").display(),
             syms.display(),
-            counts.display()
+            counts.display(),
+            if count_insns() { "" } else { ",insns=off" }
         ))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -1238,9 +1253,21 @@ fn write_syms(kallsyms: &Path, out: &Path, (open, close): (&str, &str)) -> Resul
 /// A newc cpio archive of `files` (relative to `root`), as the kernel unpacks it.
 fn cpio(root: &Path, files: &[String], out: &Path) -> Result<(), QemuError> {
     use std::io::Write;
+    // The same files make the same archive, byte for byte: every modification time
+    // the epoch, and (--reproducible) inode numbers counted from one. The guest's
+    // random numbers depend on the initramfs' bytes (measured: two boots of one
+    // kernel with archives differing only in these gave different boot_ids), and a
+    // kernel that randomizes its slab freelists or stack offsets (Debian's) then
+    // runs a different number of instructions in a window.
+    for f in files {
+        let path = root.join(f);
+        std::fs::File::open(&path)
+            .and_then(|h| h.set_modified(std::time::UNIX_EPOCH))
+            .map_err(|e| QemuError::Run(format!("{}: {e}", path.display())))?;
+    }
     let archive = std::fs::File::create(out).map_err(|e| QemuError::Run(format!("{}: {e}", out.display())))?;
     let mut child = Command::new("cpio")
-        .args(["-o", "-H", "newc", "--quiet"])
+        .args(["-o", "-H", "newc", "--quiet", "--reproducible"])
         .current_dir(root)
         .stdin(std::process::Stdio::piped())
         .stdout(archive)
