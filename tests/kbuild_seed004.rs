@@ -26,7 +26,11 @@ fn seed004_variants_built_with_gcc_count_as_their_code_says() {
             .unwrap()
     };
     for r in &s.rows {
-        assert_eq!(r.ptep_get_calls_per_block, 20.0, "{} scenario {}", r.variant, r.scenario);
+        assert_eq!(
+            r.ptep_get_calls_per_block, 20.0,
+            "{} scenario {}",
+            r.variant, r.scenario
+        );
     }
     for s in [1, 2, 3] {
         assert_eq!(get(s, "Original").change_pct, 0.0);
@@ -34,9 +38,17 @@ fn seed004_variants_built_with_gcc_count_as_their_code_says() {
     let orig = get(1, "Original").ptep_get_insns_per_call;
     for m in ["Modification 1", "Modification 2"] {
         let r = get(1, m);
-        assert!(r.ptep_get_insns_per_call * 4.0 < orig, "{m}: {} against {orig}", r.ptep_get_insns_per_call);
+        assert!(
+            r.ptep_get_insns_per_call * 4.0 < orig,
+            "{m}: {} against {orig}",
+            r.ptep_get_insns_per_call
+        );
         assert!(r.change_pct < -10.0, "{m}: {} %", r.change_pct);
     }
     assert!(get(2, "Modification 2").ptep_get_insns_per_call < get(2, "Original").ptep_get_insns_per_call);
-    assert!(s.notes.iter().any(|n| n.starts_with("gcc: scenario 3")), "{:?}", s.notes);
+    assert!(
+        s.notes.iter().any(|n| n.starts_with("gcc: scenario 3")),
+        "{:?}",
+        s.notes
+    );
 }

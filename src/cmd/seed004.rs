@@ -187,7 +187,13 @@ fn per_function(c: &Counters, n: f64) -> BTreeMap<String, f64> {
 
 /// A scenario's row from the benchmark's run, and the loop's instructions per function
 /// (all of them).
-fn row(cc: Compiler, variant: usize, scenario: u32, run: &ProgramRun, loops: u32) -> Result<(Row, BTreeMap<String, f64>), String> {
+fn row(
+    cc: Compiler,
+    variant: usize,
+    scenario: u32,
+    run: &ProgramRun,
+    loops: u32,
+) -> Result<(Row, BTreeMap<String, f64>), String> {
     if run.status != 0 || run.windows.len() != WINDOWS {
         return Err(format!(
             "{}: exit status {}, {} windows (want 0 and {WINDOWS})",
@@ -311,7 +317,11 @@ fn scenario3_note(
 
 /// Builds the three variants with each compiler, runs the benchmark's three scenarios
 /// on each, and makes the table. `log` gets a line per build and boot.
-pub fn run(compilers: &[Compiler], loops: u32, log: &mut dyn FnMut(&str)) -> Result<Seed004, Box<dyn std::error::Error>> {
+pub fn run(
+    compilers: &[Compiler],
+    loops: u32,
+    log: &mut dyn FnMut(&str),
+) -> Result<Seed004, Box<dyn std::error::Error>> {
     let programs: Vec<Program> = SCENARIOS
         .iter()
         .map(|s| Program {
@@ -346,14 +356,22 @@ pub fn run(compilers: &[Compiler], loops: u32, log: &mut dyn FnMut(&str)) -> Res
             };
             let built = kbuild::build(&spec, &mut |l| log(&format!("kernel build: {l}")))?;
             let how = if built.cached { "cached" } else { "built" };
-            log(&format!("seed 004: {} {variant}: {} {how} in {:.2} s", cc.name(), built.key, built.build_s));
+            log(&format!(
+                "seed 004: {} {variant}: {} {how} in {:.2} s",
+                cc.name(),
+                built.key,
+                built.build_s
+            ));
             let dir = kbuild::find(&built.key)?;
             let kallsyms = std::fs::read_to_string(dir.join("kallsyms")).unwrap_or_default();
             let guest = GuestKernel::image(&built.key)?;
             let start = std::time::Instant::now();
             let runs = qemu::run_programs(&guest, &programs)?;
             let run_s = start.elapsed().as_secs_f64();
-            log(&format!("seed 004: {} {variant}: three scenarios in one boot, {run_s:.1} s", cc.name()));
+            log(&format!(
+                "seed 004: {} {variant}: three scenarios in one boot, {run_s:.1} s",
+                cc.name()
+            ));
             for (s, r) in SCENARIOS.iter().zip(&runs) {
                 let (row, f) = row(cc, v, *s, r, loops)?;
                 functions.insert((*s, v), f);
@@ -412,11 +430,23 @@ fn thousands(x: f64) -> String {
 /// The table for people: per compiler, scenario and variant, our counts and changes
 /// beside the seed's; then each kernel's key and build time, and the notes.
 pub fn text(s: &Seed004) -> String {
-    let mut out = format!("seed 004 on its own code: 6.12 built here, {} loops per scenario\n", s.loops_run);
+    let mut out = format!(
+        "seed 004 on its own code: 6.12 built here, {} loops per scenario\n",
+        s.loops_run
+    );
     let _ = writeln!(
         out,
         "{:<6} {:>3} {:<15} {:>10} {:>10} {:>15} {:>17} {:>9} | {:>17} {:>9}",
-        "cc", "sc.", "variant", "ptep/call", "calls/blk", "loop insns", "500-loop total", "change", "seed's total", "seed's"
+        "cc",
+        "sc.",
+        "variant",
+        "ptep/call",
+        "calls/blk",
+        "loop insns",
+        "500-loop total",
+        "change",
+        "seed's total",
+        "seed's"
     );
     for r in &s.rows {
         let _ = writeln!(
@@ -532,7 +562,12 @@ mod tests {
         let run = ProgramRun {
             program: "seed004 1 4".into(),
             status: 0,
-            windows: vec![window(&[("kernel.insns", 5000)]), loop_w(1), loop_w(3), window(&[("user.insns", 7)])],
+            windows: vec![
+                window(&[("kernel.insns", 5000)]),
+                loop_w(1),
+                loop_w(3),
+                window(&[("user.insns", 7)]),
+            ],
         };
         let (r, f) = row(Compiler::Gcc, 1, 1, &run, 4).unwrap();
         assert_eq!(r.per_loop, 1010.0);
@@ -551,6 +586,8 @@ mod tests {
             status: 1,
             windows: vec![Counters::new(); 4],
         };
-        assert!(row(Compiler::Clang, 0, 2, &run, 4).unwrap_err().contains("exit status 1"));
+        assert!(row(Compiler::Clang, 0, 2, &run, 4)
+            .unwrap_err()
+            .contains("exit status 1"));
     }
 }
