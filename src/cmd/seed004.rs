@@ -411,20 +411,9 @@ pub fn run(
     Ok(out)
 }
 
+/// `x` to the instruction, grouped by thousands.
 fn thousands(x: f64) -> String {
-    let s = format!("{:.0}", x.abs());
-    let mut o = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            o.push(',');
-        }
-        o.push(c);
-    }
-    if x < 0.0 {
-        format!("-{o}")
-    } else {
-        o
-    }
+    crate::html::num(x.round())
 }
 
 /// The table for people: per compiler, scenario and variant, our counts and changes
@@ -577,6 +566,37 @@ mod tests {
         assert_eq!(f["contpte_ptep_get"], 400.0);
         assert_eq!(r.seed_total, 18303833386.0);
         assert!((r.seed_change_pct - -51.72).abs() < 0.01);
+    }
+
+    #[test]
+    fn the_table_shows_the_seeds_figures_beside_ours() {
+        let run = ProgramRun {
+            program: "seed004 3 4".into(),
+            status: 0,
+            windows: vec![
+                window(&[("kernel.insns", 9)]),
+                window(&[]),
+                window(&[
+                    ("kernel.insns", 3_000_000),
+                    ("kernel.insns.contpte_ptep_get", 600),
+                    ("kernel.contpte_ptep_get", 3),
+                ]),
+                window(&[]),
+            ],
+        };
+        let (r, _) = row(Compiler::Clang, 1, 3, &run, 4).unwrap();
+        let s = Seed004 {
+            what: String::new(),
+            loops_run: 4,
+            kernels: Vec::new(),
+            rows: vec![r],
+            notes: vec!["a note".into()],
+        };
+        let t = text(&s);
+        let line = t.lines().find(|l| l.starts_with("clang")).unwrap();
+        assert!(line.contains("Modification 1") && line.contains("1,000,000"), "{t}");
+        assert!(line.contains("38,305,241,759") && line.contains("4.36%"), "{t}");
+        assert!(t.ends_with("note: a note\n"), "{t}");
     }
 
     #[test]
