@@ -88,7 +88,7 @@ fn css_color(c: RGBColor) -> String {
 
 /// A number for a table: integers grouped by thousands, else up to three significant
 /// digits.
-fn num(v: f64) -> String {
+pub(crate) fn num(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         let digits = format!("{}", v.abs() as u64);
         let mut grouped = String::new();

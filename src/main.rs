@@ -101,7 +101,7 @@ fn main() -> ExitCode {
         Command::Ab(a) => cmd::ab::main(a, &cli.store),
         Command::Machines(a) => cmd::machines::main(a),
         Command::Kernels(a) => cmd::kernels::main(a),
-        Command::Kernel(a) => cmd::kernel::main(a),
+        Command::Kernel(a) => cmd::kernel::main(a, &cli.store),
         Command::Record(a) => cmd::record::main(a),
         Command::Replay(a) => cmd::replay::main(a, &cli.store),
         Command::Predict(a) => cmd::predict::main(a),

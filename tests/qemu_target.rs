@@ -427,8 +427,9 @@ fn seed004_benchmark_runs_in_the_guest_with_its_instructions() {
             args: vec![s.to_string(), "2".into()],
         })
         .collect();
-    let a = qemu::run_programs(Target::QemuArm64, &programs).unwrap();
-    let b = qemu::run_programs(Target::QemuArm64, &programs).unwrap();
+    let guest = Target::QemuArm64.guest_kernel().unwrap();
+    let a = qemu::run_programs(&guest, &programs).unwrap();
+    let b = qemu::run_programs(&guest, &programs).unwrap();
     for (ra, rb) in a.iter().zip(&b) {
         assert_eq!(ra.status, 0, "{}", ra.program);
         assert_eq!(ra.windows.len(), 4, "{}", ra.program);

@@ -17,6 +17,12 @@ pub enum Sub {
     Build(BuildArgs),
     /// The cached kernels.
     List(ListArgs),
+    /// Seed 004 on its own code: Original, Modification 1 and 2 built from 6.12 with
+    /// gcc and clang, the seed's benchmark in each, beside the seed's table.
+    #[command(
+        after_help = "Examples:\n  foliolab kernel seed004  # kbuild,qemu: six kernels, built once\n  foliolab kernel seed004 --cc gcc --loops 2 --json  # kbuild,qemu"
+    )]
+    Seed004(super::seed004::Args),
 }
 
 #[derive(clap::Args)]
@@ -47,10 +53,11 @@ pub struct ListArgs {
     pub json: bool,
 }
 
-pub fn main(a: Args) -> super::CmdResult {
+pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     match a.command {
         Sub::Build(b) => build(b),
         Sub::List(l) => list(l),
+        Sub::Seed004(s) => super::seed004::main(s, db),
     }
 }
 

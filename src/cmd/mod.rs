@@ -16,6 +16,7 @@ pub mod replay;
 pub mod reproduce;
 pub mod run;
 pub mod runs;
+pub mod seed004;
 pub mod seeds;
 pub mod sweep;
 pub mod validate;

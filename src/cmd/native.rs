@@ -53,7 +53,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         return Err(qemu::QemuError::NotSetUp(why).into());
     }
     if !a.program.is_empty() {
-        return programs(&a);
+        return programs(&a, guest.as_ref());
     }
     let start = std::time::Instant::now();
     let reports = run_on(guest.as_ref(), &workloads)?
@@ -78,11 +78,12 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--program`: the programs in one boot, their windows' counters printed.
-fn programs(a: &Args) -> super::CmdResult {
-    if a.target == Target::Host {
+/// `--program`: the programs in one boot of `guest` (the target's kernel or
+/// `--image`), their windows' counters printed.
+fn programs(a: &Args, guest: Option<&qemu::GuestKernel>) -> super::CmdResult {
+    let Some(guest) = guest else {
         return Err("--program runs on a QEMU target's runner only".into());
-    }
+    };
     let programs: Vec<qemu::Program> = a
         .program
         .iter()
@@ -94,7 +95,7 @@ fn programs(a: &Args) -> super::CmdResult {
             }
         })
         .collect();
-    let runs = qemu::run_programs(a.target, &programs)?;
+    let runs = qemu::run_programs(guest, &programs)?;
     if a.json {
         super::emit(&(serde_json::to_string_pretty(&serde_json::json!({ "programs": runs }))? + "\n"))?;
     } else {

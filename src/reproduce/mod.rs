@@ -337,7 +337,7 @@ mod seed000;
 mod seed001;
 mod seed002;
 mod seed003;
-mod seed004;
+pub(crate) mod seed004;
 
 use crate::report::{Counters, Report};
 use crate::sim::kernels::{with_preset, Release, Scope, KERNELS};

@@ -26,7 +26,7 @@ const VARIANTS: &[(&str, &str)] = &[
     ("Modification 2", "mod2"),
 ];
 /// Per scenario, per variant: (instructions, test time s, overhead %), from the seed.
-const TABLE: [[(f64, f64, f64); 3]; 3] = [
+pub(crate) const TABLE: [[(f64, f64, f64); 3]; 3] = [
     [
         (37912436160.0, 4.2797, 21.31),
         (18303833386.0, 2.2687, 4.72),

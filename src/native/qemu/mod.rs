@@ -819,9 +819,9 @@ pub fn run_guest(kernel: &GuestKernel, workloads: &[Workload]) -> Result<Batch, 
     run_batch_on(kernel, workloads, 2 << 30, &[])
 }
 
-/// Runs `programs` in one boot of `target`'s kernel, a 2G guest.
-pub fn run_programs(target: Target, programs: &[Program]) -> Result<Vec<ProgramRun>, QemuError> {
-    Ok(run_batch_on(&debian(target)?, &[], 2 << 30, programs)?.programs)
+/// Runs `programs` in one boot of `kernel`, a 2G guest.
+pub fn run_programs(kernel: &GuestKernel, programs: &[Program]) -> Result<Vec<ProgramRun>, QemuError> {
+    Ok(run_batch_on(kernel, &[], 2 << 30, programs)?.programs)
 }
 
 /// Boots `kernel` with `ram` bytes of RAM and no workload: what its map_mem did

@@ -1,0 +1,54 @@
+//! Seed 004 on its own code (`foliolab kernel seed004`): 6.12 built with gcc as the
+//! seed's Original and with our Modification 1 and 2, the seed's benchmark in each.
+//! What 6.12's code must show whatever the compiler: 20 contpte_ptep_get calls per
+//! block per mlock+munlock in every variant and scenario (16 from GUP's follow_page_pte,
+//! 2 from each page walk), both modifications far cheaper per call where every pte is
+//! young and dirty (scenario 1: they stop at the first pte), Modification 2 cheaper
+//! where only pte 8 is young (it scans on for dirty alone). Skipped when
+//! scripts/setup-kbuild or scripts/setup-qemu has not been run.
+
+use foliolab::cmd::seed004;
+use foliolab::kbuild::Compiler;
+
+#[test]
+fn seed004_variants_built_with_gcc_count_as_their_code_says() {
+    if let Some(why) = seed004::missing(&[Compiler::Gcc]) {
+        println!("SKIP seed004_variants_built_with_gcc_count_as_their_code_says: {why}");
+        return;
+    }
+    let s = seed004::run(&[Compiler::Gcc], 2, &mut |l| eprintln!("{l}")).unwrap();
+    assert_eq!(s.rows.len(), 9);
+    assert_eq!(s.kernels.len(), 3);
+    let get = |scenario: u32, variant: &str| {
+        s.rows
+            .iter()
+            .find(|r| r.scenario == scenario && r.variant == variant)
+            .unwrap()
+    };
+    for r in &s.rows {
+        assert_eq!(
+            r.ptep_get_calls_per_block, 20.0,
+            "{} scenario {}",
+            r.variant, r.scenario
+        );
+    }
+    for s in [1, 2, 3] {
+        assert_eq!(get(s, "Original").change_pct, 0.0);
+    }
+    let orig = get(1, "Original").ptep_get_insns_per_call;
+    for m in ["Modification 1", "Modification 2"] {
+        let r = get(1, m);
+        assert!(
+            r.ptep_get_insns_per_call * 4.0 < orig,
+            "{m}: {} against {orig}",
+            r.ptep_get_insns_per_call
+        );
+        assert!(r.change_pct < -10.0, "{m}: {} %", r.change_pct);
+    }
+    assert!(get(2, "Modification 2").ptep_get_insns_per_call < get(2, "Original").ptep_get_insns_per_call);
+    assert!(
+        s.notes.iter().any(|n| n.starts_with("gcc: scenario 3")),
+        "{:?}",
+        s.notes
+    );
+}
