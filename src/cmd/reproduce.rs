@@ -33,7 +33,10 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         }
     }
     let software = Profile::load(&a.software)?;
-    let r = reproduce(&a.seeds, &software, a.kernel)?;
+    let mut r = reproduce(&a.seeds, &software, a.kernel)?;
+    if let Some((run, stored)) = latest_seeds_run(db) {
+        r.attach_real_kernel(&run, &stored)?;
+    }
     super::record(
         db,
         &crate::store::NewRun {
@@ -55,6 +58,24 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         super::emit(&text(&r))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The latest stored `validate --seeds` result, with the run named, if the store has
+/// one (a store that cannot be read is said on stderr: the column then says not
+/// measured).
+fn latest_seeds_run(db: &super::StoreArgs) -> Option<(String, serde_json::Value)> {
+    let found = db.open().and_then(|store| {
+        let Some(run) = store.list()?.into_iter().rev().find(|r| r.kind == "validate-seeds") else {
+            return Ok(None);
+        };
+        Ok(store
+            .result(run.id)?
+            .map(|v| (format!("validate --seeds, run {} at {}", run.id, run.started_at), v)))
+    });
+    found.unwrap_or_else(|e| {
+        eprintln!("foliolab: real-kernel column: {e}");
+        None
+    })
 }
 
 /// The verdict counts and each disagreement first; then each experiment as a table in
@@ -86,6 +107,7 @@ pub fn text(r: &Reproduction) -> String {
             }
         }
         let unit = &rows[0].unit;
+        let measured = rows.iter().any(|x| x.real_kernel.value.is_some());
         s += &format!("\nseed {seed}: {exp} ({unit})\n");
         let cell = |m: &str, v: &str| rows.iter().find(|x| x.machine == m && x.variant == v);
         // Levels change against the first variant's row; a change-only table's
@@ -159,8 +181,22 @@ pub fn text(r: &Reproduction) -> String {
                     None => "n/a".into(),
                 }),
             );
+            if measured {
+                s += &line(
+                    format!("{:<vw$} real kernel", ""),
+                    of(&|x, _| match (x.real_kernel.value, &x.real_kernel.unit) {
+                        (Some(v), Some(u)) if u != unit => format!("{} {u}", format_value(v)),
+                        (Some(v), _) => format_value(v),
+                        (None, _) => "not measured".into(),
+                    }),
+                );
+            }
             s += &line(format!("{:<vw$} verdict", ""), of(&|x, _| x.verdict.name().to_string()));
         }
+        let mut sources: Vec<&str> = rows.iter().map(|x| x.real_kernel.source.as_str()).collect();
+        sources.sort();
+        sources.dedup();
+        s += &format!("  real kernel: {}\n", sources.join("; "));
         let reasons: Vec<String> = rows
             .iter()
             .filter(|x| matches!(x.verdict, Verdict::NotModeled | Verdict::Disagrees))

@@ -37,6 +37,50 @@ pub struct Row {
     /// Why the verdict is not-modeled or disagrees (and, for noise, the spread used).
     #[serde(default)]
     pub reason: Option<String>,
+    /// The seed's experiment measured on a real kernel, the third figure beside the
+    /// seed's and the model's.
+    #[serde(default)]
+    pub real_kernel: RealKernel,
+}
+
+/// What a real kernel measured for a cell (`foliolab validate --seeds` stores it), or
+/// that nothing was measured.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RealKernel {
+    pub value: Option<f64>,
+    pub unit: Option<String>,
+    /// The kernel and the stored run the value comes from, or [`NOT_MEASURED`].
+    pub source: String,
+}
+
+/// A cell no stored real-kernel measurement has.
+pub const NOT_MEASURED: &str = "not measured: run `foliolab validate --seeds`";
+
+impl Default for RealKernel {
+    fn default() -> Self {
+        RealKernel {
+            value: None,
+            unit: None,
+            source: NOT_MEASURED.into(),
+        }
+    }
+}
+
+/// A row of a stored `validate-seeds` result's `real_kernel` array: a seed's experiment
+/// run on a real (built or Debian) kernel, keyed as `reproduce`'s rows are: seed,
+/// experiment and variant, and the machine column when the measurement is one
+/// machine's (absent: it stands for every column of the table).
+#[derive(Clone, Debug, Deserialize)]
+pub struct StoredRealKernel {
+    pub seed: String,
+    pub experiment: String,
+    pub variant: String,
+    #[serde(default)]
+    pub machine: Option<String>,
+    pub unit: String,
+    pub value: f64,
+    /// The kernel it ran on (e.g. `6.12.117 gcc-12 built, seed 003 before`).
+    pub kernel: String,
 }
 
 /// How a model figure compares with the seed's.
@@ -139,6 +183,7 @@ impl Cell<'_> {
             baseline_stdev,
             verdict,
             reason,
+            real_kernel: RealKernel::default(),
         }
     }
 
@@ -270,6 +315,37 @@ impl Summary {
     }
 }
 
+impl Reproduction {
+    /// Puts each of a stored `validate-seeds` result's real-kernel rows beside the
+    /// rows with its key; `run` names the stored run. Rows it has none for stay
+    /// [`NOT_MEASURED`]; a stored row that is not a real-kernel row is an error.
+    pub fn attach_real_kernel(&mut self, run: &str, stored: &serde_json::Value) -> Result<usize, String> {
+        let Some(rows) = stored.get("real_kernel") else {
+            return Ok(0);
+        };
+        let rows: Vec<StoredRealKernel> =
+            serde_json::from_value(rows.clone()).map_err(|e| format!("{run}: real_kernel: {e}"))?;
+        let mut attached = 0;
+        for r in &mut self.rows {
+            let hit = rows.iter().find(|s| {
+                s.seed == r.seed
+                    && s.experiment == r.experiment
+                    && s.variant == r.variant
+                    && s.machine.as_ref().is_none_or(|m| *m == r.machine)
+            });
+            if let Some(s) = hit {
+                r.real_kernel = RealKernel {
+                    value: Some(s.value),
+                    unit: Some(s.unit.clone()),
+                    source: format!("{} ({run})", s.kernel),
+                };
+                attached += 1;
+            }
+        }
+        Ok(attached)
+    }
+}
+
 /// The modeled time of one variant, by event kind, for the stacked breakdown.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Breakdown {
@@ -360,11 +436,32 @@ pub struct Costs {
 
 impl Costs {
     pub fn for_seed(machine: &str, seed: &str, software: &Profile) -> Result<Costs, String> {
-        let generic = Profile::load("generic")?;
-        let (p, mut notes) = Profile::load(machine)?.for_seed(seed, &generic);
+        let own = Profile::load(machine)?;
+        let stand_in = Profile::load(own.stand_in.as_ref().map_or("generic", |s| s.profile.as_str()))?;
+        let (p, mut notes) = own.for_seed(seed, &stand_in);
+        if let Some(s) = own.stand_in.as_ref().filter(|_| !own.derived_from(seed).is_empty()) {
+            notes.push(format!("{machine}: {} stands in for its refused costs: {}", s.profile, s.why));
+        }
         let (profile, why) = p.with_software(software);
         notes.push(format!("{machine}: {why}"));
         Ok(Costs { profile, notes })
+    }
+
+    /// These costs with map_mem's own software work (its pte and table writes, its
+    /// table allocations) costed from instructions counted on a real arm64 kernel
+    /// (`time::insns`), for a boot's map_mem only.
+    pub fn with_map_mem_insns(mut self) -> Result<Costs, String> {
+        let table = crate::time::insns::Table::map_mem();
+        self.profile = self.profile.with_kernel_insns(&table)?;
+        for (event, _, why) in table.per_event()? {
+            if matches!(self.profile.lookup(&event), crate::time::Lookup::Costed(..)) {
+                self.notes.push(format!(
+                    "{}: {event}: {why}; timed at the machine's ns per kernel instruction (its kernel.insns cost)",
+                    self.profile.name
+                ));
+            }
+        }
+        Ok(self)
     }
 
     /// Modeled nanoseconds of `counters`, with the time by event.
@@ -616,6 +713,69 @@ mod tests {
                 "altra-vm, m2-vm: arch.dsb.ishst, arch.isb: refused".to_string()
             ]
         );
+    }
+
+    /// No cost a seed's figures are modeled with comes from that seed's own series, on
+    /// any machine, whatever stands in for a refused one.
+    #[test]
+    fn no_cost_used_for_a_seed_comes_from_its_own_series() {
+        let software = Profile::load(crate::time::profile::CALIBRATED).unwrap();
+        for seed in ["000", "001", "002", "003", "004"] {
+            for (m, _) in crate::time::profile::BUILTIN {
+                let c = Costs::for_seed(m, seed, &software)
+                    .unwrap()
+                    .with_map_mem_insns()
+                    .unwrap();
+                for cost in &c.profile.cost {
+                    assert!(!(cost.is_derived_from(seed) && cost.ns.is_some()), "{m}, seed {seed}: {cost:?}");
+                }
+            }
+        }
+        // Altra's refused TLBI costs for seed 003 are Kunpeng's measured ones.
+        let c = Costs::for_seed("altra-vm", "003", &software).unwrap();
+        let crate::time::Lookup::Costed(ps, cost) = c.profile.lookup("arch.tlbi.vaale1is") else {
+            panic!("uncosted")
+        };
+        assert_eq!((ps, cost.derived_from_seed.as_deref()), (468_100, None));
+        assert!(c.notes.iter().any(|n| n.contains("kunpeng-920 stands in")), "{:?}", c.notes);
+    }
+
+    /// A stored real-kernel row lands beside the model row with its key, and only there.
+    #[test]
+    fn a_stored_real_kernel_row_is_shown_beside_its_cell() {
+        let row = |machine: &str, variant: &str| {
+            Cell {
+                seed: "003",
+                experiment: "map_mem",
+                machine,
+                variant,
+                unit: "ms",
+                seed_value: 161.0,
+                seed_stdev: None,
+                model: Ok(150.0),
+                figure: Figure::Level,
+                unmodeled: None,
+            }
+            .row()
+        };
+        let mut r = Reproduction {
+            rows: vec![row("altra-vm 64G", "before"), row("altra-vm 64G", "after"), row("m2-vm 16G", "before")],
+            ..Reproduction::default()
+        };
+        let stored = serde_json::json!({"rows": [], "real_kernel": [
+            {"seed": "003", "experiment": "map_mem", "variant": "before", "machine": "altra-vm 64G",
+             "unit": "TLBI", "value": 2059.0, "kernel": "6.12.117 built, seed 003 reverted"}
+        ]});
+        assert_eq!(r.attach_real_kernel("run 7", &stored), Ok(1));
+        assert_eq!(r.rows[0].real_kernel.value, Some(2059.0));
+        assert!(r.rows[0].real_kernel.source.contains("run 7"));
+        assert_eq!(r.rows[1].real_kernel, RealKernel::default());
+        assert_eq!(r.rows[2].real_kernel.source, NOT_MEASURED);
+        // A result without real-kernel rows attaches nothing; a malformed one is an error.
+        assert_eq!(r.attach_real_kernel("run 8", &serde_json::json!({"rows": []})), Ok(0));
+        assert!(r
+            .attach_real_kernel("run 9", &serde_json::json!({"real_kernel": [{"seed": "003"}]}))
+            .is_err());
     }
 
     /// No model figure comes from the seed it is compared with: with every published

@@ -50,7 +50,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     }
     let mut notes = Vec::new();
     for &(machine, gib, before, after) in COLUMNS {
-        let costs = Costs::for_seed(machine, SEED, software)?;
+        let costs = Costs::for_seed(machine, SEED, software)?.with_map_mem_insns()?;
         notes.extend(costs.notes.iter().cloned());
         let column = format!("{machine} {gib}G");
         let mut base: Option<(f64, f64)> = None;
@@ -90,7 +90,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
             });
         }
     }
-    let costs = Costs::for_seed("altra-metal", SEED, software)?;
+    let costs = Costs::for_seed("altra-metal", SEED, software)?.with_map_mem_insns()?;
     for (name, _) in VARIANTS {
         r.series.push(Series {
             seed: SEED.into(),

@@ -142,6 +142,7 @@ pub fn host_profile(name: &str, costs: &[f64], what: &str, clock_ghz: f64, fit_n
         },
         cost,
         not_costed: Vec::new(),
+        stand_in: None,
     }
 }
 

@@ -4,6 +4,7 @@
 //! every host; nanoseconds are only produced for output.
 
 pub mod calibrate;
+pub mod insns;
 pub mod ipi;
 pub mod profile;
 

@@ -170,6 +170,18 @@ pub struct Profile {
     pub cost: Vec<Cost>,
     #[serde(default)]
     pub not_costed: Vec<NotCosted>,
+    /// The machine whose costs stand in for this one's where they are refused (derived
+    /// from the seed being reproduced); `generic` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stand_in: Option<StandIn>,
+}
+
+/// A stand-in machine for refused costs, and why it is a fair one.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StandIn {
+    pub profile: String,
+    pub why: String,
 }
 
 /// How a profile treats one counter.

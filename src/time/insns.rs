@@ -1,0 +1,159 @@
+//! Software costs from instructions counted on a real arm64 kernel.
+//!
+//! The QEMU plugin counts the instructions each kernel function runs in a window
+//! (`kernel.insns.<function>`). For map_mem on Debian's 6.12 guest, the measured table
+//! `data/arm64-map-mem-insns.json` holds those counts beside the model's counts of the
+//! same boot; the instructions one model event stands for are the instructions of the
+//! functions that do its work, divided by the model's count of the event:
+//!
+//! ```text
+//!   insns(event) = sum over its functions f of guest insns(f) / model count(event)
+//!   ns(event, machine) = insns(event) * machine's kernel.insns cost (ns per instruction)
+//! ```
+//!
+//! The table is for map_mem, where the loop over ptes is the whole work: at run time
+//! the same pte store is part of work the per-pte kernel counters stand for (costed
+//! by calibration), so these costs apply to a boot's map_mem only.
+
+use super::profile::{Cost, Lookup, Profile, Quality};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+const JSON: &str = include_str!("../../data/arm64-map-mem-insns.json");
+
+/// Model events of one kind of work and the guest functions whose instructions they
+/// stand for, shared equally by every count of any of them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventInsns {
+    pub events: Vec<String>,
+    pub functions: Vec<String>,
+    /// Why these functions are this event's work.
+    pub why: String,
+}
+
+/// The measured table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Table {
+    /// The command that measured it.
+    pub command: String,
+    /// The guest kernel.
+    pub kernel: String,
+    /// Every kernel instruction of the window.
+    pub window_insns: i64,
+    /// The guest's instructions per function in the window (those the events use).
+    pub guest_insns: BTreeMap<String, i64>,
+    /// The model's counts of the same boot.
+    pub model_counts: BTreeMap<String, i64>,
+    pub events: Vec<EventInsns>,
+    /// Which of the window's instructions no event here stands for, and why.
+    pub not_used: String,
+}
+
+impl Table {
+    /// The table built into the binary.
+    pub fn map_mem() -> Table {
+        serde_json::from_str(JSON).expect("data/arm64-map-mem-insns.json is a valid table (tested)")
+    }
+
+    /// Instructions per count of each event, with the sentence saying where they come
+    /// from. An event whose functions or count the table lacks is an error.
+    pub fn per_event(&self) -> Result<Vec<(String, f64, String)>, String> {
+        let mut out = Vec::new();
+        for e in &self.events {
+            let what = e.events.join(", ");
+            let mut n = 0;
+            for ev in &e.events {
+                n += self.model_counts.get(ev).ok_or_else(|| format!("{ev}: no model count in the table"))?;
+            }
+            if n <= 0 {
+                return Err(format!("{what}: the model counts none in the table"));
+            }
+            let mut insns = 0;
+            for f in &e.functions {
+                insns += self
+                    .guest_insns
+                    .get(f)
+                    .ok_or_else(|| format!("{what}: no guest count of {f}"))?;
+            }
+            let per = insns as f64 / n as f64;
+            let why = format!(
+                "{per:.2} instructions per count: {} ({insns} instructions) over the model's {n} {what} ({}; `{}`): {}",
+                e.functions.join(" + "),
+                self.kernel,
+                self.command,
+                e.why
+            );
+            out.extend(e.events.iter().map(|ev| (ev.clone(), per, why.clone())));
+        }
+        Ok(out)
+    }
+}
+
+impl Profile {
+    /// This profile with a cost for each of `table`'s events it has no number for: the
+    /// event's instructions times the profile's time per kernel instruction (its
+    /// `kernel.insns` cost). Unchanged when the profile has no such cost.
+    pub fn with_kernel_insns(&self, table: &Table) -> Result<Profile, String> {
+        let (ns_per_insn, per_insn) = match self.lookup("kernel.insns") {
+            Lookup::Costed(_, c) => (c.ns.unwrap_or_default(), c.clone()),
+            _ => return Ok(self.clone()),
+        };
+        let mut p = self.clone();
+        for (event, insns, why) in table.per_event()? {
+            if matches!(p.lookup(&event), Lookup::Costed(..) | Lookup::NotCosted(_)) {
+                continue;
+            }
+            p.cost.retain_mut(|c| {
+                c.events.retain(|e| *e != event);
+                !c.events.is_empty()
+            });
+            p.cost.push(Cost {
+                events: vec![event],
+                ns: Some(insns * ns_per_insn),
+                quality: Quality::Est,
+                source: format!("{} (QEMU plugin); {}", table.kernel, per_insn.source),
+                rows: Vec::new(),
+                note: Some(format!(
+                    "{why}; times {ns_per_insn} ns per kernel instruction ({})",
+                    per_insn.note.as_deref().unwrap_or("")
+                )),
+                derived_from_seed: None,
+                seed_relation: None,
+            });
+        }
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every event of the built-in table has its functions and a count, and a profile
+    /// with a time per instruction costs each at instructions times that time.
+    #[test]
+    fn the_map_mem_table_costs_its_events_per_instruction() {
+        let t = Table::map_mem();
+        let per = t.per_event().unwrap();
+        assert!(per.iter().any(|(e, n, _)| e == "arch.pte.write" && *n > 1.0), "{per:?}");
+        let p = Profile::load("altra-vm").unwrap().with_kernel_insns(&t).unwrap();
+        let ns_per_insn = 1.0 / (3.0 * 2.0);
+        for (e, n, _) in &per {
+            let Lookup::Costed(ps, c) = p.lookup(e) else {
+                panic!("{e} uncosted")
+            };
+            assert_eq!(c.quality, Quality::Est);
+            assert!((ps as f64 / 1e3 - n * ns_per_insn).abs() < 1e-3 * n, "{e}: {ps} ps");
+        }
+    }
+
+    /// A profile with no time per instruction gains nothing.
+    #[test]
+    fn without_a_time_per_instruction_nothing_is_costed() {
+        let host = Profile::load(super::super::profile::CALIBRATED).unwrap();
+        let p = host.with_kernel_insns(&Table::map_mem()).unwrap();
+        assert!(!matches!(p.lookup("arch.pte.write"), Lookup::Costed(..)));
+    }
+}
