@@ -386,6 +386,9 @@ pub struct Arch {
     /// contpte_convert skips its TLBI on a BBML2_NOABORT CPU (83bbd6be7d17, 6.17);
     /// an older kernel does break-before-make whatever the CPU.
     pub bbml2_elide: bool,
+    /// A write fault's flush of its stale read-only entry stays on the faulting CPU
+    /// (TLBI VALE1, cb1fa2e99955, 6.19); before, it was broadcast (VALE1IS).
+    pub wp_flush_local: bool,
     /// The kernel's work counters (`crate::kcount`), arch and core mm alike.
     pub kc: KernelEvents,
     /// The last mod1 trace looked up in seed 004's table, and its count.
@@ -405,6 +408,7 @@ impl Arch {
             ptep_get: PtepGetVariant::EarlyExit,
             flush_range_nosync_split: true,
             bbml2_elide: true,
+            wp_flush_local: false,
             kc: KernelEvents::default(),
             mod1_insn_memo: (u64::MAX, None),
             tlb_flush: TlbFlavour::Arm64,
@@ -644,9 +648,33 @@ impl Arch {
         }
         self.__set_pte(addr, ptep, Pte(Desc(new)));
         if dirty && flush {
-            tlbflush::flush_tlb_page(&mut self.hw, mm.asid, addr);
+            let ps = self.granule().page_size();
+            self.flush_access_flags(mm, addr, addr + ps);
         }
         true
+    }
+
+    /// The flush after making [start, end) more permissive in place: the page's (or
+    /// the block's) stale read-only entries, broadcast, or on this CPU alone
+    /// (`wp_flush_local`).
+    fn flush_access_flags(&mut self, mm: ArchMm, start: u64, end: u64) {
+        let ps = self.granule().page_size();
+        if self.wp_flush_local {
+            tlbflush::flush_tlb_range_local(&mut self.hw, self.cpu, mm.asid, start, end, ps);
+        } else {
+            tlbflush::__flush_tlb_range(&mut self.hw, mm.asid, start, end, ps, true);
+        }
+    }
+
+    /// flush_tlb_fix_spurious_fault: a write fault found the pte already writable, so
+    /// its CPU held a stale read-only entry; a no-op on arm64 while such flushes were
+    /// broadcast, a local flush of the page since they are not.
+    pub fn flush_tlb_fix_spurious_fault(&mut self, mm: ArchMm, addr: u64) {
+        if self.wp_flush_local {
+            let ps = self.granule().page_size();
+            let start = addr & !(ps - 1);
+            tlbflush::flush_tlb_range_local(&mut self.hw, self.cpu, mm.asid, start, start + ps, ps);
+        }
     }
 
     /// ptep_set_access_flags: with contpte, a change of the write bit unfolds the
@@ -673,14 +701,7 @@ impl Arch {
             self.__ptep_set_access_flags(mm, a, start.add(i), entry, dirty, false);
         }
         if dirty {
-            tlbflush::__flush_tlb_range(
-                &mut self.hw,
-                mm.asid,
-                start_addr,
-                start_addr + g.cont_pte_size(),
-                g.page_size(),
-                true,
-            );
+            self.flush_access_flags(mm, start_addr, start_addr + g.cont_pte_size());
         }
         true
     }

@@ -1,5 +1,6 @@
-//! `foliolab native --target qemu-arm64|qemu-arm64-16k|qemu-arm64-6.1`: runs workloads
-//! on a real arm64 kernel (Debian's 6.12, or Debian 12's 6.1) under QEMU (TCG, one
+//! `foliolab native --target qemu-arm64|qemu-arm64-16k|qemu-arm64-6.1|qemu-arm64-7.3[-16k]`:
+//! runs workloads on a real arm64 kernel (Debian's 6.12, Debian 12's 6.1 or Debian 13
+//! backports' 7.3) under QEMU (TCG, one
 //! vCPU), with the host runner's measurement done in the guest (tools/qemu/runner.c)
 //! and a TCG plugin (tools/qemu/plugin.c) counting TLBI, DSB, ISB and kernel-function
 //! entries inside each op's window. One boot runs a whole batch of workloads; the
@@ -44,6 +45,12 @@ pub enum Target {
     /// Linux 6.1 arm64 (Debian 12's own kernel), 4K pages.
     #[value(name = "qemu-arm64-6.1")]
     QemuArm64_61,
+    /// Linux 7.3 arm64 (Debian 13 backports'), 4K pages.
+    #[value(name = "qemu-arm64-7.3")]
+    QemuArm64_73,
+    /// Linux 7.3 arm64, 16K pages.
+    #[value(name = "qemu-arm64-7.3-16k")]
+    QemuArm64_73_16k,
 }
 
 impl Target {
@@ -58,13 +65,15 @@ impl Target {
         self.guest_kernel().map_or(Granule::K4, |k| k.granule)
     }
 
-    /// The report's `source`: "qemu-arm64", "qemu-arm64-16k", "qemu-arm64-6.1" or "host".
+    /// The report's `source`: the target's name ("qemu-arm64-7.3", ...) or "host".
     pub fn source(self) -> &'static str {
         match self {
             Target::Host => "host",
             Target::QemuArm64 => "qemu-arm64",
             Target::QemuArm64_16k => "qemu-arm64-16k",
             Target::QemuArm64_61 => "qemu-arm64-6.1",
+            Target::QemuArm64_73 => "qemu-arm64-7.3",
+            Target::QemuArm64_73_16k => "qemu-arm64-7.3-16k",
         }
     }
 
@@ -74,10 +83,11 @@ impl Target {
         self.guest_kernel().map(|k| k.boot_sets()).unwrap_or_default()
     }
 
-    /// The kernel release the target runs (its `--kernel` preset by default).
+    /// The kernel release the target runs (its `--kernel` preset by default): the
+    /// host's own for the host.
     pub fn kernel(self) -> Release {
         self.guest_kernel()
-            .map_or(*crate::sim::kernels::KERNELS.last().expect("a preset"), |k| k.release)
+            .map_or_else(crate::sim::kernels::host_release, |k| k.release)
     }
 
     /// The model variants that match this target's machine
