@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, value_name = "KEY|DIR")]
     pub image: Option<String>,
     /// The model's kernel preset (`foliolab kernels`); default: the target's release.
-    #[arg(long, value_name = "6.1|6.12|6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    #[arg(long, value_name = "6.1|6.12|6.18|7.0|7.1|7.2|7.3", value_parser = crate::sim::kernels::parse_kernel)]
     pub kernel: Option<crate::sim::kernels::Release>,
 }
 

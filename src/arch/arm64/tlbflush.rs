@@ -141,6 +141,13 @@ fn kpti(m: &Machine) -> bool {
     m.cfg.features.kpti
 }
 
+/// [start, end) rounded out to `stride`: its start and its number of pages.
+fn stride_range(m: &Machine, start: u64, end: u64, stride: u64) -> (u64, u64) {
+    let start = start & !(stride - 1);
+    let end = (end + stride - 1) & !(stride - 1);
+    (start, (end - start) >> m.granule().page_shift())
+}
+
 /// __flush_tlb_range_limit_excess: too many pages for TLBIs (MAX_DVM_OPS strides
 /// without range ops), so the whole ASID is flushed instead.
 fn range_limit_excess(m: &Machine, pages: u64, stride: u64) -> bool {
@@ -158,10 +165,7 @@ pub fn flush_tlb_range_nosync(
     stride: u64,
     last_level: bool,
 ) -> bool {
-    let ps = m.granule().page_shift();
-    let start = start & !(stride - 1);
-    let end = (end + stride - 1) & !(stride - 1);
-    let pages = (end - start) >> ps;
+    let (start, pages) = stride_range(m, start, end, stride);
     if range_limit_excess(m, pages, stride) {
         flush_tlb_mm(m, asid);
         return true;
@@ -179,10 +183,7 @@ pub fn flush_tlb_range_nosync(
 /// spurious fault instead (`flush_tlb_fix_spurious_fault`). A range too large for
 /// TLBIs still flushes the whole ASID everywhere.
 pub fn flush_tlb_range_local(m: &mut Machine, cpu: usize, asid: Asid, start: u64, end: u64, stride: u64) {
-    let ps = m.granule().page_shift();
-    let start = start & !(stride - 1);
-    let end = (end + stride - 1) & !(stride - 1);
-    let pages = (end - start) >> ps;
+    let (start, pages) = stride_range(m, start, end, stride);
     if range_limit_excess(m, pages, stride) {
         flush_tlb_mm(m, asid);
         return;

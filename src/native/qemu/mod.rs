@@ -1019,10 +1019,13 @@ fn run_batch_on(
         (console, walls)
     });
     let limit = boot_limit(&all_steps) + PROGRAM_LIMIT * programs.len() as u32;
+    let pid = qemu.id();
     let status = loop {
         match qemu.try_wait().map_err(|e| run_err("qemu-system-aarch64", e))? {
             Some(status) => break Some(status),
-            None if start.elapsed() > limit => {
+            None if cpu_time(pid).unwrap_or_else(|| start.elapsed()) > limit
+                || start.elapsed() > limit * WALL_PER_CPU_LIMIT =>
+            {
                 let _ = qemu.kill();
                 let _ = qemu.wait();
                 break None;
@@ -1053,7 +1056,11 @@ fn run_batch_on(
             .join("\n");
         let how = match status {
             Some(s) => format!("qemu {s}"),
-            None => format!("killed after {} s, the limit for this batch", limit.as_secs()),
+            None => format!(
+                "killed after {} s of QEMU's CPU time, the limit for this batch ({} s wall)",
+                limit.as_secs(),
+                wall.as_secs()
+            ),
         };
         return Err(QemuError::Run(format!(
             "the guest did not finish ({how}); its console ended with:\n{tail}\n{stderr}"
@@ -1210,9 +1217,26 @@ fn batched_pending_flush(v: &crate::sim::Variants) -> Counters {
 /// How long a program may run (seed 004's benchmark runs about a minute under TCG).
 const PROGRAM_LIMIT: Duration = Duration::from_secs(1200);
 
-/// How long a batch may take before the guest is taken to hang: the boot, plus a
-/// second per workload and per thousand ops, times ten (TCG on this host boots in
-/// 7-11 s and runs the whole validation suite in about two minutes).
+/// The CPU time QEMU (`pid`) has used, user and system: what `boot_limit` bounds, so
+/// that a host busy with other work slows a guest without failing it (a hung guest
+/// still spins: `-icount sleep=off` never idles the host CPU).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's closing parenthesis: utime and stime are 14 and 15.
+    let mut f = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let ticks: u64 = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
+    // SAFETY: sysconf reads a constant of the running system; no memory is involved.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| Duration::from_millis(ticks * 1000 / hz as u64))
+}
+
+/// A backstop for a QEMU that stops without spinning: the batch's wall time may be
+/// this many times its CPU-time limit.
+const WALL_PER_CPU_LIMIT: u32 = 8;
+
+/// How much of QEMU's CPU time a batch may take before the guest is taken to hang:
+/// the boot, plus a second per workload and per thousand ops, times ten (TCG on an
+/// idle host boots in 7-11 s and runs the whole validation suite in about two minutes).
 fn boot_limit(steps: &[Vec<&Stmt>]) -> Duration {
     let ops: usize = steps.iter().map(Vec::len).sum();
     Duration::from_secs(10 * (15 + steps.len() as u64 + ops as u64 / 1000))
