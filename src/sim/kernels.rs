@@ -303,6 +303,15 @@ pub const CHANGES: &[Change] = &[
         commit: "cb1fa2e99955 79301c7d605a",
         what: "a write fault's flush of its stale read-only pte or pmd stays on the faulting CPU (TLBI VALE1, DSB NSH)",
     },
+    Change {
+        scope: Scope::Run,
+        key: "contpte-access",
+        before: "gathered",
+        after: "raw",
+        release: Release(7, 0),
+        commit: "mm-hotfixes-2026-03",
+        what: "contpte_ptep_set_access_flags checks every entry of the block raw, no gathered contpte_ptep_get (\"arm64: contpte: fix set_access_flags() no-op check for SMMU/ATS faults\"; mainline id not confirmed)",
+    },
 ];
 
 /// The `--set` values of `kernel`'s preset for `scope`: every change's value as of it.

@@ -63,6 +63,12 @@ pub const KEYS: &[Key] = &[
         about: "a write fault that makes a pte (or huge pmd) writable or dirty in place flushes its stale read-only entry on the faulting CPU only, TLBI VALE1/RVALE1 and DSB NSH, other CPUs taking a spurious fault instead (local, 6.19+: cb1fa2e99955), or broadcast, VALE1IS and DSB ISH (broadcast, up to 6.18)",
     },
     Key {
+        name: "contpte-access",
+        default: "raw",
+        values: "raw|gathered",
+        about: "contpte_ptep_set_access_flags decides it has nothing to do by reading every entry of the block raw (raw, 7.0+: the SMMU/ATS fault fix) or from the gathered contpte_ptep_get (gathered, up to 6.19)",
+    },
+    Key {
         name: "cow-reuse",
         default: "large",
         values: "large|order0",
@@ -349,6 +355,7 @@ impl Variants {
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "prot-flush" => matches!(val, "always" | "elide"),
             "wp-flush" => matches!(val, "local" | "broadcast"),
+            "contpte-access" => matches!(val, "raw" | "gathered"),
             "cow-reuse" => matches!(val, "large" | "order0"),
             "mprotect-batch" => matches!(val, "batched" | "per-pte"),
             "huge-zero-wp" => matches!(val, "thp" | "split"),

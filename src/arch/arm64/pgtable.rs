@@ -389,6 +389,10 @@ pub struct Arch {
     /// A write fault's flush of its stale read-only entry stays on the faulting CPU
     /// (TLBI VALE1, cb1fa2e99955, 6.19); before, it was broadcast (VALE1IS).
     pub wp_flush_local: bool,
+    /// contpte_ptep_set_access_flags' no-op check compares every entry of the block
+    /// raw instead of the gathered ptep_get (7.0: "arm64: contpte: fix
+    /// set_access_flags() no-op check for SMMU/ATS faults").
+    pub contpte_access_raw: bool,
     /// The kernel's work counters (`crate::kcount`), arch and core mm alike.
     pub kc: KernelEvents,
     /// The last mod1 trace looked up in seed 004's table, and its count.
@@ -409,6 +413,7 @@ impl Arch {
             flush_range_nosync_split: true,
             bbml2_elide: true,
             wp_flush_local: false,
+            contpte_access_raw: false,
             kc: KernelEvents::default(),
             mod1_insn_memo: (u64::MAX, None),
             tlb_flush: TlbFlavour::Arm64,
@@ -680,21 +685,36 @@ impl Arch {
     /// ptep_set_access_flags: with contpte, a change of the write bit unfolds the
     /// block; otherwise every entry of the block is updated and the block flushed once.
     pub fn ptep_set_access_flags(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, entry: Pte, dirty: bool) -> bool {
-        let orig = self.ptep_get(mm, ptep);
-        if !self.cont_active(mm) || !orig.pte_valid_cont() {
-            return self.__ptep_set_access_flags(mm, addr, ptep, entry, dirty, true);
-        }
-        if orig.raw() == entry.raw() {
-            return false;
-        }
+        let g = self.granule();
+        let n = g.cont_ptes();
+        let start = ptep.align_down(n);
+        let orig = if self.contpte_access_raw {
+            // Since the SMMU/ATS fix (7.0): the no-op check reads every entry of the
+            // block raw (contpte_all_subptes_match_access_flags), no gathered ptep_get.
+            let orig = self.__ptep_get(ptep);
+            if !self.cont_active(mm) || !orig.pte_valid_cont() {
+                return self.__ptep_set_access_flags(mm, addr, ptep, entry, dirty, true);
+            }
+            let mask = (Attr::RDONLY | Attr::AF | PTE_WRITE | PTE_DIRTY).bits();
+            if (0..n).all(|i| self.__ptep_get(start.add(i)).raw() & mask == entry.raw() & mask) {
+                return false;
+            }
+            orig.pte_mknoncont()
+        } else {
+            let orig = self.ptep_get(mm, ptep);
+            if !self.cont_active(mm) || !orig.pte_valid_cont() {
+                return self.__ptep_set_access_flags(mm, addr, ptep, entry, dirty, true);
+            }
+            if orig.raw() == entry.raw() {
+                return false;
+            }
+            orig
+        };
         if orig.pte_write() != entry.pte_write() {
             // contpte_ptep_set_access_flags, in contpte.c.
             contpte::unfold(self, mm, addr, ptep);
             return self.__ptep_set_access_flags(mm, addr, ptep, entry.pte_mknoncont(), dirty, true);
         }
-        let g = self.granule();
-        let n = g.cont_ptes();
-        let start = ptep.align_down(n);
         let start_addr = addr & !(g.cont_pte_size() - 1);
         for i in 0..n {
             let a = start_addr + i as u64 * g.page_size();
