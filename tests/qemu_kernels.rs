@@ -134,7 +134,7 @@ fn each_seeds_before_and_after_on_6_1_and_6_12() {
 /// PROT_NONE ptes and pmds back to rw (`prot-flush`: an invalid-to-valid change needs
 /// no flush), and write faults that reuse a page or a PMD THP after fork or make a
 /// clean pte dirty (`wp-flush`: the stale read-only entry is flushed on the faulting
-/// CPU alone); with controls that 6.18 and 7.3 do alike (mTHP faults, partial
+/// CPU alone; `contpte-access`: no gathered contpte_ptep_get); with controls that 6.18 and 7.3 do alike (mTHP faults, partial
 /// MADV_DONTNEED one page at a time, pageout).
 const AGREE_73: &[&str] = &[
     "tests/validation/mprotect_none_rw.wl",
@@ -167,7 +167,10 @@ fn where_7_3_behaves_as_its_preset_every_counter_agrees_and_6_18_does_not() {
         }
         let ws: Vec<_> = paths.iter().map(|p| parse_file(p).unwrap()).collect();
         let v = target_variants(target, None, &[]).unwrap();
-        assert_eq!((v.get("wp-flush"), v.get("prot-flush")), ("local", "elide"));
+        assert_eq!(
+            (v.get("wp-flush"), v.get("prot-flush"), v.get("contpte-access")),
+            ("local", "elide", "raw")
+        );
         let v618 = target_variants(target, Some(Release(6, 18)), &[]).unwrap();
         let batch = qemu::run_batch(target, &ws).unwrap();
         let mut told_apart = Vec::new();
