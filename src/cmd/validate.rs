@@ -49,7 +49,7 @@ pub struct Args {
     #[arg(long, value_name = "KEY|DIR")]
     pub image: Option<String>,
     /// The model's kernel preset (`foliolab kernels`); default: the target's release.
-    #[arg(long, value_name = "6.1|6.12|6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    #[arg(long, value_name = "6.1|6.12|6.18|7.0|7.1|7.2|7.3", value_parser = crate::sim::kernels::parse_kernel)]
     pub kernel: Option<crate::sim::kernels::Release>,
 }
 
@@ -70,8 +70,8 @@ pub fn guest_variants(
     kernel: Option<crate::sim::kernels::Release>,
     sets: &[String],
 ) -> Result<crate::sim::Variants, String> {
-    use crate::sim::kernels::{overlay, with_preset, Scope, KERNELS};
-    let own = guest.map_or(*KERNELS.last().expect("a preset"), |k| k.release);
+    use crate::sim::kernels::{host_release, overlay, with_preset, Scope};
+    let own = guest.map_or_else(host_release, |k| k.release);
     let machine = guest.map(|k| k.machine_sets()).unwrap_or_default();
     let sets = overlay(machine, sets);
     crate::sim::Variants::from_sets(&with_preset(kernel.unwrap_or(own), Scope::Run, &sets))

@@ -122,6 +122,8 @@ pub enum Tlbi {
 pub enum LocalTlbi {
     /// TLBI VALE1: by VA and ASID, last level.
     Vale1 { asid: Asid, va: VirtAddr },
+    /// TLBI RVALE1: FEAT_TLBIRANGE by ASID, last level, as `Tlbi::Rvale1is`.
+    Rvale1 { asid: Asid, base: VirtAddr, scale: u8, num: u8 },
     /// TLBI ASIDE1: every non-global entry of an ASID.
     Aside1 { asid: Asid },
 }
@@ -297,6 +299,16 @@ impl Machine {
     pub fn dsb_ishst(&mut self) {
         self.ev.inc(Event::DsbIshst);
     }
+    /// DSB NSHST: the same for TLBIs that stay on this CPU.
+    pub fn dsb_nshst(&mut self) {
+        self.ev.inc(Event::DsbNshst);
+    }
+    /// DSB NSH: completes the TLBIs `cpu` issued to its own TLB.
+    pub fn dsb_nsh(&mut self, cpu: usize) {
+        self.ev.inc(Event::DsbNsh);
+        self.sync_checks();
+        self.cpus[cpu].tlb.complete_pending(&mut self.res);
+    }
     pub fn isb(&mut self) {
         self.ev.inc(Event::Isb);
     }
@@ -339,6 +351,13 @@ impl Machine {
     /// invalidates its own TLB when it was told to by an IPI rather than by a
     /// broadcast (the x86 flavour's INVLPG and CR3 write on arm64 hardware).
     pub fn tlbi_local(&mut self, cpu: usize, op: LocalTlbi) {
+        self.tlbi_local_nosync(cpu, op);
+        self.dsb_nsh(cpu);
+    }
+
+    /// Issue a local TLBI on `cpu`, completed by a later `dsb_nsh`.
+    pub fn tlbi_local_nosync(&mut self, cpu: usize, op: LocalTlbi) {
+        let ps = self.cfg.granule.page_shift();
         let (ev, scope) = match op {
             LocalTlbi::Vale1 { asid, va } => (
                 Event::TlbiVale1,
@@ -348,16 +367,18 @@ impl Machine {
                     last: va.0,
                 },
             ),
+            LocalTlbi::Rvale1 { asid, base, scale, num } => {
+                let first = base.0 & !((1u64 << ps) - 1);
+                let last = first.saturating_add((tlbi_range_pages(scale, num) << ps) - 1);
+                (Event::TlbiRvale1, TlbiScope::Va { asid: Some(asid), first, last })
+            }
             LocalTlbi::Aside1 { asid } => (Event::TlbiAside1, TlbiScope::Asid(asid)),
         };
         self.ev.inc(ev);
         self.ev.inc(Event::TlbiTotal);
         self.sync_checks();
-        let c = &mut self.cpus[cpu];
-        let n = c.tlb.invalidate(&scope);
+        let n = self.cpus[cpu].tlb.invalidate(&scope);
         self.ev.add(Event::TlbInvalidated, n);
-        self.ev.inc(Event::DsbNsh);
-        c.tlb.complete_pending(&mut self.res);
     }
 
     /// An inter-processor interrupt from one CPU to another (an SGI through the

@@ -219,11 +219,18 @@ pub fn do_huge_pmd_wp_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, add
             let haddr = addr & !(g.pmd_size() - 1);
             let entry = pmd_to_pte(d).pte_mkyoung().pte_mkdirty().pte_mkwrite();
             // pmdp_set_access_flags(.., dirty = 1): a changed entry's stale read-only
-            // copy is invalidated (flush_tlb_page).
+            // copy is invalidated (flush_tlb_page; since cb1fa2e99955, 6.19, on this
+            // CPU only, over the pmd's range).
             if pte_to_pmd(entry) != d {
                 k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
                 let asid = k.mm(mm).asid;
-                crate::arch::arm64::tlbflush::flush_tlb_page(&mut k.arch.hw, asid, haddr);
+                use crate::arch::arm64::tlbflush::{flush_tlb_page, flush_tlb_range_local};
+                if k.arch.wp_flush_local {
+                    let cpu = k.arch.cpu;
+                    flush_tlb_range_local(&mut k.arch.hw, cpu, asid, haddr, haddr + g.pmd_size(), g.pmd_size());
+                } else {
+                    flush_tlb_page(&mut k.arch.hw, asid, haddr);
+                }
             }
             return VmFault::Done;
         }

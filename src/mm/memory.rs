@@ -172,7 +172,9 @@ impl Kernel {
             entry = entry.pte_mkdirty();
         }
         entry = entry.pte_mkyoung();
-        self.arch.ptep_set_access_flags(amm, addr, ptep, entry, write);
+        if !self.arch.ptep_set_access_flags(amm, addr, ptep, entry, write) && write {
+            self.arch.flush_tlb_fix_spurious_fault(amm, addr);
+        }
         VmFault::Done
     }
 

@@ -1,4 +1,4 @@
-//! Kernel presets (`--kernel 6.1|6.12|6.18`): each upstream change the model can show
+//! Kernel presets (`--kernel 6.1|6.12|6.18|7.0|…|7.3`): each upstream change the model can show
 //! either side of, as the variant key it flips, the release that brought it and the
 //! commit behind it. A preset is every change's value as of that release, so the
 //! presets and `foliolab kernels` come from one table and cannot drift apart.
@@ -13,8 +13,36 @@ impl std::fmt::Display for Release {
     }
 }
 
-/// The releases with a preset, oldest first; the last is the default.
-pub const KERNELS: &[Release] = &[Release(6, 1), Release(6, 12), Release(6, 18)];
+/// The releases with a preset, oldest first; the last is the default, the newest
+/// release validated exactly on a real arm64 kernel (Debian's 7.3 under QEMU).
+pub const KERNELS: &[Release] = &[
+    Release(6, 1),
+    Release(6, 12),
+    Release(6, 18),
+    Release(7, 0),
+    Release(7, 1),
+    Release(7, 2),
+    Release(7, 3),
+];
+
+/// The preset of a kernel release `MAJOR.MINOR[.…]`: the newest release with a preset
+/// not after it (None when it predates them all).
+pub fn preset_for(release: &str) -> Option<Release> {
+    let mut parts = release.split(['.', '-', '+']);
+    let mut num = || parts.next()?.parse::<u32>().ok();
+    let r = Release(num()?, num()?);
+    KERNELS.iter().rev().copied().find(|&k| k <= r)
+}
+
+/// The preset of the kernel this process runs on (`validate` against the host
+/// models the host's release, not the default): the oldest preset if the release
+/// cannot be read or predates them.
+pub fn host_release() -> Release {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .and_then(|r| preset_for(r.trim()))
+        .unwrap_or(KERNELS[0])
+}
 
 /// The release `--kernel` names, refusing one without a preset.
 pub fn parse_kernel(s: &str) -> Result<Release, String> {
@@ -47,7 +75,7 @@ pub struct Change {
     pub what: &'static str,
 }
 
-/// Every change between 6.1 and 6.19 that a workload or `boot` can observe and the
+/// Every change between 6.1 and 7.3 that a workload or `boot` can observe and the
 /// model has both sides of, oldest first.
 pub const CHANGES: &[Change] = &[
     Change {
@@ -266,6 +294,24 @@ pub const CHANGES: &[Change] = &[
         commit: "c320dbb7c80d",
         what: "arm64's pte_needs_flush skips mprotect's flush when only software bits change",
     },
+    Change {
+        scope: Scope::Run,
+        key: "wp-flush",
+        before: "broadcast",
+        after: "local",
+        release: Release(6, 19),
+        commit: "cb1fa2e99955 79301c7d605a",
+        what: "a write fault's flush of its stale read-only pte or pmd stays on the faulting CPU (TLBI VALE1, DSB NSH)",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "contpte-access",
+        before: "gathered",
+        after: "raw",
+        release: Release(7, 0),
+        commit: "mm-hotfixes-2026-03",
+        what: "contpte_ptep_set_access_flags checks every entry of the block raw, no gathered contpte_ptep_get (\"arm64: contpte: fix set_access_flags() no-op check for SMMU/ATS faults\"; mainline id not confirmed)",
+    },
 ];
 
 /// The `--set` values of `kernel`'s preset for `scope`: every change's value as of it.
@@ -391,6 +437,15 @@ mod tests {
         assert!(s.contains(&"zap=batched".to_string()));
         assert!(!s.contains(&"zap=per-pte".to_string()));
         crate::sim::Variants::from_sets(&s).unwrap();
+    }
+
+    #[test]
+    fn a_release_maps_to_the_newest_preset_not_after_it() {
+        assert_eq!(preset_for("6.18.7-amd64"), Some(Release(6, 18)));
+        assert_eq!(preset_for("6.19.2"), Some(Release(6, 18)));
+        assert_eq!(preset_for("7.3.4+deb13-arm64"), Some(Release(7, 3)));
+        assert_eq!(preset_for("5.10.0"), None);
+        assert_eq!(preset_for("garbage"), None);
     }
 
     #[test]

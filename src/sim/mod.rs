@@ -160,6 +160,8 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.arch.ptep_get = v.ptep_get();
     k.arch.flush_range_nosync_split = v.get("flush-range-nosync") == "split";
     k.arch.bbml2_elide = v.get("bbml2-elide") == "on";
+    k.arch.wp_flush_local = v.get("wp-flush") == "local";
+    k.arch.contpte_access_raw = v.get("contpte-access") == "raw";
     k.prot_flush_elide = v.prot_flush_elide();
     k.cow_reuse_order0 = v.cow_reuse_order0();
     k.mprotect_per_pte = v.mprotect_per_pte();

@@ -52,9 +52,21 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "prot-flush",
-        default: "always",
-        values: "always|elide",
+        default: "elide",
+        values: "elide|always",
         about: "mprotect flushes every present pte it changes (always, 6.18) or, as arm64's pte_needs_flush does since 6.19 (c320dbb7c80d), skips the flush when only invalid or software bits change (elide)",
+    },
+    Key {
+        name: "wp-flush",
+        default: "local",
+        values: "local|broadcast",
+        about: "a write fault that makes a pte (or huge pmd) writable or dirty in place flushes its stale read-only entry on the faulting CPU only, TLBI VALE1/RVALE1 and DSB NSH, other CPUs taking a spurious fault instead (local, 6.19+: cb1fa2e99955), or broadcast, VALE1IS and DSB ISH (broadcast, up to 6.18)",
+    },
+    Key {
+        name: "contpte-access",
+        default: "raw",
+        values: "raw|gathered",
+        about: "contpte_ptep_set_access_flags decides it has nothing to do by reading every entry of the block raw (raw, 7.0+: the SMMU/ATS fault fix) or from the gathered contpte_ptep_get (gathered, up to 6.19)",
     },
     Key {
         name: "cow-reuse",
@@ -342,6 +354,8 @@ impl Variants {
             "tlb-flush" => matches!(val, "arm64" | "x86"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
             "prot-flush" => matches!(val, "always" | "elide"),
+            "wp-flush" => matches!(val, "local" | "broadcast"),
+            "contpte-access" => matches!(val, "raw" | "gathered"),
             "cow-reuse" => matches!(val, "large" | "order0"),
             "mprotect-batch" => matches!(val, "batched" | "per-pte"),
             "huge-zero-wp" => matches!(val, "thp" | "split"),

@@ -386,6 +386,13 @@ pub struct Arch {
     /// contpte_convert skips its TLBI on a BBML2_NOABORT CPU (83bbd6be7d17, 6.17);
     /// an older kernel does break-before-make whatever the CPU.
     pub bbml2_elide: bool,
+    /// A write fault's flush of its stale read-only entry stays on the faulting CPU
+    /// (TLBI VALE1, cb1fa2e99955, 6.19); before, it was broadcast (VALE1IS).
+    pub wp_flush_local: bool,
+    /// contpte_ptep_set_access_flags' no-op check compares every entry of the block
+    /// raw instead of the gathered ptep_get (7.0: "arm64: contpte: fix
+    /// set_access_flags() no-op check for SMMU/ATS faults").
+    pub contpte_access_raw: bool,
     /// The kernel's work counters (`crate::kcount`), arch and core mm alike.
     pub kc: KernelEvents,
     /// The last mod1 trace looked up in seed 004's table, and its count.
@@ -405,6 +412,8 @@ impl Arch {
             ptep_get: PtepGetVariant::EarlyExit,
             flush_range_nosync_split: true,
             bbml2_elide: true,
+            wp_flush_local: false,
+            contpte_access_raw: false,
             kc: KernelEvents::default(),
             mod1_insn_memo: (u64::MAX, None),
             tlb_flush: TlbFlavour::Arm64,
@@ -644,43 +653,75 @@ impl Arch {
         }
         self.__set_pte(addr, ptep, Pte(Desc(new)));
         if dirty && flush {
-            tlbflush::flush_tlb_page(&mut self.hw, mm.asid, addr);
+            let ps = self.granule().page_size();
+            self.flush_access_flags(mm, addr, addr + ps);
         }
         true
+    }
+
+    /// The flush after making [start, end) more permissive in place: the page's (or
+    /// the block's) stale read-only entries, broadcast, or on this CPU alone
+    /// (`wp_flush_local`).
+    fn flush_access_flags(&mut self, mm: ArchMm, start: u64, end: u64) {
+        let ps = self.granule().page_size();
+        if self.wp_flush_local {
+            tlbflush::flush_tlb_range_local(&mut self.hw, self.cpu, mm.asid, start, end, ps);
+        } else {
+            tlbflush::__flush_tlb_range(&mut self.hw, mm.asid, start, end, ps, true);
+        }
+    }
+
+    /// flush_tlb_fix_spurious_fault: a write fault found the pte already writable, so
+    /// its CPU held a stale read-only entry; a no-op on arm64 while such flushes were
+    /// broadcast, a local flush of the page since they are not.
+    pub fn flush_tlb_fix_spurious_fault(&mut self, mm: ArchMm, addr: u64) {
+        if self.wp_flush_local {
+            let ps = self.granule().page_size();
+            let start = addr & !(ps - 1);
+            tlbflush::flush_tlb_range_local(&mut self.hw, self.cpu, mm.asid, start, start + ps, ps);
+        }
     }
 
     /// ptep_set_access_flags: with contpte, a change of the write bit unfolds the
     /// block; otherwise every entry of the block is updated and the block flushed once.
     pub fn ptep_set_access_flags(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, entry: Pte, dirty: bool) -> bool {
-        let orig = self.ptep_get(mm, ptep);
-        if !self.cont_active(mm) || !orig.pte_valid_cont() {
-            return self.__ptep_set_access_flags(mm, addr, ptep, entry, dirty, true);
-        }
-        if orig.raw() == entry.raw() {
-            return false;
-        }
+        let g = self.granule();
+        let n = g.cont_ptes();
+        let start = ptep.align_down(n);
+        let orig = if self.contpte_access_raw {
+            // Since the SMMU/ATS fix (7.0): the no-op check reads every entry of the
+            // block raw (contpte_all_subptes_match_access_flags), no gathered ptep_get.
+            let orig = self.__ptep_get(ptep);
+            if !self.cont_active(mm) || !orig.pte_valid_cont() {
+                return self.__ptep_set_access_flags(mm, addr, ptep, entry, dirty, true);
+            }
+            let mask = (Attr::RDONLY | Attr::AF | PTE_WRITE | PTE_DIRTY).bits();
+            if (0..n).all(|i| self.__ptep_get(start.add(i)).raw() & mask == entry.raw() & mask) {
+                return false;
+            }
+            orig.pte_mknoncont()
+        } else {
+            let orig = self.ptep_get(mm, ptep);
+            if !self.cont_active(mm) || !orig.pte_valid_cont() {
+                return self.__ptep_set_access_flags(mm, addr, ptep, entry, dirty, true);
+            }
+            if orig.raw() == entry.raw() {
+                return false;
+            }
+            orig
+        };
         if orig.pte_write() != entry.pte_write() {
             // contpte_ptep_set_access_flags, in contpte.c.
             contpte::unfold(self, mm, addr, ptep);
             return self.__ptep_set_access_flags(mm, addr, ptep, entry.pte_mknoncont(), dirty, true);
         }
-        let g = self.granule();
-        let n = g.cont_ptes();
-        let start = ptep.align_down(n);
         let start_addr = addr & !(g.cont_pte_size() - 1);
         for i in 0..n {
             let a = start_addr + i as u64 * g.page_size();
             self.__ptep_set_access_flags(mm, a, start.add(i), entry, dirty, false);
         }
         if dirty {
-            tlbflush::__flush_tlb_range(
-                &mut self.hw,
-                mm.asid,
-                start_addr,
-                start_addr + g.cont_pte_size(),
-                g.page_size(),
-                true,
-            );
+            self.flush_access_flags(mm, start_addr, start_addr + g.cont_pte_size());
         }
         true
     }

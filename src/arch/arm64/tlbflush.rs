@@ -3,7 +3,7 @@
 
 use super::pgtable::Pte;
 use crate::hw::machine::tlbi_range_pages;
-use crate::hw::{Asid, Machine, Tlbi, VirtAddr};
+use crate::hw::{Asid, LocalTlbi, Machine, Tlbi, VirtAddr};
 
 /// Under KPTI the user half of an address space has its own ASID (bit 0 set on
 /// hardware); user TLBIs are issued for both.
@@ -89,8 +89,19 @@ pub fn range_op_plan(
     out
 }
 
-/// __flush_tlb_range_op: issue the TLBIs for [start, start + pages pages).
-fn flush_tlb_range_op(m: &mut Machine, op: TlbiOp, start: u64, pages: u64, stride: u64, asid: Asid, user: bool) {
+/// __flush_tlb_range_op: issue the TLBIs for [start, start + pages pages); with
+/// `local`, the non-broadcast VALE1/RVALE1 on that CPU instead of `op`.
+#[allow(clippy::too_many_arguments)]
+fn flush_tlb_range_op(
+    m: &mut Machine,
+    op: TlbiOp,
+    start: u64,
+    pages: u64,
+    stride: u64,
+    asid: Asid,
+    user: bool,
+    local: Option<usize>,
+) {
     let ps = m.granule().page_shift();
     let range = m.cfg.features.tlbi_range;
     let align = if m.cfg.features.lpa2 {
@@ -100,6 +111,18 @@ fn flush_tlb_range_op(m: &mut Machine, op: TlbiOp, start: u64, pages: u64, strid
     };
     for (off, r) in range_op_plan(pages, stride >> ps, range, start >> ps, align) {
         let va = VirtAddr(start + (off << ps));
+        if let Some(cpu) = local {
+            for asid in [asid, asid | USER_ASID_FLAG].into_iter().take(1 + user as usize) {
+                m.tlbi_local_nosync(
+                    cpu,
+                    match r {
+                        None => LocalTlbi::Vale1 { asid, va },
+                        Some((scale, num)) => LocalTlbi::Rvale1 { asid, base: va, scale, num },
+                    },
+                );
+            }
+            continue;
+        }
         let ops = match r {
             None => [single(op, asid, va), single(op, asid | USER_ASID_FLAG, va)],
             Some((scale, num)) => [
@@ -118,6 +141,20 @@ fn kpti(m: &Machine) -> bool {
     m.cfg.features.kpti
 }
 
+/// [start, end) rounded out to `stride`: its start and its number of pages.
+fn stride_range(m: &Machine, start: u64, end: u64, stride: u64) -> (u64, u64) {
+    let start = start & !(stride - 1);
+    let end = (end + stride - 1) & !(stride - 1);
+    (start, (end - start) >> m.granule().page_shift())
+}
+
+/// __flush_tlb_range_limit_excess: too many pages for TLBIs (MAX_DVM_OPS strides
+/// without range ops), so the whole ASID is flushed instead.
+fn range_limit_excess(m: &Machine, pages: u64, stride: u64) -> bool {
+    let stride_pages = stride >> m.granule().page_shift();
+    (!m.cfg.features.tlbi_range && pages >= max_dvm_ops(m) * stride_pages) || pages > MAX_TLBI_RANGE_PAGES
+}
+
 /// __flush_tlb_range_nosync: DSB ISHST then the TLBIs, without waiting for them.
 /// True when the range was too large and flush_tlb_mm (which waits) did it instead.
 pub fn flush_tlb_range_nosync(
@@ -128,21 +165,33 @@ pub fn flush_tlb_range_nosync(
     stride: u64,
     last_level: bool,
 ) -> bool {
-    let ps = m.granule().page_shift();
-    let start = start & !(stride - 1);
-    let end = (end + stride - 1) & !(stride - 1);
-    let pages = (end - start) >> ps;
-    let excess =
-        (!m.cfg.features.tlbi_range && (end - start) >= max_dvm_ops(m) * stride) || pages > MAX_TLBI_RANGE_PAGES;
-    if excess {
+    let (start, pages) = stride_range(m, start, end, stride);
+    if range_limit_excess(m, pages, stride) {
         flush_tlb_mm(m, asid);
         return true;
     }
     m.dsb_ishst();
     let op = if last_level { TlbiOp::Vale1is } else { TlbiOp::Vae1is };
     let user = kpti(m);
-    flush_tlb_range_op(m, op, start, pages, stride, asid, user);
+    flush_tlb_range_op(m, op, start, pages, stride, asid, user, None);
     false
+}
+
+/// __flush_tlb_range(TLBF_NOWALKCACHE | TLBF_NOBROADCAST), 7.x's flush of the stale
+/// read-only entry a write fault leaves on its own CPU (cb1fa2e99955, 6.19): DSB
+/// NSHST, VALE1 (RVALE1) on `cpu` only, DSB NSH. Another CPU's stale entry costs it a
+/// spurious fault instead (`flush_tlb_fix_spurious_fault`). A range too large for
+/// TLBIs still flushes the whole ASID everywhere.
+pub fn flush_tlb_range_local(m: &mut Machine, cpu: usize, asid: Asid, start: u64, end: u64, stride: u64) {
+    let (start, pages) = stride_range(m, start, end, stride);
+    if range_limit_excess(m, pages, stride) {
+        flush_tlb_mm(m, asid);
+        return;
+    }
+    m.dsb_nshst();
+    let user = kpti(m);
+    flush_tlb_range_op(m, TlbiOp::Vale1is, start, pages, stride, asid, user, Some(cpu));
+    m.dsb_nsh(cpu);
 }
 
 /// __flush_tlb_range: the nosync flush followed by DSB ISH (6.9+, even after a

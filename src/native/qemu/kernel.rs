@@ -1,6 +1,6 @@
 //! A guest kernel as a value: where its image and symbols are, its release (for the
 //! model's preset), page size, VA bits and where it came from. The runner boots any
-//! such value the same way; `--target qemu-arm64[-16k|-6.1]` resolve to Debian's
+//! such value the same way; `--target qemu-arm64[-16k|-6.1|-7.3|-7.3-16k]` resolve to Debian's
 //! kernels (scripts/setup-qemu), `--image KEY|DIR` to one built by `foliolab kernel
 //! build` (src/kbuild) or a kernel build directory.
 
@@ -48,6 +48,8 @@ impl GuestKernel {
             Target::QemuArm64 => ("qemu-arm64", "arm64", Granule::K4, Release(6, 12), 52),
             Target::QemuArm64_16k => ("qemu-arm64-16k", "arm64-16k", Granule::K16, Release(6, 12), 52),
             Target::QemuArm64_61 => ("qemu-arm64-6.1", "arm64-6.1", Granule::K4, Release(6, 1), 48),
+            Target::QemuArm64_73 => ("qemu-arm64-7.3", "arm64-7.3", Granule::K4, Release(7, 3), 52),
+            Target::QemuArm64_73_16k => ("qemu-arm64-7.3-16k", "arm64-7.3-16k", Granule::K16, Release(7, 3), 52),
         };
         let dir = cache_dir().join(flavour);
         let full = std::fs::read_to_string(dir.join("release")).unwrap_or_default();
@@ -281,6 +283,13 @@ mod tests {
         assert_eq!(k.machine_sets(), ["tlbi-range=on"]);
         assert!(k.boot_sets().is_empty());
         assert_eq!(k.map_mem_bounds(), ("memblock_mark_nomap", "memblock_clear_nomap"));
+        let k = GuestKernel::debian(Target::QemuArm64_73).unwrap();
+        assert_eq!((k.release, k.granule), (Release(7, 3), Granule::K4));
+        assert_eq!(k.machine_sets(), ["tlbi-range=on", "lpa2=on"]);
+        assert_eq!(k.boot_sets(), ["pgtable-levels=5"]);
+        let k = GuestKernel::debian(Target::QemuArm64_73_16k).unwrap();
+        assert_eq!(k.machine_sets(), ["granule=16K", "tlbi-range=on", "lpa2=on"]);
+        assert_eq!(k.va_offset(), 1 << 47);
         assert!(GuestKernel::debian(Target::Host).is_none());
     }
 }

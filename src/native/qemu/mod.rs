@@ -1,5 +1,6 @@
-//! `foliolab native --target qemu-arm64|qemu-arm64-16k|qemu-arm64-6.1`: runs workloads
-//! on a real arm64 kernel (Debian's 6.12, or Debian 12's 6.1) under QEMU (TCG, one
+//! `foliolab native --target qemu-arm64|qemu-arm64-16k|qemu-arm64-6.1|qemu-arm64-7.3[-16k]`:
+//! runs workloads on a real arm64 kernel (Debian's 6.12, Debian 12's 6.1 or Debian 13
+//! backports' 7.3) under QEMU (TCG, one
 //! vCPU), with the host runner's measurement done in the guest (tools/qemu/runner.c)
 //! and a TCG plugin (tools/qemu/plugin.c) counting TLBI, DSB, ISB and kernel-function
 //! entries inside each op's window. One boot runs a whole batch of workloads; the
@@ -44,6 +45,12 @@ pub enum Target {
     /// Linux 6.1 arm64 (Debian 12's own kernel), 4K pages.
     #[value(name = "qemu-arm64-6.1")]
     QemuArm64_61,
+    /// Linux 7.3 arm64 (Debian 13 backports'), 4K pages.
+    #[value(name = "qemu-arm64-7.3")]
+    QemuArm64_73,
+    /// Linux 7.3 arm64, 16K pages.
+    #[value(name = "qemu-arm64-7.3-16k")]
+    QemuArm64_73_16k,
 }
 
 impl Target {
@@ -58,13 +65,15 @@ impl Target {
         self.guest_kernel().map_or(Granule::K4, |k| k.granule)
     }
 
-    /// The report's `source`: "qemu-arm64", "qemu-arm64-16k", "qemu-arm64-6.1" or "host".
+    /// The report's `source`: the target's name ("qemu-arm64-7.3", ...) or "host".
     pub fn source(self) -> &'static str {
         match self {
             Target::Host => "host",
             Target::QemuArm64 => "qemu-arm64",
             Target::QemuArm64_16k => "qemu-arm64-16k",
             Target::QemuArm64_61 => "qemu-arm64-6.1",
+            Target::QemuArm64_73 => "qemu-arm64-7.3",
+            Target::QemuArm64_73_16k => "qemu-arm64-7.3-16k",
         }
     }
 
@@ -74,10 +83,11 @@ impl Target {
         self.guest_kernel().map(|k| k.boot_sets()).unwrap_or_default()
     }
 
-    /// The kernel release the target runs (its `--kernel` preset by default).
+    /// The kernel release the target runs (its `--kernel` preset by default): the
+    /// host's own for the host.
     pub fn kernel(self) -> Release {
         self.guest_kernel()
-            .map_or(*crate::sim::kernels::KERNELS.last().expect("a preset"), |k| k.release)
+            .map_or_else(crate::sim::kernels::host_release, |k| k.release)
     }
 
     /// The model variants that match this target's machine
@@ -1024,10 +1034,13 @@ fn run_batch_on(
         (console, walls)
     });
     let limit = boot_limit(&all_steps) + PROGRAM_LIMIT * programs.len() as u32;
+    let pid = qemu.id();
     let status = loop {
         match qemu.try_wait().map_err(|e| run_err("qemu-system-aarch64", e))? {
             Some(status) => break Some(status),
-            None if start.elapsed() > limit => {
+            None if cpu_time(pid).unwrap_or_else(|| start.elapsed()) > limit
+                || start.elapsed() > limit * WALL_PER_CPU_LIMIT =>
+            {
                 let _ = qemu.kill();
                 let _ = qemu.wait();
                 break None;
@@ -1058,7 +1071,11 @@ fn run_batch_on(
             .join("\n");
         let how = match status {
             Some(s) => format!("qemu {s}"),
-            None => format!("killed after {} s, the limit for this batch", limit.as_secs()),
+            None => format!(
+                "killed after {} s of QEMU's CPU time, the limit for this batch ({} s wall)",
+                limit.as_secs(),
+                wall.as_secs()
+            ),
         };
         return Err(QemuError::Run(format!(
             "the guest did not finish ({how}); its console ended with:\n{tail}\n{stderr}"
@@ -1215,9 +1232,26 @@ fn batched_pending_flush(v: &crate::sim::Variants) -> Counters {
 /// How long a program may run (seed 004's benchmark runs about a minute under TCG).
 const PROGRAM_LIMIT: Duration = Duration::from_secs(1200);
 
-/// How long a batch may take before the guest is taken to hang: the boot, plus a
-/// second per workload and per thousand ops, times ten (TCG on this host boots in
-/// 7-11 s and runs the whole validation suite in about two minutes).
+/// The CPU time QEMU (`pid`) has used, user and system: what `boot_limit` bounds, so
+/// that a host busy with other work slows a guest without failing it (a hung guest
+/// still spins: `-icount sleep=off` never idles the host CPU).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's closing parenthesis: utime and stime are 14 and 15.
+    let mut f = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let ticks: u64 = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
+    // SAFETY: sysconf reads a constant of the running system; no memory is involved.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| Duration::from_millis(ticks * 1000 / hz as u64))
+}
+
+/// A backstop for a QEMU that stops without spinning: the batch's wall time may be
+/// this many times its CPU-time limit.
+const WALL_PER_CPU_LIMIT: u32 = 8;
+
+/// How much of QEMU's CPU time a batch may take before the guest is taken to hang:
+/// the boot, plus a second per workload and per thousand ops, times ten (TCG on an
+/// idle host boots in 7-11 s and runs the whole validation suite in about two minutes).
 fn boot_limit(steps: &[Vec<&Stmt>]) -> Duration {
     let ops: usize = steps.iter().map(Vec::len).sum();
     Duration::from_secs(10 * (15 + steps.len() as u64 + ops as u64 / 1000))
