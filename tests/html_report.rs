@@ -135,6 +135,7 @@ fn row(
             Some(_) => Verdict::Disagrees,
         },
         reason: model_value.is_none().then(|| "no model figure".to_string()),
+        real_kernel: Default::default(),
     }
 }
 
