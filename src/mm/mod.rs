@@ -3,6 +3,7 @@
 //! knobs, the deferred split queue) plus the mms of the model's processes.
 
 pub mod debug;
+pub mod filemap;
 pub mod folio;
 pub mod fork;
 pub mod huge_memory;
@@ -21,6 +22,7 @@ pub mod mremap;
 pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;
+pub mod shmem;
 pub mod swap;
 pub mod swap_state;
 pub mod swapfile;
@@ -142,6 +144,8 @@ pub struct Kernel {
     pub swap: Option<swapfile::SwapInfo>,
     /// The LRU lists reclaim scans (the workload's cgroup's, or the node's).
     pub lruvec: swap::Lruvec,
+    /// The shmem inodes behind shared anonymous mappings, and their page caches.
+    pub shmem: shmem::Shmem,
     /// The workload's memory cgroup (`memlimit`), if any.
     pub memcg: Option<memcontrol::MemCgroup>,
     /// Direct reclaim runs (the kernel's allocstall_<zone> events; kept out of reports,
@@ -212,6 +216,7 @@ impl Kernel {
             nr_direct_reclaim: 0,
             swap: None,
             lruvec: Default::default(),
+            shmem: Default::default(),
             memcg: None,
             next_asid: 1,
             next_anon_vma: 1,

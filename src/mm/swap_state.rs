@@ -179,6 +179,29 @@ impl Kernel {
         }
     }
 
+    /// swap_writeout to a synchronous device (zram), of a folio in the swap cache at
+    /// `slot`: all-zero pages only set the zeromap (SWPOUT_ZERO, no I/O), others are
+    /// written (PSWPOUT, and the mTHP and THP swpout stats); the folio is clean after.
+    pub fn swap_writeout(&mut self, folio: Pfn, slot: u64) {
+        let order = self.memmap.folio_order(folio);
+        let nr = 1u64 << order;
+        let zero = (0..nr).all(|i| !self.memmap.page(Pfn(folio.0 + i)).nonzero);
+        let si = self.swap.as_mut().expect("a swap-out without a device");
+        for i in 0..nr {
+            si.set_zero(slot + i, zero);
+        }
+        if zero {
+            self.stat.count_vm_events(VmEvent::SwpoutZero, nr as i64);
+        } else {
+            self.stat.count_vm_events(VmEvent::Pswpout, nr as i64);
+            self.stat.count_mthp_stat(order, MthpStat::Swpout);
+            if order == self.arch.granule().pmd_order() {
+                self.stat.count_vm_event(VmEvent::ThpSwpout);
+            }
+        }
+        self.memmap.folio_clear(folio, PageFlags::DIRTY);
+    }
+
     /// swap_update_readahead, on a fault that found its folio in the swap cache: a
     /// folio that readahead brought in (PG_readahead, cleared now) is a hit, counted in
     /// SWAP_RA_HIT and in the VMA's state, which also records the fault address.

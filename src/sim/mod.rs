@@ -342,6 +342,7 @@ impl Sim<'_> {
                 nohugepage,
                 populate,
                 ro,
+                shared,
                 addr,
                 ..
             } => {
@@ -350,6 +351,9 @@ impl Sim<'_> {
                 let mut flags = VmFlags::READ;
                 if !ro {
                     flags |= VmFlags::WRITE;
+                }
+                if *shared {
+                    flags |= VmFlags::SHARED;
                 }
                 self.syscall(1 + (*hugepage || *nohugepage) as u64);
                 self.k

@@ -45,6 +45,8 @@ struct Region {
     /// Mapped byte intervals `[start, end)` with their protection: sorted, disjoint, and
     /// adjacent intervals differ in protection.
     maps: Vec<(u64, u64, Prot)>,
+    /// A shared (shmem) mapping: only the ops the model has for it are allowed.
+    shared: bool,
 }
 
 impl Region {
@@ -312,7 +314,9 @@ impl Checker<'_> {
                     },
                 );
             }
-            Op::Mmap { region, size, ro, .. } => {
+            Op::Mmap {
+                region, size, ro, shared, ..
+            } => {
                 if let Some(r) = proc.regions.get(region) {
                     return Err(self.err(
                         at.name,
@@ -332,6 +336,7 @@ impl Checker<'_> {
                         size: *size,
                         line: stmt.pos.line,
                         maps: vec![(0, *size, prot)],
+                        shared: *shared,
                     },
                 );
             }
@@ -367,6 +372,16 @@ impl Checker<'_> {
                 range: Some(range),
             } => {
                 let (reg, r) = self.region(proc, name, region, Some(*range), at)?;
+                let modeled = matches!(
+                    stmt.op,
+                    Op::Madvise {
+                        advice: Advice::DontNeed | Advice::PageOut,
+                        ..
+                    }
+                );
+                if reg.shared && !modeled {
+                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                }
                 if let Some((bad, _)) = reg.first_bad(r, |_| true) {
                     return Err(self.err(
                         at.range.unwrap_or(at.name),
@@ -378,11 +393,15 @@ impl Checker<'_> {
                 }
             }
             Op::Mlock { region, range: None } | Op::Munlock { region, range: None } => {
-                self.region(proc, name, region, None, at)?;
+                if self.region(proc, name, region, None, at)?.0.shared {
+                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                }
             }
             // move_pages(2) gives pages with nothing mapped a status, not an error.
             Op::Migrate { region, range, .. } => {
-                self.region(proc, name, region, *range, at)?;
+                if self.region(proc, name, region, *range, at)?.0.shared {
+                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                }
             }
             Op::Munmap { region, range } => {
                 let (reg, r) = self.region(proc, name, region, *range, at)?;
@@ -458,6 +477,18 @@ impl Checker<'_> {
         }
         Ok((reg, r))
     }
+}
+
+/// The refusal of an op the model does not have for shared (shmem) mappings.
+fn shared_not_modeled(op: &Op, region: &str) -> String {
+    let what = match op {
+        Op::Madvise { advice, .. } => format!("madvise {}", advice.name()),
+        op => op.keyword().to_string(),
+    };
+    format!(
+        "{what} of the shared region '{}' is not modeled (shared mappings have touch, madvise dontneed and pageout, munmap, fork and exit)",
+        Echo(region)
+    )
 }
 
 #[cfg(test)]
