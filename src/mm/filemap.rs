@@ -83,7 +83,7 @@ impl Kernel {
 
     /// set_pte_range for a file folio (one page): the VMA's protection, made old when
     /// prefaulted, dirty on a write fault, or when writable and the folio is dirty
-    /// already (6.16+); then the file rmap and the pte.
+    /// already (6.15+, unless `fault-dirty=write`); then the file rmap and the pte.
     #[allow(clippy::too_many_arguments)]
     pub fn set_pte_range(
         &mut self,
@@ -101,7 +101,8 @@ impl Kernel {
         if prefault && self.arch.hw.cfg.features.hafdbs {
             entry = entry.pte_mkold();
         }
-        if write || (entry.pte_write() && self.memmap.folio_test(folio, super::folio::PageFlags::DIRTY)) {
+        let dirty_folio = !self.fault_dirty_write_only && self.memmap.folio_test(folio, super::folio::PageFlags::DIRTY);
+        if write || (entry.pte_write() && dirty_folio) {
             entry = entry.pte_mkdirty();
         }
         self.folio_add_file_rmap_ptes(folio, folio, 1, mm);

@@ -144,6 +144,15 @@ pub struct Kernel {
     pub swap: Option<swapfile::SwapInfo>,
     /// The LRU lists reclaim scans (the workload's cgroup's, or the node's).
     pub lruvec: swap::Lruvec,
+    /// Shmem swap-in reads through the swap cache with swap_cluster_readahead (before
+    /// 1dd44c0af4fa, 6.14); since, a synchronous device's page is read directly.
+    pub shmem_swapin_cluster: bool,
+    /// swap_cluster_readahead's window state.
+    pub swap_cluster_ra: swap_state::ClusterRa,
+    /// A read fault maps a writable file page clean even when its folio is dirty
+    /// (before 4e92030c05dc "mm: set the pte dirty if the folio is already dirty",
+    /// 6.15); since, dirty.
+    pub fault_dirty_write_only: bool,
     /// The shmem inodes behind shared anonymous mappings, and their page caches.
     pub shmem: shmem::Shmem,
     /// The workload's memory cgroup (`memlimit`), if any.
@@ -217,6 +226,9 @@ impl Kernel {
             swap: None,
             lruvec: Default::default(),
             shmem: Default::default(),
+            shmem_swapin_cluster: false,
+            swap_cluster_ra: Default::default(),
+            fault_dirty_write_only: false,
             memcg: None,
             next_asid: 1,
             next_anon_vma: 1,

@@ -94,7 +94,7 @@ impl Kernel {
         self.arch.kc.inc(KernelEvent::ShmemFault);
         match self.filemap_get_entry(ino, index) {
             Some(CacheEntry::Folio(f)) => Ok((f, VmFault::Done)),
-            Some(CacheEntry::Swap(slot)) => self.shmem_swapin_folio(ino, index, slot).map(|f| (f, VmFault::Major)),
+            Some(CacheEntry::Swap(slot)) => self.shmem_swapin_folio(ino, index, slot),
             None => self.shmem_alloc_and_add_folio(ino, index).map(|f| (f, VmFault::Done)),
         }
     }
@@ -114,17 +114,34 @@ impl Kernel {
         Ok(folio)
     }
 
-    /// shmem_swapin_folio: a folio still in the swap cache is taken from it; otherwise,
-    /// zram being SWP_SYNCHRONOUS_IO, shmem_swap_alloc_folio reads a new folio without
-    /// the swap cache (swapcache_prepare only fences the slot). Either way it goes back
-    /// into the page cache dirty (its swap copy is dropped: swap_free_nr) and the fault
-    /// is major when it was read.
-    fn shmem_swapin_folio(&mut self, ino: u32, index: u64, slot: u64) -> Result<Pfn, VmFault> {
+    /// shmem_swapin_folio: a folio still in the swap cache is taken from it (a
+    /// readahead hit if readahead brought it); otherwise, zram being
+    /// SWP_SYNCHRONOUS_IO, shmem_swap_alloc_folio reads a new folio without the swap
+    /// cache (swapcache_prepare only fences the slot; 6.14+, 1dd44c0af4fa), or before
+    /// that shmem_swapin_cluster reads it through the swap cache with the cluster
+    /// readahead around it (`shmem-swapin=cluster`). Either way it goes back into the
+    /// page cache dirty (its swap copy is dropped: swap_free_nr), and the fault is major
+    /// when it was read.
+    fn shmem_swapin_folio(&mut self, ino: u32, index: u64, slot: u64) -> Result<(Pfn, VmFault), VmFault> {
         self.arch.kc.inc(KernelEvent::ShmemSwapinFolio);
-        let cached = self.swap_cache_get_folio(slot);
+        let mut cached = self.swap_cache_get_folio(slot);
+        let mut ret = VmFault::Done;
+        if let Some(f) = cached {
+            if self.memmap.folio_test(f, PageFlags::READAHEAD) {
+                self.memmap.folio_clear(f, PageFlags::READAHEAD);
+                self.stat.count_vm_event(super::vmstat::VmEvent::SwapRaHit);
+                self.swap_cluster_ra.hits += 1;
+            }
+        } else if self.shmem_swapin_cluster {
+            let f = self.swap_cluster_readahead(slot).ok_or(VmFault::Oom)?;
+            self.stat.count_vm_event(super::vmstat::VmEvent::PgMajFault);
+            cached = Some(f);
+            ret = VmFault::Major;
+        }
         let folio = match cached {
             Some(f) => f,
             None => {
+                ret = VmFault::Major;
                 let f = self.folio_alloc(0).ok_or(VmFault::Oom)?;
                 if !self.mem_cgroup_charge(f, true) {
                     self.folio_put(f);
@@ -150,7 +167,7 @@ impl Kernel {
         }
         self.memmap.folio_set(folio, PageFlags::DIRTY);
         self.swap.as_mut().expect("checked").swap_entry_put(slot);
-        Ok(folio)
+        Ok((folio, ret))
     }
 
     /// shmem_writeout (reclaim's pageout of a dirty shmem folio, already unmapped): a
