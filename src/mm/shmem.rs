@@ -215,3 +215,117 @@ impl Kernel {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::hw::MachineConfig;
+    use crate::kcount::KernelEvent;
+    use crate::mm::madvise::Madv;
+    use crate::mm::mm_types::{MmId, VmFlags};
+    use crate::mm::vmstat::VmEvent;
+    use crate::mm::Kernel;
+    use crate::sim::tests::{assert_clean, boot_with as boot};
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+    const MB: u64 = 1 << 20;
+
+    fn shared(k: &mut Kernel, mm: MmId, len: u64) {
+        k.do_mmap(mm, BASE, len, VmFlags::READ | VmFlags::WRITE | VmFlags::SHARED)
+            .unwrap();
+    }
+
+    /// Accesses every page of [BASE, BASE + len) in `mm`; the faults it took.
+    fn touch(k: &mut Kernel, mm: MmId, len: u64, write: bool) -> u64 {
+        k.switch_mm(0, mm);
+        let before = k.mm(mm).min_flt + k.mm(mm).maj_flt;
+        for a in (BASE..BASE + len).step_by(K4 as usize) {
+            user_access(k, mm, 0, a, write).unwrap();
+        }
+        k.mm(mm).min_flt + k.mm(mm).maj_flt - before
+    }
+
+    #[test]
+    fn a_forked_child_maps_the_parents_pages_sixteen_to_a_fault_and_writes_them_in_place() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        shared(&mut k, mm, MB);
+        assert_eq!(touch(&mut k, mm, MB, true), 256);
+        let child = k.dup_mmap(mm).unwrap();
+        assert_eq!(k.mm(child).rss_shmem, 0, "fork copies no shared ptes");
+        assert_eq!(touch(&mut k, child, MB, false), 16, "fault-around maps 64K a fault");
+        assert_eq!(touch(&mut k, child, MB, true), 0, "the ptes are writable: no CoW");
+        let (p, c) = (k.pte_offset(mm, BASE).unwrap(), k.pte_offset(child, BASE).unwrap());
+        let g = k.arch.granule();
+        assert_eq!(k.arch.__ptep_get(p).pte_pfn(g), k.arch.__ptep_get(c).pte_pfn(g));
+        assert_clean(&k);
+        // Mapped by both: MADV_PAGEOUT leaves the pages alone.
+        k.sys_swapon(16 * MB).unwrap();
+        k.switch_mm(0, mm);
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 0);
+        k.exit_mmap(child);
+        k.exit_mmap(mm);
+        assert_eq!(k.shmem.inodes().count(), 0, "the last mapping's exit evicts the inode");
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn pageout_writes_dirty_pages_to_swap_and_a_read_brings_them_back_dirty() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        k.sys_swapon(16 * MB).unwrap();
+        shared(&mut k, mm, MB);
+        touch(&mut k, mm, MB, true);
+        let free = k.nr_free_pages();
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 256);
+        assert_eq!(k.nr_free_pages(), free + 256);
+        assert_eq!((k.mm(mm).rss_shmem, k.mm(mm).rss_swap), (0, 0), "the slots are the inode's");
+        assert_eq!(touch(&mut k, mm, MB, false), 256);
+        assert_eq!((k.stat.event(VmEvent::Pswpin), k.stat.event(VmEvent::PgMajFault)), (256, 256));
+        assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0, "swap-in frees the slots");
+        assert_clean(&k);
+        // Dirty after the swap-in: the next page-out writes every page again.
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 512);
+        k.do_munmap(mm, BASE, BASE + MB);
+        assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0, "eviction frees the slots");
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn a_clean_page_is_dropped_by_pageout_and_reads_back_as_a_new_zeroed_page() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        k.sys_swapon(16 * MB).unwrap();
+        shared(&mut k, mm, MB);
+        touch(&mut k, mm, MB, false);
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 0);
+        assert_eq!(k.shmem.nr_cached(), 0);
+        let allocs = k.arch.kc.get(KernelEvent::FolioAlloc);
+        assert_eq!(touch(&mut k, mm, MB, false), 256);
+        assert_eq!(k.arch.kc.get(KernelEvent::FolioAlloc), allocs + 256);
+        assert_eq!(k.stat.event(VmEvent::PgMajFault), 0);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn munmap_drops_the_file_rmaps_while_another_mapper_keeps_the_pages_cached() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        shared(&mut k, mm, MB);
+        touch(&mut k, mm, MB, true);
+        let child = k.dup_mmap(mm).unwrap();
+        k.switch_mm(0, mm);
+        let removed = k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes);
+        k.do_munmap(mm, BASE, BASE + MB);
+        assert_eq!(k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes), removed + 256);
+        assert_eq!(k.mm(mm).rss_shmem, 0);
+        // The child keeps the inode, and the pages, alive.
+        assert_eq!(k.shmem.nr_cached(), 256);
+        assert_clean(&k);
+        k.exit_mmap(child);
+        assert_eq!(k.shmem.nr_cached(), 0);
+        assert_clean(&k);
+    }
+}

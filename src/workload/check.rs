@@ -686,6 +686,24 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_region_takes_only_the_ops_modeled_for_shmem() {
+        ok("mmap a 8K shared\ntouch a\nmadvise a 0 8K pageout\nmadvise a 0 4K dontneed\nfork c\n@c munmap a 0 4K\nexit");
+        fails(
+            "mmap a 8K shared\nmadvise a 0 8K free",
+            2,
+            9,
+            "madvise free of the shared region 'a' is not modeled",
+        );
+        fails("mmap a 8K shared\nmlock a", 2, 7, "mlock of the shared region 'a' is not modeled");
+        fails(
+            "mmap a 8K shared\nmprotect a 0 4K r",
+            2,
+            10,
+            "mprotect of the shared region 'a' is not modeled",
+        );
+    }
+
+    #[test]
     fn interval_map_merges_and_splits() {
         use super::Region;
         use crate::workload::{Prot, Range};
@@ -693,6 +711,7 @@ mod tests {
             size: 64,
             line: 1,
             maps: vec![(0, 64, Prot::Rw)],
+            shared: false,
         };
         r.set(Range { off: 16, len: 16 }, Some(Prot::R));
         assert_eq!(r.maps, [(0, 16, Prot::Rw), (16, 32, Prot::R), (32, 64, Prot::Rw)]);
