@@ -51,7 +51,10 @@ impl Kernel {
             }
             let shmem = seen.shmem_ptes.get(&id).copied().unwrap_or(0);
             if shmem != m.rss_shmem {
-                return Err(format!("mm {id}: rss_shmem {} but {shmem} shmem pages mapped", m.rss_shmem));
+                return Err(format!(
+                    "mm {id}: rss_shmem {} but {shmem} shmem pages mapped",
+                    m.rss_shmem
+                ));
             }
             let swapped = seen.swap_ptes.get(&id).copied().unwrap_or(0);
             if swapped != m.rss_swap {

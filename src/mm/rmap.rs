@@ -599,11 +599,7 @@ impl Kernel {
             for i in 0..nr {
                 let page = Pfn(folio.0 + i);
                 let addr = self.memmap.page(page).index << g.page_shift();
-                let Some(ptep) = self.pte_offset(mm, addr) else {
-                    continue;
-                };
-                let pte = self.arch.__ptep_get(ptep);
-                if pte.pte_present() && pte.pte_pfn(g) == page {
+                if let Some(ptep) = self.pte_mapping(mm, addr, page) {
                     out.push((mm, ptep, addr));
                 }
             }
@@ -611,11 +607,18 @@ impl Kernel {
         out
     }
 
+    /// The pte at `addr` in `mm`, if it maps `page` (a raw read: the rmap walk's search).
+    fn pte_mapping(&mut self, mm: MmId, addr: u64, page: Pfn) -> Option<PtePtr> {
+        let g = self.arch.granule();
+        let ptep = self.pte_offset(mm, addr)?;
+        let pte = self.arch.__ptep_get(ptep);
+        (pte.pte_present() && pte.pte_pfn(g) == page).then_some(ptep)
+    }
+
     /// rmap_walk_file: the ptes mapping a page-cache folio, found through the VMAs of
     /// every mm that map its inode at its index (the i_mmap tree's walk), in mm order.
     fn rmap_walk_file(&mut self, folio: Pfn, ino: u32) -> Vec<(MmId, PtePtr, u64)> {
-        let g = self.arch.granule();
-        let shift = g.page_shift();
+        let shift = self.arch.granule().page_shift();
         let index = self.memmap.page(folio).index;
         let mut out = Vec::new();
         for mm in 0..self.mms.len() {
@@ -625,11 +628,7 @@ impl Kernel {
                 .map(|v| v.start + ((index - v.pgoff) << shift))
                 .collect();
             for addr in addrs {
-                let Some(ptep) = self.pte_offset(mm, addr) else {
-                    continue;
-                };
-                let pte = self.arch.__ptep_get(ptep);
-                if pte.pte_present() && pte.pte_pfn(g) == folio {
+                if let Some(ptep) = self.pte_mapping(mm, addr, folio) {
                     out.push((mm, ptep, addr));
                 }
             }

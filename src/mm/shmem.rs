@@ -270,20 +270,34 @@ mod tests {
         assert_clean(&k);
     }
 
-    #[test]
-    fn pageout_writes_dirty_pages_to_swap_and_a_read_brings_them_back_dirty() {
+    /// 1 MiB shared, touched (written or read) and paged out to zram; the free pages
+    /// before the page-out.
+    fn paged_out(write: bool) -> (Kernel, MmId, u64) {
         let (mut k, mm) = boot(MachineConfig::default(), &[]);
         k.sys_swapon(16 * MB).unwrap();
         shared(&mut k, mm, MB);
-        touch(&mut k, mm, MB, true);
+        touch(&mut k, mm, MB, write);
         let free = k.nr_free_pages();
         k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
         assert_clean(&k);
+        (k, mm, free)
+    }
+
+    #[test]
+    fn pageout_writes_dirty_pages_to_swap_and_a_read_brings_them_back_dirty() {
+        let (mut k, mm, free) = paged_out(true);
         assert_eq!(k.stat.event(VmEvent::Pswpout), 256);
         assert_eq!(k.nr_free_pages(), free + 256);
-        assert_eq!((k.mm(mm).rss_shmem, k.mm(mm).rss_swap), (0, 0), "the slots are the inode's");
+        assert_eq!(
+            (k.mm(mm).rss_shmem, k.mm(mm).rss_swap),
+            (0, 0),
+            "the slots are the inode's"
+        );
         assert_eq!(touch(&mut k, mm, MB, false), 256);
-        assert_eq!((k.stat.event(VmEvent::Pswpin), k.stat.event(VmEvent::PgMajFault)), (256, 256));
+        assert_eq!(
+            (k.stat.event(VmEvent::Pswpin), k.stat.event(VmEvent::PgMajFault)),
+            (256, 256)
+        );
         assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0, "swap-in frees the slots");
         assert_clean(&k);
         // Dirty after the swap-in: the next page-out writes every page again.
@@ -296,11 +310,8 @@ mod tests {
 
     #[test]
     fn a_clean_page_is_dropped_by_pageout_and_reads_back_as_a_new_zeroed_page() {
-        let (mut k, mm) = boot(MachineConfig::default(), &[]);
-        k.sys_swapon(16 * MB).unwrap();
-        shared(&mut k, mm, MB);
-        touch(&mut k, mm, MB, false);
-        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        let (mut k, mm, free) = paged_out(false);
+        assert_eq!(k.nr_free_pages(), free + 256);
         assert_eq!(k.stat.event(VmEvent::Pswpout), 0);
         assert_eq!(k.shmem.nr_cached(), 0);
         let allocs = k.arch.kc.get(KernelEvent::FolioAlloc);

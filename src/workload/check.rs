@@ -315,7 +315,11 @@ impl Checker<'_> {
                 );
             }
             Op::Mmap {
-                region, size, ro, shared, ..
+                region,
+                size,
+                ro,
+                shared,
+                ..
             } => {
                 if let Some(r) = proc.regions.get(region) {
                     return Err(self.err(
@@ -694,7 +698,12 @@ mod tests {
             9,
             "madvise free of the shared region 'a' is not modeled",
         );
-        fails("mmap a 8K shared\nmlock a", 2, 7, "mlock of the shared region 'a' is not modeled");
+        fails(
+            "mmap a 8K shared\nmlock a",
+            2,
+            7,
+            "mlock of the shared region 'a' is not modeled",
+        );
         fails(
             "mmap a 8K shared\nmprotect a 0 4K r",
             2,
