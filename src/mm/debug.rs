@@ -1,6 +1,7 @@
 //! The model's CONFIG_DEBUG_VM: a full consistency check of page tables, folios,
 //! counters and the allocator, run after ops in tests and property tests.
 
+use super::filemap::CacheEntry;
 use super::folio::{PageFlags, NIL};
 use super::mm_types::MmId;
 use super::vmstat::MthpStat;
@@ -23,6 +24,8 @@ struct Seen {
     /// Swap ptes per slot, and per mm.
     swap_refs: BTreeMap<u64, u8>,
     swap_ptes: BTreeMap<MmId, i64>,
+    /// Pte mappings of shmem pages, per mm (MM_SHMEMPAGES).
+    shmem_ptes: BTreeMap<MmId, i64>,
 }
 
 impl Kernel {
@@ -45,6 +48,13 @@ impl Kernel {
             )?;
             if rss != m.rss_anon {
                 return Err(format!("mm {id}: rss_anon {} but {rss} pages mapped", m.rss_anon));
+            }
+            let shmem = seen.shmem_ptes.get(&id).copied().unwrap_or(0);
+            if shmem != m.rss_shmem {
+                return Err(format!(
+                    "mm {id}: rss_shmem {} but {shmem} shmem pages mapped",
+                    m.rss_shmem
+                ));
             }
             let swapped = seen.swap_ptes.get(&id).copied().unwrap_or(0);
             if swapped != m.rss_swap {
@@ -71,8 +81,54 @@ impl Kernel {
                 prev_end = v.end;
             }
         }
+        self.check_shmem(&mut seen)?;
         self.check_swap(&seen)?;
         self.check_folios(&seen)
+    }
+
+    /// Every shmem page-cache entry: a folio cached there at its index (order 0,
+    /// swap-backed, not in the swap cache), or a slot that it holds (one reference, as a
+    /// swap pte's); nrpages, swapped and the folio-to-inode map agree with the entries.
+    fn check_shmem(&self, seen: &mut Seen) -> Result<(), String> {
+        let mut cached = 0;
+        for (ino, inode) in self.shmem.inodes() {
+            let (mut folios, mut slots) = (0, 0);
+            for (index, e) in &inode.mapping.i_pages {
+                match *e {
+                    CacheEntry::Folio(f) => {
+                        let p = self.memmap.page(f);
+                        let ok = self.shmem.folio_inode(f) == Some(ino)
+                            && p.index == *index
+                            && self.memmap.folio_order(f) == 0
+                            && p.flags.contains(PageFlags::SWAPBACKED | PageFlags::INUSE)
+                            && !p.flags.intersects(PageFlags::ANON | PageFlags::SWAPCACHE);
+                        if !ok {
+                            return Err(format!("shmem inode {ino}: index {index} caches {f:?} ({p:?})"));
+                        }
+                        folios += 1;
+                    }
+                    CacheEntry::Swap(slot) => {
+                        *seen.swap_refs.entry(slot).or_default() += 1;
+                        slots += 1;
+                    }
+                }
+            }
+            if folios != inode.mapping.nrpages || slots != inode.swapped {
+                return Err(format!(
+                    "shmem inode {ino}: nrpages {} swapped {} but {folios} folios and {slots} slots",
+                    inode.mapping.nrpages, inode.swapped
+                ));
+            }
+            cached += folios;
+        }
+        let live = self.shmem.inodes().map(|(_, i)| i.mapping.nrpages).sum::<u64>();
+        if cached != live || self.shmem.nr_cached() as u64 != cached {
+            return Err(format!(
+                "shmem: {} folios know an inode but the caches hold {cached}",
+                self.shmem.nr_cached()
+            ));
+        }
+        Ok(())
     }
 
     /// Every slot's count is the swap ptes that hold it; a slot is marked cached
@@ -183,7 +239,11 @@ impl Kernel {
                         continue;
                     }
                     self.seen_pte(mm, pfn, seen);
-                    *rss += 1;
+                    if self.shmem.folio_inode(self.memmap.folio_of(pfn)).is_some() {
+                        *seen.shmem_ptes.entry(mm).or_default() += 1;
+                    } else {
+                        *rss += 1;
+                    }
                 }
                 // PROT_NONE: a present, invalid pte maps its page all the same.
                 DescKind::Invalid if level == 3 && Pte(d).pte_present() => {
@@ -372,6 +432,14 @@ impl Kernel {
         for h in cached.keys() {
             heads.entry(*h).or_default();
         }
+        // So are folios in a shmem page cache, which holds a reference to each.
+        for (_, inode) in self.shmem.inodes() {
+            for e in inode.mapping.i_pages.values() {
+                if let CacheEntry::Folio(f) = e {
+                    heads.entry(f.0).or_default();
+                }
+            }
+        }
         let mut nr_anon: BTreeMap<u32, i64> = BTreeMap::new();
         let mut partial: BTreeMap<u32, i64> = BTreeMap::new();
         for (h, (maps, pages_mapped)) in &heads {
@@ -380,8 +448,9 @@ impl Kernel {
             let order = self.memmap.folio_order(f);
             let pmd = seen.pmd_maps.get(h).copied().unwrap_or(0);
             let mapcount = maps + pmd;
-            if mapcount > 0 && !hp.flags.contains(PageFlags::ANON) {
-                return Err(format!("folio {f:?} is mapped but not anon"));
+            let page_cache = self.shmem.folio_inode(f).is_some() as i32;
+            if mapcount > 0 && !hp.flags.contains(PageFlags::ANON) && page_cache == 0 {
+                return Err(format!("folio {f:?} is mapped but neither anon nor in a page cache"));
             }
             if hp.flags.contains(PageFlags::SWAPCACHE) != cached.contains_key(h) {
                 return Err(format!(
@@ -395,10 +464,10 @@ impl Kernel {
                     self.memmap.folio_mapcount(f)
                 ));
             }
-            let cache_refs = cached.get(h).copied().unwrap_or(0);
+            let cache_refs = cached.get(h).copied().unwrap_or(0) + page_cache;
             if hp.refcount != mapcount + cache_refs {
                 return Err(format!(
-                    "folio {f:?}: refcount {} but {mapcount} mappings and {cache_refs} swap cache references",
+                    "folio {f:?}: refcount {} but {mapcount} mappings and {cache_refs} cache references",
                     hp.refcount
                 ));
             }

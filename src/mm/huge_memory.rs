@@ -464,7 +464,7 @@ pub fn zap_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd: PmdPtr, 
     }
     k.folio_remove_rmap_pmd(folio, mm);
     k.mm_mut(mm).rss_anon -= 1 << g.pmd_order();
-    if tlb.remove_folio_pages(folio, 1) {
+    if tlb.remove_folio_pages(folio, 1, false) {
         k.tlb_flush_mmu(tlb);
     }
 }

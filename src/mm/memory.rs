@@ -44,17 +44,25 @@ pub enum VmFault {
     Oom,
 }
 
-/// The vm_page_prot of a private anonymous VMA: read-only until written (CoW).
+/// The vm_page_prot of a VMA: a private one's is read-only until written (CoW).
 /// arm64's protection_map gives VM_WRITE without VM_READ PAGE_READONLY too: its
 /// stage 1 permissions have no write-only encoding, so a write-only mapping is
 /// readable, and the write fault makes its pte read-write as for PROT_READ|PROT_WRITE.
 pub fn vm_page_prot(vma: &Vma) -> PgProt {
+    // A shared writable mapping needs no write fault (shmem asks for no writenotify):
+    // PAGE_SHARED, writable-clean until the hardware sets it dirty.
+    if vma.flags.contains(VmFlags::SHARED | VmFlags::WRITE) {
+        return PgProt::SHARED;
+    }
     if vma.flags.intersects(VmFlags::READ | VmFlags::WRITE) {
         PgProt::READONLY
     } else {
         PgProt::NONE
     }
 }
+
+/// fault_around_bytes' default: do_read_fault maps up to 64 KiB of cached pages.
+const FAULT_AROUND_BYTES: u64 = 64 << 10;
 
 impl Kernel {
     /// handle_mm_fault with arm64's do_page_fault access checks in front and
@@ -102,7 +110,7 @@ impl Kernel {
         let pmdval = self.pxd_get(2, pmd);
         let pmd_order = g.pmd_order();
         if pmdval.is_none() {
-            if self.thp_vma_allowable_orders(vma) & (1 << pmd_order) != 0 {
+            if !vma.is_shmem() && self.thp_vma_allowable_orders(vma) & (1 << pmd_order) != 0 {
                 let ret = huge_memory::do_huge_pmd_anonymous_page(self, mm, vma, pmd, addr, write);
                 if ret != VmFault::Fallback {
                     return ret;
@@ -153,6 +161,9 @@ impl Kernel {
             None => Pte::NONE,
         };
         if orig.pte_none() {
+            if vma.is_shmem() {
+                return self.do_fault(mm, vma, pmd, addr, write);
+            }
             return self.do_anonymous_page(mm, vma, pmd, addr, write);
         }
         let ptep = pte.unwrap();
@@ -482,6 +493,75 @@ impl Kernel {
         VmFault::Done
     }
 
+    /// do_fault for a shared file (shmem) VMA: a read maps what the page cache holds
+    /// around the address first (do_read_fault), a write faults its page in and dirties
+    /// it (do_shared_fault). Private file mappings are not modeled.
+    fn do_fault(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, write: bool) -> VmFault {
+        if !self.pte_alloc(mm, pmd, addr) {
+            return VmFault::Oom;
+        }
+        if write {
+            self.do_shared_fault(mm, vma, pmd, addr)
+        } else {
+            self.do_read_fault(mm, vma, pmd, addr)
+        }
+    }
+
+    /// do_read_fault: do_fault_around (fault_around_bytes, 64K: the aligned block of
+    /// 16 ptes around the address, clamped to the VMA and the page table) maps the
+    /// cached pages; if that mapped the faulting one, done; else ->fault.
+    fn do_read_fault(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> VmFault {
+        self.arch.kc.inc(KernelEvent::DoReadFault);
+        let g = self.arch.granule();
+        let shift = g.page_shift();
+        let nr_pages = (FAULT_AROUND_BYTES >> shift).max(1);
+        if nr_pages > 1 {
+            let pte_off = g.index(addr, 3) as u64;
+            let pgoff = vma.linear_page_index(addr, shift);
+            let vma_off = pgoff - vma.pgoff;
+            let from_pte = (pte_off & !(nr_pages - 1)).max(pte_off - pte_off.min(vma_off));
+            let vma_pages = vma.len() >> shift;
+            let ptrs = g.entries_at(3) as u64;
+            let to_pte = (from_pte + nr_pages).min(ptrs).min(pte_off + vma_pages - vma_off) - 1;
+            if self.filemap_map_pages(mm, vma, pmd, addr, pgoff + from_pte - pte_off, pgoff + to_pte - pte_off) {
+                return VmFault::Done;
+            }
+        }
+        self.__do_fault_finish(mm, vma, pmd, addr, false)
+    }
+
+    /// do_shared_fault: ->fault, finish_fault, then fault_dirty_shared_page.
+    fn do_shared_fault(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> VmFault {
+        self.arch.kc.inc(KernelEvent::DoSharedFault);
+        self.__do_fault_finish(mm, vma, pmd, addr, true)
+    }
+
+    /// __do_fault (shmem_fault) then finish_fault: the page is mapped one pte
+    /// (shmem folios are order 0 here) unless the pte changed meanwhile.
+    fn __do_fault_finish(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, write: bool) -> VmFault {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let ino = vma.file.expect("a file VMA");
+        let index = vma.linear_page_index(addr, g.page_shift());
+        let (folio, ret) = match self.shmem_fault(ino, index) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let amm = self.arch_mm(mm);
+        let ptep = self.pte_offset_map(pmd, addr).expect("do_fault allocated the table");
+        if !self.arch.ptep_get(amm, ptep).pte_none() {
+            self.folio_put(folio);
+            return ret;
+        }
+        self.set_pte_range(mm, vma, folio, ptep, addr & !(ps - 1), write, false);
+        self.mm_mut(mm).rss_shmem += 1;
+        if write {
+            // fault_dirty_shared_page: folio_mark_dirty.
+            self.memmap.folio_set(folio, PageFlags::DIRTY);
+        }
+        ret
+    }
+
     /// do_wp_page for private anon memory: reuse an exclusive page (or a folio that
     /// turns out to be exclusive to this mm), else copy one page.
     fn do_wp_page(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> VmFault {
@@ -637,8 +717,13 @@ impl Kernel {
                 }
             }
             self.mm_mut(mm).rss_anon += rss;
+            // A dirty file pte forces the flush too (delayed rmap), without a break.
+            let force_flush = force_flush || tlb.delayed_rmap();
             if force_flush {
                 self.tlb_flush_mmu_tlbonly(tlb);
+            }
+            self.tlb_flush_rmaps(tlb, mm);
+            if force_flush {
                 self.tlb_flush_mmu(tlb);
             }
             if addr == end {
@@ -672,9 +757,29 @@ impl Kernel {
             return (1, false);
         }
         let folio = self.memmap.folio_of(pfn);
-        *rss -= 1;
-        self.folio_remove_rmap_ptes(folio, pfn, 1, mm);
-        (1, self.__tlb_remove_folio_pages(tlb, folio, 1))
+        let delay_rmap = if self.shmem.folio_inode(folio).is_some() {
+            self.zap_file_ptes(mm, folio, ptent, 1)
+        } else {
+            *rss -= 1;
+            false
+        };
+        if !delay_rmap {
+            self.folio_remove_rmap_ptes(folio, pfn, 1, mm);
+        }
+        (1, self.__tlb_remove_folio_pages(tlb, folio, 1, delay_rmap))
+    }
+
+    /// zap_present_folio_ptes' part for a file folio, given its cleared ptes' merged
+    /// bits: a dirty pte dirties the folio and delays its rmap removal until the TLB
+    /// is flushed (tlb_delay_rmap, which makes the zap flush before it drops the page
+    /// table lock); MM_SHMEMPAGES drops. Whether the rmap is delayed.
+    fn zap_file_ptes(&mut self, mm: MmId, folio: Pfn, ptent: Pte, nr: usize) -> bool {
+        self.mm_mut(mm).rss_shmem -= nr as i64;
+        if !ptent.pte_dirty() {
+            return false;
+        }
+        self.memmap.folio_set(folio, PageFlags::DIRTY);
+        true
     }
 
     /// zap_nonpresent_ptes for swap entries: swap_pte_batch (consecutive slots, the
@@ -782,12 +887,20 @@ impl Kernel {
             1
         };
         self.arch.kc.add(KernelEvent::ZapPresentPtesPtes, nr as u64);
-        // Anon folios: clear without gathering A/D (clear_full_ptes).
-        self.arch.clear_full_ptes(amm, addr, pte, nr, tlb.fullmm);
-        *rss -= nr as i64;
+        let delay_rmap = if self.shmem.folio_inode(folio).is_some() {
+            let ptent = self.arch.get_and_clear_full_ptes(amm, addr, pte, nr, tlb.fullmm);
+            self.zap_file_ptes(mm, folio, ptent, nr)
+        } else {
+            // Anon folios: clear without gathering A/D (clear_full_ptes).
+            self.arch.clear_full_ptes(amm, addr, pte, nr, tlb.fullmm);
+            *rss -= nr as i64;
+            false
+        };
         tlb.remove_tlb_entries(addr, nr as u64, g.page_size());
-        self.folio_remove_rmap_ptes(folio, pfn, nr as u64, mm);
-        (nr, self.__tlb_remove_folio_pages(tlb, folio, nr as u32))
+        if !delay_rmap {
+            self.folio_remove_rmap_ptes(folio, pfn, nr as u64, mm);
+        }
+        (nr, self.__tlb_remove_folio_pages(tlb, folio, nr as u32, delay_rmap))
     }
 
     /// folio_pte_batch: how many ptes from `pte` map consecutive pages of `folio` with

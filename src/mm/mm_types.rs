@@ -11,15 +11,19 @@ bitflags! {
         const READ = 1 << 0;
         const WRITE = 1 << 1;
         const EXEC = 1 << 2;
+        /// MAP_SHARED: writes go to the object, fork shares the pages (no CoW).
+        const SHARED = 1 << 3;
         const MAYREAD = 1 << 4;
         const MAYWRITE = 1 << 5;
+        const MAYSHARE = 1 << 7;
         const LOCKED = 1 << 13;
         const HUGEPAGE = 1 << 29;
         const NOHUGEPAGE = 1 << 30;
     }
 }
 
-/// A private anonymous VMA.
+/// A private anonymous VMA, or a shared anonymous one (`file`: shmem_zero_setup's
+/// inode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vma {
     pub start: u64,
@@ -34,6 +38,9 @@ pub struct Vma {
     /// swap_readahead_info: swap readahead's state (swap_state.rs), copied by fork
     /// and splits as vm_area_dup copies it.
     pub swap_readahead_info: u64,
+    /// vm_file: the shmem inode behind a MAP_SHARED|MAP_ANONYMOUS mapping; its page
+    /// cache index of `start` is `pgoff`.
+    pub file: Option<u32>,
 }
 
 impl Vma {
@@ -45,6 +52,14 @@ impl Vma {
     }
     pub fn is_empty(&self) -> bool {
         self.start == self.end
+    }
+    /// vma_is_shmem.
+    pub fn is_shmem(&self) -> bool {
+        self.file.is_some()
+    }
+    /// linear_page_index: the file index `addr` maps (shift: the page shift).
+    pub fn linear_page_index(&self, addr: u64, shift: u32) -> u64 {
+        self.pgoff + ((addr - self.start) >> shift)
     }
 }
 
@@ -64,6 +79,8 @@ pub struct MmStruct {
     vmacache: Cell<Option<Vma>>,
     /// MM_ANONPAGES.
     pub rss_anon: i64,
+    /// MM_SHMEMPAGES: shmem pages mapped.
+    pub rss_shmem: i64,
     /// MM_SWAPENTS: ptes holding a swap entry.
     pub rss_swap: i64,
     /// Page-table pages below the pgd, for the invariant checks.
@@ -90,6 +107,7 @@ impl MmStruct {
             vmas: BTreeMap::new(),
             vmacache: Cell::new(None),
             rss_anon: 0,
+            rss_shmem: 0,
             rss_swap: 0,
             nr_ptes: 0,
             nr_pmds: 0,
@@ -159,6 +177,7 @@ mod tests {
             anon_vma: None,
             pgoff: start >> 12,
             swap_readahead_info: 0,
+            file: None,
         }
     }
 

@@ -26,7 +26,16 @@ impl Kernel {
         if !self.mm(mm).vmas_in(addr, end).is_empty() {
             return Err(VmaError::Exists);
         }
-        let pgoff = addr >> self.arch.granule().page_shift();
+        let shift = self.arch.granule().page_shift();
+        let mut pgoff = addr >> shift;
+        let mut flags = flags | VmFlags::MAYREAD | VmFlags::MAYWRITE;
+        // MAP_SHARED|MAP_ANONYMOUS: shmem_zero_setup gives the VMA an inode of its
+        // size, mapped from index 0.
+        let file = flags.contains(VmFlags::SHARED).then(|| {
+            flags |= VmFlags::MAYSHARE;
+            pgoff = 0;
+            self.shmem_zero_setup(len >> shift)
+        });
         // vm_area_alloc (SLAB_ACCOUNT).
         self.obj_cgroup_charge(super::memcontrol::VM_AREA_STRUCT_SIZE);
         self.mm_mut(mm).vmas_mut().insert(
@@ -34,10 +43,11 @@ impl Kernel {
             Vma {
                 start: addr,
                 end,
-                flags: flags | VmFlags::MAYREAD | VmFlags::MAYWRITE,
+                flags,
                 anon_vma: None,
                 pgoff,
                 swap_readahead_info: 0,
+                file,
             },
         );
         Ok(())
@@ -88,7 +98,8 @@ impl Kernel {
                 let next = m[&k];
                 let anon_ok = ca.is_none() || next.anon_vma.is_none() || ca == next.anon_vma;
                 let pgoff_ok = m[&c].pgoff + ((ce - c) >> shift) == next.pgoff;
-                if ce == next.start && cf == next.flags && anon_ok && pgoff_ok {
+                let file_ok = m[&c].file == next.file;
+                if ce == next.start && cf == next.flags && anon_ok && pgoff_ok && file_ok {
                     m.remove(&k);
                     let cur = m.get_mut(&c).unwrap();
                     cur.end = next.end;
@@ -152,6 +163,7 @@ impl Kernel {
         self.unmap_vmas(&mut tlb, mm, &vmas, start, end);
         self.free_pgtables(&mut tlb, mm, &vmas, prev.unwrap_or(0), next.unwrap_or(0));
         self.tlb_finish_mmu(tlb);
+        self.shmem_release(vmas.iter().filter_map(|v| v.file));
     }
 
     /// exit_mmap: zap every VMA under a fullmm mmu_gather, free all page tables, then
@@ -171,13 +183,15 @@ impl Kernel {
         let pgd = self.mm(mm).pgd;
         self.pgtable_free(pgd);
         self.mms[mm] = None;
+        self.shmem_release(vmas.iter().filter_map(|v| v.file));
     }
 
     /// __mm_populate / populate_vma_page_range: fault in [start, end) as GUP would,
-    /// writing for private writable VMAs. Pages already mapped suitably are skipped.
+    /// writing for private writable VMAs (a shared one is read in: FOLL_WRITE only for
+    /// VM_WRITE without VM_SHARED). Pages already mapped suitably are skipped.
     pub fn mm_populate(&mut self, mm: MmId, start: u64, end: u64) -> Result<(), super::memory::FaultError> {
         for vma in self.mm(mm).vmas_in(start, end) {
-            let write = vma.flags.contains(VmFlags::WRITE);
+            let write = vma.flags & (VmFlags::WRITE | VmFlags::SHARED) == VmFlags::WRITE;
             let mut addr = start.max(vma.start);
             let e = end.min(vma.end);
             while addr < e {

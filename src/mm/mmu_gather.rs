@@ -45,6 +45,10 @@ pub struct MmuGather {
     pages: Vec<Gathered>,
     /// Page tables waiting for the flush.
     tables: Vec<Pfn>,
+    /// Pages whose rmap removal waits for the TLB flush (delay_rmap: a dirty file pte,
+    /// whose folio could otherwise be written back while a CPU still writes through a
+    /// stale entry); only in the local and active batches (tlb_next_batch refuses more).
+    delayed: Vec<(Pfn, u32)>,
     max_gather_batch: usize,
     max_gather_batch_count: usize,
 }
@@ -67,6 +71,7 @@ impl MmuGather {
             active: 0,
             pages: Vec::new(),
             tables: Vec::new(),
+            delayed: Vec::new(),
             max_gather_batch,
             max_gather_batch_count: 10000 / max_gather_batch,
         }
@@ -100,6 +105,12 @@ impl MmuGather {
         self.cleared_puds = true;
     }
 
+    /// tlb->delayed_rmap: rmaps wait for the flush (the zap must flush before it drops
+    /// the page table lock).
+    pub fn delayed_rmap(&self) -> bool {
+        !self.delayed.is_empty()
+    }
+
     pub fn range_is_empty(&self) -> bool {
         self.start >= self.end
     }
@@ -114,8 +125,12 @@ impl MmuGather {
         self.cleared_puds = false;
     }
 
-    /// tlb_next_batch: move to (or allocate) the next batch; false at the count limit.
+    /// tlb_next_batch: move to (or allocate) the next batch; false at the count limit,
+    /// or with delayed rmaps past the local batch.
     fn next_batch(&mut self) -> bool {
+        if !self.delayed.is_empty() && self.active != 0 {
+            return false;
+        }
         if self.active + 1 < self.batch_nr.len() {
             self.active += 1;
             return true;
@@ -133,9 +148,12 @@ impl MmuGather {
     /// is full and the caller must flush. Once per zapped folio: inline(always), as
     /// plain inline still left a call (callgrind).
     #[inline(always)]
-    pub fn remove_folio_pages(&mut self, folio: Pfn, nr: u32) -> bool {
+    pub fn remove_folio_pages(&mut self, folio: Pfn, nr: u32, delay_rmap: bool) -> bool {
         self.batch_nr[self.active] += Self::slots(nr);
         self.pages.push(Gathered { folio, nr });
+        if delay_rmap {
+            self.delayed.push((folio, nr));
+        }
         if self.batch_nr[self.active] >= self.batch_max[self.active] - 1 && !self.next_batch() {
             return true;
         }
@@ -163,11 +181,19 @@ impl MmuGather {
 impl Kernel {
     /// __tlb_remove_folio_pages, counting the batch slots it uses.
     #[inline(always)]
-    pub fn __tlb_remove_folio_pages(&mut self, tlb: &mut MmuGather, folio: Pfn, nr: u32) -> bool {
+    pub fn __tlb_remove_folio_pages(&mut self, tlb: &mut MmuGather, folio: Pfn, nr: u32, delay_rmap: bool) -> bool {
         self.arch
             .kc
             .add(KernelEvent::TlbRemoveFolioPages, MmuGather::slots(nr) as u64);
-        tlb.remove_folio_pages(folio, nr)
+        tlb.remove_folio_pages(folio, nr, delay_rmap)
+    }
+
+    /// tlb_flush_rmaps: the rmap removals the flush was waited for (order-0 pages:
+    /// the folio is the page).
+    pub fn tlb_flush_rmaps(&mut self, tlb: &mut MmuGather, mm: MmId) {
+        for (folio, nr) in std::mem::take(&mut tlb.delayed) {
+            self.folio_remove_rmap_ptes(folio, folio, nr as u64, mm);
+        }
     }
 
     /// tlb_gather_mmu / tlb_gather_mmu_fullmm for `mm`. The page list reuses the last
@@ -248,7 +274,7 @@ mod tests {
         // 7 in the local batch, then 19 batches of 509 usable slots.
         let mut tlb = MmuGather::new(1, false, 4096);
         let mut n = 0;
-        while !tlb.remove_folio_pages(Pfn(100), 1) {
+        while !tlb.remove_folio_pages(Pfn(100), 1, false) {
             n += 1;
         }
         assert_eq!(n + 1, 7 + 19 * 509);
@@ -258,7 +284,7 @@ mod tests {
     fn large_folio_batches_take_two_slots() {
         let mut tlb = MmuGather::new(1, false, 4096);
         let mut n = 0;
-        while !tlb.remove_folio_pages(Pfn(100), 16) {
+        while !tlb.remove_folio_pages(Pfn(100), 16, false) {
             n += 1;
         }
         // Local: 3 entries (6 slots reach max-1 = 7? no: 6 < 7, 8 >= 7 -> 4 entries).

@@ -3,6 +3,7 @@
 //! knobs, the deferred split queue) plus the mms of the model's processes.
 
 pub mod debug;
+pub mod filemap;
 pub mod folio;
 pub mod fork;
 pub mod huge_memory;
@@ -21,6 +22,7 @@ pub mod mremap;
 pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;
+pub mod shmem;
 pub mod swap;
 pub mod swap_state;
 pub mod swapfile;
@@ -142,6 +144,17 @@ pub struct Kernel {
     pub swap: Option<swapfile::SwapInfo>,
     /// The LRU lists reclaim scans (the workload's cgroup's, or the node's).
     pub lruvec: swap::Lruvec,
+    /// Shmem swap-in reads through the swap cache with swap_cluster_readahead (before
+    /// 1dd44c0af4fa, 6.14); since, a synchronous device's page is read directly.
+    pub shmem_swapin_cluster: bool,
+    /// swap_cluster_readahead's window state.
+    pub swap_cluster_ra: swap_state::ClusterRa,
+    /// A read fault maps a writable file page clean even when its folio is dirty
+    /// (before 4e92030c05dc "mm: set the pte dirty if the folio is already dirty",
+    /// 6.15); since, dirty.
+    pub fault_dirty_write_only: bool,
+    /// The shmem inodes behind shared anonymous mappings, and their page caches.
+    pub shmem: shmem::Shmem,
     /// The workload's memory cgroup (`memlimit`), if any.
     pub memcg: Option<memcontrol::MemCgroup>,
     /// Direct reclaim runs (the kernel's allocstall_<zone> events; kept out of reports,
@@ -212,6 +225,10 @@ impl Kernel {
             nr_direct_reclaim: 0,
             swap: None,
             lruvec: Default::default(),
+            shmem: Default::default(),
+            shmem_swapin_cluster: false,
+            swap_cluster_ra: Default::default(),
+            fault_dirty_write_only: false,
             memcg: None,
             next_asid: 1,
             next_anon_vma: 1,

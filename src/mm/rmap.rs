@@ -136,6 +136,15 @@ impl Kernel {
         }
     }
 
+    /// folio_add_file_rmap_ptes: `nr` more pte mappings of a page-cache folio's pages
+    /// (order 0 here: shmem allocates no large folios in the model).
+    pub fn folio_add_file_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, _mm: MmId) {
+        debug_assert_eq!(self.memmap.folio_order(folio), 0, "large shmem folios are not modeled");
+        self.arch.kc.inc(KernelEvent::FolioAddFileRmapPtes);
+        self.arch.kc.add(KernelEvent::FolioMapcountAtomic, nr);
+        self.memmap.page_mut(page).mapcount += nr as i32;
+    }
+
     /// folio_try_dup_anon_rmap_ptes (fork): the child maps the same `nr` pages, which
     /// stop being exclusive to either mm. The caller took the references.
     pub fn folio_try_dup_anon_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, dst: MmId) {
@@ -362,6 +371,31 @@ impl Kernel {
         }
     }
 
+    /// try_to_unmap of a shmem folio (rmap_walk_file over the VMAs that map its inode):
+    /// each pte cleared, its TLBI deferred or flushed, its dirt moved to the folio, and
+    /// left none (the page cache keeps the page, or its slot once written out).
+    pub fn try_to_unmap_file(&mut self, folio: Pfn, flags: TtuFlags) {
+        let g = self.arch.granule();
+        for (mm, ptep, addr) in self.folio_mappings(folio) {
+            let amm = self.arch_mm(mm);
+            // page_vma_mapped_walk's read, then check_pte's.
+            self.arch.ptep_get(amm, ptep);
+            let pteval = if self.should_defer_flush(flags) {
+                let v = self.arch.get_and_clear_full_ptes(amm, addr, ptep, 1, false);
+                self.set_tlb_ubc_flush_pending(mm, v, addr, addr + g.page_size());
+                v
+            } else {
+                self.arch.ptep_clear_flush(amm, addr, ptep)
+            };
+            if pteval.pte_dirty() {
+                self.memmap.folio_set(folio, PageFlags::DIRTY);
+            }
+            self.mm_mut(mm).rss_shmem -= 1;
+            self.folio_remove_rmap_ptes(folio, folio, 1, mm);
+            self.folio_put_refs(folio, 1);
+        }
+    }
+
     /// TTU_SPLIT_HUGE_PMD: split `mm`'s pmd mapping of `folio`, if it has one.
     fn split_folio_pmd(&mut self, folio: Pfn, mm: MmId) {
         let g = self.arch.granule();
@@ -552,6 +586,9 @@ impl Kernel {
     /// their page->index, so the rmap walk needs no reverse map. A host-side search
     /// (raw reads); the kernel's reads are its callers' (page_vma_mapped_walk).
     fn folio_mappings(&mut self, folio: Pfn) -> Vec<(MmId, PtePtr, u64)> {
+        if let Some(ino) = self.shmem.folio_inode(folio) {
+            return self.rmap_walk_file(folio, ino);
+        }
         let g = self.arch.granule();
         let nr = self.memmap.folio_nr_pages(folio);
         let mut out = Vec::new();
@@ -562,11 +599,36 @@ impl Kernel {
             for i in 0..nr {
                 let page = Pfn(folio.0 + i);
                 let addr = self.memmap.page(page).index << g.page_shift();
-                let Some(ptep) = self.pte_offset(mm, addr) else {
-                    continue;
-                };
-                let pte = self.arch.__ptep_get(ptep);
-                if pte.pte_present() && pte.pte_pfn(g) == page {
+                if let Some(ptep) = self.pte_mapping(mm, addr, page) {
+                    out.push((mm, ptep, addr));
+                }
+            }
+        }
+        out
+    }
+
+    /// The pte at `addr` in `mm`, if it maps `page` (a raw read: the rmap walk's search).
+    fn pte_mapping(&mut self, mm: MmId, addr: u64, page: Pfn) -> Option<PtePtr> {
+        let g = self.arch.granule();
+        let ptep = self.pte_offset(mm, addr)?;
+        let pte = self.arch.__ptep_get(ptep);
+        (pte.pte_present() && pte.pte_pfn(g) == page).then_some(ptep)
+    }
+
+    /// rmap_walk_file: the ptes mapping a page-cache folio, found through the VMAs of
+    /// every mm that map its inode at its index (the i_mmap tree's walk), in mm order.
+    fn rmap_walk_file(&mut self, folio: Pfn, ino: u32) -> Vec<(MmId, PtePtr, u64)> {
+        let shift = self.arch.granule().page_shift();
+        let index = self.memmap.page(folio).index;
+        let mut out = Vec::new();
+        for mm in 0..self.mms.len() {
+            let Some(m) = &self.mms[mm] else { continue };
+            let addrs: Vec<u64> = (m.vmas().values())
+                .filter(|v| v.file == Some(ino) && index >= v.pgoff && index < v.pgoff + (v.len() >> shift))
+                .map(|v| v.start + ((index - v.pgoff) << shift))
+                .collect();
+            for addr in addrs {
+                if let Some(ptep) = self.pte_mapping(mm, addr, folio) {
                     out.push((mm, ptep, addr));
                 }
             }

@@ -106,6 +106,26 @@ fn swapin_nr_pages(prev_offset: u64, offset: u64, hits: u64, max_pages: u64, pre
     pages.min(max_pages).max(prev_win / 2)
 }
 
+/// swapin_nr_pages' globals (swapin_readahead_hits, prev_offset,
+/// last_readahead_pages): the cluster readahead's window state. The hits start at 4
+/// (ATOMIC_INIT(4)), so the first window is already the whole cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct ClusterRa {
+    pub hits: u64,
+    pub prev_offset: u64,
+    pub last_pages: u64,
+}
+
+impl Default for ClusterRa {
+    fn default() -> Self {
+        ClusterRa {
+            hits: 4,
+            prev_offset: 0,
+            last_pages: 0,
+        }
+    }
+}
+
 impl Kernel {
     /// The swap cache's folio for `slot`, with a reference taken (swap_cache_get_folio).
     pub fn swap_cache_get_folio(&mut self, slot: u64) -> Option<Pfn> {
@@ -179,6 +199,29 @@ impl Kernel {
         }
     }
 
+    /// swap_writeout to a synchronous device (zram), of a folio in the swap cache at
+    /// `slot`: all-zero pages only set the zeromap (SWPOUT_ZERO, no I/O), others are
+    /// written (PSWPOUT, and the mTHP and THP swpout stats); the folio is clean after.
+    pub fn swap_writeout(&mut self, folio: Pfn, slot: u64) {
+        let order = self.memmap.folio_order(folio);
+        let nr = 1u64 << order;
+        let zero = (0..nr).all(|i| !self.memmap.page(Pfn(folio.0 + i)).nonzero);
+        let si = self.swap.as_mut().expect("a swap-out without a device");
+        for i in 0..nr {
+            si.set_zero(slot + i, zero);
+        }
+        if zero {
+            self.stat.count_vm_events(VmEvent::SwpoutZero, nr as i64);
+        } else {
+            self.stat.count_vm_events(VmEvent::Pswpout, nr as i64);
+            self.stat.count_mthp_stat(order, MthpStat::Swpout);
+            if order == self.arch.granule().pmd_order() {
+                self.stat.count_vm_event(VmEvent::ThpSwpout);
+            }
+        }
+        self.memmap.folio_clear(folio, PageFlags::DIRTY);
+    }
+
     /// swap_update_readahead, on a fault that found its folio in the swap cache: a
     /// folio that readahead brought in (PG_readahead, cleared now) is a hit, counted in
     /// SWAP_RA_HIT and in the VMA's state, which also records the fault address.
@@ -224,6 +267,45 @@ impl Kernel {
         self.swap_cache_add_folio(folio, slot);
         self.folio_add_lru(folio);
         Some((folio, true))
+    }
+
+    /// swap_cluster_readahead (shmem's swap-in before 6.14, and any swap-in without a
+    /// VMA): read the aligned cluster of swapin_nr_pages slots around `slot` into the
+    /// swap cache, the others marked PG_readahead (SWAP_RA), then return `slot`'s folio
+    /// with a reference. The window follows the global readahead hits (`ClusterRa`).
+    pub fn swap_cluster_readahead(&mut self, slot: u64) -> Option<Pfn> {
+        let max_pages = 1u64 << PAGE_CLUSTER;
+        let ra = &mut self.swap_cluster_ra;
+        let hits = std::mem::take(&mut ra.hits);
+        let pages = swapin_nr_pages(ra.prev_offset, slot, hits, max_pages, ra.last_pages);
+        if hits == 0 {
+            ra.prev_offset = slot;
+        }
+        ra.last_pages = pages;
+        let mask = pages - 1;
+        if mask != 0 {
+            let max = self.swap.as_ref()?.max();
+            let (start, end) = ((slot & !mask).max(1), (slot | mask).min(max - 1));
+            for o in start..=end {
+                let Some((folio, allocated)) = self.__read_swap_cache_async(o) else {
+                    continue;
+                };
+                if allocated {
+                    self.swap_read_folio(folio, o);
+                    if o != slot {
+                        self.memmap.folio_set(folio, PageFlags::READAHEAD);
+                        self.stat.count_vm_event(VmEvent::SwapRa);
+                    }
+                }
+                self.folio_put(folio);
+            }
+            self.lru_add_drain();
+        }
+        let (folio, allocated) = self.__read_swap_cache_async(slot)?;
+        if allocated {
+            self.swap_read_folio(folio, slot);
+        }
+        Some(folio)
     }
 
     /// vma->swap_readahead_info of the faulting VMA.

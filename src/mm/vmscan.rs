@@ -173,6 +173,9 @@ impl Kernel {
         if f.contains(PageFlags::MLOCKED) {
             return Verdict::Activate;
         }
+        if self.shmem.folio_inode(folio).is_some() {
+            return self.pageout_shmem(folio, stat);
+        }
         if f.contains(PageFlags::ANON | PageFlags::SWAPBACKED) {
             if self.swap.is_none() {
                 self.pageout_without_swap(folio, list);
@@ -577,25 +580,49 @@ impl Kernel {
         }
         if self.memmap.folio_test(folio, PageFlags::DIRTY) {
             self.try_to_unmap_flush_dirty();
-            let zero = (0..nr).all(|i| !self.memmap.page(Pfn(folio.0 + i)).nonzero);
-            let si = self.swap.as_mut().expect("checked");
-            for i in 0..nr {
-                si.set_zero(slot + i, zero);
-            }
-            if zero {
-                self.stat.count_vm_events(VmEvent::SwpoutZero, nr as i64);
-            } else {
-                self.stat.count_vm_events(VmEvent::Pswpout, nr as i64);
-                self.stat.count_mthp_stat(order, MthpStat::Swpout);
-                if order == pmd_order {
-                    self.stat.count_vm_event(VmEvent::ThpSwpout);
-                }
-            }
+            self.swap_writeout(folio, slot);
             stat.nr_pageout += nr;
-            self.memmap.folio_clear(folio, PageFlags::DIRTY);
         }
         // __remove_mapping: only the isolation's and the swap cache's references left.
         if self.memmap.folio_ref_count(folio) != 1 + nr as i32 {
+            return Verdict::Keep;
+        }
+        self.swap_cache_del_folio(folio);
+        Verdict::Free
+    }
+
+    /// shrink_folio_list for a shmem folio: try_to_unmap through the file rmap (each
+    /// pte cleared, its dirt moved to the folio); a clean folio is then dropped from
+    /// the page cache (__remove_mapping: its page reads back as a hole, zeroes), a dirty
+    /// one goes to pageout -> shmem_writeout and, written synchronously, leaves the swap
+    /// cache and is freed in the same pass. No slot: activated, still in the cache.
+    fn pageout_shmem(&mut self, folio: Pfn, stat: &mut ReclaimStat) -> Verdict {
+        if self.memmap.folio_mapcount(folio) > 0 {
+            self.try_to_unmap_file(folio, TtuFlags::BATCH_FLUSH);
+            if self.memmap.folio_mapcount(folio) > 0 {
+                return Verdict::Activate;
+            }
+        }
+        if !self.memmap.folio_test(folio, PageFlags::DIRTY) {
+            // __remove_mapping: only the isolation's and the page cache's references.
+            if self.memmap.folio_ref_count(folio) != 2 {
+                return Verdict::Keep;
+            }
+            self.shmem_delete_from_page_cache(folio, None);
+            return Verdict::Free;
+        }
+        self.try_to_unmap_flush_dirty();
+        // pageout: is_page_cache_freeable, then folio_clear_dirty_for_io.
+        if self.memmap.folio_ref_count(folio) != 2 {
+            return Verdict::Keep;
+        }
+        self.memmap.folio_clear(folio, PageFlags::DIRTY);
+        if self.shmem_writeout(folio).is_none() {
+            self.memmap.folio_set(folio, PageFlags::DIRTY);
+            return Verdict::Activate;
+        }
+        stat.nr_pageout += 1;
+        if self.memmap.folio_ref_count(folio) != 2 {
             return Verdict::Keep;
         }
         self.swap_cache_del_folio(folio);

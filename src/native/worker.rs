@@ -241,6 +241,7 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
                 nohugepage,
                 populate,
                 ro,
+                shared,
                 addr,
                 ..
             } => {
@@ -249,7 +250,8 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
                 } else {
                     libc::PROT_READ | libc::PROT_WRITE
                 };
-                let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+                let private = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
+                let mut flags = private | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
                 if populate {
                     flags |= libc::MAP_POPULATE;
                 }

@@ -173,6 +173,8 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.split_list_reversed = v.split_list_reversed();
     k.swap_free_first = v.get("swap-alloc") == "free-first";
     k.swapin_write_fault_only = v.get("swapin-write") == "on-write";
+    k.shmem_swapin_cluster = v.get("shmem-swapin") == "cluster";
+    k.fault_dirty_write_only = v.get("fault-dirty") == "write";
     k.knobs.set_kernel(v.mthp(), v.shrink_underused());
     k.split_zeropage = v.split_zeropage();
     k.pageout_clears_young = v.get("pageout-young") == "clear";
@@ -344,6 +346,7 @@ impl Sim<'_> {
                 nohugepage,
                 populate,
                 ro,
+                shared,
                 addr,
                 ..
             } => {
@@ -352,6 +355,9 @@ impl Sim<'_> {
                 let mut flags = VmFlags::READ;
                 if !ro {
                     flags |= VmFlags::WRITE;
+                }
+                if *shared {
+                    flags |= VmFlags::SHARED;
                 }
                 self.syscall(1 + (*hugepage || *nohugepage) as u64);
                 self.k

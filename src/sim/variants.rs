@@ -117,6 +117,18 @@ pub const KEYS: &[Key] = &[
         about: "do_swap_page maps an exclusive folio writable on a read fault too (on-read, 6.11+: c18160dba5ff) or only on a write fault, so a write after a read swap-in faults (on-write, up to 6.10, e.g. the 6.1 guest)",
     },
     Key {
+        name: "shmem-swapin",
+        default: "direct",
+        values: "direct|cluster",
+        about: "a shmem page on zram is read back directly, skipping the swap cache (direct, 6.14+: 1dd44c0af4fa), or through the swap cache with swap_cluster_readahead around it, its neighbours swap cache hits (cluster, up to 6.13, e.g. the 6.12 guest)",
+    },
+    Key {
+        name: "fault-dirty",
+        default: "folio",
+        values: "folio|write",
+        about: "a read fault maps a writable file page dirty when its folio is dirty (folio, 6.15+: 4e92030c05dc), or clean until written (write, up to 6.14): reclaim then finds the pte of a shmem page read back after swap-in clean, and waits for no flush before writing it",
+    },
+    Key {
         name: "swap-alloc",
         default: "nonfull-first",
         values: "nonfull-first|free-first",
@@ -364,6 +376,8 @@ impl Variants {
             "split-list" => matches!(val, "in-order" | "reversed"),
             "swap-alloc" => matches!(val, "nonfull-first" | "free-first"),
             "swapin-write" => matches!(val, "on-read" | "on-write"),
+            "shmem-swapin" => matches!(val, "direct" | "cluster"),
+            "fault-dirty" => matches!(val, "folio" | "write"),
             "pageout-young" => matches!(val, "ignore" | "clear"),
             "flush-range-nosync" => matches!(val, "split" | "unsplit"),
             "pmd-freeze-rmap" => matches!(val, "none" | "per-page"),

@@ -66,6 +66,21 @@ pub enum Advice {
     Collapse,
 }
 
+impl Advice {
+    /// The advice as the workload language spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Advice::DontNeed => "dontneed",
+            Advice::Free => "free",
+            Advice::PageOut => "pageout",
+            Advice::Cold => "cold",
+            Advice::HugePage => "hugepage",
+            Advice::NoHugePage => "nohugepage",
+            Advice::Collapse => "collapse",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prot {
     None,
@@ -87,6 +102,8 @@ pub enum Op {
         nohugepage: bool,
         populate: bool,
         ro: bool,
+        /// MAP_SHARED (shared anonymous memory, shmem) instead of MAP_PRIVATE.
+        shared: bool,
         index: u32,
         addr: u64,
     },

@@ -45,6 +45,8 @@ struct Region {
     /// Mapped byte intervals `[start, end)` with their protection: sorted, disjoint, and
     /// adjacent intervals differ in protection.
     maps: Vec<(u64, u64, Prot)>,
+    /// A shared (shmem) mapping: only the ops the model has for it are allowed.
+    shared: bool,
 }
 
 impl Region {
@@ -312,7 +314,13 @@ impl Checker<'_> {
                     },
                 );
             }
-            Op::Mmap { region, size, ro, .. } => {
+            Op::Mmap {
+                region,
+                size,
+                ro,
+                shared,
+                ..
+            } => {
                 if let Some(r) = proc.regions.get(region) {
                     return Err(self.err(
                         at.name,
@@ -332,6 +340,7 @@ impl Checker<'_> {
                         size: *size,
                         line: stmt.pos.line,
                         maps: vec![(0, *size, prot)],
+                        shared: *shared,
                     },
                 );
             }
@@ -367,6 +376,16 @@ impl Checker<'_> {
                 range: Some(range),
             } => {
                 let (reg, r) = self.region(proc, name, region, Some(*range), at)?;
+                let modeled = matches!(
+                    stmt.op,
+                    Op::Madvise {
+                        advice: Advice::DontNeed | Advice::PageOut,
+                        ..
+                    }
+                );
+                if reg.shared && !modeled {
+                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                }
                 if let Some((bad, _)) = reg.first_bad(r, |_| true) {
                     return Err(self.err(
                         at.range.unwrap_or(at.name),
@@ -378,11 +397,15 @@ impl Checker<'_> {
                 }
             }
             Op::Mlock { region, range: None } | Op::Munlock { region, range: None } => {
-                self.region(proc, name, region, None, at)?;
+                if self.region(proc, name, region, None, at)?.0.shared {
+                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                }
             }
             // move_pages(2) gives pages with nothing mapped a status, not an error.
             Op::Migrate { region, range, .. } => {
-                self.region(proc, name, region, *range, at)?;
+                if self.region(proc, name, region, *range, at)?.0.shared {
+                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                }
             }
             Op::Munmap { region, range } => {
                 let (reg, r) = self.region(proc, name, region, *range, at)?;
@@ -458,6 +481,18 @@ impl Checker<'_> {
         }
         Ok((reg, r))
     }
+}
+
+/// The refusal of an op the model does not have for shared (shmem) mappings.
+fn shared_not_modeled(op: &Op, region: &str) -> String {
+    let what = match op {
+        Op::Madvise { advice, .. } => format!("madvise {}", advice.name()),
+        op => op.keyword().to_string(),
+    };
+    format!(
+        "{what} of the shared region '{}' is not modeled (shared mappings have touch, madvise dontneed and pageout, munmap, fork and exit)",
+        Echo(region)
+    )
 }
 
 #[cfg(test)]
@@ -655,6 +690,29 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_region_takes_only_the_ops_modeled_for_shmem() {
+        ok("mmap a 8K shared\ntouch a\nmadvise a 0 8K pageout\nmadvise a 0 4K dontneed\nfork c\n@c munmap a 0 4K\nexit");
+        fails(
+            "mmap a 8K shared\nmadvise a 0 8K free",
+            2,
+            9,
+            "madvise free of the shared region 'a' is not modeled",
+        );
+        fails(
+            "mmap a 8K shared\nmlock a",
+            2,
+            7,
+            "mlock of the shared region 'a' is not modeled",
+        );
+        fails(
+            "mmap a 8K shared\nmprotect a 0 4K r",
+            2,
+            10,
+            "mprotect of the shared region 'a' is not modeled",
+        );
+    }
+
+    #[test]
     fn interval_map_merges_and_splits() {
         use super::Region;
         use crate::workload::{Prot, Range};
@@ -662,6 +720,7 @@ mod tests {
             size: 64,
             line: 1,
             maps: vec![(0, 64, Prot::Rw)],
+            shared: false,
         };
         r.set(Range { off: 16, len: 16 }, Some(Prot::R));
         assert_eq!(r.maps, [(0, 16, Prot::Rw), (16, 32, Prot::R), (32, 64, Prot::Rw)]);

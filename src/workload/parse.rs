@@ -585,8 +585,8 @@ impl Parser<'_> {
         if size > MAX_REGION {
             return Err(self.err(t.pos, format!("region size {} is above the 32G limit", Echo(t.text))));
         }
-        let (mut skew, mut flags) = (None, [None::<Pos>; 4]);
-        const FLAGS: [&str; 4] = ["hugepage", "nohugepage", "populate", "ro"];
+        let (mut skew, mut flags) = (None, [None::<Pos>; 5]);
+        const FLAGS: [&str; 5] = ["hugepage", "nohugepage", "populate", "ro", "shared"];
         while let Some(t) = a.next() {
             if let Some(v) = t.text.strip_prefix("skew=") {
                 let s = self.size(t, v, "skew")?;
@@ -609,7 +609,7 @@ impl Parser<'_> {
                 return Err(self.err(
                     t.pos,
                     format!(
-                        "unexpected '{}' (expected skew=S, hugepage, nohugepage, populate or ro)",
+                        "unexpected '{}' (expected skew=S, hugepage, nohugepage, populate, ro or shared)",
                         Echo(t.text)
                     ),
                 ));
@@ -621,6 +621,12 @@ impl Parser<'_> {
         }
         if let (Some(_), Some(p)) = (flags[0], flags[1]) {
             return Err(self.err(p, "'hugepage' and 'nohugepage' conflict"));
+        }
+        if let (Some(_), Some(p)) = (flags[4], flags[0].or(flags[1])) {
+            return Err(self.err(
+                p,
+                "'hugepage' and 'nohugepage' are not modeled for a shared mapping (shmem's own THP knobs decide there)",
+            ));
         }
         let index = self.next_index;
         if index > MAX_MMAP_INDEX {
@@ -634,7 +640,7 @@ impl Parser<'_> {
         }
         self.next_index += 1;
         let skew = skew.unwrap_or(0);
-        let [hugepage, nohugepage, populate, ro] = flags.map(|f| f.is_some());
+        let [hugepage, nohugepage, populate, ro, shared] = flags.map(|f| f.is_some());
         let addr = PLACEMENT_BASE + index as u64 * PLACEMENT_STRIDE + skew;
         Ok(Op::Mmap {
             region,
@@ -644,6 +650,7 @@ impl Parser<'_> {
             nohugepage,
             populate,
             ro,
+            shared,
             index,
             addr,
         })
@@ -848,6 +855,7 @@ mod tests {
                 nohugepage: false,
                 populate: true,
                 ro: false,
+                shared: false,
                 index: 0,
                 addr: 0x1000_0000_1000
             }

@@ -97,6 +97,7 @@ struct step {
 	char b[NAME];	/* knob value, advice, prot */
 	uint64_t addr, len, stride, step;
 	int write, hugepage, nohugepage, populate, ro, whole;
+	int shared;	/* mmap: MAP_SHARED (shmem) */
 	int node;	/* migrate's target NUMA node */
 };
 
@@ -417,8 +418,8 @@ static int exec_op(const struct step *st, struct sampler *s, struct tally *t)
 {
 	if (!strcmp(st->kind, "mmap")) {
 		int prot = st->ro ? PROT_READ : PROT_READ | PROT_WRITE;
-		int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE |
-			    (st->populate ? MAP_POPULATE : 0);
+		int flags = (st->shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS |
+			    MAP_FIXED_NOREPLACE | (st->populate ? MAP_POPULATE : 0);
 		void *p = mmap((void *)st->addr, st->len, prot, flags, -1, 0);
 
 		if (p == MAP_FAILED)
@@ -1151,11 +1152,13 @@ static int parse_step(char *line, struct step *st)
 		return n == 1 ? 0 : -1;
 	}
 	if (!strcmp(st->kind, "mmap")) {
-		n = sscanf(line, "%63s %63s %llx %llx %d %d %d %d", st->proc, st->a, &a, &l, &st->hugepage,
-			   &st->nohugepage, &st->populate, &st->ro);
+		/* A ninth field, shared, is given only when set. */
+		st->shared = 0;
+		n = sscanf(line, "%63s %63s %llx %llx %d %d %d %d %d", st->proc, st->a, &a, &l, &st->hugepage,
+			   &st->nohugepage, &st->populate, &st->ro, &st->shared);
 		st->addr = a;
 		st->len = l;
-		return n == 8 ? 0 : -1;
+		return n == 8 || n == 9 ? 0 : -1;
 	}
 	if (!strcmp(st->kind, "touch")) {
 		n = sscanf(line, "%63s %llx %llx %d %llx", st->proc, &a, &l, &st->write, &x);

@@ -98,6 +98,9 @@ impl PgProt {
             .union(Attr::PXN)
             .union(Attr::UXN),
     );
+    /// PAGE_SHARED (user, non-exec, writable): a shared writable mapping's, writable
+    /// in hardware once dirty (DBM).
+    pub const SHARED: PgProt = PgProt(Self::READONLY.0.union(PTE_WRITE));
     /// PAGE_KERNEL without exec (the linear map): global.
     pub const KERNEL_NX: PgProt = PgProt(Attr::VALID.union(Self::DEFAULT).union(Attr::PXN).union(Attr::UXN));
 }

@@ -23,7 +23,7 @@ use crate::hw::Granule;
 use crate::mm::thp_sysfs::ThpKnobs;
 use crate::report::{Background, Counters, Phase, Report, Run};
 use crate::sim::kernels::Release;
-use crate::workload::{Advice, Op, Prot, Stmt, Workload};
+use crate::workload::{Op, Prot, Stmt, Workload};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -428,14 +428,18 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
                 nohugepage,
                 populate,
                 ro,
+                shared,
                 addr,
                 ..
             } => {
                 let addr = addr + offset;
                 regions.entry(p).or_default().insert(region, (addr, *size));
                 let f = |b: &bool| u8::from(*b);
+                // `shared` goes last, and only when set: the runner reads a missing
+                // field as 0, so every other line stays as it was.
+                let shared = if *shared { " 1" } else { "" };
                 format!(
-                    "mmap {p} {region} {addr:x} {size:x} {} {} {} {}",
+                    "mmap {p} {region} {addr:x} {size:x} {} {} {} {}{shared}",
                     f(hugepage),
                     f(nohugepage),
                     f(populate),
@@ -458,15 +462,7 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
                 step,
             } => {
                 let (a, len) = span(&regions, region, Some(*range));
-                let adv = match advice {
-                    Advice::DontNeed => "dontneed",
-                    Advice::Free => "free",
-                    Advice::PageOut => "pageout",
-                    Advice::Cold => "cold",
-                    Advice::HugePage => "hugepage",
-                    Advice::NoHugePage => "nohugepage",
-                    Advice::Collapse => "collapse",
-                };
+                let adv = advice.name();
                 format!("madvise {p} {a:x} {len:x} {adv} {:x}", step.unwrap_or(len))
             }
             Op::Munmap { region, range } => {

@@ -1,0 +1,342 @@
+//! mm/shmem.c: shared anonymous memory. A MAP_SHARED|MAP_ANONYMOUS mapping is backed
+//! by an unlinked tmpfs inode (shmem_zero_setup), whose page cache holds its pages:
+//! a fault looks the page up there or allocates it (shmem_fault, shmem_get_folio_gfp),
+//! reclaim writes it to swap and leaves the slot in the cache in its place
+//! (shmem_writeout), and a fault on that slot reads it back (shmem_swapin_folio). Fork
+//! shares the pages (no anon_vma, no copy-on-write). Only order-0 folios: the
+//! `shmem_enabled` knobs are not modeled (their default, `never`, is what runs).
+
+use super::filemap::{AddressSpace, CacheEntry};
+use super::folio::PageFlags;
+use super::memory::VmFault;
+use super::Kernel;
+use crate::hw::Pfn;
+use crate::kcount::KernelEvent;
+use std::collections::BTreeMap;
+
+/// struct shmem_inode_info with its inode: the page cache, the pages it was charged
+/// for (alloced) and those out on swap (swapped).
+#[derive(Clone, Debug, Default)]
+pub struct ShmemInode {
+    pub mapping: AddressSpace,
+    /// i_size, in pages.
+    pub size: u64,
+    pub alloced: u64,
+    pub swapped: u64,
+}
+
+/// The shmem "superblock": its inodes by number, and each cached folio's inode
+/// (folio->mapping, which struct page has no room for here).
+#[derive(Clone, Debug, Default)]
+pub struct Shmem {
+    inodes: Vec<Option<ShmemInode>>,
+    mapping_of: BTreeMap<u64, u32>,
+}
+
+impl Shmem {
+    pub fn inode(&self, ino: u32) -> &ShmemInode {
+        self.inodes[ino as usize].as_ref().expect("a live shmem inode")
+    }
+    fn inode_mut(&mut self, ino: u32) -> &mut ShmemInode {
+        self.inodes[ino as usize].as_mut().expect("a live shmem inode")
+    }
+    /// folio_mapping for a page-cache folio: its inode, if it is one.
+    pub fn folio_inode(&self, folio: Pfn) -> Option<u32> {
+        self.mapping_of.get(&folio.0).copied()
+    }
+    /// How many folios are in some inode's page cache.
+    pub fn nr_cached(&self) -> usize {
+        self.mapping_of.len()
+    }
+    /// The live inodes, by number.
+    pub fn inodes(&self) -> impl Iterator<Item = (u32, &ShmemInode)> {
+        (self.inodes.iter().enumerate()).filter_map(|(i, n)| n.as_ref().map(|n| (i as u32, n)))
+    }
+}
+
+impl Kernel {
+    /// shmem_zero_setup (shmem_file_setup "dev/zero"): a new inode of `pages` pages.
+    pub fn shmem_zero_setup(&mut self, pages: u64) -> u32 {
+        self.shmem.inodes.push(Some(ShmemInode {
+            size: pages,
+            ..Default::default()
+        }));
+        (self.shmem.inodes.len() - 1) as u32
+    }
+
+    /// shmem_add_to_page_cache: the cache takes a reference and the folio its index.
+    fn shmem_add_to_page_cache(&mut self, folio: Pfn, ino: u32, index: u64) {
+        self.folio_ref_add(folio, 1);
+        self.memmap.page_mut(folio).index = index;
+        self.shmem.mapping_of.insert(folio.0, ino);
+        let m = &mut self.shmem.inode_mut(ino).mapping;
+        m.i_pages.insert(index, CacheEntry::Folio(folio));
+        m.nrpages += 1;
+    }
+
+    /// shmem_delete_from_page_cache / __filemap_remove_folio: the folio leaves the
+    /// cache, leaving `radswap` (its swap slot) or a hole; the cache's reference goes.
+    pub fn shmem_delete_from_page_cache(&mut self, folio: Pfn, radswap: Option<u64>) {
+        let ino = self.shmem.mapping_of.remove(&folio.0).expect("a page-cache folio");
+        let index = self.memmap.page(folio).index;
+        let m = &mut self.shmem.inode_mut(ino).mapping;
+        match radswap {
+            Some(slot) => m.i_pages.insert(index, CacheEntry::Swap(slot)),
+            None => m.i_pages.remove(&index),
+        };
+        m.nrpages -= 1;
+        self.folio_put(folio);
+    }
+
+    /// shmem_fault -> shmem_get_folio_gfp(SGP_CACHE): the folio at `index`, with a
+    /// reference for the caller to map; whether it was read from swap (VM_FAULT_MAJOR).
+    pub fn shmem_fault(&mut self, ino: u32, index: u64) -> Result<(Pfn, VmFault), VmFault> {
+        self.arch.kc.inc(KernelEvent::ShmemFault);
+        match self.filemap_get_entry(ino, index) {
+            Some(CacheEntry::Folio(f)) => Ok((f, VmFault::Done)),
+            Some(CacheEntry::Swap(slot)) => self.shmem_swapin_folio(ino, index, slot),
+            None => self.shmem_alloc_and_add_folio(ino, index).map(|f| (f, VmFault::Done)),
+        }
+    }
+
+    /// shmem_alloc_and_add_folio at order 0, then cleared (SGP_CACHE's clear:).
+    fn shmem_alloc_and_add_folio(&mut self, ino: u32, index: u64) -> Result<Pfn, VmFault> {
+        let folio = self.folio_alloc(0).ok_or(VmFault::Oom)?;
+        if !self.mem_cgroup_charge(folio, true) {
+            self.folio_put(folio);
+            return Err(VmFault::Oom);
+        }
+        self.memmap.folio_set(folio, PageFlags::SWAPBACKED);
+        self.shmem_add_to_page_cache(folio, ino, index);
+        self.shmem.inode_mut(ino).alloced += 1;
+        self.folio_add_lru(folio);
+        self.arch.clear_pages(1);
+        Ok(folio)
+    }
+
+    /// shmem_swapin_folio: a folio still in the swap cache is taken from it (a
+    /// readahead hit if readahead brought it); otherwise, zram being
+    /// SWP_SYNCHRONOUS_IO, shmem_swap_alloc_folio reads a new folio without the swap
+    /// cache (swapcache_prepare only fences the slot; 6.14+, 1dd44c0af4fa), or before
+    /// that shmem_swapin_cluster reads it through the swap cache with the cluster
+    /// readahead around it (`shmem-swapin=cluster`). Either way it goes back into the
+    /// page cache dirty (its swap copy is dropped: swap_free_nr), and the fault is major
+    /// when it was read.
+    fn shmem_swapin_folio(&mut self, ino: u32, index: u64, slot: u64) -> Result<(Pfn, VmFault), VmFault> {
+        self.arch.kc.inc(KernelEvent::ShmemSwapinFolio);
+        let mut cached = self.swap_cache_get_folio(slot);
+        let mut ret = VmFault::Done;
+        if let Some(f) = cached {
+            if self.memmap.folio_test(f, PageFlags::READAHEAD) {
+                self.memmap.folio_clear(f, PageFlags::READAHEAD);
+                self.stat.count_vm_event(super::vmstat::VmEvent::SwapRaHit);
+                self.swap_cluster_ra.hits += 1;
+            }
+        } else if self.shmem_swapin_cluster {
+            let f = self.swap_cluster_readahead(slot).ok_or(VmFault::Oom)?;
+            self.stat.count_vm_event(super::vmstat::VmEvent::PgMajFault);
+            cached = Some(f);
+            ret = VmFault::Major;
+        }
+        let folio = match cached {
+            Some(f) => f,
+            None => {
+                ret = VmFault::Major;
+                let f = self.folio_alloc(0).ok_or(VmFault::Oom)?;
+                if !self.mem_cgroup_charge(f, true) {
+                    self.folio_put(f);
+                    return Err(VmFault::Oom);
+                }
+                let si = self.swap.as_mut().expect("a swap entry without a device");
+                si.swapcache_prepare(slot);
+                self.memmap.folio_set(f, PageFlags::SWAPBACKED);
+                self.folio_add_lru(f);
+                self.swap_read_folio(f, slot);
+                self.stat.count_vm_event(super::vmstat::VmEvent::PgMajFault);
+                f
+            }
+        };
+        self.shmem.inode_mut(ino).mapping.i_pages.remove(&index);
+        self.shmem_add_to_page_cache(folio, ino, index);
+        self.shmem.inode_mut(ino).swapped -= 1;
+        let si = self.swap.as_mut().expect("checked");
+        if cached.is_some() {
+            self.swap_cache_del_folio(folio);
+        } else {
+            si.swapcache_clear(slot, 1);
+        }
+        self.memmap.folio_set(folio, PageFlags::DIRTY);
+        self.swap.as_mut().expect("checked").swap_entry_put(slot);
+        Ok((folio, ret))
+    }
+
+    /// shmem_writeout (reclaim's pageout of a dirty shmem folio, already unmapped): a
+    /// slot for it (none: it stays, redirtied, and is activated), the swap cache takes
+    /// it and the page cache keeps the slot in its place (swap_shmem_alloc), then
+    /// swap_writeout. None (AOP_WRITEPAGE_ACTIVATE): no slot.
+    pub fn shmem_writeout(&mut self, folio: Pfn) -> Option<u64> {
+        self.arch.kc.inc(KernelEvent::ShmemWriteout);
+        let ino = self.shmem.folio_inode(folio).expect("a shmem folio");
+        let slot = self.swap.as_mut()?.folio_alloc_swap(0, 0)?;
+        self.swap_cache_add_folio(folio, slot);
+        self.shmem.inode_mut(ino).swapped += 1;
+        self.swap.as_mut().expect("checked").swap_duplicate(slot);
+        self.shmem_delete_from_page_cache(folio, Some(slot));
+        self.swap_writeout(folio, slot);
+        Some(slot)
+    }
+
+    /// shmem_evict_inode (the last mapping of an unlinked inode is gone):
+    /// shmem_truncate_range frees every cached folio and swap slot.
+    pub fn shmem_evict_inode(&mut self, ino: u32) {
+        let entries: Vec<CacheEntry> = self.shmem.inode(ino).mapping.i_pages.values().copied().collect();
+        for e in entries {
+            match e {
+                CacheEntry::Folio(f) => {
+                    self.shmem_delete_from_page_cache(f, None);
+                }
+                CacheEntry::Swap(slot) => self.free_swap_and_cache_nr(slot, 1),
+            }
+        }
+        self.shmem.inodes[ino as usize] = None;
+    }
+
+    /// After VMAs went away (munmap, exit): evict the inodes of `files` that no VMA of
+    /// any mm maps any more (the file's last reference, fput).
+    pub fn shmem_release(&mut self, files: impl IntoIterator<Item = u32>) {
+        for ino in files {
+            if self.shmem.inodes[ino as usize].is_none() {
+                continue;
+            }
+            let mapped = (self.mms.iter().flatten()).any(|m| m.vmas().values().any(|v| v.file == Some(ino)));
+            if !mapped {
+                self.shmem_evict_inode(ino);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::hw::MachineConfig;
+    use crate::kcount::KernelEvent;
+    use crate::mm::madvise::Madv;
+    use crate::mm::mm_types::{MmId, VmFlags};
+    use crate::mm::vmstat::VmEvent;
+    use crate::mm::Kernel;
+    use crate::sim::tests::{assert_clean, boot_with as boot};
+    use crate::sim::user_access;
+
+    const BASE: u64 = 0x1000_0000_0000;
+    const K4: u64 = 4096;
+    const MB: u64 = 1 << 20;
+
+    fn shared(k: &mut Kernel, mm: MmId, len: u64) {
+        k.do_mmap(mm, BASE, len, VmFlags::READ | VmFlags::WRITE | VmFlags::SHARED)
+            .unwrap();
+    }
+
+    /// Accesses every page of [BASE, BASE + len) in `mm`; the faults it took.
+    fn touch(k: &mut Kernel, mm: MmId, len: u64, write: bool) -> u64 {
+        k.switch_mm(0, mm);
+        let before = k.mm(mm).min_flt + k.mm(mm).maj_flt;
+        for a in (BASE..BASE + len).step_by(K4 as usize) {
+            user_access(k, mm, 0, a, write).unwrap();
+        }
+        k.mm(mm).min_flt + k.mm(mm).maj_flt - before
+    }
+
+    #[test]
+    fn a_forked_child_maps_the_parents_pages_sixteen_to_a_fault_and_writes_them_in_place() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        shared(&mut k, mm, MB);
+        assert_eq!(touch(&mut k, mm, MB, true), 256);
+        let child = k.dup_mmap(mm).unwrap();
+        assert_eq!(k.mm(child).rss_shmem, 0, "fork copies no shared ptes");
+        assert_eq!(touch(&mut k, child, MB, false), 16, "fault-around maps 64K a fault");
+        assert_eq!(touch(&mut k, child, MB, true), 0, "the ptes are writable: no CoW");
+        let (p, c) = (k.pte_offset(mm, BASE).unwrap(), k.pte_offset(child, BASE).unwrap());
+        let g = k.arch.granule();
+        assert_eq!(k.arch.__ptep_get(p).pte_pfn(g), k.arch.__ptep_get(c).pte_pfn(g));
+        assert_clean(&k);
+        // Mapped by both: MADV_PAGEOUT leaves the pages alone.
+        k.sys_swapon(16 * MB).unwrap();
+        k.switch_mm(0, mm);
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 0);
+        k.exit_mmap(child);
+        k.exit_mmap(mm);
+        assert_eq!(k.shmem.inodes().count(), 0, "the last mapping's exit evicts the inode");
+        assert_clean(&k);
+    }
+
+    /// 1 MiB shared, touched (written or read) and paged out to zram; the free pages
+    /// before the page-out.
+    fn paged_out(write: bool) -> (Kernel, MmId, u64) {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        k.sys_swapon(16 * MB).unwrap();
+        shared(&mut k, mm, MB);
+        touch(&mut k, mm, MB, write);
+        let free = k.nr_free_pages();
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_clean(&k);
+        (k, mm, free)
+    }
+
+    #[test]
+    fn pageout_writes_dirty_pages_to_swap_and_a_read_brings_them_back_dirty() {
+        let (mut k, mm, free) = paged_out(true);
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 256);
+        assert_eq!(k.nr_free_pages(), free + 256);
+        assert_eq!(
+            (k.mm(mm).rss_shmem, k.mm(mm).rss_swap),
+            (0, 0),
+            "the slots are the inode's"
+        );
+        assert_eq!(touch(&mut k, mm, MB, false), 256);
+        assert_eq!(
+            (k.stat.event(VmEvent::Pswpin), k.stat.event(VmEvent::PgMajFault)),
+            (256, 256)
+        );
+        assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0, "swap-in frees the slots");
+        assert_clean(&k);
+        // Dirty after the swap-in: the next page-out writes every page again.
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 512);
+        k.do_munmap(mm, BASE, BASE + MB);
+        assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0, "eviction frees the slots");
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn a_clean_page_is_dropped_by_pageout_and_reads_back_as_a_new_zeroed_page() {
+        let (mut k, mm, free) = paged_out(false);
+        assert_eq!(k.nr_free_pages(), free + 256);
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 0);
+        assert_eq!(k.shmem.nr_cached(), 0);
+        let allocs = k.arch.kc.get(KernelEvent::FolioAlloc);
+        assert_eq!(touch(&mut k, mm, MB, false), 256);
+        assert_eq!(k.arch.kc.get(KernelEvent::FolioAlloc), allocs + 256);
+        assert_eq!(k.stat.event(VmEvent::PgMajFault), 0);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn munmap_drops_the_file_rmaps_while_another_mapper_keeps_the_pages_cached() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        shared(&mut k, mm, MB);
+        touch(&mut k, mm, MB, true);
+        let child = k.dup_mmap(mm).unwrap();
+        k.switch_mm(0, mm);
+        let removed = k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes);
+        k.do_munmap(mm, BASE, BASE + MB);
+        assert_eq!(k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes), removed + 256);
+        assert_eq!(k.mm(mm).rss_shmem, 0);
+        // The child keeps the inode, and the pages, alive.
+        assert_eq!(k.shmem.nr_cached(), 256);
+        assert_clean(&k);
+        k.exit_mmap(child);
+        assert_eq!(k.shmem.nr_cached(), 0);
+        assert_clean(&k);
+    }
+}
