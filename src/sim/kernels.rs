@@ -327,8 +327,8 @@ pub const CHANGES: &[Change] = &[
         before: "gathered",
         after: "raw",
         release: Release(7, 0),
-        commit: "mm-hotfixes-2026-03",
-        what: "contpte_ptep_set_access_flags checks every entry of the block raw, no gathered contpte_ptep_get (\"arm64: contpte: fix set_access_flags() no-op check for SMMU/ATS faults\"; mainline id not confirmed)",
+        commit: "97c5550b7631",
+        what: "contpte_ptep_set_access_flags checks every entry of the block raw, no gathered contpte_ptep_get (\"arm64: contpte: fix set_access_flags() no-op check for SMMU/ATS faults\"; also in 6.19 stable)",
     },
 ];
 
