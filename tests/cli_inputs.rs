@@ -290,13 +290,27 @@ fn kernels_lists_each_change_with_its_commit_and_value_per_preset() {
     let zap = text.lines().find(|l| l.starts_with("zap ")).expect("a zap row");
     let cols: Vec<&str> = zap.split_whitespace().collect();
     assert_eq!(
-        &cols[..6],
-        ["zap", "per-pte", "batched", "batched", "6.9", "10ebac4f95e7"],
+        &cols[..10],
+        [
+            "zap",
+            "per-pte",
+            "batched",
+            "batched",
+            "batched",
+            "batched",
+            "batched",
+            "batched",
+            "6.9",
+            "10ebac4f95e7"
+        ],
         "{zap}"
     );
     let json = foliolab(&["kernels", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(v["kernels"], serde_json::json!(["6.1", "6.12", "6.18"]));
+    assert_eq!(
+        v["kernels"],
+        serde_json::json!(["6.1", "6.12", "6.18", "7.0", "7.1", "7.2", "7.3"])
+    );
     assert!(v["changes"]
         .as_array()
         .unwrap()

@@ -12,7 +12,10 @@ use std::process::Command;
 const FOLIOLAB: &str = env!("CARGO_BIN_EXE_foliolab");
 /// Windows with faults, swap-out to zram and swap-in, fork and copy-on-write: long
 /// enough for timer interrupts and the scheduler to run inside them.
-const WORKLOADS: &[&str] = &["workloads/kernels/seed001-swap-loop.wl", "tests/validation/fork_write_both.wl"];
+const WORKLOADS: &[&str] = &[
+    "workloads/kernels/seed001-swap-loop.wl",
+    "tests/validation/fork_write_both.wl",
+];
 
 /// One boot of `args`' kernel running WORKLOADS: the plugin's output and the console.
 fn boot(args: &[&str], name: &str) -> (String, String) {
@@ -50,10 +53,22 @@ fn boots_repeat_exactly(args: &[&str], name: &str) {
     assert!(counts.lines().any(|l| l.contains(" user.insns - ")), "{counts}");
     assert!(counts.lines().filter(|l| l.ends_with(" end")).count() > 20, "{counts}");
     let (counts2, console2) = boot(args, &format!("{name}-2"));
-    if let Some((i, (a, b))) = counts.lines().zip(counts2.lines()).enumerate().find(|(_, (a, b))| a != b) {
-        panic!("{name}: the plugin's output differs at line {}: {a:?} then {b:?}", i + 1);
+    if let Some((i, (a, b))) = counts
+        .lines()
+        .zip(counts2.lines())
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+    {
+        panic!(
+            "{name}: the plugin's output differs at line {}: {a:?} then {b:?}",
+            i + 1
+        );
     }
-    assert_eq!(counts.len(), counts2.len(), "{name}: the plugin's output differs in length");
+    assert_eq!(
+        counts.len(),
+        counts2.len(),
+        "{name}: the plugin's output differs in length"
+    );
     assert_eq!(console, console2, "{name}: the consoles differ");
 }
 

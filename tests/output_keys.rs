@@ -44,7 +44,10 @@ impl Doc {
                 _ => {}
             }
         }
-        assert!(!doc.keys.is_empty() && !doc.counters.is_empty(), "{DOC}: no key or counter table");
+        assert!(
+            !doc.keys.is_empty() && !doc.counters.is_empty(),
+            "{DOC}: no key or counter table"
+        );
         doc
     }
 
@@ -78,7 +81,10 @@ fn check(list: &[(String, BTreeSet<String>)], name: &str, cmd: &str) -> Result<(
     if found.iter().any(|(_, cmds)| cmds.contains(cmd)) {
         return Ok(());
     }
-    Err(format!("`{name}` is documented as `{}` but not for `{cmd}`", found[0].0))
+    Err(format!(
+        "`{name}` is documented as `{}` but not for `{cmd}`",
+        found[0].0
+    ))
 }
 
 fn code_spans(cell: &str) -> Vec<String> {
@@ -90,9 +96,15 @@ fn matches(pat: &str, s: &str) -> bool {
     match pat.find('<') {
         None => pat == s,
         Some(i) => {
-            let Some(rest) = s.strip_prefix(&pat[..i]) else { return false };
+            let Some(rest) = s.strip_prefix(&pat[..i]) else {
+                return false;
+            };
             let after = &pat[i + pat[i..].find('>').expect("closed placeholder") + 1..];
-            rest.char_indices().skip(1).map(|(j, _)| j).chain([rest.len()]).any(|j| !rest.is_empty() && matches(after, &rest[j..]))
+            rest.char_indices()
+                .skip(1)
+                .map(|(j, _)| j)
+                .chain([rest.len()])
+                .any(|j| !rest.is_empty() && matches(after, &rest[j..]))
         }
     }
 }
@@ -112,7 +124,11 @@ fn walk(doc: &Doc, cmd: &str, v: &serde_json::Value, path: &str, errs: &mut Vec<
         Value::Object(m) => {
             let mut n = 0;
             for (k, x) in m {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 if k == "counter" {
                     errs.extend(x.as_str().and_then(|c| doc.counter(c, None).err()));
                 }
@@ -154,7 +170,12 @@ fn json(db: &Path, args: &[&str]) -> serde_json::Value {
         .args(args)
         .output()
         .unwrap();
-    assert!(out.status.success(), "foliolab {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "foliolab {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("foliolab {}: {e}", args.join(" ")))
 }
 
@@ -230,16 +251,35 @@ fn outputs(dir: &Path, db: &Path) -> (Vec<Output>, Vec<String>) {
     let a = dir.join("a.json");
     let b = dir.join("b.json");
     std::fs::write(&a, json(db, &["run", "--json", fork]).to_string()).unwrap();
-    std::fs::write(&b, json(db, &["run", "--json", "--set", "zap=per-pte", fork]).to_string()).unwrap();
+    std::fs::write(
+        &b,
+        json(db, &["run", "--json", "--set", "zap=per-pte", fork]).to_string(),
+    )
+    .unwrap();
     let o = &mut out;
     add(o, db, "run", &["run", "--json", fork]);
     add(o, db, "run", &["run", "--json", wl]);
     add(o, db, "run", &["run", "--json", "--machine", "m2-vm", fork]);
     add(o, db, "run", &["run", "--json", "--each", "zap=per-pte,batched", fork]);
     add(o, db, "replay", &["replay", "--json", "tests/fuzz/forks.trc"]);
-    add(o, db, "replay", &["replay", "--json", "--machine", "m2-vm", "tests/fuzz/forks.trc"]);
-    add(o, db, "replay", &["replay", "--json", "--each", "thp=off,64K", "tests/fuzz/forks.trc"]);
-    add(o, db, "compare", &["compare", "--json", a.to_str().unwrap(), b.to_str().unwrap()]);
+    add(
+        o,
+        db,
+        "replay",
+        &["replay", "--json", "--machine", "m2-vm", "tests/fuzz/forks.trc"],
+    );
+    add(
+        o,
+        db,
+        "replay",
+        &["replay", "--json", "--each", "thp=off,64K", "tests/fuzz/forks.trc"],
+    );
+    add(
+        o,
+        db,
+        "compare",
+        &["compare", "--json", a.to_str().unwrap(), b.to_str().unwrap()],
+    );
     add(o, db, "runs", &["runs", "--json"]);
     add(o, db, "kernels", &["kernels", "--json"]);
     add(o, db, "boot", &["boot", "--json", "--ram", "4G"]);
@@ -252,14 +292,29 @@ fn outputs(dir: &Path, db: &Path) -> (Vec<Output>, Vec<String>) {
             add(o, db, "validate", &["validate", "--json", fork]);
             let trc = recording(dir);
             let knob = "hugepages-64kB/enabled=always";
-            add(o, db, "replay", &["replay", "--json", "--thp", knob, trc.to_str().unwrap()]);
+            add(
+                o,
+                db,
+                "replay",
+                &["replay", "--json", "--thp", knob, trc.to_str().unwrap()],
+            );
         }
     }
     match foliolab::native::qemu::missing(foliolab::native::qemu::Target::QemuArm64) {
         Some(why) => skipped.push(format!("native and validate --target qemu-arm64: {why}")),
         None => {
-            add(o, db, "qemu-arm64", &["native", "--json", "--target", "qemu-arm64", fork]);
-            add(o, db, "validate", &["validate", "--json", "--target", "qemu-arm64", fork]);
+            add(
+                o,
+                db,
+                "qemu-arm64",
+                &["native", "--json", "--target", "qemu-arm64", fork],
+            );
+            add(
+                o,
+                db,
+                "validate",
+                &["validate", "--json", "--target", "qemu-arm64", fork],
+            );
         }
     }
     (out, skipped)
@@ -285,7 +340,12 @@ fn every_key_every_command_prints_is_documented_and_processes_are_named_alike() 
     }
     errs.sort();
     errs.dedup();
-    assert!(errs.is_empty(), "{} undocumented in {DOC}:\n{}", errs.len(), errs.join("\n"));
+    assert!(
+        errs.is_empty(),
+        "{} undocumented in {DOC}:\n{}",
+        errs.len(),
+        errs.join("\n")
+    );
     let commands: BTreeSet<&str> = outputs.iter().map(|(c, _, _)| c.as_str()).collect();
     println!(
         "checked {checked} keys from {} outputs of {} commands ({}) against {} key and {} counter patterns",
@@ -338,8 +398,17 @@ fn an_undocumented_key_fails() {
         ]
     );
     errs.clear();
-    walk(&doc, "replay", &serde_json::json!({"counters": {"proc.main.minflt": 1}}), "", &mut errs);
-    assert_eq!(errs, ["`proc.main.minflt` is documented as `proc.<name>.minflt` but not for `replay`"]);
+    walk(
+        &doc,
+        "replay",
+        &serde_json::json!({"counters": {"proc.main.minflt": 1}}),
+        "",
+        &mut errs,
+    );
+    assert_eq!(
+        errs,
+        ["`proc.main.minflt` is documented as `proc.<name>.minflt` but not for `replay`"]
+    );
 }
 
 #[test]

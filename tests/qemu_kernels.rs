@@ -186,8 +186,14 @@ fn where_7_3_behaves_as_its_preset_every_counter_agrees_and_6_18_does_not() {
         }
         // The 6.18 preset fails where a 6.19 change shows, and only there.
         for p in ["mprotect_whole_pmd.wl", "fork_cow.wl", "mprotect_none_rw.wl"] {
-            assert!(told_apart.iter().any(|t| t.ends_with(p)), "{target:?}: 6.18 agrees on {p}");
+            assert!(
+                told_apart.iter().any(|t| t.ends_with(p)),
+                "{target:?}: 6.18 agrees on {p}"
+            );
         }
-        assert!(!told_apart.iter().any(|t| t.ends_with("mthp_64k_aligned.wl")), "{target:?}: {told_apart:?}");
+        assert!(
+            !told_apart.iter().any(|t| t.ends_with("mthp_64k_aligned.wl")),
+            "{target:?}: {told_apart:?}"
+        );
     }
 }

@@ -131,7 +131,10 @@ fn seed_003_does_not_use_costs_derived_from_its_own_series() {
     // Every row has a real-kernel column, measured or saying how to measure it.
     for r in v["rows"].as_array().unwrap() {
         let rk = &r["real_kernel"];
-        assert!(rk["value"].is_f64() || rk["source"].as_str().unwrap().starts_with("not measured"), "{r}");
+        assert!(
+            rk["value"].is_f64() || rk["source"].as_str().unwrap().starts_with("not measured"),
+            "{r}"
+        );
     }
 }
 

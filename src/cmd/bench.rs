@@ -230,7 +230,7 @@ fn run_child(spec: &str) -> Result<(), Box<dyn std::error::Error>> {
     match side {
         "model" => {
             let w = crate::workload::parse_str(c.name, c.workload)?;
-            let kernel = *kernels::KERNELS.last().expect("a preset");
+            let kernel = kernels::DEFAULT;
             let v = Variants::from_sets(&kernels::with_preset(kernel, kernels::Scope::Run, &[]))?;
             let r = sim::run(&w, &v)?;
             std::hint::black_box(r);

@@ -84,7 +84,7 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
-    /// preset sets; default 7.3, or the target's); a `--set` of the same key wins.
+    /// preset sets; default 6.18, or the target's); a `--set` of the same key wins.
     #[arg(long, value_name = "6.1|6.12|6.18|7.0|7.1|7.2|7.3", value_parser = crate::sim::kernels::parse_kernel)]
     kernel: Option<crate::sim::kernels::Release>,
     /// Also boot that QEMU guest with `--ram` of RAM and print what its map_mem did
@@ -326,19 +326,16 @@ pub fn boot(spec: &Spec) -> Result<Booted, String> {
 }
 
 pub fn main(a: Args) -> CmdResult {
-    use crate::sim::kernels::{with_preset, Scope, KERNELS};
+    use crate::sim::kernels::{with_preset, Scope, DEFAULT};
     // --image alone is a QEMU guest of its own page size.
     let guest = match (a.target, &a.image) {
         (None, Some(image)) => Some(crate::native::qemu::GuestKernel::image(image)?),
-        (Some(t), image) => Some(
-            crate::native::qemu::resolve(t, image.as_deref())?.ok_or("--target host has no map_mem to boot")?,
-        ),
+        (Some(t), image) => {
+            Some(crate::native::qemu::resolve(t, image.as_deref())?.ok_or("--target host has no map_mem to boot")?)
+        }
         (None, None) => None,
     };
-    let kernel = a
-        .kernel
-        .or(guest.as_ref().map(|k| k.release))
-        .unwrap_or(*KERNELS.last().expect("a preset"));
+    let kernel = a.kernel.or(guest.as_ref().map(|k| k.release)).unwrap_or(DEFAULT);
     if let Some(guest_kernel) = guest {
         if let Some(why) = crate::native::qemu::guest_missing(&guest_kernel) {
             return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
@@ -442,10 +439,7 @@ pub fn guest_spec(
 /// the function that issued them.
 fn guest_summary(label: &str, model: &Report, guest: &crate::native::qemu::MapMem) -> String {
     use std::fmt::Write;
-    let mut s = format!(
-        "map_mem on {label} against the model ({:?}):\n",
-        model.variants
-    );
+    let mut s = format!("map_mem on {label} against the model ({:?}):\n", model.variants);
     use crate::native::qemu::is_insns;
     let keys: std::collections::BTreeSet<&String> = guest
         .counters

@@ -42,11 +42,7 @@ pub fn main(a: Args) -> super::CmdResult {
     } else {
         a.command.clone()
     };
-    let v = Variants::from_sets(&kernels::with_preset(
-        *kernels::KERNELS.last().expect("a preset"),
-        kernels::Scope::Run,
-        &[],
-    ))?;
+    let v = Variants::from_sets(&kernels::with_preset(kernels::DEFAULT, kernels::Scope::Run, &[]))?;
     let paths = crate::native::HostPaths::default();
     let r = predict::predict(&command, &settings, &dir, &paths.thp, &paths.lock, &v);
     if a.dir.is_none() {

@@ -15,7 +15,7 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
     /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
-    /// preset sets; default 7.3); a `--set` of the same key wins. `--each
+    /// preset sets; default 6.18); a `--set` of the same key wins. `--each
     /// kernel=6.1,6.12,6.18` runs the workload under each instead.
     #[arg(long, value_name = "6.1|6.12|6.18|7.0|7.1|7.2|7.3", value_parser = crate::sim::kernels::parse_kernel)]
     pub kernel: Option<crate::sim::kernels::Release>,
@@ -41,7 +41,7 @@ pub struct Args {
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     let machine = crate::time::Machine::load(a.machine.as_deref(), &a.sets)?;
     let sets = machine.as_ref().map_or(&a.sets, |m| &m.sets);
-    let kernel = a.kernel.unwrap_or(*kernels::KERNELS.last().expect("a preset"));
+    let kernel = a.kernel.unwrap_or(kernels::DEFAULT);
     let v = Variants::from_sets(&kernels::with_preset(kernel, kernels::Scope::Run, sets))?;
     let each = match a.each.as_deref() {
         Some(e) if e.starts_with("kernel=") => Some(each_kernel(e, a.kernel.is_some(), sets)?),

@@ -137,7 +137,11 @@ impl Seed004 {
             else {
                 continue;
             };
-            let compiler = self.kernels.iter().find(|k| k.cc == r.cc).map_or(r.cc.as_str(), |k| &k.compiler);
+            let compiler = self
+                .kernels
+                .iter()
+                .find(|k| k.cc == r.cc)
+                .map_or(r.cc.as_str(), |k| &k.compiler);
             out.push(serde_json::json!({
                 "seed": "004",
                 "experiment": format!("scenario {}: instructions, change against Original", r.scenario),
@@ -684,5 +688,4 @@ mod tests {
         assert_eq!(r[0]["experiment"], "scenario 2: instructions, change against Original");
         assert_eq!(r[0]["variant"], "Modification 1");
     }
-
 }

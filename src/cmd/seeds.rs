@@ -387,8 +387,9 @@ const SEED001_LOOP: SeedWorkload = seed_workload!(
 /// Why the seeds cannot be measured on built kernels here, if they cannot: 6.12's
 /// source or gcc (scripts/setup-kbuild), or QEMU (scripts/setup-qemu).
 pub fn built_missing() -> Option<String> {
-    crate::kbuild::missing("6.12", crate::kbuild::Compiler::Gcc)
-        .or_else(|| qemu::guest_missing(&Target::QemuArm64.guest_kernel()?).map(|w| format!("{w} (run scripts/setup-qemu)")))
+    crate::kbuild::missing("6.12", crate::kbuild::Compiler::Gcc).or_else(|| {
+        qemu::guest_missing(&Target::QemuArm64.guest_kernel()?).map(|w| format!("{w} (run scripts/setup-qemu)"))
+    })
 }
 
 /// 6.12 built with gcc and 4K pages, with `patch` (a cache hit after the first time).
@@ -489,7 +490,11 @@ fn built(out: &mut Seeds) -> Result<(), Box<dyn std::error::Error>> {
     for key in SEED001_LOOP.keys {
         out.built.push(SeedRow {
             seed: "001".into(),
-            experiment: format!("{} ({})", SEED001_LOOP.path.trim_start_matches("workloads/kernels/"), SEED001_LOOP.phase),
+            experiment: format!(
+                "{} ({})",
+                SEED001_LOOP.path.trim_start_matches("workloads/kernels/"),
+                SEED001_LOOP.phase
+            ),
             counter: key.to_string(),
             cells: reports
                 .iter()

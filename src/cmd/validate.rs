@@ -732,7 +732,10 @@ fn seeds_main(json: bool, db: &super::StoreArgs) -> super::CmdResult {
     let (text004, json004) = super::seed004::validate_section(db)?;
     let mut result = serde_json::to_value(&s)?;
     // reproduce's real-kernel column reads this array (seed 004's built kernels give it).
-    result["real_kernel"] = json004.get("real_kernel").cloned().unwrap_or_else(|| serde_json::json!([]));
+    result["real_kernel"] = json004
+        .get("real_kernel")
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!([]));
     result["seed004"] = json004;
     super::record(
         db,

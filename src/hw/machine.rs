@@ -123,7 +123,12 @@ pub enum LocalTlbi {
     /// TLBI VALE1: by VA and ASID, last level.
     Vale1 { asid: Asid, va: VirtAddr },
     /// TLBI RVALE1: FEAT_TLBIRANGE by ASID, last level, as `Tlbi::Rvale1is`.
-    Rvale1 { asid: Asid, base: VirtAddr, scale: u8, num: u8 },
+    Rvale1 {
+        asid: Asid,
+        base: VirtAddr,
+        scale: u8,
+        num: u8,
+    },
     /// TLBI ASIDE1: every non-global entry of an ASID.
     Aside1 { asid: Asid },
 }
@@ -370,7 +375,14 @@ impl Machine {
             LocalTlbi::Rvale1 { asid, base, scale, num } => {
                 let first = base.0 & !((1u64 << ps) - 1);
                 let last = first.saturating_add((tlbi_range_pages(scale, num) << ps) - 1);
-                (Event::TlbiRvale1, TlbiScope::Va { asid: Some(asid), first, last })
+                (
+                    Event::TlbiRvale1,
+                    TlbiScope::Va {
+                        asid: Some(asid),
+                        first,
+                        last,
+                    },
+                )
             }
             LocalTlbi::Aside1 { asid } => (Event::TlbiAside1, TlbiScope::Asid(asid)),
         };

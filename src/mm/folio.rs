@@ -380,7 +380,10 @@ mod tests {
         assert!(mm.try_page(Pfn(0)).is_none(), "offline");
         mm.online(Pfn(0), Pfn(4096));
         let p = mm.page(Pfn(4095));
-        assert!(p.flags.is_empty() && p.refcount == 0 && p.mapcount == 0, "free, held by no list or folio");
+        assert!(
+            p.flags.is_empty() && p.refcount == 0 && p.mapcount == 0,
+            "free, held by no list or folio"
+        );
         assert!(
             mm.try_page(Pfn(4096)).is_none(),
             "past the end of RAM, inside the section"

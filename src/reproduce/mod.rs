@@ -416,7 +416,7 @@ mod seed003;
 pub(crate) mod seed004;
 
 use crate::report::{Counters, Report};
-use crate::sim::kernels::{with_preset, Release, Scope, KERNELS};
+use crate::sim::kernels::{with_preset, Release, Scope, DEFAULT};
 use crate::time::{model, Profile};
 
 /// A seed table's baseline and changed variant, as the seed names them.
@@ -440,7 +440,10 @@ impl Costs {
         let stand_in = Profile::load(own.stand_in.as_ref().map_or("generic", |s| s.profile.as_str()))?;
         let (p, mut notes) = own.for_seed(seed, &stand_in);
         if let Some(s) = own.stand_in.as_ref().filter(|_| !own.derived_from(seed).is_empty()) {
-            notes.push(format!("{machine}: {} stands in for its refused costs: {}", s.profile, s.why));
+            notes.push(format!(
+                "{machine}: {} stands in for its refused costs: {}",
+                s.profile, s.why
+            ));
         }
         let (profile, why) = p.with_software(software);
         notes.push(format!("{machine}: {why}"));
@@ -542,7 +545,7 @@ pub fn reproduce(seeds: &[String], software: &Profile, kernel: Release) -> Resul
     if want("004") {
         seed004::run(&mut r, software, kernel)?;
     }
-    if kernel != *KERNELS.last().expect("a preset") {
+    if kernel != DEFAULT {
         for notes in r.notes.values_mut() {
             notes.push(format!(
                 "kernel preset {kernel}: every variant the experiment does not set is {kernel}'s (`foliolab kernels`)"
@@ -727,7 +730,10 @@ mod tests {
                     .with_map_mem_insns()
                     .unwrap();
                 for cost in &c.profile.cost {
-                    assert!(!(cost.is_derived_from(seed) && cost.ns.is_some()), "{m}, seed {seed}: {cost:?}");
+                    assert!(
+                        !(cost.is_derived_from(seed) && cost.ns.is_some()),
+                        "{m}, seed {seed}: {cost:?}"
+                    );
                 }
             }
         }
@@ -737,7 +743,11 @@ mod tests {
             panic!("uncosted")
         };
         assert_eq!((ps, cost.derived_from_seed.as_deref()), (468_100, None));
-        assert!(c.notes.iter().any(|n| n.contains("kunpeng-920 stands in")), "{:?}", c.notes);
+        assert!(
+            c.notes.iter().any(|n| n.contains("kunpeng-920 stands in")),
+            "{:?}",
+            c.notes
+        );
     }
 
     /// A stored real-kernel row lands beside the model row with its key, and only there.
@@ -759,7 +769,11 @@ mod tests {
             .row()
         };
         let mut r = Reproduction {
-            rows: vec![row("altra-vm 64G", "before"), row("altra-vm 64G", "after"), row("m2-vm 16G", "before")],
+            rows: vec![
+                row("altra-vm 64G", "before"),
+                row("altra-vm 64G", "after"),
+                row("m2-vm 16G", "before"),
+            ],
             ..Reproduction::default()
         };
         let stored = serde_json::json!({"rows": [], "real_kernel": [
@@ -783,7 +797,7 @@ mod tests {
     #[test]
     fn no_model_figure_is_derived_from_its_own_seed() {
         let software = Profile::load(crate::time::profile::CALIBRATED).unwrap();
-        let kernel = *KERNELS.last().unwrap();
+        let kernel = DEFAULT;
         let run = || reproduce(&[], &software, kernel).unwrap();
         // The flag is per thread: both runs at once.
         let (plain, altered) = std::thread::scope(|s| {

@@ -13,8 +13,7 @@ impl std::fmt::Display for Release {
     }
 }
 
-/// The releases with a preset, oldest first; the last is the default, the newest
-/// release validated exactly on a real arm64 kernel (Debian's 7.3 under QEMU).
+/// The releases with a preset, oldest first.
 pub const KERNELS: &[Release] = &[
     Release(6, 1),
     Release(6, 12),
@@ -24,6 +23,13 @@ pub const KERNELS: &[Release] = &[
     Release(7, 2),
     Release(7, 3),
 ];
+
+/// The preset used when none is named. It moves to the newest release only once that
+/// release's whole suite is validated exactly on a real arm64 kernel: 7.3's guest
+/// passes the workloads it has finished, but stops partway through the suite's batch
+/// (QEMU exits with status 0 after about ten workloads; cause not found yet), so
+/// 6.18, the host's release, stays the default until that is found.
+pub const DEFAULT: Release = Release(6, 18);
 
 /// The preset of a kernel release `MAJOR.MINOR[.…]`: the newest release with a preset
 /// not after it (None when it predates them all).
@@ -407,8 +413,8 @@ mod tests {
     use crate::sim::variants;
 
     #[test]
-    fn the_newest_preset_is_every_default() {
-        let newest = *KERNELS.last().unwrap();
+    fn the_default_preset_is_every_default() {
+        let newest = DEFAULT;
         for s in preset(newest, Scope::Run) {
             let (k, v) = s.split_once('=').unwrap();
             assert_eq!(variants::key(k).unwrap().default, v, "{k}");

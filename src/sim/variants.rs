@@ -52,20 +52,20 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "prot-flush",
-        default: "elide",
-        values: "elide|always",
+        default: "always",
+        values: "always|elide",
         about: "mprotect flushes every present pte it changes (always, 6.18) or, as arm64's pte_needs_flush does since 6.19 (c320dbb7c80d), skips the flush when only invalid or software bits change (elide)",
     },
     Key {
         name: "wp-flush",
-        default: "local",
-        values: "local|broadcast",
+        default: "broadcast",
+        values: "broadcast|local",
         about: "a write fault that makes a pte (or huge pmd) writable or dirty in place flushes its stale read-only entry on the faulting CPU only, TLBI VALE1/RVALE1 and DSB NSH, other CPUs taking a spurious fault instead (local, 6.19+: cb1fa2e99955), or broadcast, VALE1IS and DSB ISH (broadcast, up to 6.18)",
     },
     Key {
         name: "contpte-access",
-        default: "raw",
-        values: "raw|gathered",
+        default: "gathered",
+        values: "gathered|raw",
         about: "contpte_ptep_set_access_flags decides it has nothing to do by reading every entry of the block raw (raw, 7.0+: the SMMU/ATS fault fix) or from the gathered contpte_ptep_get (gathered, up to 6.19)",
     },
     Key {

@@ -197,7 +197,7 @@ impl Point {
         let sets = machine.as_ref().map_or_else(|| self.all_sets(), |m| m.sets.clone());
         let kernel = match &self.kernel {
             Some(k) => kernels::parse_kernel(k)?,
-            None => *kernels::KERNELS.last().expect("a preset"),
+            None => kernels::DEFAULT,
         };
         let v = Variants::from_sets(&kernels::with_preset(kernel, kernels::Scope::Run, &sets))?;
         match &self.input {

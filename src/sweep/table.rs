@@ -96,7 +96,7 @@ pub fn table(points: &[Point], results: &[Option<Value>]) -> Table {
         }
         let kernel = p.kernel.clone().unwrap_or_else(|| {
             if p.target == super::spec::MODEL {
-                crate::sim::kernels::KERNELS.last().expect("a preset").to_string()
+                crate::sim::kernels::DEFAULT.to_string()
             } else {
                 String::new()
             }

@@ -65,7 +65,10 @@ impl Table {
             let what = e.events.join(", ");
             let mut n = 0;
             for ev in &e.events {
-                n += self.model_counts.get(ev).ok_or_else(|| format!("{ev}: no model count in the table"))?;
+                n += self
+                    .model_counts
+                    .get(ev)
+                    .ok_or_else(|| format!("{ev}: no model count in the table"))?;
             }
             if n <= 0 {
                 return Err(format!("{what}: the model counts none in the table"));

@@ -117,7 +117,12 @@ fn flush_tlb_range_op(
                     cpu,
                     match r {
                         None => LocalTlbi::Vale1 { asid, va },
-                        Some((scale, num)) => LocalTlbi::Rvale1 { asid, base: va, scale, num },
+                        Some((scale, num)) => LocalTlbi::Rvale1 {
+                            asid,
+                            base: va,
+                            scale,
+                            num,
+                        },
                     },
                 );
             }

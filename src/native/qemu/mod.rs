@@ -620,12 +620,12 @@ fn map_mem_counters(w: &Window) -> MapMem {
 /// `counted` are the `KERNEL_FUNCTIONS` the guest's kernel has.
 fn window_counters(w: &Window, counted: &[&str]) -> Counters {
     // Instructions uncounted (FOLIOLAB_QEMU_INSNS=off) are absent, not zero.
-    let insns: &[&str] = if count_insns() { &[INSNS_KEY, USER_INSNS_KEY] } else { &[] };
-    let mut c: Counters = ARCH_KEYS
-        .iter()
-        .chain(insns)
-        .map(|k| (k.to_string(), 0))
-        .collect();
+    let insns: &[&str] = if count_insns() {
+        &[INSNS_KEY, USER_INSNS_KEY]
+    } else {
+        &[]
+    };
+    let mut c: Counters = ARCH_KEYS.iter().chain(insns).map(|k| (k.to_string(), 0)).collect();
     c.extend(counted.iter().map(|f| (format!("kernel.{f}"), 0)));
     for ((event, function), &n) in w {
         if add_insns(&mut c, event, function, n) {
