@@ -144,7 +144,7 @@ impl Seed004 {
                 .map_or(r.cc.as_str(), |k| &k.compiler);
             out.push(serde_json::json!({
                 "seed": "004",
-                "experiment": format!("scenario {}: instructions, change against Original", r.scenario),
+                "experiment": crate::reproduce::seed004::experiment(r.scenario, "instructions"),
                 "variant": r.variant,
                 "unit": "instructions",
                 "value": (r.total_500_loops - base.total_500_loops).round(),

@@ -729,12 +729,13 @@ fn seeds_main(json: bool, db: &super::StoreArgs) -> super::CmdResult {
     let mut s = super::seeds::run()?;
     super::seeds::run_built(&mut s)?;
     // Seed 004 on kernels built from its own code (or why not here).
-    let (text004, json004) = super::seed004::validate_section(db)?;
+    let (text004, mut json004) = super::seed004::validate_section(db)?;
     let mut result = serde_json::to_value(&s)?;
-    // reproduce's real-kernel column reads this array (seed 004's built kernels give it).
+    // reproduce's real-kernel column reads this array (seed 004's built kernels give
+    // it); moved, not copied, so the stored run holds it once.
     result["real_kernel"] = json004
-        .get("real_kernel")
-        .cloned()
+        .as_object_mut()
+        .and_then(|o| o.remove("real_kernel"))
         .unwrap_or_else(|| serde_json::json!([]));
     result["seed004"] = json004;
     super::record(

@@ -52,6 +52,11 @@ const MLOCK_WALK: &str = "per-pte";
 const MACHINE: &str = "generic";
 const INSNS: &str = "kernel.contpte_ptep_get.insns";
 
+/// A seed 004 row's experiment: the key a stored real-kernel measurement of it names.
+pub(crate) fn experiment(scenario: impl std::fmt::Display, what: &str) -> String {
+    format!("scenario {scenario}: {what}, change against Original")
+}
+
 pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<(), String> {
     let costs = Costs::for_seed(MACHINE, SEED, software)?;
     let mut notes = costs.notes.clone();
@@ -95,7 +100,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
                 r.rows.push(
                     Cell {
                         seed: SEED,
-                        experiment: &format!("scenario {scenario}: {what}, change against Original"),
+                        experiment: &experiment(*scenario, what),
                         machine: MACHINE,
                         variant: name,
                         unit,

@@ -414,12 +414,11 @@ mod tests {
 
     #[test]
     fn the_default_preset_is_every_default() {
-        let newest = DEFAULT;
-        for s in preset(newest, Scope::Run) {
+        for s in preset(DEFAULT, Scope::Run) {
             let (k, v) = s.split_once('=').unwrap();
             assert_eq!(variants::key(k).unwrap().default, v, "{k}");
         }
-        for s in preset(newest, Scope::Boot) {
+        for s in preset(DEFAULT, Scope::Boot) {
             let (k, v) = s.split_once('=').unwrap();
             let key = crate::cmd::boot::KEYS.iter().find(|b| b.name == k).unwrap();
             assert_eq!(key.default, v, "boot {k}");
