@@ -234,6 +234,18 @@ impl Kernel {
                 Some(folio) => (folio, false, VmFault::Major),
                 None => return VmFault::Oom,
             },
+            // swapin_sync (7.0+): this slot alone, into the swap cache. A large
+            // folio for shared slots (swap_cache_alloc_folio with mTHP orders) is not
+            // modeled: the model's cached folios are order 0.
+            None if self.swapin_sync_cache => match self.__read_swap_cache_async(offset) {
+                Some((folio, allocated)) => {
+                    if allocated {
+                        self.swap_read_folio(folio, offset);
+                    }
+                    (folio, true, VmFault::Major)
+                }
+                None => return VmFault::Oom,
+            },
             None => match self.swap_vma_readahead(mm, vma, pmd, offset, addr) {
                 Some(folio) => (folio, true, VmFault::Major),
                 None => return VmFault::Oom,
@@ -302,11 +314,16 @@ impl Kernel {
     }
 
     /// should_try_to_free_swap: after a swap-in from the cache, whether to drop the
-    /// folio from it now: swap is full, the VMA or folio is mlocked, or a write fault
-    /// holds the only references besides the cache's (then it may be reused).
+    /// folio from it now (folio_free_swap does only once no pte holds its slots): always
+    /// on a synchronous device since ab08be8dc96a (7.0), the model's only kind; before,
+    /// when swap is full, the VMA or folio is mlocked, or a write fault holds the only
+    /// references besides the cache's (then it may be reused).
     fn should_try_to_free_swap(&self, folio: Pfn, vma: &Vma, write: bool) -> bool {
         if !self.memmap.folio_test(folio, PageFlags::SWAPCACHE) {
             return false;
+        }
+        if self.swapin_sync_cache {
+            return true;
         }
         let si = self.swap.as_ref().expect("a swap cache without a device");
         if si.vm_swap_full() || vma.flags.contains(VmFlags::LOCKED) || self.memmap.folio_test(folio, PageFlags::MLOCKED)

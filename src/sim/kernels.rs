@@ -329,6 +329,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "sync-swapin",
+        before: "bypass",
+        after: "cache",
+        release: Release(7, 0),
+        commit: "f1879e8a0c60 ab08be8dc96a",
+        what: "do_swap_page on zram reads every slot through the swap cache, never with readahead, and frees the cache after mapping once no pte holds the slot (swap table phase II)",
+    },
+    Change {
+        scope: Scope::Run,
         key: "contpte-access",
         before: "gathered",
         after: "raw",
