@@ -261,8 +261,10 @@ impl Kernel {
             self.swap_read_folio(folio, first);
         }
         // A pte of a swap-cache folio is exclusive if its swap pte was; a folio read
-        // without the cache is this mm's alone.
-        let exclusive = !swapcache || orig.pte_swp_exclusive();
+        // without the cache is this mm's alone. From 7.0 every read goes through the
+        // cache (the model's read of an unshared slot stands for swapin_sync's), so
+        // only the swap pte says.
+        let exclusive = (!swapcache && !self.swapin_sync_cache) || orig.pte_swp_exclusive();
         let si = self.swap.as_mut().expect("checked");
         for i in 0..nr {
             si.swap_entry_put(first + i);
@@ -275,7 +277,9 @@ impl Kernel {
         m.rss_swap -= nr as i64;
         let amm = self.arch_mm(mm);
         let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
-        let reuse = exclusive || self.memmap.folio_ref_count(folio) == 1;
+        // Up to 6.19 a folio nobody else holds is reused too; by 7.3 only an exclusive
+        // one is, the rest left to do_wp_page.
+        let reuse = exclusive || (!self.swapin_sync_cache && self.memmap.folio_ref_count(folio) == 1);
         let mut wp = write;
         // An exclusive folio is mapped writable on a read fault too since c18160dba5ff
         // (6.11); before, only on a write fault, and a later write takes a fault.

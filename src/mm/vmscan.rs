@@ -1060,6 +1060,24 @@ mod tests {
         }
     }
 
+    /// The 7.3 guest's three contpte_ptep_get per lazyfree 64K folio paged out, batched
+    /// as per pte: madvise_cold_or_pageout_pte_range's, check_pte's, and
+    /// try_to_unmap_one's own read of the pte before it clears the batch.
+    #[test]
+    fn pageout_reads_each_folded_lazyfree_folio_three_times() {
+        for per_pte in [false, true] {
+            let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            k.lazyfree_unmap_per_pte = per_pte;
+            written(&mut k, mm, 1 << 20, VmFlags::empty());
+            k.do_madvise(mm, BASE, BASE + (1 << 20), Madv::Free).unwrap();
+            let kc = k.arch.kc.clone();
+            k.do_madvise(mm, BASE, BASE + (1 << 20), Madv::PageOut).unwrap();
+            assert_clean(&k);
+            let got = k.arch.kc.get(KernelEvent::ContptePtepGet) - kc.get(KernelEvent::ContptePtepGet);
+            assert_eq!(got, 3 * 16, "per_pte {per_pte}");
+        }
+    }
+
     /// 64 lazyfree order-0 folios: the free batch fills at 31 and 62 (a flush and a
     /// free each), and the last two are flushed at the end.
     #[test]
