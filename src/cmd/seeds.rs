@@ -180,7 +180,10 @@ impl Seeds {
 
     /// The built kernel of `seed`'s `side`, as reproduce's source names it.
     fn built_kernel(&self, seed: &str, side: &str) -> String {
-        let k = self.built_kernels.iter().find(|k| k.side == side && k.seed.contains(seed));
+        let k = self
+            .built_kernels
+            .iter()
+            .find(|k| k.side == side && k.seed.contains(seed));
         match k {
             Some(k) => format!(
                 "6.12.117 built with gcc, 4K, {} (kernel {})",
@@ -318,7 +321,10 @@ fn verdict(w: &Workload, model: &Result<Report, String>, guest: &Result<Report, 
 
 /// A seed workload's rows' experiment: its file and the phase shown.
 fn experiment_name(s: &SeedWorkload) -> String {
-    let file = s.path.trim_start_matches("workloads/kernels/").trim_start_matches("workloads/");
+    let file = s
+        .path
+        .trim_start_matches("workloads/kernels/")
+        .trim_start_matches("workloads/");
     format!("{file} ({})", s.phase)
 }
 

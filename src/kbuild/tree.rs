@@ -154,7 +154,11 @@ fn config_key(src: &Path, fragments: &[(String, Vec<u8>)], patches: &[(String, V
     let mut kconfigs: Vec<String> = patches
         .iter()
         .flat_map(|(_, p)| touched(p))
-        .filter(|p| Path::new(p).file_name().is_some_and(|n| n.to_string_lossy().starts_with("Kconfig")))
+        .filter(|p| {
+            Path::new(p)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("Kconfig"))
+        })
         .collect();
     kconfigs.sort();
     kconfigs.dedup();
@@ -479,7 +483,10 @@ mod tests {
         let kconfig = config_key(&src, &frags, &[patch("arch/arm64/Kconfig")]).unwrap();
         assert_ne!(kconfig, none);
         std::fs::write(src.join("arch/arm64/Kconfig"), "select B\n").unwrap();
-        assert_ne!(config_key(&src, &frags, &[patch("arch/arm64/Kconfig")]).unwrap(), kconfig);
+        assert_ne!(
+            config_key(&src, &frags, &[patch("arch/arm64/Kconfig")]).unwrap(),
+            kconfig
+        );
         let other = vec![("base".to_string(), b"CONFIG_SMP=n\n".to_vec())];
         assert_ne!(config_key(&src, &other, &[]).unwrap(), none);
         std::fs::remove_dir_all(&src).unwrap();
