@@ -711,3 +711,57 @@ fn verdicts(s: &Seeds, mut out: String) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(seed: &str, experiment: &str, counter: &str, before: i64, after: i64) -> SeedRow {
+        let cell = |side: &str, v: i64| Cell {
+            kernel: side.into(),
+            guest: Some(v),
+            model: None,
+        };
+        SeedRow {
+            seed: seed.into(),
+            experiment: experiment.into(),
+            counter: counter.into(),
+            cells: vec![cell("before", before), cell("after", after)],
+        }
+    }
+
+    /// The built seed 003 and 001 rows land beside reproduce's rows of the same
+    /// experiment and variant: every seed 003 cell, seed 001's share and speed-up.
+    #[test]
+    fn built_rows_fill_reproduces_seed_003_and_001_cells() {
+        let shmem = experiment_name(&SEED001_LOOPS[0]);
+        let s = Seeds {
+            built: vec![
+                row("003", "boot 4G, map_mem", "arch.tlbi.total", 4111, 2059),
+                row("001", &shmem, "kernel.insns", 900, 880),
+                row("001", &shmem, "user.insns", 100, 100),
+                row("001", &shmem, "kernel.insns.ptep_clear_flush", 50, 0),
+            ],
+            ..Seeds::default()
+        };
+        let rows = s.real_kernel_rows();
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        assert_eq!(rows[0]["value"], 4111);
+        assert_eq!(rows[1]["value"], 2059);
+        assert_eq!(rows[2]["value"], 5.0, "50 of 1000 instructions");
+        assert_eq!(rows[3]["value"], -2.0, "1000 to 980");
+        let software = crate::time::Profile::load(crate::time::profile::CALIBRATED).unwrap();
+        let seeds = ["001".to_string(), "003".to_string()];
+        let mut r = crate::reproduce::reproduce(&seeds, &software, crate::sim::kernels::DEFAULT).unwrap();
+        let stored = serde_json::json!({ "real_kernel": rows });
+        let attached = r.attach_real_kernel("run 1", &stored).unwrap();
+        let seed003 = r.rows.iter().filter(|x| x.seed == "003").count();
+        assert_eq!(attached, seed003 + 3, "every seed 003 cell, and seed 001's three");
+    }
+
+    /// Without the built section (skipped), no real-kernel row: nothing is made up.
+    #[test]
+    fn no_built_rows_no_real_kernel_rows() {
+        assert!(Seeds::default().real_kernel_rows().is_empty());
+    }
+}
