@@ -656,13 +656,13 @@ fn table(rows: &[SeedRow], title: &str) -> String {
     for r in rows {
         if r.seed != seed {
             seed = &r.seed;
-            let _ = write!(out, "\nseed {seed}{title}\n{:<44} {:<34}", "experiment", "counter");
+            let _ = write!(out, "\nseed {seed}{title}\n{:<44} {:<40}", "experiment", "counter");
             for c in &r.cells {
                 let _ = write!(out, " {:>10} {:>10}", format!("{} guest", c.kernel), "model");
             }
             out.push('\n');
         }
-        let _ = write!(out, "{:<44} {:<34}", r.experiment, r.counter);
+        let _ = write!(out, "{:<44} {:<40}", r.experiment, r.counter);
         let mut all_agree = true;
         for c in &r.cells {
             let f = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
