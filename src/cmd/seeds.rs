@@ -201,7 +201,7 @@ impl Seeds {
     /// instructions spent in ptep_clear_flush before the change, and the loop's
     /// instruction change after it (the seed's are shares of cycles and elapsed time:
     /// a TLBI's wait is one instruction, so instructions show the work moved, not its
-    /// time). None where the section was skipped.
+    /// time). Empty where the section was skipped.
     pub fn real_kernel_rows(&self) -> Vec<serde_json::Value> {
         let mut out = Vec::new();
         let map_mem = format!("boot {}G, map_mem", BOOT_RAM_MIB[BOOT_RAM_MIB.len() - 1] >> 10);
