@@ -5,8 +5,9 @@
 //! Its Image, System.map and config are cached under a key of everything that went
 //! in; a second build of the same inputs is a lookup.
 //!
-//! One build tree is kept per (source, compiler, page size) and reused: the patches
-//! are applied to it, make rebuilds what they changed, the outputs are copied into
+//! One build tree is kept per (source, compiler, page size), with one make output
+//! directory per config in it, and reused: the patches are applied to it, make
+//! rebuilds what they changed in the config's directory, the outputs are copied into
 //! the cache (a temporary directory renamed into place, so an entry is whole or
 //! absent), and the patches are reverted. A build interrupted with patches applied
 //! leaves a marker; the next build restores every changed file from the source
@@ -287,7 +288,7 @@ pub fn build(spec: &Spec, log: &mut dyn FnMut(&str)) -> Result<Built, KbuildErro
     }
     t.sync(&inputs.source.dir, log)?;
     let outputs = t.with_patches(&inputs.patches, log, |t, log| {
-        t.configure(&inputs.fragments, log)?;
+        t.configure(&inputs.fragments, &inputs.patches, log)?;
         t.make(log)
     })?;
     let release = outputs.release;

@@ -410,9 +410,9 @@ pub struct Reproduction {
 }
 
 mod seed000;
-mod seed001;
+pub(crate) mod seed001;
 mod seed002;
-mod seed003;
+pub(crate) mod seed003;
 pub(crate) mod seed004;
 
 use crate::report::{Counters, Report};
