@@ -329,3 +329,54 @@ fn format_value(v: f64) -> String {
         _ => format!("{v:.3}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reproduce::{Cell, Figure, RealKernel};
+
+    /// Seed 004's cells measured on kernels built with two compilers: a real-kernel line
+    /// per compiler, each value with its percent, and both kernels named.
+    #[test]
+    fn each_compilers_real_kernel_gets_its_own_line() {
+        let mut row = Cell {
+            seed: "004",
+            experiment: "scenario 3: instructions, change against Original",
+            machine: "generic",
+            variant: "Modification 1",
+            unit: "instructions",
+            seed_value: 1.6e9,
+            seed_stdev: None,
+            model: Ok(1.0e9),
+            figure: Figure::Change {
+                baseline: "Original",
+                baseline_stdev: None,
+            },
+            unmodeled: None,
+        }
+        .row();
+        let built = |build: &str, value: f64, pct: f64| RealKernel {
+            value: Some(value),
+            unit: Some("instructions".into()),
+            source: format!("6.12 built with {build} (run 1)"),
+            build: Some(build.into()),
+            change_pct: Some(pct),
+        };
+        row.real_kernel = built("clang", 614_794_297.0, 2.33);
+        row.real_kernel_more = vec![built("gcc", -1_218_543.0, -0.0)];
+        let r = Reproduction {
+            rows: vec![row],
+            ..Reproduction::default()
+        };
+        let t = text(&r);
+        let line = |label: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(label))
+                .unwrap_or_else(|| panic!("no {label} line: {t}"))
+                .to_string()
+        };
+        assert!(line("real kernel, clang").contains("(+2.33%)"), "{t}");
+        assert!(line("real kernel, gcc").contains("(+0.00%)") || line("real kernel, gcc").contains("(-0.00%)"), "{t}");
+        assert!(t.contains("6.12 built with clang (run 1)") && t.contains("6.12 built with gcc (run 1)"), "{t}");
+    }
+}

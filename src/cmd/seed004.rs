@@ -173,6 +173,43 @@ pub fn missing(compilers: &[Compiler]) -> Option<String> {
     (!bench.is_file()).then(|| format!("{} is missing (run scripts/setup-qemu)", bench.display()))
 }
 
+/// Why seed 004's kernels built with `cc` are not all in the cache, if they are not
+/// (a test that must not build them: a clang build takes tens of minutes here).
+pub fn not_cached(cc: Compiler) -> Option<String> {
+    for (variant, patch) in VARIANTS {
+        let patches = match patch {
+            Some((name, bytes)) => match patch_file(name, bytes) {
+                Ok(p) => vec![p],
+                Err(e) => return Some(e),
+            },
+            None => Vec::new(),
+        };
+        match kbuild::cached(&spec(cc, patches)) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Some(format!(
+                    "{variant} built with {} is not cached (foliolab kernel seed004 --cc {} builds it)",
+                    cc.name(),
+                    cc.name()
+                ))
+            }
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+    None
+}
+
+/// The build of a variant: 6.12's source with `patches`, 4K pages, foliolab's config.
+fn spec(cc: Compiler, patches: Vec<PathBuf>) -> Spec {
+    Spec {
+        source: SOURCE.into(),
+        patches,
+        compiler: cc,
+        page_size: PageSize::K4,
+        fragments: Vec::new(),
+    }
+}
+
 /// tools/seed004/bench.c as scripts/setup-qemu builds it for the guest.
 fn bench() -> PathBuf {
     qemu::cache_dir().join("seed004")
@@ -405,14 +442,7 @@ pub fn run(
                 Some((name, bytes)) => vec![patch_file(name, bytes)?],
                 None => Vec::new(),
             };
-            let spec = Spec {
-                source: SOURCE.into(),
-                patches,
-                compiler: cc,
-                page_size: PageSize::K4,
-                fragments: Vec::new(),
-            };
-            let built = kbuild::build(&spec, &mut |l| log(&format!("kernel build: {l}")))?;
+            let built = kbuild::build(&spec(cc, patches), &mut |l| log(&format!("kernel build: {l}")))?;
             let how = if built.cached { "cached" } else { "built" };
             log(&format!(
                 "seed 004: {} {variant}: {} {how} in {:.2} s",

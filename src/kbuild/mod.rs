@@ -313,6 +313,14 @@ fn key(spec: &Spec, i: &Inputs) -> String {
     hex(&h.finalize())[..16].to_string()
 }
 
+/// The key of `spec`'s kernel if the cache has it; nothing is built (for tests that run
+/// only on kernels too slow to build in CI).
+pub fn cached(spec: &Spec) -> Result<Option<String>, KbuildError> {
+    let inputs = read_inputs(spec)?;
+    let key = key(spec, &inputs);
+    Ok(kernels_dir().join(&key).join("Image").is_file().then_some(key))
+}
+
 /// Builds `spec`, or finds it in the cache. `log` gets one line per step.
 pub fn build(spec: &Spec, log: &mut dyn FnMut(&str)) -> Result<Built, KbuildError> {
     let start = Instant::now();
