@@ -10,6 +10,14 @@
 use foliolab::cmd::seed004;
 use foliolab::kbuild::Compiler;
 
+/// The table's row of `variant` in `scenario`.
+fn row<'a>(s: &'a seed004::Seed004, scenario: u32, variant: &str) -> &'a seed004::Row {
+    s.rows
+        .iter()
+        .find(|r| r.scenario == scenario && r.variant == variant)
+        .unwrap()
+}
+
 #[test]
 fn seed004_variants_built_with_gcc_count_as_their_code_says() {
     if let Some(why) = seed004::missing(&[Compiler::Gcc]) {
@@ -19,12 +27,7 @@ fn seed004_variants_built_with_gcc_count_as_their_code_says() {
     let s = seed004::run(&[Compiler::Gcc], 2, &mut |l| eprintln!("{l}")).unwrap();
     assert_eq!(s.rows.len(), 9);
     assert_eq!(s.kernels.len(), 3);
-    let get = |scenario: u32, variant: &str| {
-        s.rows
-            .iter()
-            .find(|r| r.scenario == scenario && r.variant == variant)
-            .unwrap()
-    };
+    let get = |scenario, variant| row(&s, scenario, variant);
     for r in &s.rows {
         assert_eq!(
             r.ptep_get_calls_per_block, 20.0,
@@ -67,12 +70,7 @@ fn seed004_variants_built_with_clang_give_the_seeds_signs_and_scenario_3s_cause(
     }
     let s = seed004::run(&[Compiler::Clang], 2, &mut |l| eprintln!("{l}")).unwrap();
     assert_eq!(s.rows.len(), 9);
-    let get = |scenario: u32, variant: &str| {
-        s.rows
-            .iter()
-            .find(|r| r.scenario == scenario && r.variant == variant)
-            .unwrap()
-    };
+    let get = |scenario, variant| row(&s, scenario, variant);
     for r in &s.rows {
         assert_eq!(r.ptep_get_calls_per_block, 20.0, "{} scenario {}", r.variant, r.scenario);
         if r.variant != "Original" {

@@ -333,28 +333,13 @@ fn format_value(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reproduce::{Cell, Figure, RealKernel};
+    use crate::reproduce::RealKernel;
 
     /// Seed 004's cells measured on kernels built with two compilers: a real-kernel line
     /// per compiler, each value with its percent, and both kernels named.
     #[test]
     fn each_compilers_real_kernel_gets_its_own_line() {
-        let mut row = Cell {
-            seed: "004",
-            experiment: "scenario 3: instructions, change against Original",
-            machine: "generic",
-            variant: "Modification 1",
-            unit: "instructions",
-            seed_value: 1.6e9,
-            seed_stdev: None,
-            model: Ok(1.0e9),
-            figure: Figure::Change {
-                baseline: "Original",
-                baseline_stdev: None,
-            },
-            unmodeled: None,
-        }
-        .row();
+        let mut row = crate::reproduce::seed004_test_row();
         let built = |build: &str, value: f64, pct: f64| RealKernel {
             value: Some(value),
             unit: Some("instructions".into()),

@@ -334,6 +334,28 @@ impl Summary {
     }
 }
 
+/// A seed 004 row (scenario 3's instructions, Modification 1) for tests of the
+/// real-kernel column.
+#[cfg(test)]
+pub(crate) fn seed004_test_row() -> Row {
+    Cell {
+        seed: "004",
+        experiment: "scenario 3: instructions, change against Original",
+        machine: "generic",
+        variant: "Modification 1",
+        unit: "instructions",
+        seed_value: 1.6e9,
+        seed_stdev: None,
+        model: Ok(1.0e9),
+        figure: Figure::Change {
+            baseline: "Original",
+            baseline_stdev: None,
+        },
+        unmodeled: None,
+    }
+    .row()
+}
+
 impl Reproduction {
     /// Puts each of a stored result's real-kernel rows (its `real_kernel` array) beside
     /// the rows with its key; `run` names the stored run. A cell takes one measurement
@@ -830,22 +852,7 @@ mod tests {
     #[test]
     fn a_cell_takes_each_builds_newest_measurement() {
         let mut r = Reproduction {
-            rows: vec![Cell {
-                seed: "004",
-                experiment: "scenario 3: instructions, change against Original",
-                machine: "generic",
-                variant: "Modification 1",
-                unit: "instructions",
-                seed_value: 1.6e9,
-                seed_stdev: None,
-                model: Ok(1.0e9),
-                figure: Figure::Change {
-                    baseline: "Original",
-                    baseline_stdev: None,
-                },
-                unmodeled: None,
-            }
-            .row()],
+            rows: vec![seed004_test_row()],
             ..Reproduction::default()
         };
         let stored = |build: &str, value: f64| {
