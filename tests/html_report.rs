@@ -136,6 +136,7 @@ fn row(
         },
         reason: model_value.is_none().then(|| "no model figure".to_string()),
         real_kernel: Default::default(),
+        real_kernel_more: Vec::new(),
     }
 }
 
