@@ -137,7 +137,10 @@ impl PhysMem {
     fn touch_for_write(&mut self, id: TableId) {
         const HOST_PAGE_WORDS: usize = 4096 / 8;
         let w = self.word(id, 0);
-        for word in self.words[w..w + (1 << self.table_bits)].iter_mut().step_by(HOST_PAGE_WORDS) {
+        for word in self.words[w..w + (1 << self.table_bits)]
+            .iter_mut()
+            .step_by(HOST_PAGE_WORDS)
+        {
             // SAFETY: a valid, aligned reference to a u64 of the slot; volatile only
             // keeps the store of the zero it already holds from being dropped.
             unsafe { std::ptr::write_volatile(word, 0) };
