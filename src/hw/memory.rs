@@ -8,11 +8,15 @@
 //!  pfn ──► sections[pfn >> SECTION_SHIFT] ──► slot[pfn & mask] ──► words[(slot - 1) << bits ..]
 //!          (lazily allocated)                  (0: no storage)     (one table page)
 //! ```
-//! Every table's storage lives in one flat vector and a TableId is the offset of its
+//! Every table's storage lives in one flat array and a TableId is the offset of its
 //! first word there, so a descriptor read is one indexed load: the walker's critical path.
+//! The array is reserved whole (`HugeBuf`) for the most tables the machine can hold, so
+//! a new table neither moves the others nor is zeroed by the model: the host hands out
+//! zeroed pages as slots are first used.
 
 use super::addr::{Granule, Pfn, PhysAddr};
 use super::descriptor::Desc;
+use crate::hostmem::HugeBuf;
 
 const SECTION_SHIFT: u32 = 15;
 const SECTION_PFNS: usize = 1 << SECTION_SHIFT;
@@ -44,8 +48,10 @@ pub struct PhysMem {
     granule: Granule,
     nr_frames: u64,
     sections: Vec<Option<Box<[u32]>>>,
-    /// Descriptor words of every table slot, slot after slot.
-    words: Vec<u64>,
+    /// Descriptor words of every table slot, slot after slot: room for `max_slots`
+    /// slots, the first `frame_pfn.len()` of them ever used.
+    words: HugeBuf<u64>,
+    max_slots: usize,
     /// log2 of the descriptors in one table.
     table_bits: u32,
     frame_pfn: Vec<Pfn>,
@@ -63,12 +69,19 @@ impl PhysMem {
     pub fn new(granule: Granule, ram_bytes: u64) -> PhysMem {
         let nr_frames = ram_bytes >> granule.page_shift();
         let nsec = (nr_frames as usize).div_ceil(SECTION_PFNS);
+        let table_bits = granule.bits_per_level();
+        // Every frame could hold a table, up to what a u32 TableId can name.
+        let max_slots = nr_frames.min(Self::max_tables(granule)) as usize;
         PhysMem {
             granule,
             nr_frames,
             sections: (0..nsec).map(|_| None).collect(),
-            words: Vec::new(),
-            table_bits: granule.bits_per_level(),
+            // SAFETY: all-zero bytes are a valid u64 (an invalid descriptor). The
+            // reservation is address space; the host backs a page of it, zeroed, when
+            // a table there is first used. Tables are mostly sparse, so 4K host pages.
+            words: unsafe { HugeBuf::zeroed(max_slots << table_bits, false) },
+            max_slots,
+            table_bits,
             frame_pfn: Vec::new(),
             free_slots: Vec::new(),
             table_epoch: 0,
@@ -102,16 +115,36 @@ impl PhysMem {
                 slot
             }
             None => {
-                let len = self.words.len() + (1 << self.table_bits);
-                assert!(len < u32::MAX as usize, "table storage beyond 2^32 descriptors");
-                self.words.resize(len, 0);
+                // Fails only on a machine with more frames than a TableId can name.
+                assert!(
+                    self.frame_pfn.len() < self.max_slots,
+                    "no table slot left (a TableId names at most 2^32 descriptors)"
+                );
                 self.frame_pfn.push(pfn);
-                (self.frame_pfn.len() - 1) as u32
+                let slot = (self.frame_pfn.len() - 1) as u32;
+                self.touch_for_write(self.id_of_slot(slot));
+                slot
             }
         };
         self.sections[s].get_or_insert_with(|| vec![0u32; SECTION_PFNS].into_boxed_slice())[i] = slot + 1;
         self.table_epoch += 1;
         self.id_of_slot(slot)
+    }
+
+    /// Store to every host page of a never-used slot, so the host backs it at once.
+    /// Reading it first (a pte_none check before the first set_pte) would otherwise map
+    /// the host's zero page, and the first descriptor write would fault a second time.
+    fn touch_for_write(&mut self, id: TableId) {
+        const HOST_PAGE_WORDS: usize = 4096 / 8;
+        let w = self.word(id, 0);
+        for word in self.words[w..w + (1 << self.table_bits)]
+            .iter_mut()
+            .step_by(HOST_PAGE_WORDS)
+        {
+            // SAFETY: a valid, aligned reference to a u64 of the slot; volatile only
+            // keeps the store of the zero it already holds from being dropped.
+            unsafe { std::ptr::write_volatile(word, 0) };
+        }
     }
 
     /// Drop the table storage of `pfn` (the frame no longer holds a table).
@@ -216,7 +249,7 @@ impl PhysMem {
 
     /// Host bytes held by table storage (for memory reports).
     pub fn host_bytes(&self) -> usize {
-        self.words.len() * 8 + self.sections.iter().flatten().count() * SECTION_PFNS * 4
+        (self.frame_pfn.len() << self.table_bits) * 8 + self.sections.iter().flatten().count() * SECTION_PFNS * 4
     }
 }
 
