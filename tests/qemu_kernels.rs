@@ -135,8 +135,10 @@ fn each_seeds_before_and_after_on_6_1_and_6_12() {
 /// no flush), and write faults that reuse a page or a PMD THP after fork or make a
 /// clean pte dirty (`wp-flush`: the stale read-only entry is flushed on the faulting
 /// CPU alone; `contpte-access`: no gathered contpte_ptep_get); with controls that 6.18 and 7.3 do alike (mTHP faults, partial
-/// MADV_DONTNEED one page at a time, pageout).
+/// MADV_DONTNEED one page at a time, pageout, contpte blocks unfolded and refolded by
+/// mprotect: QEMU's CPU has no BBML2, so each contpte_convert keeps its TLBI).
 const AGREE_73: &[&str] = &[
+    "tests/validation/contpte_refold_64k.wl",
     "tests/validation/mprotect_none_rw.wl",
     "tests/validation/mprotect_whole_pmd.wl",
     "tests/validation/fork_cow.wl",
@@ -148,6 +150,7 @@ const AGREE_73: &[&str] = &[
 
 /// The 16K-page guest's share of them (the others' ranges are not in 16K units).
 const AGREE_73_16K: &[&str] = &[
+    "workloads/contpte-refold-16k.wl",
     "tests/validation/mprotect_whole_pmd.wl",
     "tests/validation/fork_cow.wl",
     "tests/validation/mthp_64k_aligned.wl",

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seeds to reproduce (000, 001, 002, 003, 004); all when none is given.
+    /// Seeds to reproduce (000, 001, 002, 003, 004, and `upstream`: changes since 6.18
+    /// with a published arm64 table); all when none is given.
     pub seeds: Vec<String>,
     /// The profile whose measured costs stand for the generic mm software on every
     /// machine (scaled by clock): the calibration committed with foliolab, or `host`
@@ -28,8 +29,8 @@ pub struct Args {
 
 pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     for s in &a.seeds {
-        if !["000", "001", "002", "003", "004"].contains(&s.as_str()) {
-            return Err(format!("unknown seed '{s}' (000, 001, 002, 003, 004)").into());
+        if !crate::reproduce::SEEDS.contains(&s.as_str()) {
+            return Err(format!("unknown seed '{s}' ({})", crate::reproduce::SEEDS.join(", ")).into());
         }
     }
     let software = Profile::load(&a.software)?;

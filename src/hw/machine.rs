@@ -25,6 +25,11 @@ pub struct Features {
     /// FEAT_LPA2 in use (a 52-bit kernel on a CPU with it): range TLBIs take their
     /// base address in 64K units.
     pub lpa2: bool,
+    /// MIDR_EL1 (0: the model's unnamed CPU), which the kernel matches against its
+    /// allow-lists and errata lists (`super::cpu`).
+    pub midr: u32,
+    /// ID_AA64MMFR2_EL1.BBM.
+    pub bbm: u8,
 }
 
 impl Default for Features {
@@ -35,6 +40,8 @@ impl Default for Features {
             kpti: false,
             hafdbs: true,
             lpa2: false,
+            midr: 0,
+            bbm: 0,
         }
     }
 }

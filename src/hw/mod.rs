@@ -2,6 +2,7 @@
 
 pub mod addr;
 pub mod check;
+pub mod cpu;
 pub mod descriptor;
 pub mod events;
 pub mod machine;

@@ -469,6 +469,7 @@ pub(crate) mod seed001;
 mod seed002;
 pub(crate) mod seed003;
 pub(crate) mod seed004;
+mod upstream;
 
 use crate::report::{Counters, Report};
 use crate::sim::kernels::{with_preset, Release, Scope, DEFAULT};
@@ -570,12 +571,16 @@ fn same_sign(a: f64, b: f64) -> bool {
     }
 }
 
+/// What `reproduce` can be asked for: the seeds, and `upstream` (changes since 6.18
+/// with a published arm64 table).
+pub const SEEDS: &[&str] = &["000", "001", "002", "003", "004", "upstream"];
+
 /// Runs every seed asked for (all when `seeds` is empty) with `software`'s costs for the
 /// generic mm code, on `kernel`'s preset (each experiment sets the keys it varies).
 pub fn reproduce(seeds: &[String], software: &Profile, kernel: Release) -> Result<Reproduction, String> {
     let start = std::time::Instant::now();
     let want = |s: &str| seeds.is_empty() || seeds.iter().any(|x| x == s);
-    let n = ["000", "001", "002", "003", "004"].iter().filter(|s| want(s)).count();
+    let n = SEEDS.iter().filter(|s| want(s)).count();
     let mut progress = crate::sim::progress::Progress::counting(n as u64, "seeds");
     let mut want = |s: &str| {
         let w = want(s);
@@ -599,6 +604,9 @@ pub fn reproduce(seeds: &[String], software: &Profile, kernel: Release) -> Resul
     }
     if want("004") {
         seed004::run(&mut r, software, kernel)?;
+    }
+    if want("upstream") {
+        upstream::run(&mut r, software, kernel)?;
     }
     if kernel != DEFAULT {
         for notes in r.notes.values_mut() {

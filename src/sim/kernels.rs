@@ -280,7 +280,7 @@ pub const CHANGES: &[Change] = &[
         after: "on",
         release: Release(6, 17),
         commit: "83bbd6be7d17",
-        what: "contpte_convert skips its TLBI on BBML2_NOABORT CPUs (with `bbml2=on`)",
+        what: "contpte_convert skips its TLBI on a CPU the kernel finds BBML2_NOABORT on (`cpu`, `bbml2-detect`; `bbml2=on` for the unnamed CPU)",
     },
     Change {
         scope: Scope::Run,
@@ -335,6 +335,12 @@ pub const CHANGES: &[Change] = &[
         release: Release(7, 0),
         commit: "f1879e8a0c60 ab08be8dc96a 4b34f1d82c65",
         what: "do_swap_page on zram reads every slot through the swap cache, never with readahead, maps a page writable only when its swap pte is exclusive, and frees the cache after mapping once no pte holds the slot (swap table phase II)",
+        key: "flush-range-nosync",
+        before: "split",
+        after: "unsplit",
+        release: Release(7, 1),
+        commit: "(id not found)",
+        what: "arm64's TLB-flush helpers in C (tlbf_t flags, __do_flush_tlb_range): a range too large for TLBIs returns after flush_tlb_mm, without __flush_tlb_range's second DSB ISH. In 7.2.12's and 7.3.4's source; 7.0.y's backport of c2ff4764e03e had to drop its TLBF_NONE, so after 7.0",
     },
     Change {
         scope: Scope::Run,
@@ -345,18 +351,31 @@ pub const CHANGES: &[Change] = &[
         commit: "97c5550b7631",
         what: "contpte_ptep_set_access_flags checks every entry of the block raw, no gathered contpte_ptep_get (\"arm64: contpte: fix set_access_flags() no-op check for SMMU/ATS faults\"; also in 6.19 stable)",
     },
+    Change {
+        scope: Scope::Run,
+        key: "bbml2-detect",
+        before: "midr-list",
+        after: "idreg-or-list",
+        release: Release(7, 3),
+        commit: "06468bc3c936 4955df16ff99 f8d0751426dd",
+        what: "BBML2_NOABORT becomes BBM Level 3 (cpu_supports_bbml3): ID_AA64MMFR2_EL1.BBM >= 3 or a longer MIDR allow-list (Cortex-A725, Neoverse N3, C1, ...)",
+    },
 ];
 
-/// The `--set` values of `kernel`'s preset for `scope`: every change's value as of it.
+/// The `--set` values of `kernel`'s preset for `scope`: every key's value as of it.
+/// A key that changed twice has two rows, oldest first; the later one decides from
+/// its release on.
 pub fn preset(kernel: Release, scope: Scope) -> Vec<String> {
-    CHANGES
-        .iter()
-        .filter(|c| c.scope == scope)
-        .map(|c| {
-            let v = if kernel >= c.release { c.after } else { c.before };
-            format!("{}={v}", c.key)
-        })
-        .collect()
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for c in CHANGES.iter().filter(|c| c.scope == scope) {
+        let v = if kernel >= c.release { c.after } else { c.before };
+        match out.iter_mut().find(|(k, _)| *k == c.key) {
+            Some(slot) if kernel >= c.release => slot.1 = v,
+            Some(_) => {}
+            None => out.push((c.key, v)),
+        }
+    }
+    out.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
 /// `sets` with `kernel`'s preset under them: a key the user sets keeps their value.
@@ -406,10 +425,21 @@ pub fn table() -> String {
         let _ = write!(s, "  {:<val_w$}", k.to_string());
     }
     let _ = writeln!(s, "  {:<5}  {:<commit_w$}  change", "since", "commit");
+    // A cell from the row's release on is the preset's value, which a later row of
+    // the same key may have changed again.
+    let presets: Vec<[Vec<String>; 2]> = KERNELS
+        .iter()
+        .map(|&k| [preset(k, Scope::Run), preset(k, Scope::Boot)])
+        .collect();
     for (c, r) in CHANGES.iter().zip(&rows) {
         let _ = write!(s, "{:<key_w$}", r[0]);
-        for &k in KERNELS {
-            let _ = write!(s, "  {:<val_w$}", if k >= c.release { c.after } else { c.before });
+        for (&k, p) in KERNELS.iter().zip(&presets) {
+            let set = &p[usize::from(c.scope == Scope::Boot)];
+            let now = set
+                .iter()
+                .find_map(|s| s.strip_prefix(c.key)?.strip_prefix('='))
+                .unwrap_or(c.after);
+            let _ = write!(s, "  {:<val_w$}", if k >= c.release { now } else { c.before });
         }
         let _ = writeln!(s, "  {:<5}  {:<commit_w$}  {}", r[1], r[2], r[3]);
     }
@@ -461,6 +491,24 @@ mod tests {
         }
         assert_eq!(preset(Release(6, 1), Scope::Boot), ["pgtable-fixmap=per-cont-block"]);
         assert_eq!(preset(Release(6, 12), Scope::Boot), ["pgtable-fixmap=once"]);
+    }
+
+    #[test]
+    fn a_key_changed_twice_takes_its_newest_row() {
+        let at = |k| preset(k, Scope::Run).into_iter().filter(|s| s.starts_with("flush-range-nosync=")).collect::<Vec<_>>();
+        assert_eq!(at(Release(6, 1)), ["flush-range-nosync=unsplit"]);
+        assert_eq!(at(Release(6, 18)), ["flush-range-nosync=split"]);
+        assert_eq!(at(Release(7, 0)), ["flush-range-nosync=split"]);
+        assert_eq!(at(Release(7, 1)), ["flush-range-nosync=unsplit"]);
+        let t = table();
+        let row = t.lines().find(|l| l.starts_with("flush-range-nosync") && l.contains("d9d8dc2bd3fb")).unwrap();
+        assert_eq!(row.split_whitespace().take(8).collect::<Vec<_>>(), ["flush-range-nosync", "unsplit", "split", "split", "split", "unsplit", "unsplit", "unsplit"]);
+    }
+
+    #[test]
+    fn bbml2_detection_reads_the_id_register_from_7_3() {
+        assert!(preset(Release(7, 2), Scope::Run).contains(&"bbml2-detect=midr-list".to_string()));
+        assert!(preset(Release(7, 3), Scope::Run).contains(&"bbml2-detect=idreg-or-list".to_string()));
     }
 
     #[test]

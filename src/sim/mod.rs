@@ -159,7 +159,9 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.arch.contpte = v.contpte();
     k.arch.ptep_get = v.ptep_get();
     k.arch.flush_range_nosync_split = v.get("flush-range-nosync") == "split";
-    k.arch.bbml2_elide = v.get("bbml2-elide") == "on";
+    // The release uses BBML2_NOABORT, and its cpufeature code finds it on this CPU.
+    k.arch.bbml2_elide = v.get("bbml2-elide") == "on"
+        && crate::arch::arm64::cpufeature::supports_bbml2_noabort(&k.arch.hw.cfg.features, v.bbml2_detect());
     k.arch.wp_flush_local = v.get("wp-flush") == "local";
     k.arch.contpte_access_raw = v.get("contpte-access") == "raw";
     k.prot_flush_elide = v.prot_flush_elide();

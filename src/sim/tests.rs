@@ -895,3 +895,39 @@ mod host_budget {
         );
     }
 }
+
+/// The kernel's verdict on the CPU, as each release reaches it: Cortex-A725 joins the
+/// BBML2 list in 7.3, so 7.3 folds and unfolds its contpte blocks without the TLBI that
+/// 7.2 issues; QEMU's `-cpu max` gets the TLBI under both.
+mod cpu_verdicts {
+    use crate::sim::kernels::{with_preset, Release, Scope};
+    use crate::sim::{run, Variants};
+    use crate::workload::parse_str;
+
+    const REFOLD: &str = "set hugepages-64kB/enabled always\nmmap buf 256K\ntouch buf\nmark refold\n\
+                          mprotect buf 64K 4K r\nmprotect buf 64K 4K rw\n";
+
+    fn rvale1is(kernel: Release, cpu: &str) -> i64 {
+        let w = parse_str("refold.wl", REFOLD).unwrap();
+        let sets = with_preset(kernel, Scope::Run, &[format!("cpu={cpu}"), "tlbi-range=on".into()]);
+        let r = run(&w, &Variants::from_sets(&sets).unwrap()).unwrap();
+        let p = r.phases.iter().find(|p| p.label == "refold").unwrap();
+        p.counters.get("arch.tlbi.rvale1is").copied().unwrap_or(0)
+    }
+
+    #[test]
+    fn cortex_a725_elides_the_convert_tlbi_from_7_3() {
+        assert!(rvale1is(Release(7, 2), "cortex-a725") > 0);
+        assert_eq!(rvale1is(Release(7, 3), "cortex-a725"), 0);
+        assert_eq!(rvale1is(Release(7, 3), "qemu-max"), rvale1is(Release(7, 2), "cortex-a725"));
+        assert_eq!(rvale1is(Release(6, 12), "neoverse-v3"), rvale1is(Release(7, 3), "qemu-max"));
+    }
+
+    #[test]
+    fn bbml2_is_refused_beside_a_named_cpu() {
+        let e = Variants::from_sets(&["cpu=neoverse-n1".into(), "bbml2=on".into()]).unwrap_err();
+        assert!(e.contains("cpu=neoverse-n1 decides"), "{e}");
+        assert!(Variants::from_sets(&["cpu=pentium".into()]).unwrap_err().contains("invalid value"));
+        assert_eq!(crate::sim::variants::key("cpu").unwrap().values, crate::hw::cpu::names());
+    }
+}

@@ -174,7 +174,7 @@ pub const KEYS: &[Key] = &[
         name: "flush-range-nosync",
         default: "split",
         values: "split|unsplit",
-        about: "a range flush too large for TLBIs becomes flush_tlb_mm and __flush_tlb_range still adds its DSB ISH (split, 6.9+: d9d8dc2bd3fb) or returns after flush_tlb_mm (unsplit, e.g. 6.1)",
+        about: "a range flush too large for TLBIs becomes flush_tlb_mm and __flush_tlb_range still adds its DSB ISH (split, 6.9+: d9d8dc2bd3fb) or returns after flush_tlb_mm (unsplit: 6.1 to 6.8, and again from 7.1, whose C helpers return from __do_flush_tlb_range after flush_tlb_mm)",
     },
     Key {
         name: "pmd-freeze-rmap",
@@ -199,6 +199,12 @@ pub const KEYS: &[Key] = &[
         default: "on",
         values: "on|off",
         about: "the kernel uses BBML2_NOABORT (the `bbml2` CPU feature) to skip contpte_convert's TLBI (on, 6.17+: 83bbd6be7d17) or does break-before-make on any CPU (off)",
+    },
+    Key {
+        name: "bbml2-detect",
+        default: "midr-list",
+        values: "midr-list|idreg-or-list",
+        about: "how the kernel decides a named CPU (`cpu`) has BBML2_NOABORT: its MIDR on an allow-list (midr-list, 6.17 to 7.2: 5aa4b625762e) or ID_AA64MMFR2_EL1.BBM >= 3, else a longer allow-list (idreg-or-list, 7.3: BBM Level 3, 06468bc3c936 4955df16ff99 f8d0751426dd)",
     },
     Key {
         name: "granule",
@@ -234,7 +240,13 @@ pub const KEYS: &[Key] = &[
         name: "bbml2",
         default: "off",
         values: "on|off",
-        about: "BBML2_NOABORT: folding a contpte block skips the TLBI of break-before-make (on)",
+        about: "BBML2_NOABORT on the unnamed CPU (cpu=generic): the hardware changes a live contiguous bit or block size without conflict aborts, and the kernel trusts it with that (on); a named `cpu` decides it from its MIDR and ID registers instead",
+    },
+    Key {
+        name: "cpu",
+        default: "generic",
+        values: "generic|qemu-max|cortex-a55|cortex-a76|neoverse-n1|neoverse-v3|ampere1|cortex-a725",
+        about: "the CPU, by its MIDR_EL1 and ID_AA64MMFR2_EL1.BBM: the kernel decides BBML2_NOABORT and the repeat-TLBI erratum workaround from them (generic: no MIDR; `bbml2` stands for the verdict)",
     },
     Key {
         name: "kpti",
@@ -357,6 +369,12 @@ impl Variants {
         for (k, val) in split_sets(sets)? {
             v.set(k, val)?;
         }
+        if v.get("cpu") != "generic" && split_sets(sets)?.iter().any(|&(k, _)| k == "bbml2") {
+            return Err(format!(
+                "--set bbml2: cpu={} decides BBML2_NOABORT itself (bbml2 is for cpu=generic)",
+                v.get("cpu")
+            ));
+        }
         Ok(v)
     }
 
@@ -391,6 +409,8 @@ impl Variants {
             "mprotect-mkwrite" => matches!(val, "exclusive" | "dirty-pte"),
             "rmap-api" => matches!(val, "folio" | "page"),
             "bbml2-elide" => matches!(val, "on" | "off"),
+            "bbml2-detect" => matches!(val, "midr-list" | "idreg-or-list"),
+            "cpu" => crate::hw::cpu::by_name(val).is_some(),
             "mthp" | "shrink-underused" | "split-zeropage" => matches!(val, "on" | "off"),
             "inject" => matches!(val, "none" | "extra-fault" | "drop-flush"),
             "granule" => Granule::parse(val).is_some(),
@@ -461,7 +481,22 @@ impl Variants {
         cfg.features.kpti = self.flag("kpti");
         cfg.features.hafdbs = self.flag("hafdbs");
         cfg.features.lpa2 = self.flag("lpa2");
+        let cpu = crate::hw::cpu::by_name(self.get("cpu")).expect("checked when set");
+        if cpu.midr != 0 {
+            cfg.features.midr = cpu.midr;
+            cfg.features.bbm = cpu.bbm;
+            cfg.features.bbml2 = cpu.bbml2_noabort;
+        }
         cfg
+    }
+    /// The kernel's cpufeature rule for BBML2_NOABORT.
+    pub fn bbml2_detect(&self) -> crate::arch::arm64::cpufeature::Bbml2Detect {
+        use crate::arch::arm64::cpufeature::Bbml2Detect;
+        if self.get("bbml2-detect") == "idreg-or-list" {
+            Bbml2Detect::IdRegOrList
+        } else {
+            Bbml2Detect::MidrList
+        }
     }
     pub fn zap(&self) -> ZapVariant {
         if self.get("zap") == "per-pte" {

@@ -1,5 +1,6 @@
 pub mod contpte;
 pub mod contpte_insns;
+pub mod cpufeature;
 pub mod fixmap;
 pub mod mmu;
 pub mod page;

@@ -392,8 +392,10 @@ pub struct Arch {
     /// waits with __flush_tlb_range's own DSB ISH, as since d9d8dc2bd3fb split out
     /// __flush_tlb_range_nosync (6.9); before, it returned after flush_tlb_mm.
     pub flush_range_nosync_split: bool,
-    /// contpte_convert skips its TLBI on a BBML2_NOABORT CPU (83bbd6be7d17, 6.17);
-    /// an older kernel does break-before-make whatever the CPU.
+    /// contpte_convert skips its TLBI on a BBML2_NOABORT CPU (83bbd6be7d17, 6.17):
+    /// the release uses it and the kernel's cpufeature verdict on the CPU
+    /// (`cpufeature::supports_bbml2_noabort`) is yes. An older kernel does
+    /// break-before-make whatever the CPU.
     pub bbml2_elide: bool,
     /// A write fault's flush of its stale read-only entry stays on the faulting CPU
     /// (TLBI VALE1, cb1fa2e99955, 6.19); before, it was broadcast (VALE1IS).

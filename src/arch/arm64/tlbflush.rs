@@ -203,14 +203,14 @@ pub fn flush_tlb_range_local(m: &mut Machine, cpu: usize, asid: Asid, start: u64
 /// flush_tlb_mm fallback).
 pub fn __flush_tlb_range(m: &mut Machine, asid: Asid, start: u64, end: u64, stride: u64, last_level: bool) {
     flush_tlb_range_nosync(m, asid, start, end, stride, last_level);
-    m.dsb_ish();
+    tlbi_sync_s1ish(m);
 }
 
 /// __flush_tlb_range as before d9d8dc2bd3fb (6.9): one function, which returned
 /// right after a flush_tlb_mm fallback, so without a second DSB ISH.
 pub fn __flush_tlb_range_unsplit(m: &mut Machine, asid: Asid, start: u64, end: u64, stride: u64, last_level: bool) {
     if !flush_tlb_range_nosync(m, asid, start, end, stride, last_level) {
-        m.dsb_ish();
+        tlbi_sync_s1ish(m);
     }
 }
 
@@ -229,7 +229,7 @@ pub fn flush_tlb_mm(m: &mut Machine, asid: Asid) {
             asid: asid | USER_ASID_FLAG,
         });
     }
-    m.dsb_ish();
+    tlbi_sync_s1ish(m);
 }
 
 /// flush_tlb_page_nosync: DSB ISHST; TLBI VALE1IS (+user).
@@ -247,14 +247,14 @@ pub fn flush_tlb_page_nosync(m: &mut Machine, asid: Asid, va: u64) {
 /// flush_tlb_page: the nosync form followed by DSB ISH.
 pub fn flush_tlb_page(m: &mut Machine, asid: Asid, va: u64) {
     flush_tlb_page_nosync(m, asid, va);
-    m.dsb_ish();
+    tlbi_sync_s1ish(m);
 }
 
 /// flush_tlb_all: DSB ISHST; TLBI VMALLE1IS; DSB ISH; ISB.
 pub fn flush_tlb_all(m: &mut Machine) {
     m.dsb_ishst();
     m.tlbi(Tlbi::Vmalle1is);
-    m.dsb_ish();
+    tlbi_sync_s1ish(m);
     m.isb();
 }
 
@@ -271,7 +271,7 @@ pub fn flush_tlb_kernel_range(m: &mut Machine, start: u64, end: u64) {
         m.tlbi(Tlbi::Vaale1is { va: VirtAddr(va) });
         va += ps;
     }
-    m.dsb_ish();
+    tlbi_sync_s1ish(m);
     m.isb();
 }
 
@@ -285,7 +285,18 @@ pub fn arch_tlbbatch_add_pending(m: &mut Machine, asid: Asid, start: u64, end: u
 /// arch_tlbbatch_flush: the TLBIs were issued as they were queued; one DSB ISH waits
 /// for every one of them.
 pub fn arch_tlbbatch_flush(m: &mut Machine) {
+    tlbi_sync_s1ish(m);
+}
+
+/// __tlbi_sync_s1ish: the DSB ISH that completes broadcast TLBIs, and on a CPU with
+/// a "Broken broadcast TLBI completion" erratum (ARM64_WORKAROUND_REPEAT_TLBI_SYNC,
+/// chosen by MIDR) one more TLBI VALE1IS of address 0 in ASID 0, and DSB ISH.
+pub fn tlbi_sync_s1ish(m: &mut Machine) {
     m.dsb_ish();
+    if super::cpufeature::repeat_tlbi_sync(&m.cfg.features) {
+        m.tlbi(Tlbi::Vale1is { asid: 0, va: VirtAddr(0) });
+        m.dsb_ish();
+    }
 }
 
 /// arch_flush_tlb_batched_pending: flush_tlb_mm. The TLBIs pending for this mm may
@@ -402,6 +413,25 @@ mod tests {
         assert_eq!(m.ev.get(Event::TlbiVale1is), 32);
         flush_tlb_mm(&mut m, 5);
         assert_eq!(m.ev.get(Event::TlbiAside1is), 2);
+    }
+
+    /// On a CPU with erratum 4118414 (Neoverse N1) every completed broadcast flush
+    /// ends with one more TLBI VALE1IS and DSB ISH, once per flush, not per TLBI;
+    /// the local flush of a write fault is left alone.
+    #[test]
+    fn a_repeat_tlbi_cpu_repeats_each_completion_once() {
+        let run = |midr: u32| {
+            let mut cfg = MachineConfig::default();
+            cfg.features.midr = midr;
+            let mut m = Machine::new(cfg);
+            __flush_tlb_range(&mut m, 5, 0x10000, 0x20000, 4096, true);
+            flush_tlb_mm(&mut m, 5);
+            flush_tlb_range_local(&mut m, 0, 5, 0x10000, 0x11000, 4096);
+            [Event::TlbiVale1is, Event::DsbIsh, Event::TlbiAside1is, Event::DsbNsh].map(|e| m.ev.get(e))
+        };
+        assert_eq!(run(0), [16, 2, 1, 1]);
+        let n1 = crate::hw::cpu::by_name("neoverse-n1").unwrap().midr;
+        assert_eq!(run(n1), [18, 4, 1, 1]);
     }
 
     #[test]

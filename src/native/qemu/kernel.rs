@@ -184,13 +184,16 @@ impl GuestKernel {
     /// QEMU's `-cpu max` implements FEAT_TLBIRANGE, so the guest kernel flushes ranges
     /// with range TLBIs; and for a 52-bit VA kernel (CONFIG_ARM64_LPA2, as Debian
     /// builds 6.12) `lpa2=on`, because `-cpu max` implements FEAT_LPA2 too, so range
-    /// TLBIs start on 64K boundaries (Debian's 6.1 is a 48-bit VA kernel). The
-    /// kernel's behaviour is its preset's (`release`).
+    /// TLBIs start on 64K boundaries (Debian's 6.1 is a 48-bit VA kernel); and
+    /// `cpu=qemu-max`, the MIDR the guest boots on, from which the kernel decides
+    /// BBML2_NOABORT (no) and the repeat-TLBI erratum (no) as it does on hardware.
+    /// The kernel's behaviour is its preset's (`release`).
     pub fn machine_sets(&self) -> Vec<String> {
         let mut sets = Vec::new();
         if self.granule == Granule::K16 {
             sets.push("granule=16K".to_string());
         }
+        sets.push("cpu=qemu-max".into());
         sets.push("tlbi-range=on".into());
         if self.va_bits == 52 {
             sets.push("lpa2=on".into());
@@ -262,7 +265,7 @@ mod tests {
         assert!(e.to_string().contains("has 4K pages"), "{e}");
         let k = super::super::resolve(Target::QemuArm64, Some(&arg)).unwrap().unwrap();
         assert_eq!((k.release, k.granule, k.va_bits), (Release(6, 12), Granule::K4, 48));
-        assert_eq!(k.machine_sets(), ["tlbi-range=on"]);
+        assert_eq!(k.machine_sets(), ["cpu=qemu-max", "tlbi-range=on"]);
         assert!(k.boot_sets().is_empty());
         assert!(matches!(k.provenance, Provenance::Dir(_)));
         std::fs::remove_dir_all(&dir).unwrap();
@@ -272,23 +275,23 @@ mod tests {
     #[test]
     fn debian_targets_keep_their_machine() {
         let k = GuestKernel::debian(Target::QemuArm64).unwrap();
-        assert_eq!(k.machine_sets(), ["tlbi-range=on", "lpa2=on"]);
+        assert_eq!(k.machine_sets(), ["cpu=qemu-max", "tlbi-range=on", "lpa2=on"]);
         assert_eq!(k.boot_sets(), ["pgtable-levels=5"]);
         assert_eq!(k.va_offset(), 0);
         let k = GuestKernel::debian(Target::QemuArm64_16k).unwrap();
-        assert_eq!(k.machine_sets(), ["granule=16K", "tlbi-range=on", "lpa2=on"]);
+        assert_eq!(k.machine_sets(), ["granule=16K", "cpu=qemu-max", "tlbi-range=on", "lpa2=on"]);
         assert!(k.boot_sets().is_empty());
         assert_eq!(k.va_offset(), 1 << 47);
         let k = GuestKernel::debian(Target::QemuArm64_61).unwrap();
-        assert_eq!(k.machine_sets(), ["tlbi-range=on"]);
+        assert_eq!(k.machine_sets(), ["cpu=qemu-max", "tlbi-range=on"]);
         assert!(k.boot_sets().is_empty());
         assert_eq!(k.map_mem_bounds(), ("memblock_mark_nomap", "memblock_clear_nomap"));
         let k = GuestKernel::debian(Target::QemuArm64_73).unwrap();
         assert_eq!((k.release, k.granule), (Release(7, 3), Granule::K4));
-        assert_eq!(k.machine_sets(), ["tlbi-range=on", "lpa2=on"]);
+        assert_eq!(k.machine_sets(), ["cpu=qemu-max", "tlbi-range=on", "lpa2=on"]);
         assert_eq!(k.boot_sets(), ["pgtable-levels=5"]);
         let k = GuestKernel::debian(Target::QemuArm64_73_16k).unwrap();
-        assert_eq!(k.machine_sets(), ["granule=16K", "tlbi-range=on", "lpa2=on"]);
+        assert_eq!(k.machine_sets(), ["granule=16K", "cpu=qemu-max", "tlbi-range=on", "lpa2=on"]);
         assert_eq!(k.va_offset(), 1 << 47);
         assert!(GuestKernel::debian(Target::Host).is_none());
     }
