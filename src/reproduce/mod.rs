@@ -453,9 +453,14 @@ impl Costs {
     /// These costs with map_mem's own software work (its pte and table writes, its
     /// table allocations) costed from instructions counted on a real arm64 kernel
     /// (`time::insns`), for a boot's map_mem only.
-    pub fn with_map_mem_insns(mut self) -> Result<Costs, String> {
-        let table = crate::time::insns::Table::map_mem();
-        self.profile = self.profile.with_kernel_insns(&table)?;
+    pub fn with_map_mem_insns(self) -> Result<Costs, String> {
+        self.with_insns(&crate::time::insns::Table::map_mem())
+    }
+
+    /// These costs with the events of `table` that have no number costed from the
+    /// instructions it counted on a real arm64 kernel, each said in a note.
+    pub fn with_insns(mut self, table: &crate::time::insns::Table) -> Result<Costs, String> {
+        self.profile = self.profile.with_kernel_insns(table)?;
         for (event, _, why) in table.per_event()? {
             if matches!(self.profile.lookup(&event), crate::time::Lookup::Costed(..)) {
                 self.notes.push(format!(
