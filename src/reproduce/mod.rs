@@ -506,6 +506,34 @@ pub fn phase_counts(
         .ok_or_else(|| format!("{}: no phase '{label}'", w.path))
 }
 
+/// `f` of each item, on every core, in the items' order: the seeds' model runs are
+/// independent, so the output is the same whatever the core count.
+pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, items.len().max(1));
+    let next = AtomicUsize::new(0);
+    let mut out: Vec<(usize, R)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break done };
+                        done.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
 /// Percent change of `v` against `base`.
 pub fn pct(v: f64, base: f64) -> f64 {
     (v - base) / base * 100.0
@@ -702,6 +730,13 @@ mod tests {
         assert_eq!((r.verdict, r.sign_agrees), (Verdict::Agrees, false));
         c.model = Ok(24.7);
         assert_eq!(c.row().verdict, Verdict::Disagrees);
+    }
+
+    #[test]
+    fn par_map_keeps_the_items_order() {
+        let items: Vec<u64> = (0..50).collect();
+        assert_eq!(par_map(&items, |x| x * x), items.iter().map(|x| x * x).collect::<Vec<_>>());
+        assert!(par_map(&[] as &[u64], |x| *x).is_empty());
     }
 
     #[test]

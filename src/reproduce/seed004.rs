@@ -70,14 +70,21 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
         "the seed's kernel (a 2025 Qualcomm phone's, not named) walks as 6.6 to 6.10 do: mlock-walk={MLOCK_WALK}, folio_mlock_step (dc68badcede4, 6.6) reading every pte of a folio, 52 contpte_ptep_get calls per 64K block per mlock+munlock where the seed's totals imply 48 to 52; 6.11's folio_pte_batch version (Lance Yang, <20240603140745.83880-1-ioworker0@gmail.com>) makes 20"
     ));
     notes.push("compiler: the per-call counts are GCC 12's (-O2), whose full scan is branch-free at 13 instructions per pte; the seed's kernel compiler is not known, and with clang (not measured here) the full scan is 10 to 11 instructions per pte and modification 1 costs more (issue 37), so the signs of the small changes (scenarios 2 and 3) depend on the compiler the model does not have".into());
-    for (si, (scenario, text)) in SCENARIOS.iter().enumerate() {
+    // The nine model runs (each scenario under each variant) are most of reproduce's
+    // time: they run on every core.
+    let mut runs = Vec::new();
+    for (scenario, text) in SCENARIOS {
         let w = parse_str(&format!("workloads/seed004-scenario{scenario}.wl"), text).map_err(|e| e.to_string())?;
-        let mut insns = Vec::new();
         for (_, v) in VARIANTS {
-            let vs = super::variants(kernel, &[("ptep_get", v), ("mlock-walk", MLOCK_WALK)])?;
-            let rep = sim::run(&w, &vs).map_err(|e| e.to_string())?;
-            insns.push(rep.counters.get(INSNS).copied().unwrap_or(0));
+            runs.push((w.clone(), super::variants(kernel, &[("ptep_get", v), ("mlock-walk", MLOCK_WALK)])?));
         }
+    }
+    let counted = super::par_map(&runs, |(w, vs)| {
+        sim::run(w, vs).map(|rep| rep.counters.get(INSNS).copied().unwrap_or(0)).map_err(|e| e.to_string())
+    });
+    let counted = counted.into_iter().collect::<Result<Vec<_>, _>>()?;
+    for (si, (scenario, _)) in SCENARIOS.iter().enumerate() {
+        let insns = &counted[si * VARIANTS.len()..(si + 1) * VARIANTS.len()];
         let ns_of = |n: i64| costs.time_ns(&[(INSNS.to_string(), n)].into()).0;
         let seed = |vi: usize| {
             let (i, t, o) = TABLE[si][vi];
