@@ -788,6 +788,31 @@ mod tests {
             "{:?}",
             c.notes
         );
+        // Seed 003's barriers after kernel pte writes are costed on every machine, by
+        // a cost that is not its own series' (the stand-in's stated ISB delay).
+        for m in ["altra-vm", "altra-metal", "m2-vm"] {
+            let c = Costs::for_seed(m, "003", &software).unwrap();
+            for e in ["arch.dsb.ishst", "arch.isb"] {
+                let crate::time::Lookup::Costed(_, cost) = c.profile.lookup(e) else {
+                    panic!("{m}: {e} uncosted for seed 003")
+                };
+                assert_eq!(cost.derived_from_seed, None, "{m}: {e}");
+            }
+        }
+    }
+
+    /// Seed 001's loop costs its swap and shmem work from the guest's instructions:
+    /// without them the share's denominator lacks most of the loop.
+    #[test]
+    fn seed_001s_swap_and_shmem_work_is_costed() {
+        let software = Profile::load(crate::time::profile::CALIBRATED).unwrap();
+        let table = crate::time::insns::Table::seed001_loop();
+        let c = Costs::for_seed("kunpeng-920", "001", &software).unwrap();
+        assert!(!matches!(c.profile.lookup("kernel.shmem_writeout"), crate::time::Lookup::Costed(..)));
+        let c = c.with_insns(&table).unwrap();
+        for e in ["kernel.shmem_writeout", "kernel.shmem_swapin_folio", "kernel.shmem_fault"] {
+            assert!(matches!(c.profile.lookup(e), crate::time::Lookup::Costed(..)), "{e}");
+        }
     }
 
     /// A stored real-kernel row lands beside the model row with its key, and only there.
