@@ -115,6 +115,24 @@ fn unmodeled(a: &Counters, b: &Counters, base_ns: f64, after_ns: f64) -> Option<
     })
 }
 
+/// For a disagreeing cell: the events whose modeled time differs between the two
+/// kernels, so the reader sees all the model has to move the figure with.
+fn time_differs(base: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
+    let at = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
+    let differ: Vec<String> = base
+        .keys()
+        .chain(after.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| at(base, k) != at(after, k))
+        .map(|k| format!("{k} {:+.0} ns", at(after, k) - at(base, k)))
+        .collect();
+    format!(
+        "; the model's two kernels differ in modeled time only in {}: nothing the model counts moves the other way, so what does on this machine is not modeled",
+        differ.join(", ")
+    )
+}
+
 pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<(), String> {
     let mut notes = vec![
         "the seed's table: v4 03/16 on arm64, where pte_batch_remaining() is the generic one returning 1 (arm64's override is 16/16 of the series), so zap_pte_range clears pte by pte before and after: both sides are the model's zap=per-pte, contpte off; the seed calls its figures code-generation effects (\"equivalent (and equally performant)\"), and the model counts the same work on both sides".to_string(),
@@ -162,8 +180,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
             } else {
                 Err("the measured phase has no costed event on this machine".to_string())
             };
-            r.rows.push(
-                Cell {
+            let mut row = Cell {
                     seed: SEED,
                     experiment: &experiment,
                     machine: &column,
@@ -182,8 +199,12 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
                     },
                     unmodeled: unmodeled(a, b, base_ns, after_ns),
                 }
-                .row(),
-            );
+                .row();
+            if row.verdict == super::Verdict::Disagrees {
+                let why = time_differs(&base_by, &after_by);
+                row.reason.get_or_insert_with(String::new).push_str(&why);
+            }
+            r.rows.push(row);
             for (v, by) in [("baseline", base_by), (variant, after_by)] {
                 r.breakdowns.push(Breakdown {
                     seed: SEED.into(),
