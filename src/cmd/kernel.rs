@@ -27,9 +27,9 @@ pub enum Sub {
 
 #[derive(clap::Args)]
 pub struct BuildArgs {
-    /// A release whose Debian source scripts/setup-kbuild unpacked (6.12), or a
+    /// A release whose Debian source scripts/setup-kbuild unpacked (6.12, 7.3), or a
     /// directory holding a kernel tree.
-    #[arg(long, value_name = "6.12|DIR")]
+    #[arg(long, value_name = "6.12|7.3|DIR")]
     pub source: String,
     /// A patch to apply (`patch -p1`), in the order given.
     #[arg(long = "patch", value_name = "FILE")]

@@ -34,7 +34,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     }
     let software = Profile::load(&a.software)?;
     let mut r = reproduce(&a.seeds, &software, a.kernel)?;
-    if let Some((run, stored)) = latest_seeds_run(db) {
+    for (run, stored) in real_kernel_runs(db) {
         r.attach_real_kernel(&run, &stored)?;
     }
     super::record(
@@ -60,21 +60,31 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The latest stored `validate --seeds` result, with the run named, if the store has
-/// one (a store that cannot be read is said on stderr: the column then says not
-/// measured).
-fn latest_seeds_run(db: &super::StoreArgs) -> Option<(String, serde_json::Value)> {
+/// The stored runs that measured seeds' experiments on real kernels, newest first,
+/// each as `(its name, {"real_kernel": [...]})`: `validate --seeds` results, and
+/// `kernel seed004` runs (one compiler's each: their real-kernel rows made from the
+/// stored table). A store that cannot be read is said on stderr: the column then says
+/// not measured.
+fn real_kernel_runs(db: &super::StoreArgs) -> Vec<(String, serde_json::Value)> {
     let found = db.open().and_then(|store| {
-        let Some(run) = store.list()?.into_iter().rev().find(|r| r.kind == "validate-seeds") else {
-            return Ok(None);
-        };
-        Ok(store
-            .result(run.id)?
-            .map(|v| (format!("validate --seeds, run {} at {}", run.id, run.started_at), v)))
+        let mut out = Vec::new();
+        for run in store.list()?.into_iter().rev() {
+            let name = format!("{}, run {} at {}", run.kind, run.id, run.started_at);
+            let rows = match run.kind.as_str() {
+                "validate-seeds" => store.result(run.id)?,
+                "kernel-seed004" => store
+                    .result(run.id)?
+                    .and_then(|v| serde_json::from_value::<super::seed004::Seed004>(v).ok())
+                    .map(|s| serde_json::json!({ "real_kernel": s.real_kernel_rows() })),
+                _ => None,
+            };
+            out.extend(rows.map(|v| (name, v)));
+        }
+        Ok(out)
     });
     found.unwrap_or_else(|e| {
         eprintln!("foliolab: real-kernel column: {e}");
-        None
+        Vec::new()
     })
 }
 
@@ -107,7 +117,13 @@ pub fn text(r: &Reproduction) -> String {
             }
         }
         let unit = &rows[0].unit;
-        let measured = rows.iter().any(|x| x.real_kernel.value.is_some());
+        // One real-kernel line per build measured (seed 004: per compiler).
+        let mut builds: Vec<Option<String>> = Vec::new();
+        for k in rows.iter().flat_map(|x| std::iter::once(&x.real_kernel).chain(&x.real_kernel_more)) {
+            if k.value.is_some() && !builds.contains(&k.build) {
+                builds.push(k.build.clone());
+            }
+        }
         s += &format!("\nseed {seed}: {exp} ({unit})\n");
         let cell = |m: &str, v: &str| rows.iter().find(|x| x.machine == m && x.variant == v);
         // Levels change against the first variant's row; a change-only table's
@@ -181,19 +197,40 @@ pub fn text(r: &Reproduction) -> String {
                     None => "n/a".into(),
                 }),
             );
-            if measured {
+            for build in &builds {
+                let label = match build {
+                    Some(b) => format!("{:<vw$} real kernel, {b}", ""),
+                    None => format!("{:<vw$} real kernel", ""),
+                };
                 s += &line(
-                    format!("{:<vw$} real kernel", ""),
-                    of(&|x, _| match (x.real_kernel.value, &x.real_kernel.unit) {
-                        (Some(v), Some(u)) if u != unit => format!("{} {u}", format_value(v)),
-                        (Some(v), _) => format_value(v),
-                        (None, _) => "not measured".into(),
+                    label,
+                    of(&|x, _| {
+                        let k = std::iter::once(&x.real_kernel)
+                            .chain(&x.real_kernel_more)
+                            .find(|k| k.value.is_some() && k.build == *build);
+                        match k.map(|k| (k.value, &k.unit, k.change_pct)) {
+                            Some((Some(v), Some(u), pct)) => {
+                                let mut c = format_value(v);
+                                if u != unit {
+                                    c += &format!(" {u}");
+                                }
+                                if let Some(p) = pct {
+                                    c += &format!(" ({p:+.2}%)");
+                                }
+                                c
+                            }
+                            _ => "not measured".into(),
+                        }
                     }),
                 );
             }
             s += &line(format!("{:<vw$} verdict", ""), of(&|x, _| x.verdict.name().to_string()));
         }
-        let mut sources: Vec<&str> = rows.iter().map(|x| x.real_kernel.source.as_str()).collect();
+        let mut sources: Vec<&str> = rows
+            .iter()
+            .flat_map(|x| std::iter::once(&x.real_kernel).chain(&x.real_kernel_more))
+            .map(|k| k.source.as_str())
+            .collect();
         sources.sort();
         sources.dedup();
         s += &format!("  real kernel: {}\n", sources.join("; "));
@@ -290,5 +327,41 @@ fn format_value(v: f64) -> String {
         x if x >= 100.0 => format!("{v:.0}"),
         x if x >= 1.0 => format!("{v:.2}"),
         _ => format!("{v:.3}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reproduce::RealKernel;
+
+    /// Seed 004's cells measured on kernels built with two compilers: a real-kernel line
+    /// per compiler, each value with its percent, and both kernels named.
+    #[test]
+    fn each_compilers_real_kernel_gets_its_own_line() {
+        let mut row = crate::reproduce::seed004_test_row();
+        let built = |build: &str, value: f64, pct: f64| RealKernel {
+            value: Some(value),
+            unit: Some("instructions".into()),
+            source: format!("6.12 built with {build} (run 1)"),
+            build: Some(build.into()),
+            change_pct: Some(pct),
+        };
+        row.real_kernel = built("clang", 614_794_297.0, 2.33);
+        row.real_kernel_more = vec![built("gcc", -1_218_543.0, -0.0)];
+        let r = Reproduction {
+            rows: vec![row],
+            ..Reproduction::default()
+        };
+        let t = text(&r);
+        let line = |label: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(label))
+                .unwrap_or_else(|| panic!("no {label} line: {t}"))
+                .to_string()
+        };
+        assert!(line("real kernel, clang").contains("(+2.33%)"), "{t}");
+        assert!(line("real kernel, gcc").contains("(+0.00%)") || line("real kernel, gcc").contains("(-0.00%)"), "{t}");
+        assert!(t.contains("6.12 built with clang (run 1)") && t.contains("6.12 built with gcc (run 1)"), "{t}");
     }
 }

@@ -731,12 +731,14 @@ fn seeds_main(json: bool, db: &super::StoreArgs) -> super::CmdResult {
     // Seed 004 on kernels built from its own code (or why not here).
     let (text004, mut json004) = super::seed004::validate_section(db)?;
     let mut result = serde_json::to_value(&s)?;
-    // reproduce's real-kernel column reads this array (seed 004's built kernels give
-    // it); moved, not copied, so the stored run holds it once.
-    result["real_kernel"] = json004
-        .as_object_mut()
-        .and_then(|o| o.remove("real_kernel"))
-        .unwrap_or_else(|| serde_json::json!([]));
+    // reproduce's real-kernel column reads this array (seeds 003 and 001 from the
+    // built kernels, then seed 004's); seed 004's moved, not copied, so the stored run
+    // holds it once.
+    let mut real = s.real_kernel_rows();
+    if let Some(serde_json::Value::Array(rows)) = json004.as_object_mut().and_then(|o| o.remove("real_kernel")) {
+        real.extend(rows);
+    }
+    result["real_kernel"] = real.into();
     result["seed004"] = json004;
     super::record(
         db,

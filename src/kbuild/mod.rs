@@ -5,8 +5,9 @@
 //! Its Image, System.map and config are cached under a key of everything that went
 //! in; a second build of the same inputs is a lookup.
 //!
-//! One build tree is kept per (source, compiler, page size) and reused: the patches
-//! are applied to it, make rebuilds what they changed, the outputs are copied into
+//! One build tree is kept per (source, compiler, page size), with one make output
+//! directory per config in it, and reused: the patches are applied to it, make
+//! rebuilds what they changed in the config's directory, the outputs are copied into
 //! the cache (a temporary directory renamed into place, so an entry is whole or
 //! absent), and the patches are reverted. A build interrupted with patches applied
 //! leaves a marker; the next build restores every changed file from the source
@@ -28,6 +29,12 @@ const BASE_FRAGMENT: (&str, &str) = (
 );
 const FRAGMENT_4K: (&str, &str) = ("tools/kernel/4K.config", include_str!("../../tools/kernel/4K.config"));
 const FRAGMENT_16K: (&str, &str) = ("tools/kernel/16K.config", include_str!("../../tools/kernel/16K.config"));
+/// Trees of 7.3 and later: base.config's options that these trees renamed or removed
+/// (its `# drop CONFIG_X: why` lines), and their replacements. Merged after the page
+/// size's; a 6.12 tree's fragments (and so its cache keys) are untouched by it.
+const FRAGMENT_7_3: (&str, &str) = ("tools/kernel/7.3.config", include_str!("../../tools/kernel/7.3.config"));
+/// The first release FRAGMENT_7_3 is for.
+const SINCE_7_3: (u32, u32) = (7, 3);
 
 /// Bumped when the way a kernel is built changes (make targets, the outputs kept).
 const BUILD_FORMAT: &str = "foliolab-kbuild 1";
@@ -151,6 +158,55 @@ struct Source {
     identity: String,
     /// The build trees' directory name for it.
     name: String,
+    /// Its Makefile's VERSION and PATCHLEVEL: which of foliolab's fragments fit it.
+    version: (u32, u32),
+}
+
+/// A kernel tree's VERSION and PATCHLEVEL, from its top Makefile.
+fn tree_version(dir: &Path) -> Result<(u32, u32), KbuildError> {
+    let path = dir.join("Makefile");
+    let text = std::fs::read_to_string(&path).map_err(|e| KbuildError::Input(format!("{}: {e}", path.display())))?;
+    let field = |name: &str| {
+        text.lines()
+            .take(10)
+            .find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix('=')?.trim().parse::<u32>().ok())
+    };
+    match (field("VERSION"), field("PATCHLEVEL")) {
+        (Some(v), Some(p)) => Ok((v, p)),
+        _ => Err(KbuildError::Input(format!(
+            "{}: no VERSION and PATCHLEVEL in its first lines: not a kernel tree's Makefile",
+            path.display()
+        ))),
+    }
+}
+
+/// foliolab's own fragments for a tree of `version`: base.config, the page size's, and
+/// for 7.3 and later 7.3.config, with base.config's lines for the symbols it drops
+/// taken out.
+fn own_fragments(version: (u32, u32), page_size: PageSize) -> Vec<(String, Vec<u8>)> {
+    let (base_name, base) = BASE_FRAGMENT;
+    let (ps_name, ps) = page_size.fragment();
+    if version < SINCE_7_3 {
+        return vec![
+            (base_name.to_string(), base.as_bytes().to_vec()),
+            (ps_name.to_string(), ps.as_bytes().to_vec()),
+        ];
+    }
+    let (name, release) = FRAGMENT_7_3;
+    let dropped: Vec<&str> = release
+        .lines()
+        .filter_map(|l| l.strip_prefix("# drop ")?.split(':').next())
+        .collect();
+    let kept: String = base
+        .lines()
+        .filter(|l| !dropped.iter().any(|d| l.strip_prefix(d).is_some_and(|r| r.starts_with('='))))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    vec![
+        (format!("{base_name} (less {name}'s drops)"), kept.into_bytes()),
+        (ps_name.to_string(), ps.as_bytes().to_vec()),
+        (name.to_string(), release.as_bytes().to_vec()),
+    ]
 }
 
 fn resolve_source(source: &str) -> Result<Source, KbuildError> {
@@ -164,6 +220,7 @@ fn resolve_source(source: &str) -> Result<Source, KbuildError> {
         return Ok(Source {
             identity: format!("dir {} {fingerprint}", dir.display()),
             name: format!("dir-{path_hash}"),
+            version: tree_version(&dir)?,
             dir,
         });
     }
@@ -175,7 +232,7 @@ fn resolve_source(source: &str) -> Result<Source, KbuildError> {
     let link = cache_dir().join("src").join(source);
     let dir = link.canonicalize().map_err(|_| {
         KbuildError::Input(format!(
-            "no source for {source} in {} (scripts/setup-kbuild unpacks Debian's 6.12)",
+            "no source for {source} in {} (scripts/setup-kbuild unpacks Debian's 6.12 and 7.3)",
             link.display()
         ))
     })?;
@@ -190,6 +247,7 @@ fn resolve_source(source: &str) -> Result<Source, KbuildError> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| source.to_string());
     Ok(Source {
+        version: tree_version(&dir)?,
         dir,
         identity: identity.trim().to_string(),
         name,
@@ -218,15 +276,12 @@ fn read_inputs(spec: &Spec) -> Result<Inputs, KbuildError> {
         .iter()
         .map(|p| Ok((p.display().to_string(), read(p, "patch")?)))
         .collect::<Result<Vec<_>, KbuildError>>()?;
-    let mut fragments: Vec<(String, Vec<u8>)> = [BASE_FRAGMENT, spec.page_size.fragment()]
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.as_bytes().to_vec()))
-        .collect();
+    let source = resolve_source(&spec.source)?;
+    let mut fragments = own_fragments(source.version, spec.page_size);
     for f in &spec.fragments {
         fragments.push((f.display().to_string(), read(f, "config fragment")?));
     }
     let compiler_version = spec.compiler.version()?;
-    let source = resolve_source(&spec.source)?;
     Ok(Inputs {
         source,
         patches,
@@ -259,6 +314,14 @@ fn key(spec: &Spec, i: &Inputs) -> String {
     hex(&h.finalize())[..16].to_string()
 }
 
+/// The key of `spec`'s kernel if the cache has it; nothing is built (for tests that run
+/// only on kernels too slow to build in CI).
+pub fn cached(spec: &Spec) -> Result<Option<String>, KbuildError> {
+    let inputs = read_inputs(spec)?;
+    let key = key(spec, &inputs);
+    Ok(kernels_dir().join(&key).join("Image").is_file().then_some(key))
+}
+
 /// Builds `spec`, or finds it in the cache. `log` gets one line per step.
 pub fn build(spec: &Spec, log: &mut dyn FnMut(&str)) -> Result<Built, KbuildError> {
     let start = Instant::now();
@@ -287,7 +350,7 @@ pub fn build(spec: &Spec, log: &mut dyn FnMut(&str)) -> Result<Built, KbuildErro
     }
     t.sync(&inputs.source.dir, log)?;
     let outputs = t.with_patches(&inputs.patches, log, |t, log| {
-        t.configure(&inputs.fragments, log)?;
+        t.configure(&inputs.fragments, &inputs.patches, log)?;
         t.make(log)
     })?;
     let release = outputs.release;
@@ -436,6 +499,47 @@ mod tests {
             text_symbols(map),
             "ffff800080000000 _text\nffff800080010000 do_thing\nffff800080020000 weak_fn\n"
         );
+    }
+
+    #[test]
+    fn a_6_12_tree_gets_foliolabs_fragments_as_they_are() {
+        let f = own_fragments((6, 12), PageSize::K4);
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].1, BASE_FRAGMENT.1.as_bytes());
+        assert_eq!(f[1].1, FRAGMENT_4K.1.as_bytes());
+    }
+
+    #[test]
+    fn a_7_3_tree_gets_base_less_the_dropped_options_then_7_3s() {
+        let f = own_fragments((7, 3), PageSize::K16);
+        assert_eq!(f.len(), 3);
+        let base = String::from_utf8(f[0].1.clone()).unwrap();
+        let drops: Vec<&str> = FRAGMENT_7_3
+            .1
+            .lines()
+            .filter_map(|l| l.strip_prefix("# drop ")?.split(':').next())
+            .collect();
+        assert_eq!(drops.len(), 5);
+        for d in &drops {
+            // Each drop names an option base.config sets, and it is gone.
+            assert!(BASE_FRAGMENT.1.contains(&format!("\n{d}=")), "{d}");
+            assert!(!base.contains(&format!("\n{d}=")), "{d}");
+        }
+        assert_eq!(base.lines().count() + drops.len(), BASE_FRAGMENT.1.lines().count());
+        assert!(base.contains("\nCONFIG_ARM64_CONTPTE=y\n"));
+        assert_eq!(f[1].1, FRAGMENT_16K.1.as_bytes());
+        assert_eq!(f[2].1, FRAGMENT_7_3.1.as_bytes());
+    }
+
+    #[test]
+    fn a_trees_version_comes_from_its_makefile() {
+        let dir = std::env::temp_dir().join(format!("foliolab-kbuild-version-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("Makefile"), "# SPDX\nVERSION = 7\nPATCHLEVEL = 3\nSUBLEVEL = 4\n").unwrap();
+        assert_eq!(tree_version(&dir).unwrap(), (7, 3));
+        std::fs::write(dir.join("Makefile"), "all:\n").unwrap();
+        assert!(tree_version(&dir).unwrap_err().to_string().contains("no VERSION"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,7 +1,13 @@
 //! One reusable build tree: `src/` (a copy of the source, patched while a build
-//! runs), `out/` (make's O= directory, kept between builds so a patch rebuilds only
-//! what it changed), `lock` (one build at a time), `patched` (present while patches
-//! are applied: a build that died then is cleaned up by the next).
+//! runs), `out-KEY/` (make's O= directories, one per config: KEY hashes the config's
+//! inputs, kept between builds so a patch rebuilds only what it changed), `lock` (one
+//! build at a time), `patched` (present while patches are applied: a build that died
+//! then is cleaned up by the next).
+//!
+//! One O= directory per config because a patch that edits a Kconfig file can change a
+//! symbol every file sees: seed 001's before side drops a `select` that changes
+//! `task_struct`, so one shared directory rebuilt the whole kernel on each switch to
+//! that config and on each switch back.
 
 use super::{step, KbuildError};
 use std::path::{Path, PathBuf};
@@ -114,7 +120,62 @@ pub struct Outputs {
 pub struct Tree {
     dir: PathBuf,
     compiler: Compiler,
+    /// make's O= directory, chosen by [`Tree::configure`].
+    out: PathBuf,
     _lock: std::fs::File,
+}
+
+/// The files a patch creates, changes or deletes (`--- a/PATH` and `+++ b/PATH`, the
+/// first component stripped as `patch -p1` does).
+fn touched(patch: &[u8]) -> Vec<String> {
+    let mut paths: Vec<String> = String::from_utf8_lossy(patch)
+        .lines()
+        .filter_map(|l| l.strip_prefix("--- ").or_else(|| l.strip_prefix("+++ ")))
+        .filter_map(|rest| rest.split(['\t', ' ']).next())
+        .filter(|p| *p != "/dev/null")
+        .filter_map(|p| p.split_once('/').map(|(_, p)| p.to_string()))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// The key of a config's inputs (16 hex digits): the fragments' bytes, and the path and
+/// contents in `src` (patches applied) of every Kconfig file a patch touches. A patch
+/// that changes no Kconfig file builds in the unpatched kernel's directory.
+fn config_key(src: &Path, fragments: &[(String, Vec<u8>)], patches: &[(String, Vec<u8>)]) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for (_, f) in fragments {
+        h.update(b"fragment");
+        h.update((f.len() as u64).to_le_bytes());
+        h.update(f);
+    }
+    let mut kconfigs: Vec<String> = patches
+        .iter()
+        .flat_map(|(_, p)| touched(p))
+        .filter(|p| {
+            Path::new(p)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("Kconfig"))
+        })
+        .collect();
+    kconfigs.sort();
+    kconfigs.dedup();
+    for k in kconfigs {
+        h.update(b"kconfig");
+        h.update((k.len() as u64).to_le_bytes());
+        h.update(k.as_bytes());
+        match std::fs::read(src.join(&k)) {
+            Ok(text) => {
+                h.update((text.len() as u64).to_le_bytes());
+                h.update(&text);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => h.update(b"deleted"),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(super::hex(&h.finalize())[..16].to_string())
 }
 
 /// Runs `cmd` with its output in `log_file`; an error with the output's last lines.
@@ -157,6 +218,7 @@ impl Tree {
         Ok(Tree {
             dir: dir.to_path_buf(),
             compiler,
+            out: dir.join("out"),
             _lock: lock,
         })
     }
@@ -166,7 +228,7 @@ impl Tree {
     }
 
     fn out(&self) -> PathBuf {
-        self.dir.join("out")
+        self.out.clone()
     }
 
     /// Makes `src/` the source's files: a copy the first time; after a build that
@@ -292,26 +354,35 @@ impl Tree {
         cmd
     }
 
-    /// `allnoconfig` with `fragments` merged (merge_config.sh), unless the config was
-    /// made from the same fragments already; then every value a fragment sets must
-    /// be the config's, or the fragment asked for something this tree lacks.
-    pub fn configure(&mut self, fragments: &[(String, Vec<u8>)], log: &mut dyn FnMut(&str)) -> Result<(), KbuildError> {
-        use sha2::{Digest, Sha256};
+    /// Picks the O= directory of this config (fragments, and the Kconfig files the
+    /// applied `patches` touch), then `allnoconfig` with `fragments` merged
+    /// (merge_config.sh) unless that directory was configured so already; then every
+    /// value a fragment sets must be the config's, or the fragment asked for something
+    /// this tree lacks. A directory left by a build before there was one per config
+    /// (`out/`) is taken over by the first config built: make brings it to any config.
+    pub fn configure(
+        &mut self,
+        fragments: &[(String, Vec<u8>)],
+        patches: &[(String, Vec<u8>)],
+        log: &mut dyn FnMut(&str),
+    ) -> Result<(), KbuildError> {
         let fail = |e: std::io::Error| step("config", e);
-        let mut h = Sha256::new();
-        for (_, f) in fragments {
-            h.update((f.len() as u64).to_le_bytes());
-            h.update(f);
+        let stamp = config_key(&self.src(), fragments, patches).map_err(fail)?;
+        self.out = self.dir.join(format!("out-{stamp}"));
+        let legacy = self.dir.join("out");
+        if !self.out.exists() && legacy.is_dir() {
+            log(&format!("taking over {} as {}", legacy.display(), self.out.display()));
+            std::fs::rename(&legacy, &self.out).map_err(fail)?;
+            let _ = std::fs::remove_file(self.dir.join("config.inputs"));
         }
-        let stamp = super::hex(&h.finalize());
         let config = self.out().join(".config");
-        let stamp_file = self.dir.join("config.inputs");
+        let stamp_file = self.out().join("foliolab.config-inputs");
         if config.is_file() && std::fs::read_to_string(&stamp_file).ok().as_deref() == Some(&stamp) {
             return Ok(());
         }
         log("configuring (allnoconfig and the fragments)");
         std::fs::create_dir_all(self.out()).map_err(fail)?;
-        let frag_dir = self.dir.join("fragments");
+        let frag_dir = self.out().join("foliolab.fragments");
         let _ = std::fs::remove_dir_all(&frag_dir);
         std::fs::create_dir_all(&frag_dir).map_err(fail)?;
         let mut paths = Vec::new();
@@ -330,7 +401,7 @@ impl Tree {
             let (k, val) = v.split_once('=').expect("VAR=value");
             cmd.env(k, val);
         }
-        run(cmd, "config (merge_config.sh)", &self.dir.join("config.log"))?;
+        run(cmd, "config (merge_config.sh)", &self.out().join("foliolab.config.log"))?;
         let made = std::fs::read_to_string(&config).map_err(fail)?;
         for (name, bytes) in fragments {
             for line in String::from_utf8_lossy(bytes).lines() {
@@ -379,5 +450,45 @@ impl Tree {
             release,
             va_bits,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn patch(path: &str) -> (String, Vec<u8>) {
+        let text = format!("header\n---\n--- a/{path}\t2024-01-01\n+++ b/{path}\n@@ -1 +1 @@\n-x\n+y\n");
+        (path.to_string(), text.into_bytes())
+    }
+
+    #[test]
+    fn a_patch_touches_the_files_its_headers_name() {
+        let (_, p) = patch("arch/arm64/Kconfig");
+        assert_eq!(touched(&p), vec!["arch/arm64/Kconfig".to_string()]);
+        let new = b"--- /dev/null\n+++ b/mm/new.c\n";
+        assert_eq!(touched(new), vec!["mm/new.c".to_string()]);
+    }
+
+    /// A patch to a C file builds in the unpatched config's directory; one to a Kconfig
+    /// file gets its own, by the Kconfig file's contents.
+    #[test]
+    fn only_a_patch_to_a_kconfig_file_gets_a_config_directory_of_its_own() {
+        let src = std::env::temp_dir().join(format!("foliolab-config-key-{}", std::process::id()));
+        std::fs::create_dir_all(src.join("arch/arm64")).unwrap();
+        std::fs::write(src.join("arch/arm64/Kconfig"), "select A\n").unwrap();
+        let frags = vec![("base".to_string(), b"CONFIG_SMP=y\n".to_vec())];
+        let none = config_key(&src, &frags, &[]).unwrap();
+        assert_eq!(config_key(&src, &frags, &[patch("mm/memory.c")]).unwrap(), none);
+        let kconfig = config_key(&src, &frags, &[patch("arch/arm64/Kconfig")]).unwrap();
+        assert_ne!(kconfig, none);
+        std::fs::write(src.join("arch/arm64/Kconfig"), "select B\n").unwrap();
+        assert_ne!(
+            config_key(&src, &frags, &[patch("arch/arm64/Kconfig")]).unwrap(),
+            kconfig
+        );
+        let other = vec![("base".to_string(), b"CONFIG_SMP=n\n".to_vec())];
+        assert_ne!(config_key(&src, &other, &[]).unwrap(), none);
+        std::fs::remove_dir_all(&src).unwrap();
     }
 }

@@ -234,6 +234,18 @@ impl Kernel {
                 Some(folio) => (folio, false, VmFault::Major),
                 None => return VmFault::Oom,
             },
+            // swapin_sync (7.0+): this slot alone, into the swap cache. A large
+            // folio for shared slots (swap_cache_alloc_folio with mTHP orders) is not
+            // modeled: the model's cached folios are order 0.
+            None if self.swapin_sync_cache => match self.__read_swap_cache_async(offset) {
+                Some((folio, allocated)) => {
+                    if allocated {
+                        self.swap_read_folio(folio, offset);
+                    }
+                    (folio, true, VmFault::Major)
+                }
+                None => return VmFault::Oom,
+            },
             None => match self.swap_vma_readahead(mm, vma, pmd, offset, addr) {
                 Some(folio) => (folio, true, VmFault::Major),
                 None => return VmFault::Oom,
@@ -249,8 +261,10 @@ impl Kernel {
             self.swap_read_folio(folio, first);
         }
         // A pte of a swap-cache folio is exclusive if its swap pte was; a folio read
-        // without the cache is this mm's alone.
-        let exclusive = !swapcache || orig.pte_swp_exclusive();
+        // without the cache is this mm's alone. From 7.0 every read goes through the
+        // cache (the model's read of an unshared slot stands for swapin_sync's), so
+        // only the swap pte says.
+        let exclusive = (!swapcache && !self.swapin_sync_cache) || orig.pte_swp_exclusive();
         let si = self.swap.as_mut().expect("checked");
         for i in 0..nr {
             si.swap_entry_put(first + i);
@@ -263,7 +277,9 @@ impl Kernel {
         m.rss_swap -= nr as i64;
         let amm = self.arch_mm(mm);
         let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
-        let reuse = exclusive || self.memmap.folio_ref_count(folio) == 1;
+        // Up to 6.19 a folio nobody else holds is reused too; by 7.3 only an exclusive
+        // one is, the rest left to do_wp_page.
+        let reuse = exclusive || (!self.swapin_sync_cache && self.memmap.folio_ref_count(folio) == 1);
         let mut wp = write;
         // An exclusive folio is mapped writable on a read fault too since c18160dba5ff
         // (6.11); before, only on a write fault, and a later write takes a fault.
@@ -302,11 +318,16 @@ impl Kernel {
     }
 
     /// should_try_to_free_swap: after a swap-in from the cache, whether to drop the
-    /// folio from it now: swap is full, the VMA or folio is mlocked, or a write fault
-    /// holds the only references besides the cache's (then it may be reused).
+    /// folio from it now (folio_free_swap does only once no pte holds its slots): always
+    /// on a synchronous device since ab08be8dc96a (7.0), the model's only kind; before,
+    /// when swap is full, the VMA or folio is mlocked, or a write fault holds the only
+    /// references besides the cache's (then it may be reused).
     fn should_try_to_free_swap(&self, folio: Pfn, vma: &Vma, write: bool) -> bool {
         if !self.memmap.folio_test(folio, PageFlags::SWAPCACHE) {
             return false;
+        }
+        if self.swapin_sync_cache {
+            return true;
         }
         let si = self.swap.as_ref().expect("a swap cache without a device");
         if si.vm_swap_full() || vma.flags.contains(VmFlags::LOCKED) || self.memmap.folio_test(folio, PageFlags::MLOCKED)

@@ -147,6 +147,11 @@ pub struct Kernel {
     /// Shmem swap-in reads through the swap cache with swap_cluster_readahead (before
     /// 1dd44c0af4fa, 6.14); since, a synchronous device's page is read directly.
     pub shmem_swapin_cluster: bool,
+    /// do_swap_page on a synchronous device reads every slot through the swap cache
+    /// without readahead and then tries to free the cache (f1879e8a0c60, ab08be8dc96a,
+    /// 7.0); before, only a slot another pte shares went through the cache, with
+    /// swapin_readahead, and a read fault kept it cached.
+    pub swapin_sync_cache: bool,
     /// swap_cluster_readahead's window state.
     pub swap_cluster_ra: swap_state::ClusterRa,
     /// A read fault maps a writable file page clean even when its folio is dirty
@@ -227,6 +232,7 @@ impl Kernel {
             lruvec: Default::default(),
             shmem: Default::default(),
             shmem_swapin_cluster: false,
+            swapin_sync_cache: false,
             swap_cluster_ra: Default::default(),
             fault_dirty_write_only: false,
             memcg: None,

@@ -278,6 +278,32 @@ mod tests {
         out
     }
 
+    /// After a fork the ptes are read-only already: mprotect to read-only and back
+    /// (mprotect_after_fork) leaves every hardware bit as it was, so arm64's
+    /// pte_needs_flush (prot-flush=elide) skips the flush that the generic one issues
+    /// for each batch, even though the batch was read from a folded contpte block.
+    #[test]
+    fn mprotect_of_forked_contpte_blocks_to_the_same_protection_needs_no_flush_when_elided() {
+        for (elide, tlbis) in [(false, [1, 1]), (true, [0, 0])] {
+            let (mut k, mm) = boot(false);
+            k.prot_flush_elide = elide;
+            let len = 256 << 10;
+            k.do_mmap(mm, BASE, len, VmFlags::READ | VmFlags::WRITE).unwrap();
+            for a in (BASE..BASE + len).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, true).unwrap();
+            }
+            k.dup_mmap(mm).unwrap();
+            let mut got = [0; 2];
+            for (i, prot) in [VmFlags::READ, VmFlags::READ | VmFlags::WRITE].into_iter().enumerate() {
+                let ev = k.arch.hw.ev.clone();
+                k.do_mprotect(mm, BASE, BASE + len, prot).unwrap();
+                assert_clean(&k);
+                got[i] = k.arch.hw.ev.get(Event::TlbiTotal) - ev.get(Event::TlbiTotal);
+            }
+            assert_eq!(got, tlbis, "elide={elide}");
+        }
+    }
+
     #[test]
     fn batched_mprotect_changes_whole_contpte_blocks_without_converting_them() {
         // One range flush per mprotect, no unfold, no refold.

@@ -705,17 +705,16 @@ impl Kernel {
                 i += 1;
                 continue;
             };
-            if self.lazyfree_unmap_per_pte {
-                // The reads of a pte that 6.12 makes before clearing it, which matter
-                // while its contpte block is still folded (contpte_ptep_get): after
-                // the first (map_pte's lockless read), page_vma_mapped_walk's next_pte
-                // loop reads each pte before check_pte (the read above); then
-                // try_to_unmap_one reads it again for its subpage.
-                if !first {
-                    self.arch.ptep_get(amm, ptep);
-                }
+            // The reads of a pte before it is cleared, which matter while its contpte
+            // block is still folded (contpte_ptep_get): after the first (map_pte's
+            // lockless read), page_vma_mapped_walk's next_pte loop reads each pte
+            // before check_pte (the read above); then try_to_unmap_one reads it again
+            // for its page, batched or not (the 7.3 guest: three contpte_ptep_get per
+            // lazyfree 64K folio paged out, madvise's included).
+            if self.lazyfree_unmap_per_pte && !first {
                 self.arch.ptep_get(amm, ptep);
             }
+            self.arch.ptep_get(amm, ptep);
             first = false;
             let vma = self.mm(mm).find_vma(addr).expect("a pte outside any VMA");
             if vma.flags.contains(VmFlags::LOCKED) {

@@ -482,6 +482,53 @@ mod tests {
         assert_eq!(k.stat.event(VmEvent::SwapRaHit), 27);
     }
 
+    /// sync-swapin: up to 6.19 the child's faults on shared slots read ahead (5 majors)
+    /// and the parent's reads leave the folios cached; from 7.0 (f1879e8a0c60) each
+    /// fault reads its own slot through the swap cache (32 majors, no readahead), and
+    /// the parent's read, dropping the slot's last pte reference, frees the cache
+    /// (ab08be8dc96a: always on a synchronous device).
+    #[test]
+    fn a_synchronous_device_reads_shared_slots_one_by_one_from_7_0() {
+        for (cache, majors, ra, inuse) in [(false, 5, 27, 32), (true, 32, 0, 0)] {
+            let (mut k, mm, child) = forked_after_pageout(32);
+            k.swapin_sync_cache = cache;
+            for a in (BASE..BASE + 32 * K4).step_by(K4 as usize) {
+                user_access(&mut k, child, 1, a, false).unwrap();
+            }
+            assert_clean(&k);
+            assert_eq!(k.mm(child).maj_flt, majors, "cache={cache}");
+            assert_eq!(k.stat.event(VmEvent::SwapRa), ra, "cache={cache}");
+            assert_eq!(k.stat.event(VmEvent::Pswpin), 32);
+            for a in (BASE..BASE + 32 * K4).step_by(K4 as usize) {
+                user_access(&mut k, mm, 0, a, false).unwrap();
+            }
+            assert_clean(&k);
+            assert_eq!(k.mm(mm).maj_flt, 0);
+            let si = k.swap.as_ref().unwrap();
+            assert_eq!((si.inuse_pages, si.cache.iter().count() as u64), (inuse, inuse), "cache={cache}");
+        }
+    }
+
+    /// After the child exits, the parent's slots are its own but its swap ptes lost
+    /// their exclusive mark at fork. Up to 6.19 a read fault skips the cache and maps the
+    /// page writable; from 7.0 the read goes through the cache, the swap pte alone says
+    /// whether the page is exclusive, so it is mapped read-only and the write faults
+    /// again (do_wp_page reuses it): swap_cache_write_after_read on the 7.3 guest.
+    #[test]
+    fn from_7_0_a_read_swap_in_after_fork_maps_read_only_and_the_write_faults() {
+        for (cache, faults) in [(false, 1), (true, 2)] {
+            let (mut k, mm, child) = forked_after_pageout(8);
+            k.swapin_sync_cache = cache;
+            k.exit_mmap(child);
+            let flt = k.mm(mm).min_flt + k.mm(mm).maj_flt;
+            user_access(&mut k, mm, 0, BASE + K4, false).unwrap();
+            user_access(&mut k, mm, 0, BASE + K4, true).unwrap();
+            assert_clean(&k);
+            assert_eq!(k.mm(mm).min_flt + k.mm(mm).maj_flt - flt, faults, "cache={cache}");
+            assert_eq!(k.swap.as_ref().unwrap().cache.iter().count(), 0);
+        }
+    }
+
     #[test]
     fn the_parent_finds_the_childs_folios_in_the_swap_cache_and_exit_frees_them() {
         let (mut k, mm, child) = forked_after_pageout(32);

@@ -41,6 +41,9 @@ pub struct Row {
     /// seed's and the model's.
     #[serde(default)]
     pub real_kernel: RealKernel,
+    /// The same cell measured on other builds (another compiler's), after the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub real_kernel_more: Vec<RealKernel>,
 }
 
 /// What a real kernel measured for a cell (`foliolab validate --seeds` stores it), or
@@ -51,6 +54,13 @@ pub struct RealKernel {
     pub unit: Option<String>,
     /// The kernel and the stored run the value comes from, or [`NOT_MEASURED`].
     pub source: String,
+    /// Which build of the experiment it is (seed 004: the compiler), when there are several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<String>,
+    /// The change in percent against the real kernel's own baseline, when the value is
+    /// a change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_pct: Option<f64>,
 }
 
 /// A cell no stored real-kernel measurement has.
@@ -62,6 +72,8 @@ impl Default for RealKernel {
             value: None,
             unit: None,
             source: NOT_MEASURED.into(),
+            build: None,
+            change_pct: None,
         }
     }
 }
@@ -81,6 +93,12 @@ pub struct StoredRealKernel {
     pub value: f64,
     /// The kernel it ran on (e.g. `6.12.117 gcc-12 built, seed 003 before`).
     pub kernel: String,
+    /// Which build of the experiment (seed 004: `gcc` or `clang`), when it has several.
+    #[serde(default)]
+    pub build: Option<String>,
+    /// The value's change in percent against the real kernel's baseline.
+    #[serde(default)]
+    pub change_pct: Option<f64>,
 }
 
 /// How a model figure compares with the seed's.
@@ -184,6 +202,7 @@ impl Cell<'_> {
             verdict,
             reason,
             real_kernel: RealKernel::default(),
+            real_kernel_more: Vec::new(),
         }
     }
 
@@ -315,10 +334,35 @@ impl Summary {
     }
 }
 
+/// A seed 004 row (scenario 3's instructions, Modification 1) for tests of the
+/// real-kernel column.
+#[cfg(test)]
+pub(crate) fn seed004_test_row() -> Row {
+    Cell {
+        seed: "004",
+        experiment: "scenario 3: instructions, change against Original",
+        machine: "generic",
+        variant: "Modification 1",
+        unit: "instructions",
+        seed_value: 1.6e9,
+        seed_stdev: None,
+        model: Ok(1.0e9),
+        figure: Figure::Change {
+            baseline: "Original",
+            baseline_stdev: None,
+        },
+        unmodeled: None,
+    }
+    .row()
+}
+
 impl Reproduction {
-    /// Puts each of a stored `validate-seeds` result's real-kernel rows beside the
-    /// rows with its key; `run` names the stored run. Rows it has none for stay
-    /// [`NOT_MEASURED`]; a stored row that is not a real-kernel row is an error.
+    /// Puts each of a stored result's real-kernel rows (its `real_kernel` array) beside
+    /// the rows with its key; `run` names the stored run. A cell takes one measurement
+    /// per build: the first attached is its `real_kernel`, other builds' follow in
+    /// `real_kernel_more`, and a build the cell has already (from a newer run, attached
+    /// first) is left. Rows it has none for stay [`NOT_MEASURED`]; a stored row that
+    /// is not a real-kernel row is an error.
     pub fn attach_real_kernel(&mut self, run: &str, stored: &serde_json::Value) -> Result<usize, String> {
         let Some(rows) = stored.get("real_kernel") else {
             return Ok(0);
@@ -327,18 +371,29 @@ impl Reproduction {
             serde_json::from_value(rows.clone()).map_err(|e| format!("{run}: real_kernel: {e}"))?;
         let mut attached = 0;
         for r in &mut self.rows {
-            let hit = rows.iter().find(|s| {
+            let hits = rows.iter().filter(|s| {
                 s.seed == r.seed
                     && s.experiment == r.experiment
                     && s.variant == r.variant
                     && s.machine.as_ref().is_none_or(|m| *m == r.machine)
             });
-            if let Some(s) = hit {
-                r.real_kernel = RealKernel {
+            for s in hits {
+                let has = |k: &RealKernel| k.value.is_some() && k.build == s.build;
+                if has(&r.real_kernel) || r.real_kernel_more.iter().any(has) {
+                    continue;
+                }
+                let k = RealKernel {
                     value: Some(s.value),
                     unit: Some(s.unit.clone()),
                     source: format!("{} ({run})", s.kernel),
+                    build: s.build.clone(),
+                    change_pct: s.change_pct,
                 };
+                if r.real_kernel.value.is_none() {
+                    r.real_kernel = k;
+                } else {
+                    r.real_kernel_more.push(k);
+                }
                 attached += 1;
             }
         }
@@ -410,9 +465,9 @@ pub struct Reproduction {
 }
 
 mod seed000;
-mod seed001;
+pub(crate) mod seed001;
 mod seed002;
-mod seed003;
+pub(crate) mod seed003;
 pub(crate) mod seed004;
 
 use crate::report::{Counters, Report};
@@ -790,6 +845,32 @@ mod tests {
         assert!(r
             .attach_real_kernel("run 9", &serde_json::json!({"real_kernel": [{"seed": "003"}]}))
             .is_err());
+    }
+
+    /// Seed 004's cells take one measurement per compiler: the newer run's first, an
+    /// older run's of the same compiler left, another compiler's after it.
+    #[test]
+    fn a_cell_takes_each_builds_newest_measurement() {
+        let mut r = Reproduction {
+            rows: vec![seed004_test_row()],
+            ..Reproduction::default()
+        };
+        let stored = |build: &str, value: f64| {
+            serde_json::json!({"real_kernel": [{"seed": "004",
+                "experiment": "scenario 3: instructions, change against Original",
+                "variant": "Modification 1", "unit": "instructions", "value": value,
+                "kernel": format!("6.12 built with {build}"), "build": build, "change_pct": value / 1e8}]})
+        };
+        assert_eq!(r.attach_real_kernel("run 9", &stored("clang", 6.1e8)), Ok(1));
+        assert_eq!(r.attach_real_kernel("run 8", &stored("clang", 5.0e8)), Ok(0));
+        assert_eq!(r.attach_real_kernel("run 7", &stored("gcc", -6.0e5)), Ok(1));
+        let row = &r.rows[0];
+        assert_eq!(row.real_kernel.value, Some(6.1e8));
+        assert_eq!(row.real_kernel.build.as_deref(), Some("clang"));
+        assert_eq!(row.real_kernel_more.len(), 1);
+        assert_eq!(row.real_kernel_more[0].value, Some(-6.0e5));
+        assert_eq!(row.real_kernel_more[0].change_pct, Some(-6.0e5 / 1e8));
+        assert!(row.real_kernel_more[0].source.contains("run 7"));
     }
 
     /// No model figure comes from the seed it is compared with: with every published

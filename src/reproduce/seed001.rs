@@ -11,6 +11,9 @@ use crate::time::Profile;
 use crate::workload::parse_str;
 
 const SEED: &str = "001";
+/// The experiments' names: also the keys stored real-kernel measurements name.
+pub(crate) const SHARE_EXPERIMENT: &str = "ptep_clear_flush share of cycles, before the change";
+pub(crate) const SPEEDUP_EXPERIMENT: &str = "microbenchmark elapsed time, % change";
 /// The seed's benchmark itself: shared anonymous memory read back and paged out.
 const WORKLOAD_PATH: &str = "workloads/seed001-shmem-loop.wl";
 const WORKLOAD: &str = include_str!("../../workloads/seed001-shmem-loop.wl");
@@ -215,7 +218,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
         r.rows.push(
             Cell {
                 seed: SEED,
-                experiment: "ptep_clear_flush share of cycles, before the change",
+                experiment: SHARE_EXPERIMENT,
                 machine,
                 variant: "sync",
                 unit: "%",
@@ -250,7 +253,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     r.rows.push(
         Cell {
             seed: SEED,
-            experiment: "microbenchmark elapsed time, % change",
+            experiment: SPEEDUP_EXPERIMENT,
             machine: "snapdragon-888",
             variant: "deferred",
             unit: "%",

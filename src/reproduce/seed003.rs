@@ -10,7 +10,8 @@ use crate::sim::kernels::{with_preset, Release, Scope};
 use crate::time::Profile;
 
 const SEED: &str = "003";
-const EXPERIMENT: &str = "map_mem";
+/// The experiment's name: also the key a stored real-kernel measurement of it names.
+pub(crate) const EXPERIMENT: &str = "map_mem";
 /// (machine profile, RAM in GiB, before ms, after ms), from the seed's table.
 const COLUMNS: &[(&str, u64, f64, f64)] = &[
     ("m2-vm", 16, 11.0, 10.0),

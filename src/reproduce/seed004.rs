@@ -69,7 +69,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     notes.push(format!(
         "the seed's kernel (a 2025 Qualcomm phone's, not named) walks as 6.6 to 6.10 do: mlock-walk={MLOCK_WALK}, folio_mlock_step (dc68badcede4, 6.6) reading every pte of a folio, 52 contpte_ptep_get calls per 64K block per mlock+munlock where the seed's totals imply 48 to 52; 6.11's folio_pte_batch version (Lance Yang, <20240603140745.83880-1-ioworker0@gmail.com>) makes 20"
     ));
-    notes.push("compiler: the per-call counts are GCC 12's (-O2), whose full scan is branch-free at 13 instructions per pte; the seed's kernel compiler is not known, and with clang (not measured here) the full scan is 10 to 11 instructions per pte and modification 1 costs more (issue 37), so the signs of the small changes (scenarios 2 and 3) depend on the compiler the model does not have".into());
+    notes.push("compiler: the per-call counts are GCC 12's (-O2), whose full scan is branch-free at 13 instructions per pte; the seed's kernel compiler is not known, and with clang the full scan is 10 to 11 instructions per pte and modification 1 costs more, so the signs of the small changes (scenarios 2 and 3) depend on the compiler, which the model does not have. The real-kernel lines are 6.12 built here with each compiler (`foliolab kernel seed004`): the change of the whole benchmark's instructions, whose percent is smaller than the seed's where 6.12's mlock walk makes 20 contpte_ptep_get calls per block against the seed's kernel's about 50".into());
     for (si, (scenario, text)) in SCENARIOS.iter().enumerate() {
         let w = parse_str(&format!("workloads/seed004-scenario{scenario}.wl"), text).map_err(|e| e.to_string())?;
         let mut insns = Vec::new();

@@ -174,6 +174,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.swap_free_first = v.get("swap-alloc") == "free-first";
     k.swapin_write_fault_only = v.get("swapin-write") == "on-write";
     k.shmem_swapin_cluster = v.get("shmem-swapin") == "cluster";
+    k.swapin_sync_cache = v.get("sync-swapin") == "cache";
     k.fault_dirty_write_only = v.get("fault-dirty") == "write";
     k.knobs.set_kernel(v.mthp(), v.shrink_underused());
     k.split_zeropage = v.split_zeropage();

@@ -123,6 +123,12 @@ pub const KEYS: &[Key] = &[
         about: "a shmem page on zram is read back directly, skipping the swap cache (direct, 6.14+: 1dd44c0af4fa), or through the swap cache with swap_cluster_readahead around it, its neighbours swap cache hits (cluster, up to 6.13, e.g. the 6.12 guest)",
     },
     Key {
+        name: "sync-swapin",
+        default: "bypass",
+        values: "bypass|cache",
+        about: "do_swap_page on zram (SWP_SYNCHRONOUS_IO) reads every slot through the swap cache with no readahead, then frees the cache once no pte holds the slot (cache, 7.0+: f1879e8a0c60, ab08be8dc96a, 4b34f1d82c65), the page writable at once only when its swap pte is exclusive,, or reads a slot only this pte holds around the cache and a slot a forked mm shares through it with swapin_readahead, a read fault keeping it cached (bypass, up to 6.19)",
+    },
+    Key {
         name: "fault-dirty",
         default: "folio",
         values: "folio|write",
@@ -377,6 +383,7 @@ impl Variants {
             "swap-alloc" => matches!(val, "nonfull-first" | "free-first"),
             "swapin-write" => matches!(val, "on-read" | "on-write"),
             "shmem-swapin" => matches!(val, "direct" | "cluster"),
+            "sync-swapin" => matches!(val, "bypass" | "cache"),
             "fault-dirty" => matches!(val, "folio" | "write"),
             "pageout-young" => matches!(val, "ignore" | "clear"),
             "flush-range-nosync" => matches!(val, "split" | "unsplit"),

@@ -305,7 +305,10 @@ impl Pte {
     pub fn pte_pgprot(self) -> PgProt {
         PgProt(self.0.with_oa(PhysAddr(0)).attrs())
     }
-    /// pte_modify: new protections, keeping address, young and dirty.
+    /// pte_modify: new protections, keeping address, young and dirty, and the
+    /// contiguous bit, which lies outside the kernel's mask: a batch read from a
+    /// contpte block keeps PTE_CONT, so arm64's pte_needs_flush sees no change when
+    /// only the protections stay the same (set_ptes drops the bit and refolds).
     pub fn pte_modify(self, prot: PgProt) -> Pte {
         let dirty = self.pte_dirty();
         let young = self.pte_young();
@@ -313,6 +316,9 @@ impl Pte {
         p = if young { p.pte_mkyoung() } else { p.pte_mkold() };
         if dirty {
             p = p.pte_mkdirty();
+        }
+        if self.0.attrs().contains(Attr::CONT) {
+            p = p.pte_mkcont();
         }
         p
     }

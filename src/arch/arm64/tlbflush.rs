@@ -316,6 +316,20 @@ mod tests {
             .sum()
     }
 
+    /// pte_modify keeps PTE_CONT, as the kernel's does (the bit is outside its mask),
+    /// so a contpte pte given its own protections again needs no flush when elided.
+    #[test]
+    fn an_unchanged_contpte_pte_needs_a_flush_only_without_elision() {
+        use crate::arch::arm64::pgtable::{PgProt, Pte};
+        use crate::hw::{Granule, Pfn};
+        let old = Pte::pfn_pte(Pfn(16), PgProt::READONLY, Granule::K4).pte_mkyoung().pte_mkcont();
+        let new = old.pte_modify(PgProt::READONLY);
+        assert!(new.pte_valid_cont());
+        assert!(!pte_needs_flush(old, new, true));
+        assert!(pte_needs_flush(old, new, false));
+        assert!(pte_needs_flush(old, old.pte_modify(PgProt::NONE), true));
+    }
+
     #[test]
     fn range_decomposition_covers_exactly_the_pages() {
         for pages in [
