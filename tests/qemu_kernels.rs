@@ -200,3 +200,27 @@ fn where_7_3_behaves_as_its_preset_every_counter_agrees_and_6_18_does_not() {
         );
     }
 }
+
+/// A workload whose result line is long: 600 ops, each with a delta per counter.
+const LONG_RESULT: &str = "mmap buf 64K\nrepeat 300\ntouch buf\nmadvise buf 0 64K dontneed\nend\n";
+
+/// The last workload's result reaches the host however long it is: a console write
+/// returns once the guest's tty holds the bytes, and powering off discards what the
+/// UART has not sent yet, so the runner drains the console first. Without that, a
+/// batch ending in such a line ended with QEMU's status 0, the line cut short by
+/// "reboot: Power down" and no END line (7.3 with 16K pages, whose tty buffer is a
+/// 16K page).
+#[test]
+fn a_long_last_result_reaches_the_host_before_the_guest_powers_off() {
+    let w = foliolab::workload::parse_str("long_result.wl", LONG_RESULT).unwrap();
+    for target in [Target::QemuArm64_73_16k, Target::QemuArm64_73] {
+        if let Some(why) = qemu::missing(target) {
+            println!("SKIP a_long_last_result_reaches_the_host_before_the_guest_powers_off ({target:?}): {why}");
+            continue;
+        }
+        let batch = qemu::run_batch(target, std::slice::from_ref(&w)).unwrap_or_else(|e| panic!("{target:?}: {e}"));
+        let r = batch.reports[0].as_ref().unwrap();
+        let pages = (64 << 10) / target.granule().page_size() as i64;
+        assert_eq!(r.counters["proc.main.minflt"], 300 * pages, "{target:?}");
+    }
+}
