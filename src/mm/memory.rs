@@ -7,6 +7,7 @@ use super::huge_memory;
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
+use super::swapfile::SwapInfo;
 use super::vmstat::{MthpStat, VmEvent};
 use super::{Kernel, ZapVariant};
 use crate::arch::arm64::pgtable::pmd_trans_huge;
@@ -199,9 +200,10 @@ impl Kernel {
     /// this mm's: read without the cache, exclusive by its swap pte, or freed from the
     /// cache by a write fault (should_try_to_free_swap); else a write goes on to
     /// do_wp_page. A read counts PGMAJFAULT here, also for a swap-in outside a fault
-    /// (khugepaged's); the task's maj_flt is mm_account_fault's. A cached folio is
-    /// order 0 (check_invariants holds it to that), so the kernel's mapping of a whole
-    /// large cached folio has no counterpart here.
+    /// (khugepaged's); the task's maj_flt is mm_account_fault's. From 7.0 a shared
+    /// slot is read by swapin_sync instead, into a swap-cache folio as large as the
+    /// ptes allow; a large cached folio is mapped whole where its ptes still hold its
+    /// slots (swap_cache_map_range), else the faulting page alone.
     #[allow(clippy::too_many_arguments)]
     pub fn do_swap_page(
         &mut self,
@@ -423,7 +425,7 @@ impl Kernel {
             table: ptep.table,
             index: ptep.index - idx as usize,
         };
-        if self.swap_pte_batch(mm, base, nr, slot, orig) {
+        if self.swap_pte_batch(mm, base, nr, slot, orig, |_, _| true) {
             (folio, nr, start)
         } else {
             (page, 1, addr)
@@ -431,12 +433,26 @@ impl Kernel {
     }
 
     /// swap_pte_batch over `nr` ptes from `base`: each a swap entry of the slot after
-    /// the last from `first`, exclusive as `orig` is.
-    fn swap_pte_batch(&mut self, mm: MmId, base: PtePtr, nr: u64, first: u64, orig: Pte) -> bool {
+    /// the last from `first`, exclusive as `orig` is, and its slot `slot_ok` (checked
+    /// pte by pte, the reads stopping at the first that fails).
+    fn swap_pte_batch(
+        &mut self,
+        mm: MmId,
+        base: PtePtr,
+        nr: u64,
+        first: u64,
+        orig: Pte,
+        slot_ok: impl Fn(&SwapInfo, u64) -> bool,
+    ) -> bool {
         let amm = self.arch_mm(mm);
+        let si = self.swap.as_ref().expect("a swap pte without a swap device");
+        let arch = &mut self.arch;
         (0..nr).all(|i| {
-            let p = self.arch.ptep_get(amm, base.add(i as usize));
-            p.is_swap_pte() && p.pte_swp_offset() == first + i && p.pte_swp_exclusive() == orig.pte_swp_exclusive()
+            let p = arch.ptep_get(amm, base.add(i as usize));
+            p.is_swap_pte()
+                && p.pte_swp_offset() == first + i
+                && p.pte_swp_exclusive() == orig.pte_swp_exclusive()
+                && slot_ok(si, first + i)
         })
     }
 
@@ -467,12 +483,10 @@ impl Kernel {
             let start = addr & !((ps << order) - 1);
             let first = offset - (addr - start) / ps;
             let base = ptep.align_down(nr as usize);
-            let ok = self.swap_pte_batch(mm, base, nr, first, orig) && {
-                let si = self.swap.as_ref().expect("checked");
-                let zero = si.is_zero(first);
-                !slots || (first..first + nr).all(|s| si.is_zero(s) == zero && !si.has_cache(s))
-            };
-            if ok {
+            let zero = self.swap.as_ref().expect("checked").is_zero(first);
+            if self.swap_pte_batch(mm, base, nr, first, orig, |si, s| {
+                !slots || (si.is_zero(s) == zero && !si.has_cache(s))
+            }) {
                 return orders;
             }
             orders &= !(1 << order);
@@ -1260,27 +1274,41 @@ mod tests {
         assert_clean(&k);
     }
 
-    /// swap_fork_64k_cached.wl: with the child gone the parent's slots have count 1
-    /// again, but five of the first folio's are still cached: a fault there reads order
-    /// 0, one in an uncached folio reads it whole.
+    /// swap_fork_64k_cached.wl: the child reads the first page of a 64K folio whose
+    /// slots it shares. Up to 6.19 (sync-swapin=bypass) that is order 0 through the swap
+    /// cache; with the child gone the parent's slots have count 1 again, but five of the
+    /// first folio's are still cached: a fault there reads order 0, one in an uncached
+    /// folio reads it whole. From 7.0 (cache) swapin_sync reads the whole folio into the
+    /// cache for the child, where the parent's fault finds it and maps all 16 pages
+    /// without I/O, then frees the cache.
     #[test]
-    fn a_large_swap_in_needs_none_of_its_slots_in_the_swap_cache() {
-        let (mut k, mm) = boot_with(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
-        k.sys_swapon(64 << 20).unwrap();
-        k.do_mmap(mm, BASE, 256 << 10, rw()).unwrap();
-        write(&mut k, mm, BASE, 256 << 10);
-        k.do_madvise(mm, BASE, BASE + (256 << 10), crate::mm::madvise::Madv::PageOut)
-            .unwrap();
-        let child = k.dup_mmap(mm).unwrap();
-        k.switch_mm(1, child);
-        user_access(&mut k, child, 1, BASE, false).unwrap();
-        k.exit_mmap(child);
-        user_access(&mut k, mm, 0, BASE + 8 * K4, false).unwrap();
-        user_access(&mut k, mm, 0, BASE + (64 << 10), false).unwrap();
-        assert_clean(&k);
-        assert_eq!(k.page_kind(mm, BASE + 8 * K4), Some(PageKind::Order(0)));
-        assert_eq!(k.page_kind(mm, BASE + (64 << 10)), Some(PageKind::Order(4)));
-        assert_eq!(k.stat.mthp(4, MthpStat::Swpin), 1);
+    fn a_large_swap_in_for_shared_slots_is_cached_whole_from_7_0() {
+        for (cache, first_kind, swpin, majors) in [(false, PageKind::Order(0), 1, 2), (true, PageKind::Order(4), 2, 1)] {
+            let (mut k, mm) = boot_with(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            k.swapin_sync_cache = cache;
+            k.sys_swapon(64 << 20).unwrap();
+            k.do_mmap(mm, BASE, 256 << 10, rw()).unwrap();
+            write(&mut k, mm, BASE, 256 << 10);
+            k.do_madvise(mm, BASE, BASE + (256 << 10), crate::mm::madvise::Madv::PageOut)
+                .unwrap();
+            let child = k.dup_mmap(mm).unwrap();
+            k.switch_mm(1, child);
+            user_access(&mut k, child, 1, BASE, false).unwrap();
+            let tail = if cache { PageKind::Order(4) } else { PageKind::Swap };
+            assert_eq!(k.page_kind(child, BASE + 15 * K4), Some(tail), "cache={cache}");
+            k.exit_mmap(child);
+            assert_clean(&k);
+            assert_eq!(k.swap.as_ref().unwrap().cache.iter().count(), if cache { 1 } else { 5 });
+            let majors0 = k.mm(mm).maj_flt;
+            user_access(&mut k, mm, 0, BASE + 8 * K4, false).unwrap();
+            user_access(&mut k, mm, 0, BASE + (64 << 10), false).unwrap();
+            assert_clean(&k);
+            assert_eq!(k.page_kind(mm, BASE + 8 * K4), Some(first_kind), "cache={cache}");
+            assert_eq!(k.page_kind(mm, BASE), Some(if cache { first_kind } else { PageKind::Swap }));
+            assert_eq!(k.page_kind(mm, BASE + (64 << 10)), Some(PageKind::Order(4)));
+            assert_eq!(k.stat.mthp(4, MthpStat::Swpin), swpin, "cache={cache}");
+            assert_eq!(k.mm(mm).maj_flt - majors0, majors, "cache={cache}");
+        }
     }
 
     /// fork_pmd_thp.wl: both pmds of a forked PMD THP are split by the first writes;
