@@ -200,10 +200,10 @@ impl Kernel {
     /// this mm's: read without the cache, exclusive by its swap pte, or freed from the
     /// cache by a write fault (should_try_to_free_swap); else a write goes on to
     /// do_wp_page. A read counts PGMAJFAULT here, also for a swap-in outside a fault
-    /// (khugepaged's); the task's maj_flt is mm_account_fault's. From 7.0 a shared
-    /// slot is read by swapin_sync instead, into a swap-cache folio as large as the
-    /// ptes allow; a large cached folio is mapped whole where its ptes still hold its
-    /// slots (swap_cache_map_range), else the faulting page alone.
+    /// (khugepaged's); the task's maj_flt is mm_account_fault's. From 7.0 every slot,
+    /// shared or not, is read by swapin_sync instead, into a swap-cache folio as large
+    /// as the ptes allow; a large cached folio is mapped whole where its ptes still
+    /// hold its slots (swap_cache_map_range), else the faulting page alone.
     #[allow(clippy::too_many_arguments)]
     pub fn do_swap_page(
         &mut self,
@@ -232,12 +232,12 @@ impl Kernel {
             > 1;
         let (folio, swapcache, ret) = match cached {
             Some(folio) => (folio, true, VmFault::Done),
-            None if !shared => match self.alloc_swap_folio(mm, vma, ptep, addr, orig) {
-                Some(folio) => (folio, false, VmFault::Major),
-                None => return VmFault::Oom,
-            },
             None if self.swapin_sync_cache => match self.swapin_sync(mm, vma, ptep, addr, orig) {
                 Some(folio) => (folio, true, VmFault::Major),
+                None => return VmFault::Oom,
+            },
+            None if !shared => match self.alloc_swap_folio(mm, vma, ptep, addr, orig) {
+                Some(folio) => (folio, false, VmFault::Major),
                 None => return VmFault::Oom,
             },
             None => match self.swap_vma_readahead(mm, vma, pmd, offset, addr) {
@@ -259,10 +259,8 @@ impl Kernel {
         };
         let first = offset - ((addr - start) >> g.page_shift());
         // A pte of a swap-cache folio is exclusive if its swap pte was; a folio read
-        // without the cache is this mm's alone. From 7.0 every read goes through the
-        // cache (the model's read of an unshared slot stands for swapin_sync's), so
-        // only the swap pte says.
-        let exclusive = (!swapcache && !self.swapin_sync_cache) || orig.pte_swp_exclusive();
+        // without the cache is this mm's alone.
+        let exclusive = !swapcache || orig.pte_swp_exclusive();
         let si = self.swap.as_mut().expect("checked");
         for i in 0..nr {
             si.swap_entry_put(first + i);
