@@ -193,7 +193,12 @@ fn where_7_3_behaves_as_its_preset_every_counter_agrees_and_6_18_does_not() {
             }
         }
         // The 6.18 preset fails where a 6.19 or 7.0 change shows, and only there.
-        for p in ["mprotect_whole_pmd.wl", "fork_cow.wl", "mprotect_none_rw.wl", "swap_fork_64k.wl"] {
+        for p in [
+            "mprotect_whole_pmd.wl",
+            "fork_cow.wl",
+            "mprotect_none_rw.wl",
+            "swap_fork_64k.wl",
+        ] {
             assert!(
                 told_apart.iter().any(|t| t.ends_with(p)),
                 "{target:?}: 6.18 agrees on {p}"

@@ -402,12 +402,24 @@ impl Kernel {
     /// (its first page, count and address) when it is large and its range lies in the
     /// VMA and the page table with every pte a swap entry of its next slot alike the
     /// faulting one, else the faulting page alone.
-    fn swap_cache_map_range(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, folio: Pfn, orig: Pte) -> (Pfn, u64, u64) {
+    fn swap_cache_map_range(
+        &mut self,
+        mm: MmId,
+        vma: &Vma,
+        ptep: PtePtr,
+        addr: u64,
+        folio: Pfn,
+        orig: Pte,
+    ) -> (Pfn, u64, u64) {
         let g = self.arch.granule();
         let ps = g.page_size();
         let nr = self.memmap.folio_nr_pages(folio);
         let offset = orig.pte_swp_offset();
-        let slot = self.swap.as_ref().and_then(|si| si.cache.swap_of(folio)).expect("a folio in the swap cache");
+        let slot = self
+            .swap
+            .as_ref()
+            .and_then(|si| si.cache.swap_of(folio))
+            .expect("a folio in the swap cache");
         let idx = offset - slot;
         let page = Pfn(folio.0 + idx);
         if nr == 1 {
@@ -1281,7 +1293,8 @@ mod tests {
     /// without I/O, then frees the cache.
     #[test]
     fn a_large_swap_in_for_shared_slots_is_cached_whole_from_7_0() {
-        for (cache, first_kind, swpin, majors) in [(false, PageKind::Order(0), 1, 2), (true, PageKind::Order(4), 2, 1)] {
+        for (cache, first_kind, swpin, majors) in [(false, PageKind::Order(0), 1, 2), (true, PageKind::Order(4), 2, 1)]
+        {
             let (mut k, mm) = boot_with(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
             k.swapin_sync_cache = cache;
             k.sys_swapon(64 << 20).unwrap();
@@ -1302,7 +1315,10 @@ mod tests {
             user_access(&mut k, mm, 0, BASE + (64 << 10), false).unwrap();
             assert_clean(&k);
             assert_eq!(k.page_kind(mm, BASE + 8 * K4), Some(first_kind), "cache={cache}");
-            assert_eq!(k.page_kind(mm, BASE), Some(if cache { first_kind } else { PageKind::Swap }));
+            assert_eq!(
+                k.page_kind(mm, BASE),
+                Some(if cache { first_kind } else { PageKind::Swap })
+            );
             assert_eq!(k.page_kind(mm, BASE + (64 << 10)), Some(PageKind::Order(4)));
             assert_eq!(k.stat.mthp(4, MthpStat::Swpin), swpin, "cache={cache}");
             assert_eq!(k.mm(mm).maj_flt - majors0, majors, "cache={cache}");
