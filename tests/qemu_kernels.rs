@@ -136,7 +136,9 @@ fn each_seeds_before_and_after_on_6_1_and_6_12() {
 /// clean pte dirty (`wp-flush`: the stale read-only entry is flushed on the faulting
 /// CPU alone; `contpte-access`: no gathered contpte_ptep_get); with controls that 6.18 and 7.3 do alike (mTHP faults, partial
 /// MADV_DONTNEED one page at a time, pageout, contpte blocks unfolded and refolded by
-/// mprotect: QEMU's CPU has no BBML2, so each contpte_convert keeps its TLBI).
+/// mprotect: QEMU's CPU has no BBML2, so each contpte_convert keeps its TLBI); and
+/// swap-ins on zram of slots a fork shares, which 7.0+ reads through the swap cache
+/// without readahead, a 64K folio whole (`sync-swapin`).
 const AGREE_73: &[&str] = &[
     "tests/validation/contpte_refold_64k.wl",
     "tests/validation/mprotect_none_rw.wl",
@@ -146,6 +148,8 @@ const AGREE_73: &[&str] = &[
     "tests/validation/dontneed_step_64k.wl",
     "tests/validation/mthp_64k_aligned.wl",
     "tests/validation/pageout_64k.wl",
+    "tests/validation/swap_fork_64k.wl",
+    "tests/validation/swap_fork_64k_cached.wl",
 ];
 
 /// The 16K-page guest's share of them (the others' ranges are not in 16K units).
@@ -155,6 +159,7 @@ const AGREE_73_16K: &[&str] = &[
     "tests/validation/fork_cow.wl",
     "tests/validation/mthp_64k_aligned.wl",
     "tests/qemu/16k/mprotect_none_rw.wl",
+    "tests/validation/swap_fork_64k.wl",
 ];
 
 #[test]
@@ -187,8 +192,13 @@ fn where_7_3_behaves_as_its_preset_every_counter_agrees_and_6_18_does_not() {
                 told_apart.push(w.path.clone());
             }
         }
-        // The 6.18 preset fails where a 6.19 change shows, and only there.
-        for p in ["mprotect_whole_pmd.wl", "fork_cow.wl", "mprotect_none_rw.wl"] {
+        // The 6.18 preset fails where a 6.19 or 7.0 change shows, and only there.
+        for p in [
+            "mprotect_whole_pmd.wl",
+            "fork_cow.wl",
+            "mprotect_none_rw.wl",
+            "swap_fork_64k.wl",
+        ] {
             assert!(
                 told_apart.iter().any(|t| t.ends_with(p)),
                 "{target:?}: 6.18 agrees on {p}"

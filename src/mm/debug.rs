@@ -172,9 +172,10 @@ impl Kernel {
             if si.cache.folio(slot) != Some(f) {
                 return Err(format!("swap cache: {f:?} at slot {slot}, which caches another"));
             }
-            // do_swap_page maps order-0 cached folios only: readahead reads order 0, and
-            // reclaim frees the large folios it writes out in the same pass.
-            if self.memmap.folio_order(f) > 0 {
+            // Up to 6.19 cached folios are order 0 between ops: readahead reads order 0,
+            // and reclaim frees the large folios it writes out in the same pass. From
+            // 7.0 swapin_sync reads large folios into the cache for slots a fork shares.
+            if self.memmap.folio_order(f) > 0 && !self.swapin_sync_cache {
                 return Err(format!("swap cache: large folio {f:?} at slot {slot} between ops"));
             }
         }

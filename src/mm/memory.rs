@@ -7,6 +7,7 @@ use super::huge_memory;
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::mmu_gather::MmuGather;
 use super::pgtable::PmdPtr;
+use super::swapfile::SwapInfo;
 use super::vmstat::{MthpStat, VmEvent};
 use super::{Kernel, ZapVariant};
 use crate::arch::arm64::pgtable::pmd_trans_huge;
@@ -199,9 +200,10 @@ impl Kernel {
     /// this mm's: read without the cache, exclusive by its swap pte, or freed from the
     /// cache by a write fault (should_try_to_free_swap); else a write goes on to
     /// do_wp_page. A read counts PGMAJFAULT here, also for a swap-in outside a fault
-    /// (khugepaged's); the task's maj_flt is mm_account_fault's. A cached folio is
-    /// order 0 (check_invariants holds it to that), so the kernel's mapping of a whole
-    /// large cached folio has no counterpart here.
+    /// (khugepaged's); the task's maj_flt is mm_account_fault's. From 7.0 every slot,
+    /// shared or not, is read by swapin_sync instead, into a swap-cache folio as large
+    /// as the ptes allow; a large cached folio is mapped whole where its ptes still
+    /// hold its slots (swap_cache_map_range), else the faulting page alone.
     #[allow(clippy::too_many_arguments)]
     pub fn do_swap_page(
         &mut self,
@@ -230,20 +232,12 @@ impl Kernel {
             > 1;
         let (folio, swapcache, ret) = match cached {
             Some(folio) => (folio, true, VmFault::Done),
-            None if !shared => match self.alloc_swap_folio(mm, vma, ptep, addr, orig) {
-                Some(folio) => (folio, false, VmFault::Major),
+            None if self.swapin_sync_cache => match self.swapin_sync(mm, vma, ptep, addr, orig) {
+                Some(folio) => (folio, true, VmFault::Major),
                 None => return VmFault::Oom,
             },
-            // swapin_sync (7.0+): this slot alone, into the swap cache. A large
-            // folio for shared slots (swap_cache_alloc_folio with mTHP orders) is not
-            // modeled: the model's cached folios are order 0.
-            None if self.swapin_sync_cache => match self.__read_swap_cache_async(offset) {
-                Some((folio, allocated)) => {
-                    if allocated {
-                        self.swap_read_folio(folio, offset);
-                    }
-                    (folio, true, VmFault::Major)
-                }
+            None if !shared => match self.alloc_swap_folio(mm, vma, ptep, addr, orig) {
+                Some(folio) => (folio, false, VmFault::Major),
                 None => return VmFault::Oom,
             },
             None => match self.swap_vma_readahead(mm, vma, pmd, offset, addr) {
@@ -254,17 +248,19 @@ impl Kernel {
         if ret == VmFault::Major {
             self.stat.count_vm_event(VmEvent::PgMajFault);
         }
-        let nr = self.memmap.folio_nr_pages(folio);
-        let start = addr & !((ps << (nr.trailing_zeros())) - 1);
-        let first = offset - ((addr - start) >> g.page_shift());
-        if !swapcache {
+        let folio_nr = self.memmap.folio_nr_pages(folio);
+        let (page, nr, start) = if !swapcache {
+            let start = addr & !((ps << folio_nr.trailing_zeros()) - 1);
+            let first = offset - ((addr - start) >> g.page_shift());
             self.swap_read_folio(folio, first);
-        }
+            (folio, folio_nr, start)
+        } else {
+            self.swap_cache_map_range(mm, vma, ptep, addr, folio, orig)
+        };
+        let first = offset - ((addr - start) >> g.page_shift());
         // A pte of a swap-cache folio is exclusive if its swap pte was; a folio read
-        // without the cache is this mm's alone. From 7.0 every read goes through the
-        // cache (the model's read of an unshared slot stands for swapin_sync's), so
-        // only the swap pte says.
-        let exclusive = (!swapcache && !self.swapin_sync_cache) || orig.pte_swp_exclusive();
+        // without the cache is this mm's alone.
+        let exclusive = !swapcache || orig.pte_swp_exclusive();
         let si = self.swap.as_mut().expect("checked");
         for i in 0..nr {
             si.swap_entry_put(first + i);
@@ -276,7 +272,7 @@ impl Kernel {
         m.rss_anon += nr as i64;
         m.rss_swap -= nr as i64;
         let amm = self.arch_mm(mm);
-        let mut pte = Pte::pfn_pte(folio, vm_page_prot(vma), g).pte_mkyoung();
+        let mut pte = Pte::pfn_pte(page, vm_page_prot(vma), g).pte_mkyoung();
         // Up to 6.19 a folio nobody else holds is reused too; by 7.3 only an exclusive
         // one is, the rest left to do_wp_page.
         let reuse = exclusive || (!self.swapin_sync_cache && self.memmap.folio_ref_count(folio) == 1);
@@ -292,7 +288,7 @@ impl Kernel {
         }
         self.folio_ref_add(folio, nr as i32 - 1);
         if self.memmap.folio_test(folio, PageFlags::ANON) {
-            self.folio_add_anon_rmap_ptes(folio, folio, nr, mm, reuse);
+            self.folio_add_anon_rmap_ptes(folio, page, nr, mm, reuse);
         } else {
             self.folio_add_new_anon_rmap(folio, mm, start, false);
             if !swapcache {
@@ -308,9 +304,12 @@ impl Kernel {
                 }
             }
         }
-        let first_ptep = ptep.align_down(nr as usize);
+        let first_ptep = PtePtr {
+            table: ptep.table,
+            index: ptep.index - ((addr - start) / ps) as usize,
+        };
         self.arch
-            .set_ptes(amm, start, first_ptep, pte, nr as usize, Some((folio, nr)));
+            .set_ptes(amm, start, first_ptep, pte, nr as usize, Some((folio, folio_nr)));
         if wp && self.do_wp_page(mm, vma, ptep, addr, pte) == VmFault::Oom {
             return VmFault::Oom;
         }
@@ -339,22 +338,30 @@ impl Kernel {
     }
 
     /// alloc_swap_folio: a folio for the skip-swapcache path, of the largest order
-    /// swapin_orders leaves that can be allocated (swpin_fallback for each that
-    /// cannot), else order 0. None when out of memory.
+    /// swapin_orders leaves that can be allocated, else order 0. None when out of memory.
     fn alloc_swap_folio(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> Option<Pfn> {
-        let mut orders = self.swapin_orders(mm, vma, ptep, addr, orig);
+        let orders = self.swapin_orders(mm, vma, ptep, addr, orig, true);
+        self.swapin_folio_alloc(orders, |_, _| true)
+    }
+
+    /// The largest of `orders` (a bitmask) that `fits` and can be allocated and
+    /// charged, swpin_fallback counted for each that cannot (swpin_fallback_charge too
+    /// when the charge fails), else order 0. None when out of memory.
+    fn swapin_folio_alloc(&mut self, mut orders: u64, fits: impl Fn(&Kernel, u32) -> bool) -> Option<Pfn> {
         while orders != 0 {
             let order = 63 - orders.leading_zeros();
-            if let Some(f) = self.folio_alloc(order) {
-                // mem_cgroup_swapin_charge_folio with the mTHP gfp: no reclaim.
-                if self.mem_cgroup_charge(f, false) {
-                    return Some(f);
+            orders &= !(1 << order);
+            if fits(self, order) {
+                if let Some(f) = self.folio_alloc(order) {
+                    // mem_cgroup_swapin_charge_folio with the mTHP gfp: no reclaim.
+                    if self.mem_cgroup_charge(f, false) {
+                        return Some(f);
+                    }
+                    self.stat.count_mthp_stat(order, MthpStat::SwpinFallbackCharge);
+                    self.folio_put(f);
                 }
-                self.stat.count_mthp_stat(order, MthpStat::SwpinFallbackCharge);
-                self.folio_put(f);
             }
             self.stat.count_mthp_stat(order, MthpStat::SwpinFallback);
-            orders &= !(1 << order);
         }
         let f = self.folio_alloc(0)?;
         if self.mem_cgroup_charge(f, true) {
@@ -364,13 +371,109 @@ impl Kernel {
         None
     }
 
+    /// swapin_sync (7.0+): a slot not in the swap cache is read into it, in a folio of
+    /// the largest order thp_swapin_suitable_orders allows (the ptes alone: whether a
+    /// fork shares the slots does not matter) whose aligned slots __swap_cache_add_check
+    /// finds all held, none cached and alike in the zeromap (swpin_fallback for each
+    /// order that is not), else order 0. None when out of memory.
+    fn swapin_sync(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> Option<Pfn> {
+        let offset = orig.pte_swp_offset();
+        let orders = self.swapin_orders(mm, vma, ptep, addr, orig, false);
+        let folio = self.swapin_folio_alloc(orders, |k, order| {
+            let first = offset & !((1u64 << order) - 1);
+            let si = k.swap.as_ref().expect("a swap pte without a swap device");
+            let zero = si.is_zero(offset);
+            (first..first + (1 << order)).all(|s| si.swap_count(s) > 0 && !si.has_cache(s) && si.is_zero(s) == zero)
+        })?;
+        let nr = self.memmap.folio_nr_pages(folio);
+        let first = offset & !(nr - 1);
+        let si = self.swap.as_mut().expect("checked");
+        for s in first..first + nr {
+            si.swapcache_prepare(s);
+        }
+        self.memmap.folio_set(folio, PageFlags::SWAPBACKED);
+        self.swap_cache_add_folio(folio, first);
+        self.folio_add_lru(folio);
+        self.swap_read_folio(folio, first);
+        Some(folio)
+    }
+
+    /// The pages of a swap-cache folio do_swap_page maps at `addr`: the whole folio
+    /// (its first page, count and address) when it is large and its range lies in the
+    /// VMA and the page table with every pte a swap entry of its next slot alike the
+    /// faulting one, else the faulting page alone.
+    fn swap_cache_map_range(
+        &mut self,
+        mm: MmId,
+        vma: &Vma,
+        ptep: PtePtr,
+        addr: u64,
+        folio: Pfn,
+        orig: Pte,
+    ) -> (Pfn, u64, u64) {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let nr = self.memmap.folio_nr_pages(folio);
+        let offset = orig.pte_swp_offset();
+        let slot = self
+            .swap
+            .as_ref()
+            .and_then(|si| si.cache.swap_of(folio))
+            .expect("a folio in the swap cache");
+        let idx = offset - slot;
+        let page = Pfn(folio.0 + idx);
+        if nr == 1 {
+            return (page, 1, addr);
+        }
+        let start = addr - idx * ps;
+        let pmd_size = ps << g.pmd_order();
+        let pmd_start = addr & !(pmd_size - 1);
+        if start < pmd_start.max(vma.start) || start + nr * ps > (pmd_start + pmd_size).min(vma.end) {
+            return (page, 1, addr);
+        }
+        let base = PtePtr {
+            table: ptep.table,
+            index: ptep.index - idx as usize,
+        };
+        if self.swap_pte_batch(mm, base, nr, slot, orig, |_, _| true) {
+            (folio, nr, start)
+        } else {
+            (page, 1, addr)
+        }
+    }
+
+    /// swap_pte_batch over `nr` ptes from `base`: each a swap entry of the slot after
+    /// the last from `first`, exclusive as `orig` is, and its slot `slot_ok` (checked
+    /// pte by pte, the reads stopping at the first that fails).
+    fn swap_pte_batch(
+        &mut self,
+        mm: MmId,
+        base: PtePtr,
+        nr: u64,
+        first: u64,
+        orig: Pte,
+        slot_ok: impl Fn(&SwapInfo, u64) -> bool,
+    ) -> bool {
+        let amm = self.arch_mm(mm);
+        let si = self.swap.as_ref().expect("a swap pte without a swap device");
+        let arch = &mut self.arch;
+        (0..nr).all(|i| {
+            let p = arch.ptep_get(amm, base.add(i as usize));
+            p.is_swap_pte()
+                && p.pte_swp_offset() == first + i
+                && p.pte_swp_exclusive() == orig.pte_swp_exclusive()
+                && slot_ok(si, first + i)
+        })
+    }
+
     /// alloc_swap_folio's choice of orders (242d12c98174, 6.12): those allowed below
     /// PMD order and suitable for the VMA, whose slot lines up with the address
     /// (thp_swap_suitable_orders), from the highest down to the first whose range
-    /// can_swapin_thp: every pte a swap entry of the next slot with the same bits, the
-    /// slots alike in the zeromap and none in the swap cache (non_swapcache_batch). The
-    /// orders left, as a bitmask.
-    fn swapin_orders(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> u64 {
+    /// can_swapin_thp: every pte a swap entry of the next slot with the same bits and,
+    /// with `slots` (up to 6.19; 7.0's swapin_sync checks those as it adds the folio
+    /// to the swap cache), the slots alike in the zeromap and none in the swap cache
+    /// (non_swapcache_batch). The orders left, as a bitmask.
+    fn swapin_orders(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte, slots: bool) -> u64 {
         let g = self.arch.granule();
         let ps = g.page_size();
         let below_pmd = (1u64 << g.pmd_order()) - 1;
@@ -384,26 +487,16 @@ impl Kernel {
                 orders &= !(1u64 << o);
             }
         }
-        let amm = self.arch_mm(mm);
         while orders != 0 {
             let order = 63 - orders.leading_zeros();
-            let nr = 1usize << order;
+            let nr = 1u64 << order;
             let start = addr & !((ps << order) - 1);
-            let idx = (addr - start) / ps;
-            let first = offset - idx;
-            let base = ptep.align_down(nr);
-            let si = self.swap.as_ref().expect("checked");
-            let zero = si.is_zero(first);
-            let arch = &mut self.arch;
-            let ok = (0..nr).all(|i| {
-                let p = arch.ptep_get(amm, base.add(i));
-                p.is_swap_pte()
-                    && p.pte_swp_offset() == first + i as u64
-                    && p.pte_swp_exclusive() == orig.pte_swp_exclusive()
-                    && si.is_zero(first + i as u64) == zero
-                    && !si.has_cache(first + i as u64)
-            });
-            if ok {
+            let first = offset - (addr - start) / ps;
+            let base = ptep.align_down(nr as usize);
+            let zero = self.swap.as_ref().expect("checked").is_zero(first);
+            if self.swap_pte_batch(mm, base, nr, first, orig, |si, s| {
+                !slots || (si.is_zero(s) == zero && !si.has_cache(s))
+            }) {
                 return orders;
             }
             orders &= !(1 << order);
@@ -1191,27 +1284,45 @@ mod tests {
         assert_clean(&k);
     }
 
-    /// swap_fork_64k_cached.wl: with the child gone the parent's slots have count 1
-    /// again, but five of the first folio's are still cached: a fault there reads order
-    /// 0, one in an uncached folio reads it whole.
+    /// swap_fork_64k_cached.wl: the child reads the first page of a 64K folio whose
+    /// slots it shares. Up to 6.19 (sync-swapin=bypass) that is order 0 through the swap
+    /// cache; with the child gone the parent's slots have count 1 again, but five of the
+    /// first folio's are still cached: a fault there reads order 0, one in an uncached
+    /// folio reads it whole. From 7.0 (cache) swapin_sync reads the whole folio into the
+    /// cache for the child, where the parent's fault finds it and maps all 16 pages
+    /// without I/O, then frees the cache.
     #[test]
-    fn a_large_swap_in_needs_none_of_its_slots_in_the_swap_cache() {
-        let (mut k, mm) = boot_with(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
-        k.sys_swapon(64 << 20).unwrap();
-        k.do_mmap(mm, BASE, 256 << 10, rw()).unwrap();
-        write(&mut k, mm, BASE, 256 << 10);
-        k.do_madvise(mm, BASE, BASE + (256 << 10), crate::mm::madvise::Madv::PageOut)
-            .unwrap();
-        let child = k.dup_mmap(mm).unwrap();
-        k.switch_mm(1, child);
-        user_access(&mut k, child, 1, BASE, false).unwrap();
-        k.exit_mmap(child);
-        user_access(&mut k, mm, 0, BASE + 8 * K4, false).unwrap();
-        user_access(&mut k, mm, 0, BASE + (64 << 10), false).unwrap();
-        assert_clean(&k);
-        assert_eq!(k.page_kind(mm, BASE + 8 * K4), Some(PageKind::Order(0)));
-        assert_eq!(k.page_kind(mm, BASE + (64 << 10)), Some(PageKind::Order(4)));
-        assert_eq!(k.stat.mthp(4, MthpStat::Swpin), 1);
+    fn a_large_swap_in_for_shared_slots_is_cached_whole_from_7_0() {
+        for (cache, first_kind, swpin, majors) in [(false, PageKind::Order(0), 1, 2), (true, PageKind::Order(4), 2, 1)]
+        {
+            let (mut k, mm) = boot_with(MachineConfig::default(), &[("hugepages-64kB/enabled", "always")]);
+            k.swapin_sync_cache = cache;
+            k.sys_swapon(64 << 20).unwrap();
+            k.do_mmap(mm, BASE, 256 << 10, rw()).unwrap();
+            write(&mut k, mm, BASE, 256 << 10);
+            k.do_madvise(mm, BASE, BASE + (256 << 10), crate::mm::madvise::Madv::PageOut)
+                .unwrap();
+            let child = k.dup_mmap(mm).unwrap();
+            k.switch_mm(1, child);
+            user_access(&mut k, child, 1, BASE, false).unwrap();
+            let tail = if cache { PageKind::Order(4) } else { PageKind::Swap };
+            assert_eq!(k.page_kind(child, BASE + 15 * K4), Some(tail), "cache={cache}");
+            k.exit_mmap(child);
+            assert_clean(&k);
+            assert_eq!(k.swap.as_ref().unwrap().cache.iter().count(), if cache { 1 } else { 5 });
+            let majors0 = k.mm(mm).maj_flt;
+            user_access(&mut k, mm, 0, BASE + 8 * K4, false).unwrap();
+            user_access(&mut k, mm, 0, BASE + (64 << 10), false).unwrap();
+            assert_clean(&k);
+            assert_eq!(k.page_kind(mm, BASE + 8 * K4), Some(first_kind), "cache={cache}");
+            assert_eq!(
+                k.page_kind(mm, BASE),
+                Some(if cache { first_kind } else { PageKind::Swap })
+            );
+            assert_eq!(k.page_kind(mm, BASE + (64 << 10)), Some(PageKind::Order(4)));
+            assert_eq!(k.stat.mthp(4, MthpStat::Swpin), swpin, "cache={cache}");
+            assert_eq!(k.mm(mm).maj_flt - majors0, majors, "cache={cache}");
+        }
     }
 
     /// fork_pmd_thp.wl: both pmds of a forked PMD THP are split by the first writes;

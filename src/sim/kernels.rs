@@ -334,7 +334,7 @@ pub const CHANGES: &[Change] = &[
         after: "cache",
         release: Release(7, 0),
         commit: "f1879e8a0c60 ab08be8dc96a 4b34f1d82c65",
-        what: "do_swap_page on zram reads every slot through the swap cache, never with readahead, maps a page writable only when its swap pte is exclusive, and frees the cache after mapping once no pte holds the slot (swap table phase II)",
+        what: "do_swap_page on zram reads every slot through the swap cache, never with readahead, in a folio as large as its ptes allow (a slot a fork shares too), maps a page writable only when its swap pte is exclusive, and frees the cache after mapping once no pte holds the slot (swap table phase II)",
     },
     Change {
         scope: Scope::Run,

@@ -126,7 +126,7 @@ pub const KEYS: &[Key] = &[
         name: "sync-swapin",
         default: "bypass",
         values: "bypass|cache",
-        about: "do_swap_page on zram (SWP_SYNCHRONOUS_IO) reads every slot through the swap cache with no readahead, then frees the cache once no pte holds the slot (cache, 7.0+: f1879e8a0c60, ab08be8dc96a, 4b34f1d82c65), the page writable at once only when its swap pte is exclusive,, or reads a slot only this pte holds around the cache and a slot a forked mm shares through it with swapin_readahead, a read fault keeping it cached (bypass, up to 6.19)",
+        about: "do_swap_page on zram (SWP_SYNCHRONOUS_IO) reads every slot through the swap cache with no readahead, in a folio as large as its ptes allow (shared slots too), then frees the cache once no pte holds the slot (cache, 7.0+: f1879e8a0c60, ab08be8dc96a, 4b34f1d82c65), the page writable at once only when its swap pte is exclusive, or reads a slot only this pte holds around the cache and a slot a forked mm shares through it with swapin_readahead, a read fault keeping it cached (bypass, up to 6.19)",
     },
     Key {
         name: "fault-dirty",
