@@ -72,7 +72,11 @@ fn seed004_variants_built_with_clang_give_the_seeds_signs_and_scenario_3s_cause(
     assert_eq!(s.rows.len(), 9);
     let get = |scenario, variant| row(&s, scenario, variant);
     for r in &s.rows {
-        assert_eq!(r.ptep_get_calls_per_block, 20.0, "{} scenario {}", r.variant, r.scenario);
+        assert_eq!(
+            r.ptep_get_calls_per_block, 20.0,
+            "{} scenario {}",
+            r.variant, r.scenario
+        );
         if r.variant != "Original" {
             assert_eq!(
                 r.change_pct.signum(),
@@ -93,5 +97,8 @@ fn seed004_variants_built_with_clang_give_the_seeds_signs_and_scenario_3s_cause(
         orig.ptep_get_insns_per_call
     );
     let note = s.notes.iter().find(|n| n.starts_with("clang: scenario 3")).unwrap();
-    assert!(note.contains("Cause:") && note.contains("kernel.insns.contpte_ptep_get"), "{note}");
+    assert!(
+        note.contains("Cause:") && note.contains("kernel.insns.contpte_ptep_get"),
+        "{note}"
+    );
 }

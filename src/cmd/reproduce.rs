@@ -120,7 +120,10 @@ pub fn text(r: &Reproduction) -> String {
         let unit = &rows[0].unit;
         // One real-kernel line per build measured (seed 004: per compiler).
         let mut builds: Vec<Option<String>> = Vec::new();
-        for k in rows.iter().flat_map(|x| std::iter::once(&x.real_kernel).chain(&x.real_kernel_more)) {
+        for k in rows
+            .iter()
+            .flat_map(|x| std::iter::once(&x.real_kernel).chain(&x.real_kernel_more))
+        {
             if k.value.is_some() && !builds.contains(&k.build) {
                 builds.push(k.build.clone());
             }
@@ -362,7 +365,13 @@ mod tests {
                 .to_string()
         };
         assert!(line("real kernel, clang").contains("(+2.33%)"), "{t}");
-        assert!(line("real kernel, gcc").contains("(+0.00%)") || line("real kernel, gcc").contains("(-0.00%)"), "{t}");
-        assert!(t.contains("6.12 built with clang (run 1)") && t.contains("6.12 built with gcc (run 1)"), "{t}");
+        assert!(
+            line("real kernel, gcc").contains("(+0.00%)") || line("real kernel, gcc").contains("(-0.00%)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("6.12 built with clang (run 1)") && t.contains("6.12 built with gcc (run 1)"),
+            "{t}"
+        );
     }
 }

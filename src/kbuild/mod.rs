@@ -167,9 +167,14 @@ fn tree_version(dir: &Path) -> Result<(u32, u32), KbuildError> {
     let path = dir.join("Makefile");
     let text = std::fs::read_to_string(&path).map_err(|e| KbuildError::Input(format!("{}: {e}", path.display())))?;
     let field = |name: &str| {
-        text.lines()
-            .take(10)
-            .find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix('=')?.trim().parse::<u32>().ok())
+        text.lines().take(10).find_map(|l| {
+            l.strip_prefix(name)?
+                .trim_start()
+                .strip_prefix('=')?
+                .trim()
+                .parse::<u32>()
+                .ok()
+        })
     };
     match (field("VERSION"), field("PATCHLEVEL")) {
         (Some(v), Some(p)) => Ok((v, p)),
@@ -199,7 +204,11 @@ fn own_fragments(version: (u32, u32), page_size: PageSize) -> Vec<(String, Vec<u
         .collect();
     let kept: String = base
         .lines()
-        .filter(|l| !dropped.iter().any(|d| l.strip_prefix(d).is_some_and(|r| r.starts_with('='))))
+        .filter(|l| {
+            !dropped
+                .iter()
+                .any(|d| l.strip_prefix(d).is_some_and(|r| r.starts_with('=')))
+        })
         .map(|l| format!("{l}\n"))
         .collect();
     vec![
@@ -535,7 +544,11 @@ mod tests {
     fn a_trees_version_comes_from_its_makefile() {
         let dir = std::env::temp_dir().join(format!("foliolab-kbuild-version-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("Makefile"), "# SPDX\nVERSION = 7\nPATCHLEVEL = 3\nSUBLEVEL = 4\n").unwrap();
+        std::fs::write(
+            dir.join("Makefile"),
+            "# SPDX\nVERSION = 7\nPATCHLEVEL = 3\nSUBLEVEL = 4\n",
+        )
+        .unwrap();
         assert_eq!(tree_version(&dir).unwrap(), (7, 3));
         std::fs::write(dir.join("Makefile"), "all:\n").unwrap();
         assert!(tree_version(&dir).unwrap_err().to_string().contains("no VERSION"));

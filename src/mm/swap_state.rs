@@ -505,7 +505,11 @@ mod tests {
             assert_clean(&k);
             assert_eq!(k.mm(mm).maj_flt, 0);
             let si = k.swap.as_ref().unwrap();
-            assert_eq!((si.inuse_pages, si.cache.iter().count() as u64), (inuse, inuse), "cache={cache}");
+            assert_eq!(
+                (si.inuse_pages, si.cache.iter().count() as u64),
+                (inuse, inuse),
+                "cache={cache}"
+            );
         }
     }
 

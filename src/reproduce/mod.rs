@@ -566,7 +566,9 @@ pub fn phase_counts(
 /// independent, so the output is the same whatever the core count.
 pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, items.len().max(1));
+    let jobs = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, items.len().max(1));
     let next = AtomicUsize::new(0);
     let mut out: Vec<(usize, R)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..jobs)
@@ -798,7 +800,10 @@ mod tests {
     #[test]
     fn par_map_keeps_the_items_order() {
         let items: Vec<u64> = (0..50).collect();
-        assert_eq!(par_map(&items, |x| x * x), items.iter().map(|x| x * x).collect::<Vec<_>>());
+        assert_eq!(
+            par_map(&items, |x| x * x),
+            items.iter().map(|x| x * x).collect::<Vec<_>>()
+        );
         assert!(par_map(&[] as &[u64], |x| *x).is_empty());
     }
 
@@ -871,9 +876,16 @@ mod tests {
         let software = Profile::load(crate::time::profile::CALIBRATED).unwrap();
         let table = crate::time::insns::Table::seed001_loop();
         let c = Costs::for_seed("kunpeng-920", "001", &software).unwrap();
-        assert!(!matches!(c.profile.lookup("kernel.shmem_writeout"), crate::time::Lookup::Costed(..)));
+        assert!(!matches!(
+            c.profile.lookup("kernel.shmem_writeout"),
+            crate::time::Lookup::Costed(..)
+        ));
         let c = c.with_insns(&table).unwrap();
-        for e in ["kernel.shmem_writeout", "kernel.shmem_swapin_folio", "kernel.shmem_fault"] {
+        for e in [
+            "kernel.shmem_writeout",
+            "kernel.shmem_swapin_folio",
+            "kernel.shmem_fault",
+        ] {
             assert!(matches!(c.profile.lookup(e), crate::time::Lookup::Costed(..)), "{e}");
         }
     }

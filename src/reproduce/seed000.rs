@@ -181,25 +181,25 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
                 Err("the measured phase has no costed event on this machine".to_string())
             };
             let mut row = Cell {
-                    seed: SEED,
-                    experiment: &experiment,
-                    machine: &column,
-                    variant,
-                    unit: "%",
-                    seed_value: published(change),
-                    seed_stdev: Some(published(sd)),
-                    model,
-                    figure: Figure::Change {
-                        baseline: if base == "per-pte" {
-                            "baseline"
-                        } else {
-                            "baseline (zap batched, contpte off)"
-                        },
-                        baseline_stdev: Some(published(base_sd)),
+                seed: SEED,
+                experiment: &experiment,
+                machine: &column,
+                variant,
+                unit: "%",
+                seed_value: published(change),
+                seed_stdev: Some(published(sd)),
+                model,
+                figure: Figure::Change {
+                    baseline: if base == "per-pte" {
+                        "baseline"
+                    } else {
+                        "baseline (zap batched, contpte off)"
                     },
-                    unmodeled: unmodeled(a, b, base_ns, after_ns),
-                }
-                .row();
+                    baseline_stdev: Some(published(base_sd)),
+                },
+                unmodeled: unmodeled(a, b, base_ns, after_ns),
+            }
+            .row();
             if row.verdict == super::Verdict::Disagrees {
                 let why = time_differs(&base_by, &after_by);
                 row.reason.get_or_insert_with(String::new).push_str(&why);

@@ -33,7 +33,11 @@ const FLUSH_EVENTS: &[&str] = &[
 
 /// The loop's swap I/O and shmem work, whose time the share's denominator needs: its
 /// instructions counted on Debian's 6.12 guest (`time::insns::Table::seed001_loop`).
-const SWAP_AND_SHMEM_WORK: &[&str] = &["kernel.shmem_fault", "kernel.shmem_swapin_folio", "kernel.shmem_writeout"];
+const SWAP_AND_SHMEM_WORK: &[&str] = &[
+    "kernel.shmem_fault",
+    "kernel.shmem_swapin_folio",
+    "kernel.shmem_writeout",
+];
 
 /// The per-page experiments: the workload, its phase, the vmstat counter of its
 /// pages, and the machine it needs beyond the CPUs.

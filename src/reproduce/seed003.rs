@@ -118,7 +118,10 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
 fn explain_metal(r: &mut Reproduction) {
     let per_gib = |r: &Reproduction, column: &str, variant: &str| {
         let gib: f64 = column.split(' ').nth(1)?.trim_end_matches('G').parse().ok()?;
-        let row = r.rows.iter().find(|x| x.seed == SEED && x.machine == column && x.variant == variant)?;
+        let row = r
+            .rows
+            .iter()
+            .find(|x| x.seed == SEED && x.machine == column && x.variant == variant)?;
         Some((row.seed_value / gib, row.model_value? / gib))
     };
     for (name, _) in VARIANTS {
@@ -133,7 +136,10 @@ fn explain_metal(r: &mut Reproduction) {
             model_metal / model_vm
         );
         for row in r.rows.iter_mut().filter(|x| {
-            x.seed == SEED && x.machine == "altra-metal 512G" && x.variant == name && x.verdict == super::Verdict::Disagrees
+            x.seed == SEED
+                && x.machine == "altra-metal 512G"
+                && x.variant == name
+                && x.verdict == super::Verdict::Disagrees
         }) {
             row.reason.get_or_insert_with(String::new).push_str(&why);
         }

@@ -76,11 +76,16 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     for (scenario, text) in SCENARIOS {
         let w = parse_str(&format!("workloads/seed004-scenario{scenario}.wl"), text).map_err(|e| e.to_string())?;
         for (_, v) in VARIANTS {
-            runs.push((w.clone(), super::variants(kernel, &[("ptep_get", v), ("mlock-walk", MLOCK_WALK)])?));
+            runs.push((
+                w.clone(),
+                super::variants(kernel, &[("ptep_get", v), ("mlock-walk", MLOCK_WALK)])?,
+            ));
         }
     }
     let counted = super::par_map(&runs, |(w, vs)| {
-        sim::run(w, vs).map(|rep| rep.counters.get(INSNS).copied().unwrap_or(0)).map_err(|e| e.to_string())
+        sim::run(w, vs)
+            .map(|rep| rep.counters.get(INSNS).copied().unwrap_or(0))
+            .map_err(|e| e.to_string())
     });
     let counted = counted.into_iter().collect::<Result<Vec<_>, _>>()?;
     for (si, (scenario, _)) in SCENARIOS.iter().enumerate() {
@@ -105,21 +110,21 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
             ];
             for (what, unit, seed_value, model) in parts {
                 let mut row = Cell {
-                        seed: SEED,
-                        experiment: &experiment(*scenario, what),
-                        machine: MACHINE,
-                        variant: name,
-                        unit,
-                        seed_value,
-                        seed_stdev: None,
-                        model,
-                        figure: Figure::Change {
-                            baseline: "Original",
-                            baseline_stdev: None,
-                        },
-                        unmodeled: None,
-                    }
-                    .row();
+                    seed: SEED,
+                    experiment: &experiment(*scenario, what),
+                    machine: MACHINE,
+                    variant: name,
+                    unit,
+                    seed_value,
+                    seed_stdev: None,
+                    model,
+                    figure: Figure::Change {
+                        baseline: "Original",
+                        baseline_stdev: None,
+                    },
+                    unmodeled: None,
+                }
+                .row();
                 if row.verdict == super::Verdict::Disagrees {
                     let why = disagreement(*scenario, what, name, &r.rows);
                     row.reason.get_or_insert_with(String::new).push_str(&why);

@@ -498,14 +498,34 @@ mod tests {
 
     #[test]
     fn a_key_changed_twice_takes_its_newest_row() {
-        let at = |k| preset(k, Scope::Run).into_iter().filter(|s| s.starts_with("flush-range-nosync=")).collect::<Vec<_>>();
+        let at = |k| {
+            preset(k, Scope::Run)
+                .into_iter()
+                .filter(|s| s.starts_with("flush-range-nosync="))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(at(Release(6, 1)), ["flush-range-nosync=unsplit"]);
         assert_eq!(at(Release(6, 18)), ["flush-range-nosync=split"]);
         assert_eq!(at(Release(7, 0)), ["flush-range-nosync=split"]);
         assert_eq!(at(Release(7, 1)), ["flush-range-nosync=unsplit"]);
         let t = table();
-        let row = t.lines().find(|l| l.starts_with("flush-range-nosync") && l.contains("d9d8dc2bd3fb")).unwrap();
-        assert_eq!(row.split_whitespace().take(8).collect::<Vec<_>>(), ["flush-range-nosync", "unsplit", "split", "split", "split", "unsplit", "unsplit", "unsplit"]);
+        let row = t
+            .lines()
+            .find(|l| l.starts_with("flush-range-nosync") && l.contains("d9d8dc2bd3fb"))
+            .unwrap();
+        assert_eq!(
+            row.split_whitespace().take(8).collect::<Vec<_>>(),
+            [
+                "flush-range-nosync",
+                "unsplit",
+                "split",
+                "split",
+                "split",
+                "unsplit",
+                "unsplit",
+                "unsplit"
+            ]
+        );
     }
 
     #[test]

@@ -919,15 +919,26 @@ mod cpu_verdicts {
     fn cortex_a725_elides_the_convert_tlbi_from_7_3() {
         assert!(rvale1is(Release(7, 2), "cortex-a725") > 0);
         assert_eq!(rvale1is(Release(7, 3), "cortex-a725"), 0);
-        assert_eq!(rvale1is(Release(7, 3), "qemu-max"), rvale1is(Release(7, 2), "cortex-a725"));
-        assert_eq!(rvale1is(Release(6, 12), "neoverse-v3"), rvale1is(Release(7, 3), "qemu-max"));
+        assert_eq!(
+            rvale1is(Release(7, 3), "qemu-max"),
+            rvale1is(Release(7, 2), "cortex-a725")
+        );
+        assert_eq!(
+            rvale1is(Release(6, 12), "neoverse-v3"),
+            rvale1is(Release(7, 3), "qemu-max")
+        );
     }
 
     #[test]
     fn bbml2_is_refused_beside_a_named_cpu() {
         let e = Variants::from_sets(&["cpu=neoverse-n1".into(), "bbml2=on".into()]).unwrap_err();
         assert!(e.contains("cpu=neoverse-n1 decides"), "{e}");
-        assert!(Variants::from_sets(&["cpu=pentium".into()]).unwrap_err().contains("invalid value"));
-        assert_eq!(crate::sim::variants::key("cpu").unwrap().values, crate::hw::cpu::names());
+        assert!(Variants::from_sets(&["cpu=pentium".into()])
+            .unwrap_err()
+            .contains("invalid value"));
+        assert_eq!(
+            crate::sim::variants::key("cpu").unwrap().values,
+            crate::hw::cpu::names()
+        );
     }
 }

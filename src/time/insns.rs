@@ -178,7 +178,11 @@ mod tests {
             include_str!("../../workloads/seed001-shmem-loop.wl"),
         )
         .unwrap();
-        let sets = ["shmem-swapin=cluster".to_string(), "fault-dirty=write".to_string(), "tlb-batch=sync".to_string()];
+        let sets = [
+            "shmem-swapin=cluster".to_string(),
+            "fault-dirty=write".to_string(),
+            "tlb-batch=sync".to_string(),
+        ];
         let v = crate::sim::Variants::from_sets(&sets).unwrap();
         let rep = crate::sim::run(&w, &v).unwrap();
         let lp = rep.phases.iter().find(|p| p.label == "loop").unwrap();

@@ -29,13 +29,23 @@ struct Allowed {
 }
 
 const fn all(implementer: u32, part: u32) -> Allowed {
-    Allowed { implementer, part, from: (0, 0), to: (0xf, 0xf) }
+    Allowed {
+        implementer,
+        part,
+        from: (0, 0),
+        to: (0xf, 0xf),
+    }
 }
 
 /// MIDR_REV_RANGE(part, variant, revision, 0xf) / MIDR_RANGE(part, v, r, 0xf, 0xf).
 const fn from(implementer: u32, part: u32, variant: u32, revision: u32, same_variant: bool) -> Allowed {
     let to = if same_variant { (variant, 0xf) } else { (0xf, 0xf) };
-    Allowed { implementer, part, from: (variant, revision), to }
+    Allowed {
+        implementer,
+        part,
+        from: (variant, revision),
+        to,
+    }
 }
 
 /// 7.2.12's supports_bbml2_noabort_list: Cortex-X4 r0p3+, Neoverse V3/V3AE r0p2+,
@@ -134,7 +144,12 @@ mod tests {
 
     fn features(cpu: &str) -> Features {
         let c = by_name(cpu).unwrap();
-        Features { midr: c.midr, bbm: c.bbm, bbml2: c.bbml2_noabort, ..Features::default() }
+        Features {
+            midr: c.midr,
+            bbm: c.bbm,
+            bbml2: c.bbml2_noabort,
+            ..Features::default()
+        }
     }
 
     #[test]
@@ -158,9 +173,15 @@ mod tests {
         let mut f = features("neoverse-v3");
         assert!(supports_bbml2_noabort(&f, Bbml2Detect::MidrList));
         f.midr = arm(0xd84, 0, 1);
-        assert!(!supports_bbml2_noabort(&f, Bbml2Detect::MidrList), "V3 r0p1 is not listed");
+        assert!(
+            !supports_bbml2_noabort(&f, Bbml2Detect::MidrList),
+            "V3 r0p1 is not listed"
+        );
         f.midr = arm(0xd84, 1, 0);
-        assert!(!supports_bbml2_noabort(&f, Bbml2Detect::MidrList), "MIDR_REV_RANGE keeps r0");
+        assert!(
+            !supports_bbml2_noabort(&f, Bbml2Detect::MidrList),
+            "MIDR_REV_RANGE keeps r0"
+        );
     }
 
     #[test]

@@ -294,7 +294,10 @@ pub fn arch_tlbbatch_flush(m: &mut Machine) {
 pub fn tlbi_sync_s1ish(m: &mut Machine) {
     m.dsb_ish();
     if super::cpufeature::repeat_tlbi_sync(&m.cfg.features) {
-        m.tlbi(Tlbi::Vale1is { asid: 0, va: VirtAddr(0) });
+        m.tlbi(Tlbi::Vale1is {
+            asid: 0,
+            va: VirtAddr(0),
+        });
         m.dsb_ish();
     }
 }
@@ -333,7 +336,9 @@ mod tests {
     fn an_unchanged_contpte_pte_needs_a_flush_only_without_elision() {
         use crate::arch::arm64::pgtable::{PgProt, Pte};
         use crate::hw::{Granule, Pfn};
-        let old = Pte::pfn_pte(Pfn(16), PgProt::READONLY, Granule::K4).pte_mkyoung().pte_mkcont();
+        let old = Pte::pfn_pte(Pfn(16), PgProt::READONLY, Granule::K4)
+            .pte_mkyoung()
+            .pte_mkcont();
         let new = old.pte_modify(PgProt::READONLY);
         assert!(new.pte_valid_cont());
         assert!(!pte_needs_flush(old, new, true));

@@ -279,7 +279,10 @@ mod tests {
         assert_eq!(k.boot_sets(), ["pgtable-levels=5"]);
         assert_eq!(k.va_offset(), 0);
         let k = GuestKernel::debian(Target::QemuArm64_16k).unwrap();
-        assert_eq!(k.machine_sets(), ["granule=16K", "cpu=qemu-max", "tlbi-range=on", "lpa2=on"]);
+        assert_eq!(
+            k.machine_sets(),
+            ["granule=16K", "cpu=qemu-max", "tlbi-range=on", "lpa2=on"]
+        );
         assert!(k.boot_sets().is_empty());
         assert_eq!(k.va_offset(), 1 << 47);
         let k = GuestKernel::debian(Target::QemuArm64_61).unwrap();
@@ -291,7 +294,10 @@ mod tests {
         assert_eq!(k.machine_sets(), ["cpu=qemu-max", "tlbi-range=on", "lpa2=on"]);
         assert_eq!(k.boot_sets(), ["pgtable-levels=5"]);
         let k = GuestKernel::debian(Target::QemuArm64_73_16k).unwrap();
-        assert_eq!(k.machine_sets(), ["granule=16K", "cpu=qemu-max", "tlbi-range=on", "lpa2=on"]);
+        assert_eq!(
+            k.machine_sets(),
+            ["granule=16K", "cpu=qemu-max", "tlbi-range=on", "lpa2=on"]
+        );
         assert_eq!(k.va_offset(), 1 << 47);
         assert!(GuestKernel::debian(Target::Host).is_none());
     }
