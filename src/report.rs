@@ -123,6 +123,11 @@ pub struct Report {
     /// workload's regions, lost samples), `file:line:col: what`. Empty on a sound run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub diagnostics: Vec<String>,
+    /// Host only: faults the runner took on its own memory that the kernel explains (a
+    /// page another process's compaction migrated), each with its proof. The workload's
+    /// own counts exclude them; the global counters include them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Host only: the global counters' movement with the workload idle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub background: Option<Background>,

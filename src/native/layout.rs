@@ -128,19 +128,27 @@ pub fn runs_of(entries: &[u64], flags: &mut impl PageFlags) -> Result<Vec<Run>, 
     Ok(b.finish())
 }
 
+/// The pagemap entries of the pages of `[addr, addr + size)` in this process.
+pub fn pagemap_entries(addr: u64, size: u64) -> std::io::Result<Vec<u64>> {
+    let pagemap = File::open("/proc/self/pagemap")?;
+    let mut bytes = vec![0u8; (size / PAGE * 8) as usize];
+    pagemap.read_exact_at(&mut bytes, addr / PAGE * 8)?;
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect())
+}
+
+/// The frame of a pagemap entry's page, if it is present.
+pub fn present_pfn(entry: u64) -> Option<u64> {
+    (entry & PM_PRESENT != 0).then_some(entry & PM_PFN)
+}
+
 /// The layout of `[addr, addr + size)` in this process.
 pub fn region_layout(addr: u64, size: u64) -> Result<Vec<Run>, LayoutError> {
     let io = |what| move |err| LayoutError::Io { what, err };
-    let pagemap = File::open("/proc/self/pagemap").map_err(io("/proc/self/pagemap"))?;
+    let entries = pagemap_entries(addr, size).map_err(io("/proc/self/pagemap"))?;
     let mut kpf = File::open("/proc/kpageflags").map_err(io("/proc/kpageflags"))?;
-    let mut bytes = vec![0u8; (size / PAGE * 8) as usize];
-    pagemap
-        .read_exact_at(&mut bytes, addr / PAGE * 8)
-        .map_err(io("/proc/self/pagemap"))?;
-    let entries: Vec<u64> = bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect();
     runs_of(&entries, &mut kpf)
 }
 

@@ -12,6 +12,7 @@ pub mod knobs;
 mod layout;
 pub(crate) mod perf;
 mod proto;
+mod runner_pages;
 pub mod qemu;
 mod stats;
 pub mod swap;
@@ -187,6 +188,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
             time_ns: Some(0.0),
         }],
         diagnostics: Vec::new(),
+        notes: Vec::new(),
         op_time: Duration::ZERO,
         swap: None,
         memcg: None,
@@ -204,6 +206,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         layout,
         unavailable,
         diagnostics: o.diagnostics,
+        notes: o.notes,
         background: Some(background),
     })
 }
@@ -234,6 +237,8 @@ struct Orchestrator<'a> {
     phases: Vec<Phase>,
     /// Defects of this runner's own measurement, by op.
     diagnostics: Vec<String>,
+    /// What the kernel did to the runner's own memory during an op, with its proof.
+    notes: Vec<String>,
     /// Time inside the ops' counter windows, when other processes' work is counted too.
     op_time: Duration,
     /// The workload's memory cgroup (`memlimit`), removed when the run ends (declared
@@ -273,7 +278,7 @@ impl Orchestrator<'_> {
         self.pids.insert(crate::workload::parse::MAIN.into(), pid);
         // The fork made our own pages copy-on-write; fault them back in before measuring,
         // and the worker its own, before the first op's window opens.
-        worker::warm_up(&BTreeMap::new());
+        let _ = worker::warm_up(&BTreeMap::new());
         self.request(crate::workload::parse::MAIN, Cmd::Warm)
             .map_err(NativeError::Host)?;
         Ok(())
@@ -440,10 +445,9 @@ impl Orchestrator<'_> {
     fn reply(&mut self, s: &Stmt, proc: &str) -> Result<OpReply, NativeError> {
         let msg = self.await_reply(proc).map_err(|e| self.err(s, e))?;
         let r = Dec::new(&msg).and_then(|mut d| d.op()).map_err(|e| self.err(s, e))?;
-        for why in &r.diagnostics {
-            let at = format!("{}:{}:{}", self.w.path, s.pos.line, s.pos.col);
-            self.diagnostics.push(format!("{at}: {why}"));
-        }
+        let at = format!("{}:{}:{}", self.w.path, s.pos.line, s.pos.col);
+        self.diagnostics.extend(r.diagnostics.iter().map(|why| format!("{at}: {why}")));
+        self.notes.extend(r.notes.iter().map(|what| format!("{at}: {what}")));
         Ok(r)
     }
 

@@ -74,25 +74,59 @@ const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == ATTR_SIZE as usize
 /// At most this many out-of-region faults are kept per op, with their code address.
 const MAX_STRAYS: usize = 16;
 
-/// What one op's samples said.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+/// What one op's samples said. The op's window is the ring positions `[from, until)`:
+/// the samples between its two getrusage reads (see `Sampler::settled`). A sample before
+/// `from` is a fault this runner took before the first read, outside the getrusage
+/// delta: it is never counted, only reported as a stray.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tally {
-    /// Faults on a live region of the workload.
+    /// Faults on a live region of the workload, inside the window.
     pub inside: u64,
-    /// Every sampled fault.
+    /// Every sampled fault inside the window.
     pub total: u64,
+    /// Faults outside the regions, in the window or before it.
+    pub stray_count: u64,
     /// `(fault address, code address)` of faults outside the regions (the first few).
     pub strays: Vec<(u64, u64)>,
     /// Records the kernel dropped because the ring was full.
     pub lost: u64,
+    from: u64,
+    until: u64,
+}
+
+impl Default for Tally {
+    fn default() -> Tally {
+        Tally {
+            inside: 0,
+            total: 0,
+            stray_count: 0,
+            strays: Vec::new(),
+            lost: 0,
+            from: 0,
+            until: u64::MAX,
+        }
+    }
 }
 
 impl Tally {
     pub fn clear(&mut self) {
         self.inside = 0;
         self.total = 0;
+        self.stray_count = 0;
         self.strays.clear();
         self.lost = 0;
+        self.from = 0;
+        self.until = u64::MAX;
+    }
+
+    /// The window opens at ring position `from` (from `Sampler::settled`).
+    pub fn open(&mut self, from: u64) {
+        self.from = from;
+    }
+
+    /// The window closes at ring position `until`; later samples are not the op's.
+    pub fn close(&mut self, until: u64) {
+        self.until = until;
     }
 }
 
@@ -136,10 +170,27 @@ impl Sampler {
         self.ring.set_tail(head);
     }
 
+    /// `read()` (a getrusage) with no fault sampled while it ran, and the ring position
+    /// after it: every sampled fault before that position is in the value read, none
+    /// after it is. A runner page under migration by another process faults even after
+    /// the warm-up; without this, such a fault between a sample and the read (seen once
+    /// in CI: 5 samples, 4 counted) left the op's samples and its getrusage delta
+    /// covering different faults. The read is repeated only while a fault straddles it;
+    /// the op itself runs once.
+    pub fn settled<T>(&self, read: impl Fn() -> T) -> (T, u64) {
+        loop {
+            let head = self.ring.head();
+            let v = read();
+            if self.ring.head() == head {
+                return (v, head);
+            }
+        }
+    }
+
     /// Reads every record written since the last drain into `t`; `inside` says whether
     /// a fault address lies in one of the workload's live regions.
     pub fn drain(&self, t: &mut Tally, inside: impl Fn(u64) -> bool) {
-        let head = self.ring.head();
+        let head = self.ring.head().min(t.until);
         let mut tail = self.ring.tail();
         while tail < head {
             let hdr = self.ring.read_u64(tail);
@@ -147,11 +198,15 @@ impl Sampler {
             match kind {
                 PERF_RECORD_SAMPLE => {
                     let (ip, addr) = (self.ring.read_u64(tail + 8), self.ring.read_u64(tail + 16));
-                    t.total += 1;
-                    if inside(addr) {
+                    let in_window = tail >= t.from;
+                    t.total += in_window as u64;
+                    if in_window && inside(addr) {
                         t.inside += 1;
-                    } else if t.strays.len() < MAX_STRAYS {
-                        t.strays.push((addr, ip));
+                    } else {
+                        t.stray_count += 1;
+                        if t.strays.len() < MAX_STRAYS {
+                            t.strays.push((addr, ip));
+                        }
                     }
                 }
                 // struct { header; u64 id; u64 lost; }
@@ -336,5 +391,52 @@ mod tests {
         unsafe { libc::munmap(p as *mut _, len) };
         assert_eq!(t.lost, 0);
         assert_eq!(t.inside, pages as u64, "{t:?}");
+    }
+
+    fn minflt() -> i64 {
+        let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: ru is a valid rusage buffer; RUSAGE_THREAD reads this thread's.
+        unsafe {
+            libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr());
+            ru.assume_init().ru_minflt
+        }
+    }
+
+    #[test]
+    fn only_faults_between_the_settled_reads_are_the_windows() {
+        let Some(s) = sampler_or_skip("only_faults_between_the_settled_reads_are_the_windows") else {
+            return;
+        };
+        // SAFETY: a fresh private anonymous mapping of three pages, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                3 * 4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as u64;
+        let touch = |i: u64| {
+            // SAFETY: page i of the mapping.
+            unsafe { std::ptr::write_volatile((p + i * 4096) as *mut u8, 1) }
+        };
+        let mut t = Tally::default();
+        s.discard();
+        touch(0); // before the window: a stray, not counted
+        let (before, from) = s.settled(minflt);
+        t.open(from);
+        touch(1); // the op's
+        let (after, until) = s.settled(minflt);
+        t.close(until);
+        touch(2); // after the window: not the op's
+        let whole = |x: u64| (p..p + 3 * 4096).contains(&x);
+        s.drain(&mut t, whole);
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p as *mut _, 3 * 4096) };
+        assert_eq!((t.inside, t.total, t.stray_count), (1, 1, 1), "{t:?}");
+        assert_eq!(t.strays[0].0, p);
+        assert_eq!(after - before, t.total as i64);
     }
 }

@@ -40,16 +40,18 @@ impl Enc {
         Enc(vec![0])
     }
     /// An op done: its fault count, for fork the child's pid, the op's wall time in
-    /// nanoseconds, and what the runner
-    /// noticed about its own measurement (strays, lost samples), one line each.
-    pub fn ok_op(minflt: i64, pid: i32, ns: u64, diagnostics: &[String]) -> Vec<u8> {
+    /// nanoseconds, the defects the runner noticed in its own measurement (strays,
+    /// lost samples) and the runner faults the kernel explains, one line each.
+    pub fn ok_op(minflt: i64, pid: i32, ns: u64, diagnostics: &[String], notes: &[String]) -> Vec<u8> {
         let mut e = Enc::ok();
         e.u64(minflt as u64);
         e.u64(pid as u64);
         e.u64(ns);
-        e.u64(diagnostics.len() as u64);
-        for d in diagnostics {
-            e.text(d);
+        for lines in [diagnostics, notes] {
+            e.u64(lines.len() as u64);
+            for l in lines {
+                e.text(l);
+            }
         }
         e.0
     }
@@ -89,6 +91,7 @@ pub struct OpReply {
     pub pid: i64,
     pub ns: u64,
     pub diagnostics: Vec<String>,
+    pub notes: Vec<String>,
 }
 
 /// Reads a reply: `Err(message)` for an error reply.
@@ -120,14 +123,19 @@ impl<'b> Dec<'b> {
     /// An `ok_op` reply.
     pub fn op(&mut self) -> Result<OpReply, String> {
         let (minflt, pid, ns) = (self.u64()? as i64, self.u64()? as i64, self.u64()?);
-        let n = self.u64()?;
-        let diagnostics = (0..n).map(|_| self.text()).collect::<Result<_, _>>()?;
+        let diagnostics = self.lines()?;
+        let notes = self.lines()?;
         Ok(OpReply {
             minflt,
             pid,
             ns,
             diagnostics,
+            notes,
         })
+    }
+    fn lines(&mut self) -> Result<Vec<String>, String> {
+        let n = self.u64()?;
+        (0..n).map(|_| self.text()).collect()
     }
     pub fn region(&mut self) -> Result<(String, Vec<Run>), String> {
         let name = self.text()?;
@@ -170,13 +178,20 @@ mod tests {
         for c in [Cmd::Op(7), Cmd::Layout, Cmd::Warm] {
             assert_eq!(Cmd::decode(&c.encode()), Some(c));
         }
-        let op = Enc::ok_op(-3, 42, 1234, &["fault at 0x1000".to_string()]);
+        let op = Enc::ok_op(
+            -3,
+            42,
+            1234,
+            &["fault at 0x1000".to_string()],
+            &["page moved".to_string()],
+        );
         let mut d = Dec::new(&op).unwrap();
         let want = OpReply {
             minflt: -3,
             pid: 42,
             ns: 1234,
             diagnostics: vec!["fault at 0x1000".to_string()],
+            notes: vec!["page moved".to_string()],
         };
         assert_eq!(d.op().unwrap(), want);
         assert!(d.is_empty());

@@ -6,6 +6,7 @@
 use super::layout::region_layout;
 use super::perf::{Sampler, Tally};
 use super::proto::{recv, send, Cmd, Enc};
+use super::runner_pages::{Fate, RunnerPages};
 use crate::workload::{Advice, Op, Prot, Stmt};
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
@@ -35,6 +36,7 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
     // unreclaimable (seen once in CI on swap_fork_descending).
     let mut sampler = pin_to_cpu0().and_then(|()| Sampler::open().map_err(|e| e.to_string()));
     let mut tally = Tally::default();
+    let mut own = RunnerPages::default();
     // No warm-up here: the orchestrator asks for one (Cmd::Warm) and waits for it
     // before the first op's window opens, so the warm-up's faults stay outside it.
     loop {
@@ -60,7 +62,7 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                             }
                             sampler = Sampler::open().map_err(|e| e.to_string());
                             let ready = match &sampler {
-                                Ok(_) => Enc::ok_op(0, 0, 0, &[]),
+                                Ok(_) => Enc::ok_op(0, 0, 0, &[], &[]),
                                 Err(e) => Enc::err(e),
                             };
                             if send(&mut &ctx.sockets[name], &ready).is_err() {
@@ -70,11 +72,11 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                         }
                         match pid {
                             -1 => Enc::err(&format!("fork: {}", std::io::Error::last_os_error())),
-                            _ => Enc::ok_op(0, pid, 0, &[]),
+                            _ => Enc::ok_op(0, pid, 0, &[], &[]),
                         }
                     }
                     (Op::Exit, Ok(_)) => {
-                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, &[]));
+                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, &[], &[]));
                         return;
                     }
                     (op, Ok(sampler)) => {
@@ -83,17 +85,19 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                         let inside = |a: u64| spans.iter().any(|&(s, e)| (s..e).contains(&a));
                         tally.clear();
                         sampler.discard();
-                        let before = minflt();
+                        let (before, from) = sampler.settled(minflt);
+                        tally.open(from);
                         let start = std::time::Instant::now();
                         let res = exec(op, addr, || sampler.drain(&mut tally, inside));
                         let ns = start.elapsed().as_nanos() as u64;
-                        let after = minflt();
+                        let (after, until) = sampler.settled(minflt);
+                        tally.close(until);
                         sampler.drain(&mut tally, inside);
                         match res {
                             Ok(()) => {
                                 track(op, &mut regions);
-                                let (count, diags) = attribute(after - before, &tally);
-                                Enc::ok_op(count, 0, ns, &diags)
+                                let a = attribute(after - before, &tally, &mut own);
+                                Enc::ok_op(a.count, 0, ns, &a.diagnostics, &a.notes)
                             }
                             Err(e) => Enc::err(&format!("{} failed: {e}", op.keyword())),
                         }
@@ -102,7 +106,7 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
             }
             Some(Cmd::Layout) => layout(&regions),
             Some(Cmd::Warm) => {
-                warm_up(&regions);
+                own = warm_up(&regions);
                 Enc::ok().0
             }
             None => Enc::err("bad command"),
@@ -123,10 +127,21 @@ fn live_spans(op: &Op, regions: &BTreeMap<String, (u64, u64)>) -> Vec<(u64, u64)
     spans
 }
 
+/// An op's fault count and what the runner saw of its own measurement.
+struct Attribution {
+    count: i64,
+    /// Defects of the runner's measurement: the run is not sound.
+    diagnostics: Vec<String>,
+    /// Runner faults the kernel's migration of its pages explains, with the proof.
+    notes: Vec<String>,
+}
+
 /// An op's fault count from getrusage's delta and the samples: the faults on the
-/// workload's regions plus those the kernel took without a perf event (GUP). Anything
-/// else the samples show is this runner's defect, reported line by line.
-fn attribute(rusage: i64, t: &Tally) -> (i64, Vec<String>) {
+/// workload's regions plus those the kernel took without a perf event (GUP). A fault on
+/// the runner's own memory is explained when its page moved to another frame since the
+/// warm-up (another process's compaction migrated it); any other is this runner's
+/// defect, reported line by line.
+fn attribute(rusage: i64, t: &Tally, own: &mut RunnerPages) -> Attribution {
     let vmas = if t.strays.is_empty() { Vec::new() } else { maps() };
     let place = |a: u64| {
         vmas.iter()
@@ -136,39 +151,41 @@ fn attribute(rusage: i64, t: &Tally) -> (i64, Vec<String>) {
                 format!("{path} {:#x}-{:#x}", v.start, v.end)
             })
     };
-    let mut diags: Vec<String> = t
-        .strays
-        .iter()
-        .map(|&(a, ip)| {
-            format!(
-                "runner fault outside the workload's regions at {a:#x} ({}), code at {ip:#x} ({})",
-                place(a),
-                place(ip)
-            )
-        })
-        .collect();
-    let strays = t.total - t.inside;
-    if strays > t.strays.len() as u64 {
-        diags.push(format!(
+    let (mut diagnostics, mut notes) = (Vec::new(), Vec::new());
+    for &(a, ip) in &t.strays {
+        let at = format!("runner fault outside the workload's regions at {a:#x} ({})", place(a));
+        match own.fate(a) {
+            Fate::Moved { from, to } => notes.push(format!(
+                "{at}: its page moved from pfn {from:#x} to {to:#x} since the warm-up: the kernel \
+                 migrated it (another process's compaction) and an access met its migration entry; \
+                 not the workload's fault and not in its counts (global counters include it)"
+            )),
+            Fate::Unexplained(why) => diagnostics.push(format!("{at}, code at {ip:#x} ({}): {why}", place(ip))),
+        }
+    }
+    if t.stray_count > t.strays.len() as u64 {
+        diagnostics.push(format!(
             "{} more runner faults outside the regions",
-            strays - t.strays.len() as u64
+            t.stray_count - t.strays.len() as u64
         ));
     }
     if t.lost > 0 {
-        diags.push(format!("the perf ring dropped {} fault samples", t.lost));
+        diagnostics.push(format!("the perf ring dropped {} fault samples", t.lost));
     }
     let unsampled = rusage - t.total as i64;
     if unsampled < 0 {
-        diags.push(format!(
+        diagnostics.push(format!(
             "perf sampled {} faults but getrusage counted {rusage}",
             t.total
         ));
     }
-    (t.inside as i64 + unsampled.max(0), diags)
+    Attribution {
+        count: t.inside as i64 + unsampled.max(0),
+        diagnostics,
+        notes,
+    }
 }
 
-/// getrusage's minor-fault count of this process.
-#[inline(always)]
 /// sched_setaffinity of this process to CPU 0.
 fn pin_to_cpu0() -> Result<(), String> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it, and
@@ -187,6 +204,7 @@ fn pin_to_cpu0() -> Result<(), String> {
     Ok(())
 }
 
+/// getrusage's minor-fault count of this process.
 fn minflt() -> i64 {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: ru is a valid rusage buffer; RUSAGE_SELF cannot fail.
@@ -457,17 +475,25 @@ fn maps() -> Vec<Vma> {
 /// deep stack, then every readable mapping (writable private ones for write, so
 /// copy-on-write after a fork is broken here and not inside a measured op). The
 /// program's text, data and libraries lie among the placement slots on x86_64, so the
-/// regions are skipped by their real addresses, never by the slots' range.
-pub fn warm_up(regions: &BTreeMap<String, (u64, u64)>) {
+/// regions are skipped by their real addresses, never by the slots' range. Returns the
+/// frames it left them in.
+pub fn warm_up(regions: &BTreeMap<String, (u64, u64)>) -> RunnerPages {
+    // The heap never shrinks: a page malloc frees keeps its frame, so a frame of the
+    // runner's changes only when the kernel migrates it (see `RunnerPages`).
+    // SAFETY: mallopt only sets an allocator parameter of this process.
+    unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX) };
     grow_stack();
     // The vDSO's code and data pages cannot be populated by madvise; they are faulted
     // in by use, and an op is timed with clock_gettime, which runs there.
     std::hint::black_box(std::time::Instant::now());
-    for v in maps() {
-        let in_region = regions.values().any(|&(a, size)| v.start < a + size && a < v.end);
-        if in_region || v.path.starts_with("[v") || v.perms[0] != b'r' {
-            continue;
-        }
+    let own: Vec<Vma> = maps()
+        .into_iter()
+        .filter(|v| {
+            let in_region = regions.values().any(|&(a, size)| v.start < a + size && a < v.end);
+            !in_region && !v.path.starts_with("[v") && v.perms[0] == b'r'
+        })
+        .collect();
+    for v in &own {
         let adv = if v.perms[1] == b'w' && v.perms[3] == b'p' {
             libc::MADV_POPULATE_WRITE
         } else {
@@ -483,6 +509,7 @@ pub fn warm_up(regions: &BTreeMap<String, (u64, u64)>) {
             libc::madvise(start, len, adv);
         }
     }
+    RunnerPages::read(own.iter().map(|v| (v.start, v.end)))
 }
 
 /// Touches enough stack that no op grows it.

@@ -146,6 +146,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         layout,
         unavailable: BTreeMap::new(),
         diagnostics: Vec::new(),
+        notes: Vec::new(),
         background: None,
     })
 }

@@ -811,6 +811,7 @@ fn report(
         layout: g.layout,
         unavailable,
         diagnostics,
+        notes: Vec::new(),
         background,
     })
 }
