@@ -326,3 +326,115 @@ proptest! {
         check_sequence(&ops, contpte, deferred, small, x86, swap)?;
     }
 }
+
+/// A fork-shared order-0 page the parent made lazyfree (MADV_FREE) is copied on the
+/// parent's write while memory is low: the copy's allocation wakes kswapd, which must
+/// find the folio pinned by the copy (do_wp_page's folio_get) and map it back, not
+/// discard it from under the fault (which left the pte none and the write faulting a
+/// third time). Found by the property test above (contpte, sync flush, small machine).
+#[test]
+fn a_cow_copy_keeps_a_lazyfree_page_kswapd_finds_in_its_allocation() {
+    let ops = [
+        Op::Mmap {
+            slot: 2,
+            pages: 658,
+            huge: false,
+        },
+        Op::Mmap {
+            slot: 0,
+            pages: 1398,
+            huge: false,
+        },
+        Op::Touch {
+            proc: 2,
+            cpu: 5,
+            slot: 0,
+            first: 490,
+            pages: 128,
+            write: true,
+        },
+        Op::Mmap {
+            slot: 1,
+            pages: 1172,
+            huge: true,
+        },
+        Op::Munmap {
+            proc: 0,
+            slot: 1,
+            first: 1257,
+            pages: 172,
+        },
+        Op::Touch {
+            proc: 2,
+            cpu: 6,
+            slot: 1,
+            first: 1220,
+            pages: 257,
+            write: true,
+        },
+        Op::Touch {
+            proc: 0,
+            cpu: 6,
+            slot: 2,
+            first: 131,
+            pages: 501,
+            write: true,
+        },
+        Op::Munmap {
+            proc: 2,
+            slot: 0,
+            first: 833,
+            pages: 486,
+        },
+        Op::Touch {
+            proc: 1,
+            cpu: 6,
+            slot: 0,
+            first: 137,
+            pages: 322,
+            write: true,
+        },
+        Op::Fork { proc: 0 },
+        Op::Fork { proc: 0 },
+        Op::Madvise {
+            proc: 0,
+            slot: 2,
+            first: 778,
+            pages: 651,
+            advice: 1,
+        },
+        Op::Touch {
+            proc: 1,
+            cpu: 4,
+            slot: 0,
+            first: 585,
+            pages: 475,
+            write: true,
+        },
+        Op::Touch {
+            proc: 0,
+            cpu: 1,
+            slot: 2,
+            first: 959,
+            pages: 156,
+            write: false,
+        },
+        Op::Touch {
+            proc: 2,
+            cpu: 6,
+            slot: 2,
+            first: 89,
+            pages: 319,
+            write: true,
+        },
+        Op::Touch {
+            proc: 0,
+            cpu: 7,
+            slot: 2,
+            first: 718,
+            pages: 329,
+            write: true,
+        },
+    ];
+    check_sequence(&ops, true, false, true, false, false).unwrap();
+}

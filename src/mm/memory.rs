@@ -696,7 +696,19 @@ impl Kernel {
                 return VmFault::Done;
             }
         }
-        self.wp_page_copy(mm, vma, ptep, addr, orig)
+        // The copy pins the old folio (folio_get; wp_page_copy's last folio_put drops
+        // it): reclaim run by the copy's allocation (kswapd, direct reclaim) then sees
+        // an extra reference and maps a lazyfree folio back instead of discarding it
+        // from under the fault.
+        let old = (!self.is_zero_pfn(pfn)).then(|| self.memmap.folio_of(pfn));
+        if let Some(old) = old {
+            self.folio_ref_add(old, 1);
+        }
+        let ret = self.wp_page_copy(mm, vma, ptep, addr, orig);
+        if let Some(old) = old {
+            self.folio_put(old);
+        }
+        ret
     }
 
     /// wp_can_reuse_anon_folio: a small folio when ours is its only reference (once
