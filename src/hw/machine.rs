@@ -510,7 +510,7 @@ impl Machine {
             self.ev.inc(Event::TlbFillCont);
         }
         if self.checks {
-            self.check_fill(cpu, &e);
+            self.check_fill(cpu, e);
         }
         if self.cpus[cpu].tlb.fill(e, &mut self.res) {
             self.ev.inc(Event::TlbEvict);
@@ -518,14 +518,15 @@ impl Machine {
     }
 
     /// The checker on a fill: an entry overlapping one already cached is a TLB conflict.
+    /// By value, so the fill's entry is copied only here and not built in memory.
     #[cold]
     #[inline(never)]
-    fn check_fill(&mut self, cpu: usize, e: &TlbEntry) {
+    fn check_fill(&mut self, cpu: usize, e: TlbEntry) {
         // BBML2_NOABORT: overlapping entries that agree on the output address do not abort.
         let bbml2 = self.cfg.features.bbml2;
         let tlb = &self.cpus[cpu].tlb;
         if tlb
-            .overlapping(e)
+            .overlapping(&e)
             .any(|o| !(bbml2 && o.translate(e.va.max(o.va)) == e.translate(e.va.max(o.va))))
         {
             self.violations.push(Violation::TlbConflict {

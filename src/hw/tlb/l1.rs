@@ -115,9 +115,18 @@ impl L1 {
         }
     }
 
-    /// Insert `slot` as most recently used; when full, the LRU entry leaves and is returned.
+    /// The entry the next insert evicts, when L1 is full: the LRU. The caller moves it
+    /// out first, reading it where it lies, so no fill hands a whole slot back through
+    /// a temporary (a wide reload of narrow stores, which stalls).
     #[inline(always)]
-    pub(super) fn insert(&mut self, slot: Slot) -> Option<Slot> {
+    pub(super) fn victim(&self) -> Option<&Slot> {
+        (self.free.is_empty() && self.slots.len() == self.slots.capacity())
+            .then(|| &self.slots[self.prev[self.head as usize] as usize])
+    }
+
+    /// Insert `slot` as most recently used, over `victim()` when full; returns its index.
+    #[inline(always)]
+    pub(super) fn insert(&mut self, slot: Slot) -> usize {
         let i = if let Some(i) = self.free.pop() {
             i
         } else if self.slots.len() < self.slots.capacity() {
@@ -125,7 +134,7 @@ impl L1 {
             self.slots.push(slot);
             i
         } else {
-            return Some(self.replace_lru(slot));
+            return self.replace_lru(slot);
         };
         self.slots[i as usize] = slot;
         self.live[i as usize] = true;
@@ -134,25 +143,26 @@ impl L1 {
         self.chain_in(i, slot.class, slot.entry.va);
         self.push_lru(i);
         self.len += 1;
-        None
+        i as usize
     }
 
     /// A full L1's fill: the LRU entry's slot takes `slot` and becomes the most recently
-    /// used; the old entry is returned. The slot stays live, so only its bucket changes
-    /// and the ring turns so its tail is the head.
+    /// used. The slot stays live, so only its bucket changes and the ring turns so its
+    /// tail is the head.
     #[inline(always)]
-    fn replace_lru(&mut self, slot: Slot) -> Slot {
+    fn replace_lru(&mut self, slot: Slot) -> usize {
         let i = self.prev[self.head as usize];
-        let old = std::mem::replace(&mut self.slots[i as usize], slot);
+        let old_class = self.slots[i as usize].class;
+        self.slots[i as usize] = slot;
         self.unchain(i);
         self.head = i;
-        if old.class != slot.class {
-            self.classes.remove(old.class as usize);
+        if old_class != slot.class {
+            self.classes.remove(old_class as usize);
             self.classes.add(slot.class as usize);
         }
         self.pending |= slot.entry.pending;
         self.chain_in(i, slot.class, slot.entry.va);
-        old
+        i as usize
     }
 
     /// Drop slot `i` and return its entry.
@@ -295,12 +305,13 @@ mod tests {
     fn the_least_recently_used_entry_is_the_victim() {
         let mut l1 = L1::new(3, &[12, 16, 21]);
         for p in 0..3u64 {
-            assert!(l1.insert(slot(p << 12, 0, Some(1))).is_none());
+            assert!(l1.victim().is_none());
+            l1.insert(slot(p << 12, 0, Some(1)));
         }
         let first = l1.find(1, 0).unwrap();
         l1.touch(first, 9);
-        let old = l1.insert(slot(3 << 12, 0, Some(1))).expect("full");
-        assert_eq!(old.entry.va, 1 << 12);
+        assert_eq!(l1.victim().expect("full").entry.va, 1 << 12);
+        l1.insert(slot(3 << 12, 0, Some(1)));
         assert_eq!(l1.iter().map(|e| e.va >> 12).collect::<Vec<_>>(), [3, 0, 2]);
     }
 
@@ -308,8 +319,9 @@ mod tests {
     fn a_full_l1_keeps_exactly_the_most_recent_entries_findable() {
         let mut l1 = L1::new(4, &[12, 16, 21]);
         for p in 0..10u64 {
-            let old = l1.insert(slot(p << 16, (p % 2) as u8, Some(1)));
-            assert_eq!(old.map(|o| o.entry.va >> 16), p.checked_sub(4), "victim of fill {p}");
+            let old = l1.victim().map(|o| o.entry.va >> 16);
+            l1.insert(slot(p << 16, (p % 2) as u8, Some(1)));
+            assert_eq!(old, p.checked_sub(4), "victim of fill {p}");
         }
         for p in 0..10u64 {
             assert_eq!(l1.find(1, p << 16).is_some(), p >= 6, "page {p}");

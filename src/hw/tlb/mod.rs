@@ -308,8 +308,8 @@ impl Tlb {
         let i = self.l2_find(asid, va)?;
         let mut slot = self.take_l2(i);
         slot.stamp = self.clock;
-        self.place_l1(slot, res);
-        Some((slot.entry, TlbHit::L2))
+        let (j, _) = self.place_l1(slot, res);
+        Some((*self.l1.entry(j), TlbHit::L2))
     }
 
     fn l2_find(&self, asid: Asid, va: u64) -> Option<usize> {
@@ -350,24 +350,29 @@ impl Tlb {
             "span 2^{} is no leaf size of this granule",
             e.span_shift
         );
-        res.add(&e);
-        self.place_l1(
+        let (i, evicted) = self.place_l1(
             Slot {
                 entry: e,
                 stamp: self.clock,
                 class,
             },
             res,
-        )
+        );
+        // Read back where it was stored: `e` itself stays in registers (a reference to it
+        // would make the walk build it in memory and L1 copy it whole, a stalled reload).
+        res.add(self.l1.entry(i));
+        evicted
     }
 
-    /// Put `slot` in L1; the LRU victim moves to L2.
+    /// Put `slot` in L1, the LRU victim first moved to L2; returns its L1 index and
+    /// whether an entry left the TLB.
     #[inline(always)]
-    fn place_l1(&mut self, slot: Slot, res: &mut Residency) -> bool {
-        match self.l1.insert(slot) {
-            Some(old) => self.place_l2(old, res),
+    fn place_l1(&mut self, slot: Slot, res: &mut Residency) -> (usize, bool) {
+        let evicted = match self.l1.victim() {
+            Some(&old) => self.place_l2(old, res),
             None => false,
-        }
+        };
+        (self.l1.insert(slot), evicted)
     }
 
     /// Put `slot` in its L2 set, evicting that set's LRU entry when full.
