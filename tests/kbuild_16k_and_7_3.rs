@@ -52,9 +52,13 @@ fn spec(source: &str, page_size: PageSize) -> Spec {
     }
 }
 
-/// Why `spec` cannot be built and booted here, if it cannot.
-fn cannot_run(spec: &Spec) -> Option<String> {
-    kbuild::missing(&spec.source, spec.compiler).or_else(|| qemu::missing(Target::QemuArm64))
+/// Whether `spec` can be built and booted here; if not, test `name` prints SKIP and why.
+fn runnable(name: &str, spec: &Spec) -> bool {
+    let why = kbuild::missing(&spec.source, spec.compiler).or_else(|| qemu::missing(Target::QemuArm64));
+    if let Some(why) = &why {
+        println!("SKIP {name}: {why}");
+    }
+    why.is_none()
 }
 
 /// Builds `spec` (a cache hit when it is cached) and validates `workloads` on it
@@ -72,8 +76,8 @@ fn build_boot_validate(spec: &Spec, target: Target, workloads: &[&str]) {
     ];
     args.extend(workloads);
     let out = Command::new(FOLIOLAB).args(&args).output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let results = v.as_array().unwrap();
     assert_eq!(results.len(), workloads.len());
     for c in results {
@@ -99,8 +103,7 @@ fn build_boot_validate(spec: &Spec, target: Target, workloads: &[&str]) {
 fn a_16k_kernel_built_from_6_12_boots_and_agrees_with_the_16k_model() {
     let name = "a_16k_kernel_built_from_6_12_boots_and_agrees_with_the_16k_model";
     let s = spec("6.12", PageSize::K16);
-    if let Some(why) = cannot_run(&s) {
-        println!("SKIP {name}: {why}");
+    if !runnable(name, &s) {
         return;
     }
     build_boot_validate(&s, Target::QemuArm64_16k, WORKLOADS_16K);
@@ -110,8 +113,7 @@ fn a_16k_kernel_built_from_6_12_boots_and_agrees_with_the_16k_model() {
 fn a_kernel_built_from_7_3_boots_and_agrees_with_the_7_3_model() {
     let name = "a_kernel_built_from_7_3_boots_and_agrees_with_the_7_3_model";
     let s = spec("7.3", PageSize::K4);
-    if let Some(why) = cannot_run(&s) {
-        println!("SKIP {name}: {why}");
+    if !runnable(name, &s) {
         return;
     }
     match kbuild::cached(&s) {
