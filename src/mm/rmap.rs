@@ -137,12 +137,28 @@ impl Kernel {
     }
 
     /// folio_add_file_rmap_ptes: `nr` more pte mappings of a page-cache folio's pages
-    /// (order 0 here: shmem allocates no large folios in the model).
-    pub fn folio_add_file_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, _mm: MmId) {
-        debug_assert_eq!(self.memmap.folio_order(folio), 0, "large shmem folios are not modeled");
+    /// from `page`: one atomic per page's _mapcount; for a large folio also the large
+    /// mapcount and, if some page became mapped, _nr_pages_mapped.
+    pub fn folio_add_file_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, mm: MmId) {
         self.arch.kc.inc(KernelEvent::FolioAddFileRmapPtes);
         self.arch.kc.add(KernelEvent::FolioMapcountAtomic, nr);
-        self.memmap.page_mut(page).mapcount += nr as i32;
+        if self.memmap.folio_order(folio) == 0 {
+            self.memmap.page_mut(page).mapcount += nr as i32;
+            return;
+        }
+        let mut first = 0;
+        for i in 0..nr {
+            let p = self.memmap.page_mut(Pfn(page.0 + i));
+            p.mapcount += 1;
+            if p.mapcount == 1 {
+                first += 1;
+            }
+        }
+        if first > 0 {
+            self.arch.kc.inc(KernelEvent::FolioMapcountAtomic);
+        }
+        self.memmap.large_mut(folio).nr_pages_mapped += first;
+        self.folio_add_large_mapcount(folio, nr as i32, mm);
     }
 
     /// folio_try_dup_anon_rmap_ptes (fork): the child maps the same `nr` pages, which
@@ -391,7 +407,7 @@ impl Kernel {
                 self.memmap.folio_set(folio, PageFlags::DIRTY);
             }
             self.mm_mut(mm).rss_shmem -= 1;
-            self.folio_remove_rmap_ptes(folio, folio, 1, mm);
+            self.folio_remove_rmap_ptes(folio, pteval.pte_pfn(g), 1, mm);
             self.folio_put_refs(folio, 1);
         }
     }
@@ -619,16 +635,21 @@ impl Kernel {
     /// every mm that map its inode at its index (the i_mmap tree's walk), in mm order.
     fn rmap_walk_file(&mut self, folio: Pfn, ino: u32) -> Vec<(MmId, PtePtr, u64)> {
         let shift = self.arch.granule().page_shift();
-        let index = self.memmap.page(folio).index;
+        let first = self.memmap.page(folio).index;
+        let nr = self.memmap.folio_nr_pages(folio);
         let mut out = Vec::new();
         for mm in 0..self.mms.len() {
             let Some(m) = &self.mms[mm] else { continue };
-            let addrs: Vec<u64> = (m.vmas().values())
-                .filter(|v| v.file == Some(ino) && index >= v.pgoff && index < v.pgoff + (v.len() >> shift))
-                .map(|v| v.start + ((index - v.pgoff) << shift))
-                .collect();
-            for addr in addrs {
-                if let Some(ptep) = self.pte_mapping(mm, addr, folio) {
+            let mut addrs: Vec<(u64, Pfn)> = Vec::new();
+            for v in m.vmas().values().filter(|v| v.file == Some(ino)) {
+                for index in first..first + nr {
+                    if index >= v.pgoff && index < v.pgoff + (v.len() >> shift) {
+                        addrs.push((v.start + ((index - v.pgoff) << shift), Pfn(folio.0 + index - first)));
+                    }
+                }
+            }
+            for (addr, page) in addrs {
+                if let Some(ptep) = self.pte_mapping(mm, addr, page) {
                     out.push((mm, ptep, addr));
                 }
             }

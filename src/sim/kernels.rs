@@ -230,6 +230,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "faultaround",
+        before: "window",
+        after: "folio",
+        release: Release(6, 18),
+        commit: "357b92761d94",
+        what: "fault-around maps a large page-cache folio wholly when it lies in the VMA and one page table",
+    },
+    Change {
+        scope: Scope::Run,
         key: "cow-reuse",
         before: "order0",
         after: "large",
