@@ -90,9 +90,10 @@ impl Kernel {
     /// each index of its aligned range; swap-backed, not in the swap cache), or a slot that it holds (one reference, as a
     /// swap pte's); nrpages, swapped and the folio-to-inode map agree with the entries.
     fn check_shmem(&self, seen: &mut Seen) -> Result<(), String> {
-        let mut cached = 0;
+        let (mut cached, mut cached_folios) = (0, 0);
         for (ino, inode) in self.shmem.inodes() {
-            let (mut folios, mut slots) = (0, 0);
+            // Pages cached (nrpages counts pages) and the folios holding them.
+            let (mut folios, mut slots, mut heads) = (0, 0, 0);
             for (index, e) in &inode.mapping.i_pages {
                 match *e {
                     CacheEntry::Folio(f) => {
@@ -109,6 +110,7 @@ impl Kernel {
                             return Err(format!("shmem inode {ino}: index {index} caches {f:?} ({p:?})"));
                         }
                         folios += 1;
+                        heads += (*index == p.index) as u64;
                     }
                     CacheEntry::Swap(slot) => {
                         *seen.swap_refs.entry(slot).or_default() += 1;
@@ -123,11 +125,12 @@ impl Kernel {
                 ));
             }
             cached += folios;
+            cached_folios += heads;
         }
         let live = self.shmem.inodes().map(|(_, i)| i.mapping.nrpages).sum::<u64>();
-        if cached != live || self.shmem.nr_cached() as u64 != cached {
+        if cached != live || self.shmem.nr_cached() as u64 != cached_folios {
             return Err(format!(
-                "shmem: {} folios know an inode but the caches hold {cached}",
+                "shmem: {} folios know an inode but the caches hold {cached_folios}",
                 self.shmem.nr_cached()
             ));
         }

@@ -367,7 +367,7 @@ mod tests {
     use crate::kcount::KernelEvent;
     use crate::mm::madvise::Madv;
     use crate::mm::mm_types::{MmId, VmFlags};
-    use crate::mm::vmstat::VmEvent;
+    use crate::mm::vmstat::{MthpStat, VmEvent};
     use crate::mm::Kernel;
     use crate::sim::tests::{assert_clean, boot_with as boot};
     use crate::sim::user_access;
@@ -484,4 +484,86 @@ mod tests {
         assert_eq!(k.shmem.nr_cached(), 0);
         assert_clean(&k);
     }
+
+    /// 1 MiB shared with 64K shmem folios allowed, written.
+    fn shared_64k() -> (Kernel, MmId) {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/shmem_enabled", "always")]);
+        shared(&mut k, mm, MB);
+        (k, mm)
+    }
+
+    #[test]
+    fn a_write_fault_allocates_a_64k_shmem_folio_and_maps_all_its_ptes() {
+        let (mut k, mm) = shared_64k();
+        assert_eq!(touch(&mut k, mm, MB, true), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::ShmemAlloc), 16);
+        assert_eq!(k.shmem.nr_cached(), 16);
+        assert_eq!(k.mm(mm).rss_shmem, 256);
+        assert_clean(&k);
+        // Zapped, the folios stay cached; a read maps each whole again in one fault.
+        k.do_madvise(mm, BASE, BASE + MB, Madv::DontNeed).unwrap();
+        assert_eq!(touch(&mut k, mm, MB, false), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::ShmemAlloc), 16, "nothing new allocated");
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn the_order_walk_skips_a_block_the_page_cache_already_holds_a_page_of() {
+        let (mut k, mm) = boot(
+            MachineConfig::default(),
+            &[("hugepages-64kB/shmem_enabled", "always"), ("hugepages-16kB/shmem_enabled", "always")],
+        );
+        shared(&mut k, mm, MB);
+        // Without the 64K size a first fault caches a lone page; then 64K is allowed.
+        k.knobs.set("hugepages-64kB/shmem_enabled", "never").unwrap();
+        k.knobs.set("hugepages-16kB/shmem_enabled", "never").unwrap();
+        touch(&mut k, mm, K4, true);
+        k.knobs.set("hugepages-64kB/shmem_enabled", "always").unwrap();
+        k.knobs.set("hugepages-16kB/shmem_enabled", "always").unwrap();
+        touch(&mut k, mm, 64 << 10, true);
+        // [0, 64K) holds page 0: 16K folios for [16K, 64K), and order 0 for [4K, 16K).
+        assert_eq!(k.stat.mthp(4, MthpStat::ShmemAlloc), 0);
+        assert_eq!(k.stat.mthp(2, MthpStat::ShmemAlloc), 3);
+        assert_eq!(k.shmem.nr_cached(), 1 + 3 + 3);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn a_64k_shmem_folio_goes_to_swap_whole_and_comes_back_whole() {
+        let (mut k, mm) = shared_64k();
+        k.sys_swapon(16 * MB).unwrap();
+        touch(&mut k, mm, MB, true);
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_eq!(k.stat.mthp(4, MthpStat::Swpout), 16);
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 256);
+        assert_eq!(k.shmem.nr_cached(), 0);
+        assert_clean(&k);
+        // One major fault per folio, read back at the swap entry's order.
+        assert_eq!(touch(&mut k, mm, MB, false), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::Swpin), 16);
+        assert_eq!(k.stat.event(VmEvent::PgMajFault), 16);
+        assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0);
+        assert_clean(&k);
+        k.do_munmap(mm, BASE, BASE + MB);
+        assert_eq!(k.shmem.inodes().count(), 0);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn a_large_swap_entry_read_a_page_at_a_time_is_split() {
+        let (mut k, mm) = shared_64k();
+        k.sys_swapon(16 * MB).unwrap();
+        touch(&mut k, mm, 64 << 10, true);
+        k.do_madvise(mm, BASE, BASE + (64 << 10), Madv::PageOut).unwrap();
+        // As before 6.14 (shmem_swapin_cluster): order-0 reads through the swap cache.
+        k.shmem_swapin_cluster = true;
+        touch(&mut k, mm, K4, false);
+        let ino = k.mm(mm).find_vma(BASE).unwrap().file.unwrap();
+        assert!(k.shmem.inode(ino).swap_orders.is_empty(), "the entry was split");
+        assert_eq!(k.stat.mthp(4, MthpStat::Swpin), 0);
+        touch(&mut k, mm, 64 << 10, false);
+        assert_eq!(k.shmem.inode(ino).swapped, 0);
+        assert_clean(&k);
+    }
 }
+

@@ -456,7 +456,8 @@ mod tests {
         let d = ThpKnobs::defaults(Granule::K4);
         assert!(d.contains(&("hugepages-2048kB/enabled".into(), "inherit".into())));
         assert!(d.contains(&("hugepages-64kB/enabled".into(), "never".into())));
-        assert_eq!(d.iter().filter(|(k, _)| k.starts_with("hugepages-")).count(), 8);
+        assert_eq!(d.iter().filter(|(k, _)| k.ends_with("kB/enabled")).count(), 8);
+        assert_eq!(d.iter().filter(|(k, _)| k.ends_with("kB/shmem_enabled")).count(), 9);
     }
 
     #[test]
@@ -500,4 +501,56 @@ mod tests {
         assert!(k.set("enabled", "inherit").is_err());
         assert!(k.set("frobnicate", "1").is_err());
     }
+
+    #[test]
+    fn shmem_sizes_follow_their_knob_and_inherit_the_top_level() {
+        let mut k = ThpKnobs::new(Granule::K4);
+        let (o64, o16) = (1 << 4, 1 << 2);
+        assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), 0, "defaults: nothing");
+        k.set("hugepages-2048kB/shmem_enabled", "never").unwrap();
+        k.set("hugepages-64kB/shmem_enabled", "inherit").unwrap();
+        k.set("hugepages-16kB/shmem_enabled", "advise").unwrap();
+        assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), 0);
+        assert_eq!(k.shmem_allowable_orders(true, false, 0, 256), o16);
+        k.set("shmem_enabled", "advise").unwrap();
+        assert_eq!(k.shmem_allowable_orders(true, false, 0, 256), o64 | o16);
+        k.set("shmem_enabled", "always").unwrap();
+        assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), o64);
+        assert_eq!(k.shmem_allowable_orders(true, true, 0, 256), 0, "MADV_NOHUGEPAGE");
+        // deny turns every size off; force leaves only the inherit sizes.
+        k.set("shmem_enabled", "deny").unwrap();
+        assert_eq!(k.shmem_allowable_orders(true, false, 0, 256), 0);
+        k.set("shmem_enabled", "force").unwrap();
+        assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), o64);
+        assert!(k.set("hugepages-16kB/shmem_enabled", "inherit").is_err(), "EINVAL under force");
+        assert!(k.check_shmem_modeled().is_ok());
+    }
+
+    #[test]
+    fn within_size_allows_a_size_only_inside_i_size() {
+        let mut k = ThpKnobs::new(Granule::K4);
+        k.set("hugepages-64kB/shmem_enabled", "within_size").unwrap();
+        // i_size 24 pages: the block [0, 16) ends inside it, [16, 32) does not.
+        assert_eq!(k.shmem_allowable_orders(false, false, 3, 24), 1 << 4);
+        assert_eq!(k.shmem_allowable_orders(false, false, 17, 24), 0);
+    }
+
+    #[test]
+    fn pmd_and_order_1_shmem_folios_are_refused_as_not_modeled() {
+        let mut k = ThpKnobs::new(Granule::K4);
+        k.set("shmem_enabled", "always").unwrap();
+        assert!(k.check_shmem_modeled().unwrap_err().contains("PMD-sized shmem"));
+        k.set("hugepages-2048kB/shmem_enabled", "never").unwrap();
+        assert!(k.check_shmem_modeled().is_ok());
+        k.set("hugepages-8kB/shmem_enabled", "always").unwrap();
+        assert!(k.check_shmem_modeled().unwrap_err().contains("order-1"));
+        assert!(k.set("hugepages-8kB/enabled", "always").is_err(), "no order-1 anon size");
+        let d = ThpKnobs::defaults(Granule::K4);
+        let top = d.iter().position(|(n, _)| n == "shmem_enabled").unwrap();
+        assert_eq!(d[top].1, "never");
+        assert!(d[top + 1..].iter().all(|(n, _)| n.ends_with("/shmem_enabled")), "the top level is written first");
+        assert!(d.contains(&("hugepages-2048kB/shmem_enabled".into(), "inherit".into())));
+        assert!(d.contains(&("hugepages-8kB/shmem_enabled".into(), "never".into())));
+    }
 }
+
