@@ -153,16 +153,12 @@ impl ThpKnobs {
 
     /// The `hugepages-<size>kB/enabled` setting of `order`.
     fn mode(&self, order: u32) -> ThpMode {
-        let bit = 1u64 << order;
-        if self.orders_always & bit != 0 {
-            ThpMode::Always
-        } else if self.orders_madvise & bit != 0 {
-            ThpMode::Madvise
-        } else if self.orders_inherit & bit != 0 {
-            ThpMode::Inherit
-        } else {
-            ThpMode::Never
-        }
+        let masks = [
+            (self.orders_always, ThpMode::Always),
+            (self.orders_madvise, ThpMode::Madvise),
+            (self.orders_inherit, ThpMode::Inherit),
+        ];
+        mode_of(order, &masks, ThpMode::Never)
     }
 
     /// Anonymous mTHP orders the granule allows: 2 ..= PMD order.
@@ -187,18 +183,13 @@ impl ThpKnobs {
 
     /// The `hugepages-<size>kB/shmem_enabled` setting of `order`.
     fn shmem_mode(&self, order: u32) -> ShmemHuge {
-        let bit = 1u64 << order;
-        if self.shmem_orders_always & bit != 0 {
-            ShmemHuge::Always
-        } else if self.shmem_orders_inherit & bit != 0 {
-            ShmemHuge::Inherit
-        } else if self.shmem_orders_within_size & bit != 0 {
-            ShmemHuge::WithinSize
-        } else if self.shmem_orders_madvise & bit != 0 {
-            ShmemHuge::Advise
-        } else {
-            ShmemHuge::Never
-        }
+        let masks = [
+            (self.shmem_orders_always, ShmemHuge::Always),
+            (self.shmem_orders_inherit, ShmemHuge::Inherit),
+            (self.shmem_orders_within_size, ShmemHuge::WithinSize),
+            (self.shmem_orders_madvise, ShmemHuge::Advise),
+        ];
+        mode_of(order, &masks, ShmemHuge::Never)
     }
 
     /// The model allocates no PMD-sized shmem folio (do_set_pmd, their pmd mapping and
@@ -427,6 +418,12 @@ impl ThpKnobs {
         }
         mask
     }
+}
+
+/// The mode whose order bitmap has `order`'s bit (the kernel keeps one bitmap per
+/// mode, a bit in at most one), else `none`.
+fn mode_of<M: Copy>(order: u32, masks: &[(u64, M)], none: M) -> M {
+    (masks.iter()).find(|(m, _)| m & (1 << order) != 0).map_or(none, |(_, mode)| *mode)
 }
 
 /// shmem_get_orders_within_size: `orders` if the folio of the highest order whose

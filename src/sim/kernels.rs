@@ -230,6 +230,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "file-unmap",
+        before: "per-pte",
+        after: "batched",
+        release: Release(7, 0),
+        commit: "a67fe41e214f",
+        what: "try_to_unmap_one clears each run of a large file folio's ptes in one batch",
+    },
+    Change {
+        scope: Scope::Run,
         key: "faultaround",
         before: "window",
         after: "folio",

@@ -179,6 +179,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.swapin_sync_cache = v.get("sync-swapin") == "cache";
     k.fault_dirty_write_only = v.get("fault-dirty") == "write";
     k.map_whole_folio_faultaround = v.get("faultaround") == "folio";
+    k.file_unmap_batched = v.get("file-unmap") == "batched";
     k.knobs.set_kernel(v.mthp(), v.shrink_underused());
     k.split_zeropage = v.split_zeropage();
     k.pageout_clears_young = v.get("pageout-young") == "clear";
