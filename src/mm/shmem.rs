@@ -3,8 +3,9 @@
 //! a fault looks the page up there or allocates it (shmem_fault, shmem_get_folio_gfp),
 //! reclaim writes it to swap and leaves the slot in the cache in its place
 //! (shmem_writeout), and a fault on that slot reads it back (shmem_swapin_folio). Fork
-//! shares the pages (no anon_vma, no copy-on-write). Only order-0 folios: the
-//! `shmem_enabled` knobs are not modeled (their default, `never`, is what runs).
+//! shares the pages (no anon_vma, no copy-on-write). Large folios (mTHP for shmem)
+//! follow the `shmem_enabled` knobs (`thp_sysfs.rs`): allocated at fault down the
+//! allowed orders, written to swap and read back whole.
 
 use super::filemap::{AddressSpace, CacheEntry};
 use super::folio::PageFlags;
