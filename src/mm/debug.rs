@@ -102,7 +102,7 @@ impl Kernel {
                         let ok = self.shmem.folio_inode(f) == Some(ino)
                             && *index >= p.index
                             && *index < p.index + nr
-                            && p.index % nr == 0
+                            && p.index.is_multiple_of(nr)
                             && self.memmap.page(Pfn(f.0 + *index - p.index)).index == *index
                             && p.flags.contains(PageFlags::SWAPBACKED | PageFlags::INUSE)
                             && !p.flags.intersects(PageFlags::ANON | PageFlags::SWAPCACHE);

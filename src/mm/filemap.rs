@@ -140,6 +140,7 @@ impl Kernel {
             entry = entry.pte_mkdirty();
         }
         self.folio_add_file_rmap_ptes(folio, page, nr, mm);
-        self.arch.set_ptes(amm, addr, ptep, entry, nr as usize, Some((folio, nr)));
+        self.arch
+            .set_ptes(amm, addr, ptep, entry, nr as usize, Some((folio, nr)));
     }
 }

@@ -10,7 +10,7 @@
 use super::filemap::{AddressSpace, CacheEntry};
 use super::folio::PageFlags;
 use super::memory::VmFault;
-use super::mm_types::{Vma, VmFlags};
+use super::mm_types::{VmFlags, Vma};
 use super::vmstat::MthpStat;
 use super::Kernel;
 use crate::hw::Pfn;
@@ -127,12 +127,17 @@ impl Kernel {
                 if orders != 0 {
                     folio = self.shmem_alloc_and_add_folio(vma, addr, ino, index, orders);
                     if let Some(f) = folio {
-                        self.stat.count_mthp_stat(self.memmap.folio_order(f), MthpStat::ShmemAlloc);
+                        self.stat
+                            .count_mthp_stat(self.memmap.folio_order(f), MthpStat::ShmemAlloc);
                     }
                 }
                 match folio {
                     Some(f) => (f, VmFault::Done),
-                    None => (self.shmem_alloc_and_add_folio(vma, addr, ino, index, 0).ok_or(VmFault::Oom)?, VmFault::Done),
+                    None => (
+                        self.shmem_alloc_and_add_folio(vma, addr, ino, index, 0)
+                            .ok_or(VmFault::Oom)?,
+                        VmFault::Done,
+                    ),
                 }
             }
         };
@@ -190,7 +195,7 @@ impl Kernel {
         while o != 0 {
             let order = 63 - o.leading_zeros();
             o &= !(1 << order);
-            if ((vma.start >> shift) - vma.pgoff) % (1 << order) != 0 {
+            if !((vma.start >> shift) - vma.pgoff).is_multiple_of(1 << order) {
                 orders &= !(1 << order);
             }
         }
@@ -257,7 +262,11 @@ impl Kernel {
             self.shmem.inode_mut(ino).swap_orders.remove(&base);
             order = 0;
         }
-        let (start, first) = if order > 0 { (base, slot - (index - base)) } else { (index, slot) };
+        let (start, first) = if order > 0 {
+            (base, slot - (index - base))
+        } else {
+            (index, slot)
+        };
         let inode = self.shmem.inode_mut(ino);
         inode.swap_orders.remove(&start);
         for i in start..start + nr {
@@ -512,7 +521,10 @@ mod tests {
     fn the_order_walk_skips_a_block_the_page_cache_already_holds_a_page_of() {
         let (mut k, mm) = boot(
             MachineConfig::default(),
-            &[("hugepages-64kB/shmem_enabled", "always"), ("hugepages-16kB/shmem_enabled", "always")],
+            &[
+                ("hugepages-64kB/shmem_enabled", "always"),
+                ("hugepages-16kB/shmem_enabled", "always"),
+            ],
         );
         shared(&mut k, mm, MB);
         // Without the 64K size a first fault caches a lone page; then 64K is allowed.
@@ -567,4 +579,3 @@ mod tests {
         assert_clean(&k);
     }
 }
-

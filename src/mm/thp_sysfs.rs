@@ -210,10 +210,7 @@ impl ThpKnobs {
             ));
         }
         if allowed & 0b10 != 0 {
-            return Err(format!(
-                "not modeled: order-1 ({}kB) shmem folios",
-                self.size_kb(1)
-            ));
+            return Err(format!("not modeled: order-1 ({}kB) shmem folios", self.size_kb(1)));
         }
         Ok(())
     }
@@ -232,7 +229,9 @@ impl ThpKnobs {
             return Ok(());
         }
         if !self.per_size {
-            return Err(format!("{NO_SUCH_KNOB}: {knob} came with multi-size THP for anonymous shmem (6.11; mthp=off)"));
+            return Err(format!(
+                "{NO_SUCH_KNOB}: {knob} came with multi-size THP for anonymous shmem (6.11; mthp=off)"
+            ));
         }
         let order = knob
             .strip_prefix("hugepages-")
@@ -423,7 +422,9 @@ impl ThpKnobs {
 /// The mode whose order bitmap has `order`'s bit (the kernel keeps one bitmap per
 /// mode, a bit in at most one), else `none`.
 fn mode_of<M: Copy>(order: u32, masks: &[(u64, M)], none: M) -> M {
-    (masks.iter()).find(|(m, _)| m & (1 << order) != 0).map_or(none, |(_, mode)| *mode)
+    (masks.iter())
+        .find(|(m, _)| m & (1 << order) != 0)
+        .map_or(none, |(_, mode)| *mode)
 }
 
 /// shmem_get_orders_within_size: `orders` if the folio of the highest order whose
@@ -519,7 +520,10 @@ mod tests {
         assert_eq!(k.shmem_allowable_orders(true, false, 0, 256), 0);
         k.set("shmem_enabled", "force").unwrap();
         assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), o64);
-        assert!(k.set("hugepages-16kB/shmem_enabled", "inherit").is_err(), "EINVAL under force");
+        assert!(
+            k.set("hugepages-16kB/shmem_enabled", "inherit").is_err(),
+            "EINVAL under force"
+        );
         assert!(k.check_shmem_modeled().is_ok());
     }
 
@@ -541,13 +545,18 @@ mod tests {
         assert!(k.check_shmem_modeled().is_ok());
         k.set("hugepages-8kB/shmem_enabled", "always").unwrap();
         assert!(k.check_shmem_modeled().unwrap_err().contains("order-1"));
-        assert!(k.set("hugepages-8kB/enabled", "always").is_err(), "no order-1 anon size");
+        assert!(
+            k.set("hugepages-8kB/enabled", "always").is_err(),
+            "no order-1 anon size"
+        );
         let d = ThpKnobs::defaults(Granule::K4);
         let top = d.iter().position(|(n, _)| n == "shmem_enabled").unwrap();
         assert_eq!(d[top].1, "never");
-        assert!(d[top + 1..].iter().all(|(n, _)| n.ends_with("/shmem_enabled")), "the top level is written first");
+        assert!(
+            d[top + 1..].iter().all(|(n, _)| n.ends_with("/shmem_enabled")),
+            "the top level is written first"
+        );
         assert!(d.contains(&("hugepages-2048kB/shmem_enabled".into(), "inherit".into())));
         assert!(d.contains(&("hugepages-8kB/shmem_enabled".into(), "never".into())));
     }
 }
-
