@@ -387,7 +387,14 @@ pub fn exact_global(key: &str) -> bool {
     ) || (key.starts_with("mthp.")
         && matches!(
             stat,
-            "split" | "swpout_fallback" | "swpout" | "swpin" | "swpin_fallback"
+            "split"
+                | "swpout_fallback"
+                | "swpout"
+                | "swpin"
+                | "swpin_fallback"
+                | "shmem_alloc"
+                | "shmem_fallback"
+                | "shmem_fallback_charge"
         ))
 }
 

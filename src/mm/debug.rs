@@ -86,26 +86,31 @@ impl Kernel {
         self.check_folios(&seen)
     }
 
-    /// Every shmem page-cache entry: a folio cached there at its index (order 0,
-    /// swap-backed, not in the swap cache), or a slot that it holds (one reference, as a
+    /// Every shmem page-cache entry: a folio cached there at its index (a large one at
+    /// each index of its aligned range; swap-backed, not in the swap cache), or a slot that it holds (one reference, as a
     /// swap pte's); nrpages, swapped and the folio-to-inode map agree with the entries.
     fn check_shmem(&self, seen: &mut Seen) -> Result<(), String> {
-        let mut cached = 0;
+        let (mut cached, mut cached_folios) = (0, 0);
         for (ino, inode) in self.shmem.inodes() {
-            let (mut folios, mut slots) = (0, 0);
+            // Pages cached (nrpages counts pages) and the folios holding them.
+            let (mut folios, mut slots, mut heads) = (0, 0, 0);
             for (index, e) in &inode.mapping.i_pages {
                 match *e {
                     CacheEntry::Folio(f) => {
                         let p = self.memmap.page(f);
+                        let nr = self.memmap.folio_nr_pages(f);
                         let ok = self.shmem.folio_inode(f) == Some(ino)
-                            && p.index == *index
-                            && self.memmap.folio_order(f) == 0
+                            && *index >= p.index
+                            && *index < p.index + nr
+                            && p.index.is_multiple_of(nr)
+                            && self.memmap.page(Pfn(f.0 + *index - p.index)).index == *index
                             && p.flags.contains(PageFlags::SWAPBACKED | PageFlags::INUSE)
                             && !p.flags.intersects(PageFlags::ANON | PageFlags::SWAPCACHE);
                         if !ok {
                             return Err(format!("shmem inode {ino}: index {index} caches {f:?} ({p:?})"));
                         }
                         folios += 1;
+                        heads += (*index == p.index) as u64;
                     }
                     CacheEntry::Swap(slot) => {
                         *seen.swap_refs.entry(slot).or_default() += 1;
@@ -120,11 +125,12 @@ impl Kernel {
                 ));
             }
             cached += folios;
+            cached_folios += heads;
         }
         let live = self.shmem.inodes().map(|(_, i)| i.mapping.nrpages).sum::<u64>();
-        if cached != live || self.shmem.nr_cached() as u64 != cached {
+        if cached != live || self.shmem.nr_cached() as u64 != cached_folios {
             return Err(format!(
-                "shmem: {} folios know an inode but the caches hold {cached}",
+                "shmem: {} folios know an inode but the caches hold {cached_folios}",
                 self.shmem.nr_cached()
             ));
         }
@@ -449,7 +455,12 @@ impl Kernel {
             let order = self.memmap.folio_order(f);
             let pmd = seen.pmd_maps.get(h).copied().unwrap_or(0);
             let mapcount = maps + pmd;
-            let page_cache = self.shmem.folio_inode(f).is_some() as i32;
+            // A page cache holds a reference per page.
+            let page_cache = if self.shmem.folio_inode(f).is_some() {
+                1 << order
+            } else {
+                0
+            };
             if mapcount > 0 && !hp.flags.contains(PageFlags::ANON) && page_cache == 0 {
                 return Err(format!("folio {f:?} is mapped but neither anon nor in a page cache"));
             }
@@ -483,7 +494,9 @@ impl Kernel {
                     ));
                 }
                 let partially = pmd == 0 && *pages_mapped > 0 && (*pages_mapped as u64) < (1 << order);
-                if partially && order > 1 && !hp.flags.contains(PageFlags::PARTIALLY_MAPPED) {
+                // Only anon folios are queued for deferred split.
+                let anon = hp.flags.contains(PageFlags::ANON);
+                if partially && anon && order > 1 && !hp.flags.contains(PageFlags::PARTIALLY_MAPPED) {
                     return Err(format!("folio {f:?} is partially mapped but not marked"));
                 }
                 if hp.flags.contains(PageFlags::PARTIALLY_MAPPED) {

@@ -38,10 +38,12 @@ impl Kernel {
     }
 
     /// filemap_map_pages (vm_ops->map_pages, from do_fault_around): map every page of
-    /// [start_pgoff, end_pgoff] the cache holds uptodate whose pte is none, each with
-    /// its own reference and file rmap; a page other than the faulting one is mapped
-    /// old where the architecture wants prefaulted ptes old (arm64 with hardware AF).
-    /// True (VM_FAULT_NOPAGE) when the faulting address got its page.
+    /// [start_pgoff, end_pgoff] the cache holds uptodate whose pte is none, a folio at
+    /// a time (filemap_map_folio_range): a large folio wholly, beyond the window too,
+    /// when it lies in the VMA and one page table (shmem: 6.18+), each run of none
+    /// ptes with one set_pte_range and its references; a run without the faulting
+    /// address is mapped old where the architecture wants prefaulted ptes old (arm64
+    /// with hardware AF). True (VM_FAULT_NOPAGE) when the faulting address got its page.
     #[allow(clippy::too_many_arguments)]
     pub fn filemap_map_pages(
         &mut self,
@@ -58,38 +60,70 @@ impl Kernel {
         let inode = vma.file.expect("a file VMA");
         let amm = self.arch_mm(mm);
         let fault_index = vma.linear_page_index(addr, shift);
-        let folios: Vec<(u64, Pfn)> = (self.shmem.inode(inode).mapping.i_pages)
-            .range(start_pgoff..=end_pgoff)
-            .filter_map(|(i, e)| match e {
-                CacheEntry::Folio(f) => Some((*i, *f)),
-                CacheEntry::Swap(_) => None,
-            })
-            .collect();
-        let mut ret = false;
-        for (index, folio) in folios {
-            let at = vma.start + ((index - vma.pgoff) << shift);
-            let ptep = self.pte_offset_map(pmd, at).expect("the fault allocated the table");
-            if !self.arch.ptep_get(amm, ptep).pte_none() {
-                continue;
+        // (folio, first index of the window in it, last index of the window in it)
+        let mut folios: Vec<(Pfn, u64, u64)> = Vec::new();
+        for (i, e) in self.shmem.inode(inode).mapping.i_pages.range(start_pgoff..=end_pgoff) {
+            if let CacheEntry::Folio(f) = e {
+                match folios.last_mut() {
+                    Some((last, _, end)) if last == f => *end = *i,
+                    _ => folios.push((*f, *i, *i)),
+                }
             }
-            let prefault = index != fault_index;
-            self.folio_ref_add(folio, 1);
-            self.set_pte_range(mm, vma, folio, ptep, at, false, prefault);
-            self.mm_mut(mm).rss_shmem += 1;
-            ret |= !prefault;
+        }
+        let vma_first = vma.pgoff;
+        let vma_last = vma.pgoff + (vma.len() >> shift) - 1;
+        let pmd_pages = 1u64 << (g.pmd_order());
+        let mut ret = false;
+        for (folio, mut first, mut last) in folios {
+            let findex = self.memmap.page(folio).index;
+            let nr = self.memmap.folio_nr_pages(folio);
+            if nr > 1 && self.map_whole_folio_faultaround {
+                let (lo, hi) = (findex, findex + nr - 1);
+                let va = |i: u64| (vma.start >> shift) + i - vma.pgoff;
+                if lo >= vma_first && hi <= vma_last && va(lo) / pmd_pages == va(hi) / pmd_pages {
+                    (first, last) = (lo, hi);
+                }
+            }
+            let mut run: Option<u64> = None;
+            for index in first..=last + 1 {
+                let none = index <= last && {
+                    let at = vma.start + ((index - vma.pgoff) << shift);
+                    let ptep = self.pte_offset_map(pmd, at).expect("the fault allocated the table");
+                    self.arch.ptep_get(amm, ptep).pte_none()
+                };
+                match (none, run) {
+                    (true, None) => run = Some(index),
+                    (false, Some(from)) => {
+                        let count = index - from;
+                        let at = vma.start + ((from - vma.pgoff) << shift);
+                        let ptep = self.pte_offset_map(pmd, at).expect("the fault allocated the table");
+                        let prefault = !(from..index).contains(&fault_index);
+                        self.folio_ref_add(folio, count as i32);
+                        let page = Pfn(folio.0 + from - findex);
+                        self.set_pte_range(mm, vma, folio, page, count, ptep, at, false, prefault);
+                        self.mm_mut(mm).rss_shmem += count as i64;
+                        ret |= !prefault;
+                        run = None;
+                    }
+                    _ => {}
+                }
+            }
         }
         ret
     }
 
-    /// set_pte_range for a file folio (one page): the VMA's protection, made old when
-    /// prefaulted, dirty on a write fault, or when writable and the folio is dirty
-    /// already (6.15+, unless `fault-dirty=write`); then the file rmap and the pte.
+    /// set_pte_range for `nr` pages of a file folio from `page`: the VMA's
+    /// protection, made old when prefaulted, dirty on a write fault, or when writable
+    /// and the folio is dirty already (6.15+, unless `fault-dirty=write`); then the
+    /// file rmap and the ptes (set_ptes: contiguous where a whole aligned block is).
     #[allow(clippy::too_many_arguments)]
     pub fn set_pte_range(
         &mut self,
         mm: MmId,
         vma: &Vma,
         folio: Pfn,
+        page: Pfn,
+        nr: u64,
         ptep: crate::arch::arm64::pgtable::PtePtr,
         addr: u64,
         write: bool,
@@ -97,7 +131,7 @@ impl Kernel {
     ) {
         let g = self.arch.granule();
         let amm = self.arch_mm(mm);
-        let mut entry = Pte::pfn_pte(folio, super::memory::vm_page_prot(vma), g);
+        let mut entry = Pte::pfn_pte(page, super::memory::vm_page_prot(vma), g);
         if prefault && self.arch.hw.cfg.features.hafdbs {
             entry = entry.pte_mkold();
         }
@@ -105,7 +139,8 @@ impl Kernel {
         if write || (entry.pte_write() && dirty_folio) {
             entry = entry.pte_mkdirty();
         }
-        self.folio_add_file_rmap_ptes(folio, folio, 1, mm);
-        self.arch.set_ptes(amm, addr, ptep, entry, 1, Some((folio, 1)));
+        self.folio_add_file_rmap_ptes(folio, page, nr, mm);
+        self.arch
+            .set_ptes(amm, addr, ptep, entry, nr as usize, Some((folio, nr)));
     }
 }

@@ -650,25 +650,50 @@ impl Kernel {
         self.__do_fault_finish(mm, vma, pmd, addr, true)
     }
 
-    /// __do_fault (shmem_fault) then finish_fault: the page is mapped one pte
-    /// (shmem folios are order 0 here) unless the pte changed meanwhile.
+    /// __do_fault (shmem_fault) then finish_fault: a large folio is mapped whole when
+    /// it lies within the VMA and this page table and all its ptes are none (6.10+,
+    /// the shmem case of finish_fault), else the page alone unless its pte changed
+    /// meanwhile.
     fn __do_fault_finish(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, write: bool) -> VmFault {
         let g = self.arch.granule();
         let ps = g.page_size();
-        let ino = vma.file.expect("a file VMA");
         let index = vma.linear_page_index(addr, g.page_shift());
-        let (folio, ret) = match self.shmem_fault(ino, index) {
+        let (folio, page, ret) = match self.shmem_fault(vma, addr, index) {
             Ok(r) => r,
             Err(e) => return e,
         };
         let amm = self.arch_mm(mm);
-        let ptep = self.pte_offset_map(pmd, addr).expect("do_fault allocated the table");
-        if !self.arch.ptep_get(amm, ptep).pte_none() {
+        let addr = addr & !(ps - 1);
+        let mut nr = self.memmap.folio_nr_pages(folio);
+        let mut start = (addr, page);
+        if nr > 1 {
+            let idx = page.0 - folio.0;
+            let vma_off = index - vma.pgoff;
+            let pte_off = g.index(addr, 3) as u64;
+            let fits = vma_off >= idx
+                && vma_off + (nr - idx) <= vma.len() >> g.page_shift()
+                && pte_off >= idx
+                && pte_off + (nr - idx) <= g.entries_at(3) as u64;
+            if fits {
+                start = (addr - idx * ps, folio);
+                let first = self.pte_offset_map(pmd, start.0).expect("do_fault allocated the table");
+                if !(0..nr).all(|i| self.arch.ptep_get(amm, first.add(i as usize)).pte_none()) {
+                    // needs_fallback: the page alone, after a fresh look-up.
+                    nr = 1;
+                    start = (addr, page);
+                }
+            } else {
+                nr = 1;
+            }
+        }
+        let ptep = self.pte_offset_map(pmd, start.0).expect("do_fault allocated the table");
+        if nr == 1 && !self.arch.ptep_get(amm, ptep).pte_none() {
             self.folio_put(folio);
             return ret;
         }
-        self.set_pte_range(mm, vma, folio, ptep, addr & !(ps - 1), write, false);
-        self.mm_mut(mm).rss_shmem += 1;
+        self.folio_ref_add(folio, nr as i32 - 1);
+        self.set_pte_range(mm, vma, folio, start.1, nr, ptep, start.0, write, false);
+        self.mm_mut(mm).rss_shmem += nr as i64;
         if write {
             // fault_dirty_shared_page: folio_mark_dirty.
             self.memmap.folio_set(folio, PageFlags::DIRTY);

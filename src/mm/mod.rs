@@ -158,6 +158,11 @@ pub struct Kernel {
     /// (before 4e92030c05dc "mm: set the pte dirty if the folio is already dirty",
     /// 6.15); since, dirty.
     pub fault_dirty_write_only: bool,
+    /// Fault-around maps a large folio wholly where it can (6.18+, `faultaround=folio`).
+    pub map_whole_folio_faultaround: bool,
+    /// try_to_unmap clears a large file folio's ptes a run at a time (7.0+,
+    /// `file-unmap=batched`), else one at a time.
+    pub file_unmap_batched: bool,
     /// The shmem inodes behind shared anonymous mappings, and their page caches.
     pub shmem: shmem::Shmem,
     /// The workload's memory cgroup (`memlimit`), if any.
@@ -235,6 +240,8 @@ impl Kernel {
             swapin_sync_cache: false,
             swap_cluster_ra: Default::default(),
             fault_dirty_write_only: false,
+            map_whole_folio_faultaround: true,
+            file_unmap_batched: false,
             memcg: None,
             next_asid: 1,
             next_anon_vma: 1,

@@ -113,6 +113,12 @@ impl Kernel {
     /// folio_add_anon_rmap_ptes: add pte mappings of `nr` pages from `page` to an
     /// existing anon folio (split_huge_pmd).
     pub fn folio_add_anon_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, mm: MmId, exclusive: bool) {
+        self.__folio_add_rmap_ptes(folio, page, nr, mm, exclusive);
+    }
+
+    /// __folio_add_rmap for `nr` ptes from `page`, anon (marking the pages exclusive
+    /// when they are) or file.
+    fn __folio_add_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, mm: MmId, exclusive: bool) {
         let mut first = 0;
         for i in 0..nr {
             let p = self.memmap.page_mut(Pfn(page.0 + i));
@@ -137,12 +143,10 @@ impl Kernel {
     }
 
     /// folio_add_file_rmap_ptes: `nr` more pte mappings of a page-cache folio's pages
-    /// (order 0 here: shmem allocates no large folios in the model).
-    pub fn folio_add_file_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, _mm: MmId) {
-        debug_assert_eq!(self.memmap.folio_order(folio), 0, "large shmem folios are not modeled");
+    /// from `page`.
+    pub fn folio_add_file_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, mm: MmId) {
         self.arch.kc.inc(KernelEvent::FolioAddFileRmapPtes);
-        self.arch.kc.add(KernelEvent::FolioMapcountAtomic, nr);
-        self.memmap.page_mut(page).mapcount += nr as i32;
+        self.__folio_add_rmap_ptes(folio, page, nr, mm, false);
     }
 
     /// folio_try_dup_anon_rmap_ptes (fork): the child maps the same `nr` pages, which
@@ -372,17 +376,37 @@ impl Kernel {
     }
 
     /// try_to_unmap of a shmem folio (rmap_walk_file over the VMAs that map its inode):
-    /// each pte cleared, its TLBI deferred or flushed, its dirt moved to the folio, and
-    /// left none (the page cache keeps the page, or its slot once written out).
+    /// each pte cleared (or, with `file_unmap_batched`, 7.0+, each run of a large
+    /// folio's ptes: folio_unmap_pte_batch), its TLBI deferred or flushed, its dirt
+    /// moved to the folio, and left none (the page cache keeps the page, or its slot
+    /// once written out).
     pub fn try_to_unmap_file(&mut self, folio: Pfn, flags: TtuFlags) {
         let g = self.arch.granule();
-        for (mm, ptep, addr) in self.folio_mappings(folio) {
+        let mappings = self.folio_mappings(folio);
+        let mut skip = 0;
+        for (mm, ptep, addr) in mappings {
+            // The rest of a batch: cleared with its first pte.
+            if skip > 0 {
+                skip -= 1;
+                continue;
+            }
             let amm = self.arch_mm(mm);
-            // page_vma_mapped_walk's read, then check_pte's.
+            // Two reads before the clear, as for anon (try_to_unmap_one_swap): the 6.12
+            // guest counts three contpte_ptep_get per 64K shmem folio paged out, one of
+            // them madvise's (measured: 48 for 16 folios).
             self.arch.ptep_get(amm, ptep);
-            let pteval = if self.should_defer_flush(flags) {
-                let v = self.arch.get_and_clear_full_ptes(amm, addr, ptep, 1, false);
-                self.set_tlb_ubc_flush_pending(mm, v, addr, addr + g.page_size());
+            let pte = self.arch.ptep_get(amm, ptep);
+            let defer = self.should_defer_flush(flags);
+            let nr = if defer && self.file_unmap_batched {
+                let vma = self.mm(mm).find_vma(addr).expect("a pte outside any VMA");
+                self.folio_unmap_pte_batch(mm, &vma, folio, ptep, pte, addr)
+            } else {
+                1
+            };
+            skip = nr - 1;
+            let pteval = if defer {
+                let v = self.arch.get_and_clear_full_ptes(amm, addr, ptep, nr, false);
+                self.set_tlb_ubc_flush_pending(mm, v, addr, addr + nr as u64 * g.page_size());
                 v
             } else {
                 self.arch.ptep_clear_flush(amm, addr, ptep)
@@ -390,9 +414,9 @@ impl Kernel {
             if pteval.pte_dirty() {
                 self.memmap.folio_set(folio, PageFlags::DIRTY);
             }
-            self.mm_mut(mm).rss_shmem -= 1;
-            self.folio_remove_rmap_ptes(folio, folio, 1, mm);
-            self.folio_put_refs(folio, 1);
+            self.mm_mut(mm).rss_shmem -= nr as i64;
+            self.folio_remove_rmap_ptes(folio, pteval.pte_pfn(g), nr as u64, mm);
+            self.folio_put_refs(folio, nr as i32);
         }
     }
 
@@ -619,16 +643,21 @@ impl Kernel {
     /// every mm that map its inode at its index (the i_mmap tree's walk), in mm order.
     fn rmap_walk_file(&mut self, folio: Pfn, ino: u32) -> Vec<(MmId, PtePtr, u64)> {
         let shift = self.arch.granule().page_shift();
-        let index = self.memmap.page(folio).index;
+        let first = self.memmap.page(folio).index;
+        let nr = self.memmap.folio_nr_pages(folio);
         let mut out = Vec::new();
         for mm in 0..self.mms.len() {
             let Some(m) = &self.mms[mm] else { continue };
-            let addrs: Vec<u64> = (m.vmas().values())
-                .filter(|v| v.file == Some(ino) && index >= v.pgoff && index < v.pgoff + (v.len() >> shift))
-                .map(|v| v.start + ((index - v.pgoff) << shift))
-                .collect();
-            for addr in addrs {
-                if let Some(ptep) = self.pte_mapping(mm, addr, folio) {
+            let mut addrs: Vec<(u64, Pfn)> = Vec::new();
+            for v in m.vmas().values().filter(|v| v.file == Some(ino)) {
+                for index in first..first + nr {
+                    if index >= v.pgoff && index < v.pgoff + (v.len() >> shift) {
+                        addrs.push((v.start + ((index - v.pgoff) << shift), Pfn(folio.0 + index - first)));
+                    }
+                }
+            }
+            for (addr, page) in addrs {
+                if let Some(ptep) = self.pte_mapping(mm, addr, page) {
                     out.push((mm, ptep, addr));
                 }
             }
@@ -755,8 +784,9 @@ impl Kernel {
         true
     }
 
-    /// folio_unmap_pte_batch: the ptes of a lazyfree large folio that can go in one
-    /// batch, within one page table and one VMA (6.16+); one pte otherwise. With
+    /// folio_unmap_pte_batch: the ptes of a lazyfree large folio (6.16+) or a file one
+    /// (7.0+) that can go in one batch, within one page table and one VMA; one pte
+    /// otherwise. With
     /// `lazyfree_unmap_per_pte` (before 354dffd29575, 6.15) it is not called: each pte
     /// is cleared on its own, unfolding its contpte block, with its own TLBI, and its own
     /// folio_remove_rmap_pte, the first of which leaves the folio partially mapped.

@@ -3,12 +3,15 @@
 //! a fault looks the page up there or allocates it (shmem_fault, shmem_get_folio_gfp),
 //! reclaim writes it to swap and leaves the slot in the cache in its place
 //! (shmem_writeout), and a fault on that slot reads it back (shmem_swapin_folio). Fork
-//! shares the pages (no anon_vma, no copy-on-write). Only order-0 folios: the
-//! `shmem_enabled` knobs are not modeled (their default, `never`, is what runs).
+//! shares the pages (no anon_vma, no copy-on-write). Large folios (mTHP for shmem)
+//! follow the `shmem_enabled` knobs (`thp_sysfs.rs`): allocated at fault down the
+//! allowed orders, written to swap and read back whole.
 
 use super::filemap::{AddressSpace, CacheEntry};
 use super::folio::PageFlags;
 use super::memory::VmFault;
+use super::mm_types::{VmFlags, Vma};
+use super::vmstat::MthpStat;
 use super::Kernel;
 use crate::hw::Pfn;
 use crate::kcount::KernelEvent;
@@ -23,6 +26,9 @@ pub struct ShmemInode {
     pub size: u64,
     pub alloced: u64,
     pub swapped: u64,
+    /// The order of each large swap entry (a large folio written out whole), by its
+    /// first index: the xarray's multi-index entry, here one slot per index.
+    pub swap_orders: BTreeMap<u64, u32>,
 }
 
 /// The shmem "superblock": its inodes by number, and each cached folio's inode
@@ -64,66 +70,170 @@ impl Kernel {
         (self.shmem.inodes.len() - 1) as u32
     }
 
-    /// shmem_add_to_page_cache: the cache takes a reference and the folio its index.
+    /// shmem_add_to_page_cache: the cache takes a reference per page and the folio
+    /// its index; a large folio fills every index of its (aligned) range.
     fn shmem_add_to_page_cache(&mut self, folio: Pfn, ino: u32, index: u64) {
-        self.folio_ref_add(folio, 1);
-        self.memmap.page_mut(folio).index = index;
+        let nr = self.memmap.folio_nr_pages(folio);
+        self.folio_ref_add(folio, nr as i32);
+        for i in 0..nr {
+            self.memmap.page_mut(Pfn(folio.0 + i)).index = index + i;
+        }
         self.shmem.mapping_of.insert(folio.0, ino);
         let m = &mut self.shmem.inode_mut(ino).mapping;
-        m.i_pages.insert(index, CacheEntry::Folio(folio));
-        m.nrpages += 1;
+        for i in 0..nr {
+            m.i_pages.insert(index + i, CacheEntry::Folio(folio));
+        }
+        m.nrpages += nr;
     }
 
     /// shmem_delete_from_page_cache / __filemap_remove_folio: the folio leaves the
-    /// cache, leaving `radswap` (its swap slot) or a hole; the cache's reference goes.
+    /// cache, leaving its swap entry (from `radswap`, the first page's slot) or a hole;
+    /// the cache's references go.
     pub fn shmem_delete_from_page_cache(&mut self, folio: Pfn, radswap: Option<u64>) {
         let ino = self.shmem.mapping_of.remove(&folio.0).expect("a page-cache folio");
         let index = self.memmap.page(folio).index;
-        let m = &mut self.shmem.inode_mut(ino).mapping;
-        match radswap {
-            Some(slot) => m.i_pages.insert(index, CacheEntry::Swap(slot)),
-            None => m.i_pages.remove(&index),
-        };
-        m.nrpages -= 1;
-        self.folio_put(folio);
+        let nr = self.memmap.folio_nr_pages(folio);
+        let inode = self.shmem.inode_mut(ino);
+        for i in 0..nr {
+            match radswap {
+                Some(slot) => inode.mapping.i_pages.insert(index + i, CacheEntry::Swap(slot + i)),
+                None => inode.mapping.i_pages.remove(&(index + i)),
+            };
+        }
+        if radswap.is_some() && nr > 1 {
+            inode.swap_orders.insert(index, self.memmap.folio_order(folio));
+        }
+        inode.mapping.nrpages -= nr;
+        self.folio_put_refs(folio, nr as i32);
     }
 
-    /// shmem_fault -> shmem_get_folio_gfp(SGP_CACHE): the folio at `index`, with a
+    /// shmem_fault -> shmem_get_folio_gfp(SGP_CACHE) for the VMA `vma` at `addr`
+    /// (page `index` of the inode): the folio holding the page, and the page, with a
     /// reference for the caller to map; whether it was read from swap (VM_FAULT_MAJOR).
-    pub fn shmem_fault(&mut self, ino: u32, index: u64) -> Result<(Pfn, VmFault), VmFault> {
+    pub fn shmem_fault(&mut self, vma: &Vma, addr: u64, index: u64) -> Result<(Pfn, Pfn, VmFault), VmFault> {
         self.arch.kc.inc(KernelEvent::ShmemFault);
-        match self.filemap_get_entry(ino, index) {
-            Some(CacheEntry::Folio(f)) => Ok((f, VmFault::Done)),
-            Some(CacheEntry::Swap(slot)) => self.shmem_swapin_folio(ino, index, slot),
-            None => self.shmem_alloc_and_add_folio(ino, index).map(|f| (f, VmFault::Done)),
-        }
+        let ino = vma.file.expect("a shmem VMA");
+        let (folio, ret) = match self.filemap_get_entry(ino, index) {
+            Some(CacheEntry::Folio(f)) => (f, VmFault::Done),
+            Some(CacheEntry::Swap(slot)) => self.shmem_swapin_folio(ino, index, slot)?,
+            None => {
+                let orders = self.knobs.shmem_allowable_orders(
+                    vma.flags.contains(VmFlags::HUGEPAGE),
+                    vma.flags.contains(VmFlags::NOHUGEPAGE),
+                    index,
+                    self.shmem.inode(ino).size,
+                );
+                let mut folio = None;
+                if orders != 0 {
+                    folio = self.shmem_alloc_and_add_folio(vma, addr, ino, index, orders);
+                    if let Some(f) = folio {
+                        self.stat
+                            .count_mthp_stat(self.memmap.folio_order(f), MthpStat::ShmemAlloc);
+                    }
+                }
+                match folio {
+                    Some(f) => (f, VmFault::Done),
+                    None => (
+                        self.shmem_alloc_and_add_folio(vma, addr, ino, index, 0)
+                            .ok_or(VmFault::Oom)?,
+                        VmFault::Done,
+                    ),
+                }
+            }
+        };
+        let page = Pfn(folio.0 + index - self.memmap.page(folio).index);
+        Ok((folio, page, ret))
     }
 
-    /// shmem_alloc_and_add_folio at order 0, then cleared (SGP_CACHE's clear:).
-    fn shmem_alloc_and_add_folio(&mut self, ino: u32, index: u64) -> Result<Pfn, VmFault> {
-        let folio = self.folio_alloc(0).ok_or(VmFault::Oom)?;
-        if !self.mem_cgroup_charge(folio, true) {
+    /// shmem_alloc_and_add_folio: with `orders`, the suitable ones (in the VMA around
+    /// `addr`, their aligned range of the cache empty: shmem_suitable_orders) from the
+    /// highest down until an allocation succeeds (each failure counted shmem_fallback);
+    /// a failed charge gives up (shmem_fallback_charge; the caller then takes order 0).
+    /// The folio is cleared (SGP_CACHE's clear:) and in the cache and on the LRU.
+    fn shmem_alloc_and_add_folio(&mut self, vma: &Vma, addr: u64, ino: u32, index: u64, orders: u64) -> Option<Pfn> {
+        let (folio, index) = if orders != 0 {
+            let mut suitable = self.shmem_suitable_orders(vma, addr, ino, index, orders);
+            let mut found = None;
+            while suitable != 0 {
+                let order = 63 - suitable.leading_zeros();
+                suitable &= !(1 << order);
+                if let Some(f) = self.folio_alloc(order) {
+                    found = Some((f, index & !((1 << order) - 1)));
+                    break;
+                }
+                self.stat.count_mthp_stat(order, MthpStat::ShmemFallback);
+            }
+            found?
+        } else {
+            (self.folio_alloc(0)?, index)
+        };
+        // The huge gfp (GFP_TRANSHUGE_LIGHT under the default defrag) cannot reclaim.
+        if !self.mem_cgroup_charge(folio, orders == 0) {
+            let order = self.memmap.folio_order(folio);
+            self.stat.count_mthp_stat(order, MthpStat::ShmemFallback);
+            self.stat.count_mthp_stat(order, MthpStat::ShmemFallbackCharge);
             self.folio_put(folio);
-            return Err(VmFault::Oom);
+            return None;
         }
+        let nr = self.memmap.folio_nr_pages(folio);
         self.memmap.folio_set(folio, PageFlags::SWAPBACKED);
         self.shmem_add_to_page_cache(folio, ino, index);
-        self.shmem.inode_mut(ino).alloced += 1;
+        self.shmem.inode_mut(ino).alloced += nr;
         self.folio_add_lru(folio);
-        self.arch.clear_pages(1);
-        Ok(folio)
+        self.arch.clear_pages(nr);
+        Some(folio)
     }
 
-    /// shmem_swapin_folio: a folio still in the swap cache is taken from it (a
-    /// readahead hit if readahead brought it); otherwise, zram being
-    /// SWP_SYNCHRONOUS_IO, shmem_swap_alloc_folio reads a new folio without the swap
-    /// cache (swapcache_prepare only fences the slot; 6.14+, 1dd44c0af4fa), or before
-    /// that shmem_swapin_cluster reads it through the swap cache with the cluster
-    /// readahead around it (`shmem-swapin=cluster`). Either way it goes back into the
-    /// page cache dirty (its swap copy is dropped: swap_free_nr), and the fault is major
-    /// when it was read.
+    /// shmem_suitable_orders: of `orders`, those whose aligned block around `addr`
+    /// lies in the VMA at a matching file offset (thp_vma_suitable_order), from the
+    /// highest whose aligned range of the cache holds nothing (no folio, no swap entry).
+    fn shmem_suitable_orders(&self, vma: &Vma, addr: u64, ino: u32, index: u64, orders: u64) -> u64 {
+        let shift = self.arch.granule().page_shift();
+        let mut orders = self.thp_vma_suitable_orders(vma, addr, orders);
+        // A file VMA: vm_start, less vm_pgoff, must be aligned to the folio too.
+        let mut o = orders;
+        while o != 0 {
+            let order = 63 - o.leading_zeros();
+            o &= !(1 << order);
+            if !((vma.start >> shift) - vma.pgoff).is_multiple_of(1 << order) {
+                orders &= !(1 << order);
+            }
+        }
+        let cache = &self.shmem.inode(ino).mapping.i_pages;
+        while orders != 0 {
+            let order = 63 - orders.leading_zeros();
+            let start = index & !((1 << order) - 1);
+            if cache.range(start..start + (1 << order)).next().is_none() {
+                break;
+            }
+            orders &= !(1 << order);
+        }
+        orders
+    }
+
+    /// The swap entry holding `index`: its first index and order (a large folio
+    /// written out whole left one entry of its order; else order 0).
+    fn shmem_swap_entry(&self, ino: u32, index: u64) -> (u64, u32) {
+        let orders = &self.shmem.inode(ino).swap_orders;
+        match orders.range(..=index).next_back() {
+            Some((&base, &order)) if index < base + (1 << order) => (base, order),
+            _ => (index, 0),
+        }
+    }
+
+    /// shmem_swapin_folio for the slot `slot` of page `index`: a folio still in the
+    /// swap cache is taken from it (a readahead hit if readahead brought it);
+    /// otherwise, zram being SWP_SYNCHRONOUS_IO, shmem_swap_alloc_folio reads a new
+    /// folio of the swap entry's order without the swap cache (swapcache_prepare only
+    /// fences the slots; 6.14+, 1dd44c0af4fa), falling back to the page alone when that
+    /// allocation or its charge fails; or before that shmem_swapin_cluster reads the
+    /// page through the swap cache with the cluster readahead around it
+    /// (`shmem-swapin=cluster`). A large entry read a page at a time is split first
+    /// (shmem_split_large_entry). The folio goes back into the page cache dirty (its
+    /// swap copy is dropped: swap_free_nr), and the fault is major when it was read.
     fn shmem_swapin_folio(&mut self, ino: u32, index: u64, slot: u64) -> Result<(Pfn, VmFault), VmFault> {
         self.arch.kc.inc(KernelEvent::ShmemSwapinFolio);
+        let (base, mut order) = self.shmem_swap_entry(ino, index);
         let mut cached = self.swap_cache_get_folio(slot);
         let mut ret = VmFault::Done;
         if let Some(f) = cached {
@@ -142,45 +252,88 @@ impl Kernel {
             Some(f) => f,
             None => {
                 ret = VmFault::Major;
-                let f = self.folio_alloc(0).ok_or(VmFault::Oom)?;
-                if !self.mem_cgroup_charge(f, true) {
-                    self.folio_put(f);
-                    return Err(VmFault::Oom);
-                }
-                let si = self.swap.as_mut().expect("a swap entry without a device");
-                si.swapcache_prepare(slot);
-                self.memmap.folio_set(f, PageFlags::SWAPBACKED);
-                self.folio_add_lru(f);
-                self.swap_read_folio(f, slot);
+                let f = self.shmem_swap_alloc_folio(slot - (index - base), order, slot)?;
                 self.stat.count_vm_event(super::vmstat::VmEvent::PgMajFault);
                 f
             }
         };
-        self.shmem.inode_mut(ino).mapping.i_pages.remove(&index);
-        self.shmem_add_to_page_cache(folio, ino, index);
-        self.shmem.inode_mut(ino).swapped -= 1;
-        let si = self.swap.as_mut().expect("checked");
+        let nr = self.memmap.folio_nr_pages(folio);
+        if order > self.memmap.folio_order(folio) {
+            self.shmem.inode_mut(ino).swap_orders.remove(&base);
+            order = 0;
+        }
+        let (start, first) = if order > 0 {
+            (base, slot - (index - base))
+        } else {
+            (index, slot)
+        };
+        let inode = self.shmem.inode_mut(ino);
+        inode.swap_orders.remove(&start);
+        for i in start..start + nr {
+            inode.mapping.i_pages.remove(&i);
+        }
+        self.shmem_add_to_page_cache(folio, ino, start);
+        self.shmem.inode_mut(ino).swapped -= nr;
         if cached.is_some() {
             self.swap_cache_del_folio(folio);
         } else {
-            si.swapcache_clear(slot, 1);
+            self.swap.as_mut().expect("checked").swapcache_clear(first, nr);
         }
         self.memmap.folio_set(folio, PageFlags::DIRTY);
-        self.swap.as_mut().expect("checked").swap_entry_put(slot);
+        let si = self.swap.as_mut().expect("checked");
+        for s in first..first + nr {
+            si.swap_entry_put(s);
+        }
         Ok((folio, ret))
     }
 
+    /// shmem_swap_alloc_folio: a folio of the entry's `order` (its first slot
+    /// `first`), charged, its slots fenced (swapcache_prepare) and read; a large one
+    /// whose allocation or charge fails falls back to the faulting page's own slot
+    /// `slot` alone.
+    fn shmem_swap_alloc_folio(&mut self, first: u64, order: u32, slot: u64) -> Result<Pfn, VmFault> {
+        let (mut from, mut order) = (first, order);
+        let f = loop {
+            if let Some(f) = self.folio_alloc(order) {
+                if self.mem_cgroup_charge(f, order == 0) {
+                    break f;
+                }
+                self.folio_put(f);
+            }
+            if order == 0 {
+                return Err(VmFault::Oom);
+            }
+            (from, order) = (slot, 0);
+        };
+        let si = self.swap.as_mut().expect("a swap entry without a device");
+        for s in from..from + (1 << order) {
+            si.swapcache_prepare(s);
+        }
+        self.memmap.folio_set(f, PageFlags::SWAPBACKED);
+        self.folio_add_lru(f);
+        self.swap_read_folio(f, from);
+        Ok(f)
+    }
+
     /// shmem_writeout (reclaim's pageout of a dirty shmem folio, already unmapped): a
-    /// slot for it (none: it stays, redirtied, and is activated), the swap cache takes
-    /// it and the page cache keeps the slot in its place (swap_shmem_alloc), then
-    /// swap_writeout. None (AOP_WRITEPAGE_ACTIVATE): no slot.
+    /// large folio goes whole (CONFIG_THP_SWAP) to a run of slots of its order; the
+    /// swap cache takes it and the page cache keeps its swap entry in its place
+    /// (swap_shmem_alloc), then swap_writeout. None (AOP_WRITEPAGE_ACTIVATE): no slot.
+    /// A large folio that gets no run of slots would be split and tried a page at a
+    /// time (swpout_fallback); that split of a shmem folio is not modeled: it stays,
+    /// redirtied, as with no slot at all.
     pub fn shmem_writeout(&mut self, folio: Pfn) -> Option<u64> {
         self.arch.kc.inc(KernelEvent::ShmemWriteout);
         let ino = self.shmem.folio_inode(folio).expect("a shmem folio");
-        let slot = self.swap.as_mut()?.folio_alloc_swap(0, 0)?;
+        let order = self.memmap.folio_order(folio);
+        let nr = 1u64 << order;
+        let slot = self.swap.as_mut()?.folio_alloc_swap(0, order as u8)?;
         self.swap_cache_add_folio(folio, slot);
-        self.shmem.inode_mut(ino).swapped += 1;
-        self.swap.as_mut().expect("checked").swap_duplicate(slot);
+        self.shmem.inode_mut(ino).swapped += nr;
+        let si = self.swap.as_mut().expect("checked");
+        for s in slot..slot + nr {
+            si.swap_duplicate(s);
+        }
         self.shmem_delete_from_page_cache(folio, Some(slot));
         self.swap_writeout(folio, slot);
         Some(slot)
@@ -192,6 +345,8 @@ impl Kernel {
         let entries: Vec<CacheEntry> = self.shmem.inode(ino).mapping.i_pages.values().copied().collect();
         for e in entries {
             match e {
+                // A large folio's later indices are gone with its first.
+                CacheEntry::Folio(f) if self.shmem.folio_inode(f).is_none() => {}
                 CacheEntry::Folio(f) => {
                     self.shmem_delete_from_page_cache(f, None);
                 }
@@ -222,7 +377,7 @@ mod tests {
     use crate::kcount::KernelEvent;
     use crate::mm::madvise::Madv;
     use crate::mm::mm_types::{MmId, VmFlags};
-    use crate::mm::vmstat::VmEvent;
+    use crate::mm::vmstat::{MthpStat, VmEvent};
     use crate::mm::Kernel;
     use crate::sim::tests::{assert_clean, boot_with as boot};
     use crate::sim::user_access;
@@ -337,6 +492,90 @@ mod tests {
         assert_clean(&k);
         k.exit_mmap(child);
         assert_eq!(k.shmem.nr_cached(), 0);
+        assert_clean(&k);
+    }
+
+    /// 1 MiB shared with 64K shmem folios allowed, written.
+    fn shared_64k() -> (Kernel, MmId) {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-64kB/shmem_enabled", "always")]);
+        shared(&mut k, mm, MB);
+        (k, mm)
+    }
+
+    #[test]
+    fn a_write_fault_allocates_a_64k_shmem_folio_and_maps_all_its_ptes() {
+        let (mut k, mm) = shared_64k();
+        assert_eq!(touch(&mut k, mm, MB, true), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::ShmemAlloc), 16);
+        assert_eq!(k.shmem.nr_cached(), 16);
+        assert_eq!(k.mm(mm).rss_shmem, 256);
+        assert_clean(&k);
+        // Zapped, the folios stay cached; a read maps each whole again in one fault.
+        k.do_madvise(mm, BASE, BASE + MB, Madv::DontNeed).unwrap();
+        assert_eq!(touch(&mut k, mm, MB, false), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::ShmemAlloc), 16, "nothing new allocated");
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn the_order_walk_skips_a_block_the_page_cache_already_holds_a_page_of() {
+        let (mut k, mm) = boot(
+            MachineConfig::default(),
+            &[
+                ("hugepages-64kB/shmem_enabled", "always"),
+                ("hugepages-16kB/shmem_enabled", "always"),
+            ],
+        );
+        shared(&mut k, mm, MB);
+        // Without the 64K size a first fault caches a lone page; then 64K is allowed.
+        k.knobs.set("hugepages-64kB/shmem_enabled", "never").unwrap();
+        k.knobs.set("hugepages-16kB/shmem_enabled", "never").unwrap();
+        touch(&mut k, mm, K4, true);
+        k.knobs.set("hugepages-64kB/shmem_enabled", "always").unwrap();
+        k.knobs.set("hugepages-16kB/shmem_enabled", "always").unwrap();
+        touch(&mut k, mm, 64 << 10, true);
+        // [0, 64K) holds page 0: 16K folios for [16K, 64K), and order 0 for [4K, 16K).
+        assert_eq!(k.stat.mthp(4, MthpStat::ShmemAlloc), 0);
+        assert_eq!(k.stat.mthp(2, MthpStat::ShmemAlloc), 3);
+        assert_eq!(k.shmem.nr_cached(), 1 + 3 + 3);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn a_64k_shmem_folio_goes_to_swap_whole_and_comes_back_whole() {
+        let (mut k, mm) = shared_64k();
+        k.sys_swapon(16 * MB).unwrap();
+        touch(&mut k, mm, MB, true);
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_eq!(k.stat.mthp(4, MthpStat::Swpout), 16);
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 256);
+        assert_eq!(k.shmem.nr_cached(), 0);
+        assert_clean(&k);
+        // One major fault per folio, read back at the swap entry's order.
+        assert_eq!(touch(&mut k, mm, MB, false), 16);
+        assert_eq!(k.stat.mthp(4, MthpStat::Swpin), 16);
+        assert_eq!(k.stat.event(VmEvent::PgMajFault), 16);
+        assert_eq!(k.swap.as_ref().unwrap().inuse_pages, 0);
+        assert_clean(&k);
+        k.do_munmap(mm, BASE, BASE + MB);
+        assert_eq!(k.shmem.inodes().count(), 0);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn a_large_swap_entry_read_a_page_at_a_time_is_split() {
+        let (mut k, mm) = shared_64k();
+        k.sys_swapon(16 * MB).unwrap();
+        touch(&mut k, mm, 64 << 10, true);
+        k.do_madvise(mm, BASE, BASE + (64 << 10), Madv::PageOut).unwrap();
+        // As before 6.14 (shmem_swapin_cluster): order-0 reads through the swap cache.
+        k.shmem_swapin_cluster = true;
+        touch(&mut k, mm, K4, false);
+        let ino = k.mm(mm).find_vma(BASE).unwrap().file.unwrap();
+        assert!(k.shmem.inode(ino).swap_orders.is_empty(), "the entry was split");
+        assert_eq!(k.stat.mthp(4, MthpStat::Swpin), 0);
+        touch(&mut k, mm, 64 << 10, false);
+        assert_eq!(k.shmem.inode(ino).swapped, 0);
         assert_clean(&k);
     }
 }

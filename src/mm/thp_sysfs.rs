@@ -55,7 +55,62 @@ pub struct ThpKnobs {
     per_size: bool,
     /// The kernel has `shrink_underused` (6.12+).
     has_shrink_underused: bool,
+    /// Top-level `shmem_enabled` (shmem_huge) and the huge policy of the internal
+    /// shm_mnt that backs MAP_SHARED|MAP_ANONYMOUS, which only never, always,
+    /// within_size and advise write (deny and force leave it).
+    shmem_huge: ShmemHuge,
+    shm_mnt_huge: ShmemHuge,
+    /// The per-size `hugepages-<size>kB/shmem_enabled` settings
+    /// (huge_shmem_orders_{always,inherit,madvise,within_size}).
+    shmem_orders_always: u64,
+    shmem_orders_inherit: u64,
+    shmem_orders_madvise: u64,
+    shmem_orders_within_size: u64,
 }
+
+/// A `shmem_enabled` setting (SHMEM_HUGE_*), top-level or per size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShmemHuge {
+    Never,
+    Always,
+    WithinSize,
+    Advise,
+    /// Per size only.
+    Inherit,
+    /// Top-level only.
+    Deny,
+    Force,
+}
+
+impl ShmemHuge {
+    pub fn name(self) -> &'static str {
+        match self {
+            ShmemHuge::Never => "never",
+            ShmemHuge::Always => "always",
+            ShmemHuge::WithinSize => "within_size",
+            ShmemHuge::Advise => "advise",
+            ShmemHuge::Inherit => "inherit",
+            ShmemHuge::Deny => "deny",
+            ShmemHuge::Force => "force",
+        }
+    }
+    fn parse(value: &str, top: bool) -> Option<ShmemHuge> {
+        Some(match value {
+            "never" => ShmemHuge::Never,
+            "always" => ShmemHuge::Always,
+            "within_size" => ShmemHuge::WithinSize,
+            "advise" => ShmemHuge::Advise,
+            "inherit" if !top => ShmemHuge::Inherit,
+            "deny" if top => ShmemHuge::Deny,
+            "force" if top => ShmemHuge::Force,
+            _ => return None,
+        })
+    }
+}
+
+/// MAX_PAGECACHE_ORDER: min(MAX_XAS_ORDER, the PMD order), MAX_XAS_ORDER being 11
+/// (XA_CHUNK_SHIFT 6).
+const MAX_PAGECACHE_ORDER: u32 = 11;
 
 /// The start of the error for a knob this kernel lacks: `validate` takes a workload
 /// that writes one as not applicable to the kernel, as the guest's missing sysfs file.
@@ -76,6 +131,12 @@ impl ThpKnobs {
             orders_inherit: 1 << pmd,
             per_size: true,
             has_shrink_underused: true,
+            shmem_huge: ShmemHuge::Never,
+            shm_mnt_huge: ShmemHuge::Never,
+            shmem_orders_always: 0,
+            shmem_orders_inherit: 1 << pmd,
+            shmem_orders_madvise: 0,
+            shmem_orders_within_size: 0,
         }
     }
 
@@ -92,16 +153,12 @@ impl ThpKnobs {
 
     /// The `hugepages-<size>kB/enabled` setting of `order`.
     fn mode(&self, order: u32) -> ThpMode {
-        let bit = 1u64 << order;
-        if self.orders_always & bit != 0 {
-            ThpMode::Always
-        } else if self.orders_madvise & bit != 0 {
-            ThpMode::Madvise
-        } else if self.orders_inherit & bit != 0 {
-            ThpMode::Inherit
-        } else {
-            ThpMode::Never
-        }
+        let masks = [
+            (self.orders_always, ThpMode::Always),
+            (self.orders_madvise, ThpMode::Madvise),
+            (self.orders_inherit, ThpMode::Inherit),
+        ];
+        mode_of(order, &masks, ThpMode::Never)
     }
 
     /// Anonymous mTHP orders the granule allows: 2 ..= PMD order.
@@ -116,6 +173,116 @@ impl ThpKnobs {
 
     fn order_of_size_kb(&self, kb: u64) -> Option<u32> {
         self.anon_orders().find(|o| self.size_kb(*o) == kb)
+    }
+
+    /// Orders a shmem folio may have (THP_ORDERS_ALL_FILE_DEFAULT): 1 ..= the PMD
+    /// order or MAX_PAGECACHE_ORDER, whichever is lower.
+    pub fn shmem_orders(&self) -> std::ops::RangeInclusive<u32> {
+        1..=self.granule.pmd_order().min(MAX_PAGECACHE_ORDER)
+    }
+
+    /// The `hugepages-<size>kB/shmem_enabled` setting of `order`.
+    fn shmem_mode(&self, order: u32) -> ShmemHuge {
+        let masks = [
+            (self.shmem_orders_always, ShmemHuge::Always),
+            (self.shmem_orders_inherit, ShmemHuge::Inherit),
+            (self.shmem_orders_within_size, ShmemHuge::WithinSize),
+            (self.shmem_orders_madvise, ShmemHuge::Advise),
+        ];
+        mode_of(order, &masks, ShmemHuge::Never)
+    }
+
+    /// The model allocates no PMD-sized shmem folio (do_set_pmd, their pmd mapping and
+    /// swap are not modeled) and no order-1 one (the model keeps no order-1 mTHP
+    /// stats): a run whose settings would let a fault allocate one is refused. (The
+    /// knobs as a whole decide, so this is checked after each write of a run, not by
+    /// `set`, which the parser also calls on each write alone.)
+    pub fn check_shmem_modeled(&self) -> Result<(), String> {
+        let pmd = self.granule.pmd_order();
+        let any = self.shmem_orders_always | self.shmem_orders_madvise | self.shmem_orders_within_size;
+        let top_on = !matches!(self.shm_mnt_huge, ShmemHuge::Never) || self.shmem_huge == ShmemHuge::Force;
+        let inherit = if top_on { self.shmem_orders_inherit } else { 0 };
+        let allowed = any | inherit;
+        if self.shmem_huge != ShmemHuge::Deny && allowed & (1 << pmd) != 0 {
+            return Err(format!(
+                "not modeled: PMD-sized shmem folios (do_set_pmd); set hugepages-{}kB/shmem_enabled never first",
+                self.size_kb(pmd)
+            ));
+        }
+        if allowed & 0b10 != 0 {
+            return Err(format!("not modeled: order-1 ({}kB) shmem folios", self.size_kb(1)));
+        }
+        Ok(())
+    }
+
+    fn set_shmem(&mut self, knob: &str, value: &str) -> Result<(), String> {
+        let bad = |what: &str| Err(format!("invalid value '{value}' for {what}"));
+        if knob == "shmem_enabled" {
+            let Some(h) = ShmemHuge::parse(value, true) else {
+                return bad("shmem_enabled (always|within_size|advise|never|deny|force)");
+            };
+            // shmem_enabled_store: shm_mnt's policy follows all but deny and force.
+            self.shmem_huge = h;
+            if !matches!(h, ShmemHuge::Deny | ShmemHuge::Force) {
+                self.shm_mnt_huge = h;
+            }
+            return Ok(());
+        }
+        if !self.per_size {
+            return Err(format!(
+                "{NO_SUCH_KNOB}: {knob} came with multi-size THP for anonymous shmem (6.11; mthp=off)"
+            ));
+        }
+        let order = knob
+            .strip_prefix("hugepages-")
+            .and_then(|r| r.strip_suffix("kB/shmem_enabled"))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .and_then(|kb| self.shmem_orders().find(|o| self.size_kb(*o) == kb))
+            .ok_or_else(|| format!("unknown knob '{knob}'"))?;
+        let Some(mode) = ShmemHuge::parse(value, false) else {
+            return bad(&format!("{knob} (always|inherit|within_size|advise|never)"));
+        };
+        // thpsize_shmem_enabled_store: no inherit below the PMD size under force.
+        if mode == ShmemHuge::Inherit && self.shmem_huge == ShmemHuge::Force && order != self.granule.pmd_order() {
+            return bad(&format!("{knob} while shmem_enabled is force (EINVAL)"));
+        }
+        let bit = 1u64 << order;
+        for (mask, m) in [
+            (&mut self.shmem_orders_always, ShmemHuge::Always),
+            (&mut self.shmem_orders_inherit, ShmemHuge::Inherit),
+            (&mut self.shmem_orders_madvise, ShmemHuge::Advise),
+            (&mut self.shmem_orders_within_size, ShmemHuge::WithinSize),
+        ] {
+            *mask = if mode == m { *mask | bit } else { *mask & !bit };
+        }
+        Ok(())
+    }
+
+    /// shmem_allowable_huge_orders for a fault at `index` of an anonymous shmem VMA
+    /// of `i_size` pages, with or without MADV_HUGEPAGE / MADV_NOHUGEPAGE.
+    pub fn shmem_allowable_orders(&self, vm_hugepage: bool, vm_nohugepage: bool, index: u64, i_size: u64) -> u64 {
+        if vm_nohugepage || self.shmem_huge == ShmemHuge::Deny {
+            return 0;
+        }
+        let file_orders = self.shmem_orders().fold(0u64, |m, o| m | (1 << o));
+        if self.shmem_huge == ShmemHuge::Force {
+            return self.shmem_orders_inherit;
+        }
+        // shmem_huge_global_enabled: the shm_mnt's policy, judged with the PMD order.
+        let global = match self.shm_mnt_huge {
+            ShmemHuge::Always => true,
+            ShmemHuge::WithinSize => within_size(file_orders, index, i_size) != 0 || vm_hugepage,
+            ShmemHuge::Advise => vm_hugepage,
+            _ => false,
+        };
+        let mut mask = self.shmem_orders_always | within_size(self.shmem_orders_within_size, index, i_size);
+        if vm_hugepage {
+            mask |= self.shmem_orders_madvise;
+        }
+        if global {
+            mask |= self.shmem_orders_inherit;
+        }
+        mask & file_orders
     }
 
     /// Write `value` to `knob` (a path below transparent_hugepage/), as sysfs would.
@@ -162,6 +329,7 @@ impl ThpKnobs {
                     _ => return bad(&format!("khugepaged/max_ptes_none (0..={max})")),
                 }
             }
+            _ if knob.ends_with("shmem_enabled") => self.set_shmem(knob, value)?,
             _ if !self.per_size && knob.starts_with("hugepages-") => {
                 return Err(format!("{NO_SUCH_KNOB}: {knob} came with multi-size THP (6.8, 3485b88390b0; mthp=off)"))
             }
@@ -209,6 +377,14 @@ impl ThpKnobs {
                 k.mode(o).name().to_string(),
             ));
         }
+        // The top-level shmem knob first: under `force` a size could not be `inherit`.
+        v.push(("shmem_enabled".to_string(), k.shmem_huge.name().to_string()));
+        for o in k.shmem_orders() {
+            v.push((
+                format!("hugepages-{}kB/shmem_enabled", k.size_kb(o)),
+                k.shmem_mode(o).name().to_string(),
+            ));
+        }
         v
     }
 
@@ -243,6 +419,29 @@ impl ThpKnobs {
     }
 }
 
+/// The mode whose order bitmap has `order`'s bit (the kernel keeps one bitmap per
+/// mode, a bit in at most one), else `none`.
+fn mode_of<M: Copy>(order: u32, masks: &[(u64, M)], none: M) -> M {
+    (masks.iter())
+        .find(|(m, _)| m & (1 << order) != 0)
+        .map_or(none, |(_, mode)| *mode)
+}
+
+/// shmem_get_orders_within_size: `orders` if the folio of the highest order whose
+/// aligned block ends within i_size (`i_size` pages) around `index` fits, else 0; the
+/// kernel returns the whole mask once one order fits.
+fn within_size(orders: u64, index: u64, i_size: u64) -> u64 {
+    let mut o = orders;
+    while o != 0 {
+        let order = 63 - o.leading_zeros();
+        if i_size >= (index + 1).next_multiple_of(1 << order) {
+            return o;
+        }
+        o &= !(1 << order);
+    }
+    0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,7 +454,8 @@ mod tests {
         let d = ThpKnobs::defaults(Granule::K4);
         assert!(d.contains(&("hugepages-2048kB/enabled".into(), "inherit".into())));
         assert!(d.contains(&("hugepages-64kB/enabled".into(), "never".into())));
-        assert_eq!(d.iter().filter(|(k, _)| k.starts_with("hugepages-")).count(), 8);
+        assert_eq!(d.iter().filter(|(k, _)| k.ends_with("kB/enabled")).count(), 8);
+        assert_eq!(d.iter().filter(|(k, _)| k.ends_with("kB/shmem_enabled")).count(), 9);
     }
 
     #[test]
@@ -298,5 +498,65 @@ mod tests {
         assert!(k.set("hugepages-64kB/enabled", "sometimes").is_err());
         assert!(k.set("enabled", "inherit").is_err());
         assert!(k.set("frobnicate", "1").is_err());
+    }
+
+    #[test]
+    fn shmem_sizes_follow_their_knob_and_inherit_the_top_level() {
+        let mut k = ThpKnobs::new(Granule::K4);
+        let (o64, o16) = (1 << 4, 1 << 2);
+        assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), 0, "defaults: nothing");
+        k.set("hugepages-2048kB/shmem_enabled", "never").unwrap();
+        k.set("hugepages-64kB/shmem_enabled", "inherit").unwrap();
+        k.set("hugepages-16kB/shmem_enabled", "advise").unwrap();
+        assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), 0);
+        assert_eq!(k.shmem_allowable_orders(true, false, 0, 256), o16);
+        k.set("shmem_enabled", "advise").unwrap();
+        assert_eq!(k.shmem_allowable_orders(true, false, 0, 256), o64 | o16);
+        k.set("shmem_enabled", "always").unwrap();
+        assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), o64);
+        assert_eq!(k.shmem_allowable_orders(true, true, 0, 256), 0, "MADV_NOHUGEPAGE");
+        // deny turns every size off; force leaves only the inherit sizes.
+        k.set("shmem_enabled", "deny").unwrap();
+        assert_eq!(k.shmem_allowable_orders(true, false, 0, 256), 0);
+        k.set("shmem_enabled", "force").unwrap();
+        assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), o64);
+        assert!(
+            k.set("hugepages-16kB/shmem_enabled", "inherit").is_err(),
+            "EINVAL under force"
+        );
+        assert!(k.check_shmem_modeled().is_ok());
+    }
+
+    #[test]
+    fn within_size_allows_a_size_only_inside_i_size() {
+        let mut k = ThpKnobs::new(Granule::K4);
+        k.set("hugepages-64kB/shmem_enabled", "within_size").unwrap();
+        // i_size 24 pages: the block [0, 16) ends inside it, [16, 32) does not.
+        assert_eq!(k.shmem_allowable_orders(false, false, 3, 24), 1 << 4);
+        assert_eq!(k.shmem_allowable_orders(false, false, 17, 24), 0);
+    }
+
+    #[test]
+    fn pmd_and_order_1_shmem_folios_are_refused_as_not_modeled() {
+        let mut k = ThpKnobs::new(Granule::K4);
+        k.set("shmem_enabled", "always").unwrap();
+        assert!(k.check_shmem_modeled().unwrap_err().contains("PMD-sized shmem"));
+        k.set("hugepages-2048kB/shmem_enabled", "never").unwrap();
+        assert!(k.check_shmem_modeled().is_ok());
+        k.set("hugepages-8kB/shmem_enabled", "always").unwrap();
+        assert!(k.check_shmem_modeled().unwrap_err().contains("order-1"));
+        assert!(
+            k.set("hugepages-8kB/enabled", "always").is_err(),
+            "no order-1 anon size"
+        );
+        let d = ThpKnobs::defaults(Granule::K4);
+        let top = d.iter().position(|(n, _)| n == "shmem_enabled").unwrap();
+        assert_eq!(d[top].1, "never");
+        assert!(
+            d[top + 1..].iter().all(|(n, _)| n.ends_with("/shmem_enabled")),
+            "the top level is written first"
+        );
+        assert!(d.contains(&("hugepages-2048kB/shmem_enabled".into(), "inherit".into())));
+        assert!(d.contains(&("hugepages-8kB/shmem_enabled".into(), "never".into())));
     }
 }

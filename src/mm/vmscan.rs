@@ -603,9 +603,11 @@ impl Kernel {
                 return Verdict::Activate;
             }
         }
+        // The isolation's reference and the page cache's (one per page).
+        let refs = 1 + self.memmap.folio_nr_pages(folio) as i32;
         if !self.memmap.folio_test(folio, PageFlags::DIRTY) {
             // __remove_mapping: only the isolation's and the page cache's references.
-            if self.memmap.folio_ref_count(folio) != 2 {
+            if self.memmap.folio_ref_count(folio) != refs {
                 return Verdict::Keep;
             }
             self.shmem_delete_from_page_cache(folio, None);
@@ -613,7 +615,7 @@ impl Kernel {
         }
         self.try_to_unmap_flush_dirty();
         // pageout: is_page_cache_freeable, then folio_clear_dirty_for_io.
-        if self.memmap.folio_ref_count(folio) != 2 {
+        if self.memmap.folio_ref_count(folio) != refs {
             return Verdict::Keep;
         }
         self.memmap.folio_clear(folio, PageFlags::DIRTY);
@@ -621,8 +623,8 @@ impl Kernel {
             self.memmap.folio_set(folio, PageFlags::DIRTY);
             return Verdict::Activate;
         }
-        stat.nr_pageout += 1;
-        if self.memmap.folio_ref_count(folio) != 2 {
+        stat.nr_pageout += refs as u64 - 1;
+        if self.memmap.folio_ref_count(folio) != refs {
             return Verdict::Keep;
         }
         self.swap_cache_del_folio(folio);

@@ -77,6 +77,9 @@ named_enum!(
         SplitDeferred => "split_deferred",
         NrAnon => "nr_anon",
         NrAnonPartiallyMapped => "nr_anon_partially_mapped",
+        ShmemAlloc => "shmem_alloc",
+        ShmemFallback => "shmem_fallback",
+        ShmemFallbackCharge => "shmem_fallback_charge",
     }
 );
 

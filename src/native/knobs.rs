@@ -317,8 +317,14 @@ mod tests {
                 "inherit"
             );
             g.set("hugepages-64kB/enabled", "always").unwrap();
+            g.set("hugepages-64kB/shmem_enabled", "always").unwrap();
             assert!(g.saved().iter().all(|(_, v)| v == "never"));
         }
+        assert_eq!(
+            std::fs::read_to_string(dir.join("hugepages-64kB/shmem_enabled")).unwrap(),
+            "never",
+            "the shmem knobs are restored too"
+        );
         assert_eq!(
             std::fs::read_to_string(dir.join("hugepages-64kB/enabled")).unwrap(),
             "never"

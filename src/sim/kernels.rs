@@ -311,6 +311,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "faultaround",
+        before: "window",
+        after: "folio",
+        release: Release(6, 18),
+        commit: "357b92761d94",
+        what: "fault-around maps a large page-cache folio wholly when it lies in the VMA and one page table",
+    },
+    Change {
+        scope: Scope::Run,
         key: "prot-flush",
         before: "always",
         after: "elide",
@@ -335,6 +344,15 @@ pub const CHANGES: &[Change] = &[
         release: Release(7, 0),
         commit: "f1879e8a0c60 ab08be8dc96a 4b34f1d82c65",
         what: "do_swap_page on zram reads every slot through the swap cache, never with readahead, in a folio as large as its ptes allow (a slot a fork shares too), maps a page writable only when its swap pte is exclusive, and frees the cache after mapping once no pte holds the slot (swap table phase II)",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "file-unmap",
+        before: "per-pte",
+        after: "batched",
+        release: Release(7, 0),
+        commit: "a67fe41e214f",
+        what: "try_to_unmap_one clears each run of a large file folio's ptes in one batch",
     },
     Change {
         scope: Scope::Run,

@@ -179,6 +179,8 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.shmem_swapin_cluster = v.get("shmem-swapin") == "cluster";
     k.swapin_sync_cache = v.get("sync-swapin") == "cache";
     k.fault_dirty_write_only = v.get("fault-dirty") == "write";
+    k.map_whole_folio_faultaround = v.get("faultaround") == "folio";
+    k.file_unmap_batched = v.get("file-unmap") == "batched";
     k.knobs.set_kernel(v.mthp(), v.shrink_underused());
     k.split_zeropage = v.split_zeropage();
     k.pageout_clears_young = v.get("pageout-young") == "clear";
@@ -329,7 +331,9 @@ impl Sim<'_> {
             self.watch.tick().map_err(|e| self.fail(s.pos, e))?;
         }
         match &s.op {
-            Op::Set { knob, value } => self.k.knobs.set(knob, value).map_err(|e| self.fail(s.pos, e)),
+            Op::Set { knob, value } => (self.k.knobs.set(knob, value))
+                .and_then(|()| self.k.knobs.check_shmem_modeled())
+                .map_err(|e| self.fail(s.pos, e)),
             Op::Mark { label } => {
                 let now = self.counters();
                 self.close_phase(&now);

@@ -135,6 +135,18 @@ pub const KEYS: &[Key] = &[
         about: "a read fault maps a writable file page dirty when its folio is dirty (folio, 6.15+: 4e92030c05dc), or clean until written (write, up to 6.14): reclaim then finds the pte of a shmem page read back after swap-in clean, and waits for no flush before writing it",
     },
     Key {
+        name: "file-unmap",
+        default: "per-pte",
+        values: "per-pte|batched",
+        about: "try_to_unmap_one clears a large page-cache (shmem) folio's ptes one at a time, unfolding its contpte block (per-pte, up to 6.19), or each run in one batch with one rmap removal (batched, 7.0+: a67fe41e214f)",
+    },
+    Key {
+        name: "faultaround",
+        default: "folio",
+        values: "folio|window",
+        about: "fault-around maps a large page-cache folio wholly, beyond the fault_around_bytes window, when it lies in the VMA and one page table (folio, 6.18+: 357b92761d94), or only its pages inside the window (window, up to 6.17)",
+    },
+    Key {
         name: "swap-alloc",
         default: "nonfull-first",
         values: "nonfull-first|free-first",
@@ -403,6 +415,8 @@ impl Variants {
             "shmem-swapin" => matches!(val, "direct" | "cluster"),
             "sync-swapin" => matches!(val, "bypass" | "cache"),
             "fault-dirty" => matches!(val, "folio" | "write"),
+            "faultaround" => matches!(val, "folio" | "window"),
+            "file-unmap" => matches!(val, "per-pte" | "batched"),
             "pageout-young" => matches!(val, "ignore" | "clear"),
             "flush-range-nosync" => matches!(val, "split" | "unsplit"),
             "pmd-freeze-rmap" => matches!(val, "none" | "per-page"),
