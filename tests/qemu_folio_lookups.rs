@@ -29,10 +29,17 @@ fn mprotects_folio_lookups_on_6_12_and_7_3_equal_the_models() {
         assert!(c.ok(), "{target:?}\n{}", table(&c));
         let measured = |r: &foliolab::report::Report, key: &str| {
             let p = r.phases.iter().find(|p| p.label == "measured").unwrap();
-            p.counters.get(key).copied().unwrap_or_else(|| panic!("{target:?}: no {key}"))
+            p.counters
+                .get(key)
+                .copied()
+                .unwrap_or_else(|| panic!("{target:?}: no {key}"))
         };
         let lookups = measured(&model, "kernel.change_pte_range.folio_lookups");
         assert_eq!(lookups, want, "{target:?}: the model");
-        assert_eq!(measured(guest, "kernel.vm_normal_page"), lookups, "{target:?}: the guest");
+        assert_eq!(
+            measured(guest, "kernel.vm_normal_page"),
+            lookups,
+            "{target:?}: the guest"
+        );
     }
 }
