@@ -3,7 +3,11 @@
 //! `.pages` / `.ptes` key is the number of pages / ptes those calls covered).
 //! Architectural events (`arch.*`) say what the hardware saw; these say what the
 //! kernel did to get there (seed 000's order-0 munmap issues the same TLBIs and pte
-//! writes in both zap variants, yet runs different code).
+//! writes in both zap variants, yet runs different code). A `.folio_lookups` key counts
+//! the struct pages a function read to find a pte's folio (vm_normal_page or
+//! vm_normal_folio finding a page, then page_folio and folio_test_large): a read of
+//! the vmemmap, cold in a large mapping, which no pte or TLBI count shows (the 6.17-rc1
+//! mremap regression, 0b5be138ce00).
 //!
 //! The counters live in `Arch` (`arch.kc`), so that the arch code (contpte) and the
 //! core mm count into one set; they are not hardware. Counting is an array increment.
@@ -30,6 +34,8 @@ counters! {
     ZapPteRangeLoops => "kernel.zap_pte_range.loops",
     ZapPteRangePtes => "kernel.zap_pte_range.ptes",
     ChangePteRangePtes => "kernel.change_pte_range.ptes",
+    ChangePteRangeFolioLookups => "kernel.change_pte_range.folio_lookups",
+    MovePtesFolioLookups => "kernel.move_ptes.folio_lookups",
     ZapPresentPtes => "kernel.zap_present_ptes",
     ZapPresentPtesPtes => "kernel.zap_present_ptes.ptes",
     FolioRemoveRmapPtes => "kernel.folio_remove_rmap_ptes",

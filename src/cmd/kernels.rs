@@ -1,13 +1,13 @@
 //! `foliolab kernels [--json]`: the presets `--kernel` selects, a row per upstream
 //! change with its value under each preset and the commit behind it.
 
-use crate::sim::kernels::{table, Scope, CHANGES, KERNELS};
+use crate::sim::kernels::{table, Scope, CHANGES, KERNELS, NOT_MODELED};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Print `{"kernels": [...], "changes": [{"key", "scope", "before", "after",
-    /// "since", "commits", "what"}]}`.
+    /// "since", "commits", "what"}], "not_modeled": [{"what", "since", "commit", "why"}]}`.
     #[arg(long)]
     pub json: bool,
 }
@@ -29,7 +29,11 @@ pub fn main(a: Args) -> super::CmdResult {
             })
             .collect();
         let kernels: Vec<String> = KERNELS.iter().map(ToString::to_string).collect();
-        let j = serde_json::json!({ "kernels": kernels, "changes": changes });
+        let not_modeled: Vec<_> = NOT_MODELED
+            .iter()
+            .map(|u| serde_json::json!({ "what": u.what, "since": u.since, "commit": u.commit, "why": u.why }))
+            .collect();
+        let j = serde_json::json!({ "kernels": kernels, "changes": changes, "not_modeled": not_modeled });
         super::emit(&(serde_json::to_string_pretty(&j)? + "\n"))?;
     } else {
         super::emit(&table())?;

@@ -93,6 +93,8 @@ pub struct Kernel {
     /// ptep_modify_prot_commit), as before cac1db8c3aad "mm: optimize mprotect() by
     /// PTE batching" (6.17); otherwise per folio batch (6.17+).
     pub mprotect_per_pte: bool,
+    /// How move_ptes moves a folio's ptes (`mremap-batch`).
+    pub mremap_batch: mremap::MremapBatch,
     /// A write fault on the huge zero pmd splits it and copies one page on the pte
     /// path, as before 1ced09e0331f "mm: allocate THP on hugezeropage wp-fault"
     /// (6.13); otherwise it maps a new THP (6.13+).
@@ -219,6 +221,7 @@ impl Kernel {
             mprotect_mkwrite_dirty_pte_only: false,
             rmap_page_api: false,
             mprotect_per_pte: false,
+            mremap_batch: mremap::MremapBatch::Hinted,
             huge_zero_wp_split: false,
             lazyfree_unmap_per_pte: false,
             collapse_copy_per_pte: false,

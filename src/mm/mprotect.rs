@@ -102,6 +102,11 @@ impl Kernel {
                 addr += ps;
                 continue;
             }
+            // vm_normal_page and page_folio for every batch (cac1db8c3aad), where 6.16
+            // looked the page up only to make it writable.
+            if folio.is_some() {
+                self.arch.kc.inc(KernelEvent::ChangePteRangeFolioLookups);
+            }
             let max_nr = ((end - addr) / ps) as usize;
             let nr = match folio {
                 Some(f) if self.memmap.folio_order(f) > 0 && max_nr > 1 => {
@@ -156,12 +161,16 @@ impl Kernel {
         let old = self.arch.ptep_get_and_clear(amm, addr, ptep);
         let mut new = old.pte_modify(newprot);
         // can_change_pte_writable: not PROT_NONE, an exclusive anon page (before
-        // d84887739d5c, 6.2, a dirty one only).
-        if try_writable
+        // d84887739d5c, 6.2, a dirty one only), found with vm_normal_page.
+        let lookup = try_writable
             && !new.pte_write()
             && new.pte_valid()
             && (!self.mprotect_mkwrite_dirty_pte_only || old.pte_dirty())
-            && folio.is_some()
+            && folio.is_some();
+        if lookup {
+            self.arch.kc.inc(KernelEvent::ChangePteRangeFolioLookups);
+        }
+        if lookup
             && self
                 .memmap
                 .page(old.pte_pfn(g))

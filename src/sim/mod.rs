@@ -168,6 +168,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.prot_flush_elide = v.prot_flush_elide();
     k.cow_reuse_order0 = v.cow_reuse_order0();
     k.mprotect_per_pte = v.mprotect_per_pte();
+    k.mremap_batch = v.mremap_batch();
     k.huge_zero_wp_split = v.huge_zero_wp_split();
     k.lazyfree_unmap_per_pte = v.lazyfree_unmap_per_pte();
     k.collapse_copy_per_pte = v.collapse_copy_per_pte();

@@ -81,6 +81,12 @@ pub const KEYS: &[Key] = &[
         about: "change_pte_range changes the ptes of one folio as a batch (batched, 6.17+: cac1db8c3aad, 7efa1cd5f89b) or pte by pte, unfolding each contpte block it touches and refolding it at its last pte (per-pte, up to 6.16)",
     },
     Key {
+        name: "mremap-batch",
+        default: "batched",
+        values: "batched|per-pte|lookup-all",
+        about: "move_ptes moves a folio's ptes as one batch, looking the folio up (vm_normal_folio, a struct page read) only where arm64's pte_batch_hint sees a contpte block (batched, 6.17+: f822a9a81a31 with 0b5be138ce00), or for every present pte, as 6.17-rc1 did before that fix (lookup-all: the LKP mremap regression), or pte by pte with no lookup, unfolding each contpte block and refolding it at its last pte (per-pte, up to 6.16)",
+    },
+    Key {
         name: "huge-zero-wp",
         default: "thp",
         values: "thp|split",
@@ -406,6 +412,7 @@ impl Variants {
             "contpte-access" => matches!(val, "raw" | "gathered"),
             "cow-reuse" => matches!(val, "large" | "order0"),
             "mprotect-batch" => matches!(val, "batched" | "per-pte"),
+            "mremap-batch" => matches!(val, "batched" | "per-pte" | "lookup-all"),
             "huge-zero-wp" => matches!(val, "thp" | "split"),
             "lazyfree-unmap" | "collapse-copy" | "mlock-walk" => matches!(val, "batched" | "per-pte"),
             "collapse-ro" => matches!(val, "allow" | "refuse"),
@@ -544,6 +551,15 @@ impl Variants {
     /// change_pte_range pte by pte, as before cac1db8c3aad (6.17).
     pub fn mprotect_per_pte(&self) -> bool {
         self.get("mprotect-batch") == "per-pte"
+    }
+    /// move_ptes' batching (f822a9a81a31, 0b5be138ce00: 6.17).
+    pub fn mremap_batch(&self) -> crate::mm::mremap::MremapBatch {
+        use crate::mm::mremap::MremapBatch;
+        match self.get("mremap-batch") {
+            "per-pte" => MremapBatch::PerPte,
+            "lookup-all" => MremapBatch::LookupAll,
+            _ => MremapBatch::Hinted,
+        }
     }
     /// A write to the huge zero pmd splits it, as before 1ced09e0331f (6.13).
     pub fn huge_zero_wp_split(&self) -> bool {
