@@ -150,7 +150,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
                 }
                 .row();
                 if row.verdict == super::Verdict::Disagrees {
-                    let why = disagreement(*scenario, what, name, &r.rows);
+                    let why = disagreement(*scenario, what, name, seed_value, &r.rows);
                     row.reason.get_or_insert_with(String::new).push_str(&why);
                 }
                 r.rows.push(row);
@@ -162,18 +162,20 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
 }
 
 /// Why a seed 004 cell disagrees: a time whose instructions agree is the cost per
-/// instruction (the seed's machine is not named, so generic's assumed one); otherwise
-/// the instructions, whose per-call counts are our code's as clang compiles it.
-fn disagreement(scenario: &str, what: &str, variant: &str, rows: &[super::Row]) -> String {
-    let instructions_agree = rows.iter().any(|r| {
-        r.seed == SEED
-            && r.variant == variant
-            && r.experiment == experiment(scenario, "instructions")
-            && r.verdict == super::Verdict::Agrees
+/// instruction (the seed's machine is not named, so generic's assumed one), or, where
+/// the seed's own time moves against its instructions, what the model does not count;
+/// otherwise the instructions, whose per-call counts are our code's as clang compiles it.
+fn disagreement(scenario: &str, what: &str, variant: &str, seed_value: f64, rows: &[super::Row]) -> String {
+    let instructions = rows.iter().find(|r| {
+        r.seed == SEED && r.variant == variant && r.experiment == experiment(scenario, "instructions")
     });
-    if what == "test time" && instructions_agree {
-        format!("; the instruction change agrees: the time is it at {MACHINE}'s assumed cost per instruction (IPC 2 at a nominal 3.0 GHz), and the seed's phone (not named) ran those instructions at another rate")
-    } else {
-        format!("; the model's per-call instructions are our code's as clang 14 compiles it (contpte-insns={COMPILER}), with {MLOCK_WALK} mlock walk's 52 calls per block: the seed's kernel's code generation and walk may differ from both (see the real-kernel lines)")
+    match instructions.filter(|r| what == "test time" && r.verdict == super::Verdict::Agrees) {
+        Some(r) if r.seed_value.signum() != seed_value.signum() => format!(
+            "; the instruction change agrees, and the seed's own time moves against its instructions ({} instructions, {} s): what decides its time is not the instructions, which are all the model counts",
+            super::fig(r.seed_value),
+            super::fig(seed_value)
+        ),
+        Some(_) => format!("; the instruction change agrees: the time is it at {MACHINE}'s assumed cost per instruction (IPC 2 at a nominal 3.0 GHz), and the seed's phone (not named) ran those instructions at another rate"),
+        None => format!("; the model's per-call instructions are our code's as clang 14 compiles it (contpte-insns={COMPILER}), with {MLOCK_WALK} mlock walk's 52 calls per block: the seed's kernel's code generation and walk may differ from both (see the real-kernel lines)"),
     }
 }
