@@ -241,7 +241,11 @@ impl Cell<'_> {
                 let gap = (model - self.seed_value) / total * 100.0;
                 return if !sign {
                     disagrees(
-                        format!("opposite signs: the seed {}, the model {}", fig(self.seed_value), fig(model)),
+                        format!(
+                            "opposite signs: the seed {}, the model {}",
+                            fig(self.seed_value),
+                            fig(model)
+                        ),
                         false,
                     )
                 } else if gap.abs() > points {
@@ -851,7 +855,10 @@ mod tests {
         };
         // ×2.4 the seed's change, 1.5 points of the total from it.
         let r = c(1.0, 16.0);
-        assert_eq!((r.verdict, r.sign_agrees, r.baseline.as_deref()), (Verdict::Agrees, true, Some("Original")));
+        assert_eq!(
+            (r.verdict, r.sign_agrees, r.baseline.as_deref()),
+            (Verdict::Agrees, true, Some("Original"))
+        );
         let r = c(-500.0, -470.0);
         assert_eq!((r.verdict, r.sign_agrees), (Verdict::Disagrees, true));
         assert!(r.reason.unwrap().contains("3 points of the seed's 1000 total"));

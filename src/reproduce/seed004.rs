@@ -166,9 +166,9 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
 /// the seed's own time moves against its instructions, what the model does not count;
 /// otherwise the instructions, whose per-call counts are our code's as clang compiles it.
 fn disagreement(scenario: &str, what: &str, variant: &str, seed_value: f64, rows: &[super::Row]) -> String {
-    let instructions = rows.iter().find(|r| {
-        r.seed == SEED && r.variant == variant && r.experiment == experiment(scenario, "instructions")
-    });
+    let instructions = rows
+        .iter()
+        .find(|r| r.seed == SEED && r.variant == variant && r.experiment == experiment(scenario, "instructions"));
     match instructions.filter(|r| what == "test time" && r.verdict == super::Verdict::Agrees) {
         Some(r) if r.seed_value.signum() != seed_value.signum() => format!(
             "; the instruction change agrees, and the seed's own time moves against its instructions ({} instructions, {} s): what decides its time is not the instructions, which are all the model counts",

@@ -728,7 +728,11 @@ mod kernel_counters {
         for (sc, prep, row) in rows {
             for (v, per_call) in ["full-scan", "mod1", "mod2", "early-exit"].iter().zip(row) {
                 let (calls, insns, unmeasured) = seed004_built(prep, v, "clang");
-                assert_eq!(calls, seed004(prep, v).0, "scenario {sc} {v}: the compiler changes no call");
+                assert_eq!(
+                    calls,
+                    seed004(prep, v).0,
+                    "scenario {sc} {v}: the compiler changes no call"
+                );
                 assert_eq!((insns, unmeasured), (per_call * calls, 0), "scenario {sc} {v}");
             }
         }
@@ -740,7 +744,11 @@ mod kernel_counters {
     fn seed004_clang_counts_are_deterministic() {
         let prep2 = format!("{CLEAR}touch buf 32K 0x3F8000 read stride=64K\n");
         for v in ["full-scan", "mod1"] {
-            assert_eq!(seed004_built(&prep2, v, "clang"), seed004_built(&prep2, v, "clang"), "{v}");
+            assert_eq!(
+                seed004_built(&prep2, v, "clang"),
+                seed004_built(&prep2, v, "clang"),
+                "{v}"
+            );
         }
     }
 

@@ -162,7 +162,10 @@ const VARIANTS: [(PtepGetVariant, &str); 4] = [
 ];
 
 fn slot(v: PtepGetVariant) -> usize {
-    VARIANTS.iter().position(|(w, _)| *w == v).expect("every variant measured")
+    VARIANTS
+        .iter()
+        .position(|(w, _)| *w == v)
+        .expect("every variant measured")
 }
 
 /// The last trace looked up (a run's blocks are mostly alike), with the table and
@@ -227,7 +230,9 @@ impl InsnTable {
         let variants = VARIANTS.map(|(v, name)| {
             let only = &sweep["only"][name];
             if v != PtepGetVariant::Mod1 && *only == sweep["from"][name] {
-                return Index::First(Box::new(std::array::from_fn(|y| std::array::from_fn(|d| cell(only, y, d)))));
+                return Index::First(Box::new(std::array::from_fn(|y| {
+                    std::array::from_fn(|d| cell(only, y, d))
+                })));
             }
             let mut t = Vec::new();
             for (layout, from) in [("only", false), ("from", true)] {
