@@ -1,6 +1,6 @@
 //! Seed 004's measured instruction counts: `scripts/seed004-insns --check` re-measures
 //! the contpte_ptep_get variants under qemu-aarch64 and must reproduce the committed
-//! data/seed004-ptep-get-insns.json. Skipped, with the reason printed, where the cross
+//! data/seed004-ptep-get-insns.json (GCC) and data/seed004-ptep-get-insns-clang.json. Skipped, with the reason printed, where the cross
 //! toolchain or QEMU is missing: the script would install them, and a test must not.
 
 use std::path::Path;
@@ -14,7 +14,7 @@ fn on_path(cmd: &str) -> bool {
 
 #[test]
 fn committed_counts_match_a_fresh_measurement() {
-    let missing: Vec<&str> = ["qemu-aarch64", "aarch64-linux-gnu-gcc", "gcc"]
+    let missing: Vec<&str> = ["qemu-aarch64", "aarch64-linux-gnu-gcc", "gcc", "clang"]
         .into_iter()
         .filter(|c| !on_path(c))
         .chain((!Path::new("/usr/aarch64-linux-gnu/lib/libc.a").exists()).then_some("libc6-dev-arm64-cross"))

@@ -162,6 +162,15 @@ pub enum Figure {
         baseline: &'static str,
         baseline_stdev: Option<f64>,
     },
+    /// Changes against `baseline` (which has no row), whose size is judged as a share
+    /// of the seed's baseline total `total`: the same sign, and the model's change
+    /// within `points` percentage points of `total` of the seed's (issue 37's target
+    /// for seed 004, whose model has no total of its own to make a percent of).
+    ChangeOfTotal {
+        baseline: &'static str,
+        total: f64,
+        points: f64,
+    },
     /// Absolute levels with no change to compare (a baseline, a share): by magnitude.
     Level,
     /// Absolute levels of a changed variant: by magnitude, and the change against the
@@ -185,6 +194,7 @@ impl Cell<'_> {
                 baseline,
                 baseline_stdev,
             } => (Some(baseline.to_string()), baseline_stdev),
+            Figure::ChangeOfTotal { baseline, .. } => (Some(baseline.to_string()), None),
             _ => (None, None),
         };
         Row {
@@ -226,6 +236,31 @@ impl Cell<'_> {
                 // instructions or seconds is a figure of its own.
                 !matches!(self.unit, "%" | "points"),
             ),
+            Figure::ChangeOfTotal { total, points, .. } => {
+                let sign = same_sign(model, self.seed_value) && self.seed_value != 0.0;
+                let gap = (model - self.seed_value) / total * 100.0;
+                return if !sign {
+                    disagrees(
+                        format!(
+                            "opposite signs: the seed {}, the model {}",
+                            fig(self.seed_value),
+                            fig(model)
+                        ),
+                        false,
+                    )
+                } else if gap.abs() > points {
+                    disagrees(
+                        format!(
+                            "the model's change is {} points of the seed's {} total from the seed's (agreement needs {points})",
+                            fig(gap),
+                            fig(total)
+                        ),
+                        true,
+                    )
+                } else {
+                    (Verdict::Agrees, None, true)
+                };
+            }
             Figure::Level => {
                 return match magnitude(self.seed_value, model, self.unit) {
                     Some(why) => disagrees(why, false),
@@ -795,6 +830,39 @@ mod tests {
         assert_eq!((r.verdict, r.sign_agrees), (Verdict::Agrees, false));
         c.model = Ok(24.7);
         assert_eq!(c.row().verdict, Verdict::Disagrees);
+    }
+
+    #[test]
+    fn a_change_of_a_total_agrees_within_its_points_whatever_its_ratio() {
+        let c = |seed_value: f64, model: f64| {
+            Cell {
+                seed: "004",
+                experiment: "e",
+                machine: "generic",
+                variant: "Modification 2",
+                unit: "instructions",
+                seed_value,
+                seed_stdev: None,
+                model: Ok(model),
+                figure: Figure::ChangeOfTotal {
+                    baseline: "Original",
+                    total: 1000.0,
+                    points: 2.0,
+                },
+                unmodeled: None,
+            }
+            .row()
+        };
+        // ×2.4 the seed's change, 1.5 points of the total from it.
+        let r = c(1.0, 16.0);
+        assert_eq!(
+            (r.verdict, r.sign_agrees, r.baseline.as_deref()),
+            (Verdict::Agrees, true, Some("Original"))
+        );
+        let r = c(-500.0, -470.0);
+        assert_eq!((r.verdict, r.sign_agrees), (Verdict::Disagrees, true));
+        assert!(r.reason.unwrap().contains("3 points of the seed's 1000 total"));
+        assert_eq!(c(1.0, -1.0).verdict, Verdict::Disagrees);
     }
 
     #[test]

@@ -159,6 +159,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.arch.tlb_flush = v.tlb_flush();
     k.arch.contpte = v.contpte();
     k.arch.ptep_get = v.ptep_get();
+    k.arch.ptep_get_cc = v.contpte_insns();
     k.arch.flush_range_nosync_split = v.get("flush-range-nosync") == "split";
     // The release uses BBML2_NOABORT, and its cpufeature code finds it on this CPU.
     k.arch.bbml2_elide = v.get("bbml2-elide") == "on"

@@ -673,10 +673,15 @@ mod kernel_counters {
     /// rounds; the per-call count does not depend on the size): `prep` sets the
     /// blocks' young and dirty bits as the scenario does.
     fn seed004(prep: &str, ptep_get: &str) -> (i64, i64, i64) {
+        seed004_built(prep, ptep_get, "gcc")
+    }
+
+    /// `seed004` with the per-call counts of `cc`'s code (`contpte-insns`).
+    fn seed004_built(prep: &str, ptep_get: &str, cc: &str) -> (i64, i64, i64) {
         let src = format!(
             "set hugepages-64kB/enabled always\nmmap buf 4M\ntouch buf\n{prep}mark loop\nrepeat 2\nmlock buf\nmunlock buf\nend\n"
         );
-        let r = report(&src, &[&format!("ptep_get={ptep_get}")]);
+        let r = report(&src, &[&format!("ptep_get={ptep_get}"), &format!("contpte-insns={cc}")]);
         let p = r.phases.iter().find(|p| p.label == "loop").unwrap();
         let c = |k: &str| p.counters.get(k).copied().unwrap_or(0);
         (
@@ -705,6 +710,45 @@ mod kernel_counters {
                 assert!(calls > 0);
                 assert_eq!((insns, unmeasured), (per_call * calls, 0), "scenario {sc} {v}");
             }
+        }
+    }
+
+    /// `contpte-insns=clang`: the calls are the same, counted from clang's table
+    /// (data/seed004-ptep-get-insns-clang.json), where modification 1 costs more than
+    /// the full scan in scenarios 2 and 3, as the seed found; every call measured, also
+    /// clang's full scans, which are looked up by their branch trace.
+    #[test]
+    fn seed004_scenarios_with_clang_count_clangs_instructions_per_call() {
+        let prep2 = format!("{CLEAR}touch buf 32K 0x3F8000 read stride=64K\n");
+        let rows: [(&str, &str, [i64; 4]); 3] = [
+            ("1", "", [185, 16, 19, 19]),
+            ("2", &prep2, [169, 188, 155, 155]),
+            ("3", CLEAR, [169, 184, 170, 170]),
+        ];
+        for (sc, prep, row) in rows {
+            for (v, per_call) in ["full-scan", "mod1", "mod2", "early-exit"].iter().zip(row) {
+                let (calls, insns, unmeasured) = seed004_built(prep, v, "clang");
+                assert_eq!(
+                    calls,
+                    seed004(prep, v).0,
+                    "scenario {sc} {v}: the compiler changes no call"
+                );
+                assert_eq!((insns, unmeasured), (per_call * calls, 0), "scenario {sc} {v}");
+            }
+        }
+    }
+
+    /// Two runs of the same clang build count the same, bit for bit (the trace
+    /// lookups' memo included).
+    #[test]
+    fn seed004_clang_counts_are_deterministic() {
+        let prep2 = format!("{CLEAR}touch buf 32K 0x3F8000 read stride=64K\n");
+        for v in ["full-scan", "mod1"] {
+            assert_eq!(
+                seed004_built(&prep2, v, "clang"),
+                seed004_built(&prep2, v, "clang"),
+                "{v}"
+            );
         }
     }
 

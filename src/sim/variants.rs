@@ -1,6 +1,7 @@
 //! Per-run choices: the seed variants (before/after) and the machine's shape, set
 //! with `--set key=value`.
 
+use crate::arch::arm64::contpte_insns::Compiler;
 use crate::arch::arm64::pgtable::PtepGetVariant;
 use crate::arch::TlbFlavour;
 use crate::hw::{Granule, MachineConfig};
@@ -49,6 +50,12 @@ pub const KEYS: &[Key] = &[
         default: "early-exit",
         values: "full-scan|early-exit|mod1|mod2",
         about: "seed 004: contpte_ptep_get reads all CONT_PTES entries (full-scan), stops once young and dirty are known (early-exit), or uses the thread's modification 1 or 2",
+    },
+    Key {
+        name: "contpte-insns",
+        default: "gcc",
+        values: "gcc|clang",
+        about: "seed 004: kernel.contpte_ptep_get.insns counts the instructions of each ptep_get variant as Debian's GCC 12 compiles it (gcc, as Debian builds its kernels) or its clang 14 (clang, as Android builds its kernels: seed 004's phone), -O2, measured by scripts/seed004-insns",
     },
     Key {
         name: "prot-flush",
@@ -407,6 +414,7 @@ impl Variants {
             "tlb-batch" => matches!(val, "sync" | "deferred"),
             "tlb-flush" => matches!(val, "arm64" | "x86"),
             "ptep_get" => matches!(val, "full-scan" | "early-exit" | "mod1" | "mod2"),
+            "contpte-insns" => matches!(val, "gcc" | "clang"),
             "prot-flush" => matches!(val, "always" | "elide"),
             "wp-flush" => matches!(val, "local" | "broadcast"),
             "contpte-access" => matches!(val, "raw" | "gathered"),
@@ -618,6 +626,14 @@ impl Variants {
             "mod1" => PtepGetVariant::Mod1,
             "mod2" => PtepGetVariant::Mod2,
             _ => PtepGetVariant::EarlyExit,
+        }
+    }
+    /// The compiler of the code whose instructions contpte_ptep_get counts.
+    pub fn contpte_insns(&self) -> Compiler {
+        if self.get("contpte-insns") == "clang" {
+            Compiler::Clang
+        } else {
+            Compiler::Gcc
         }
     }
 }

@@ -10,7 +10,7 @@
 //! Changing CONT on live entries needs break-before-make (contpte_convert), except
 //! on BBML2_NOABORT systems, where the TLBI is elided.
 
-use super::contpte_insns::{mod1_scan, InsnTable, Scan, MEASURED_CONT_PTES};
+use super::contpte_insns::{Call, InsnTable, MEASURED_CONT_PTES};
 use super::pgtable::{Arch, ArchMm, PgProt, Pte, PtePtr, PtepGetVariant};
 use super::tlbflush;
 use crate::hw::{Event, Pfn};
@@ -185,9 +185,6 @@ pub fn contpte_ptep_clear_flush_young(arch: &mut Arch, mm: ArchMm, addr: u64, pt
     young
 }
 
-/// contpte_ptep_get: gather young and dirty over the block, in the variant chosen.
-/// With 16-entry blocks (4K granule) the instructions the call executes are counted
-/// from seed 004's measured table (`contpte_insns`).
 /// contpte_ptep_get_lockless: the block's young and dirty bits gathered from all its
 /// ptes, for a reader without the PTL (its retry when the block changes under it
 /// cannot happen in the sequential model). A function of its own, not counted as
@@ -206,84 +203,122 @@ pub fn contpte_ptep_get_lockless(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -
     orig
 }
 
-pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -> Pte {
+/// contpte_ptep_get: gather young and dirty over the block, in the variant chosen.
+/// With 16-entry blocks (4K granule) the instructions the call executes are counted
+/// from seed 004's table measured for the chosen compiler (`contpte_insns`).
+pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, orig: Pte) -> Pte {
     let n = arch.granule().cont_ptes();
     let start = align_down(arch, ptep);
     arch.hw.ev.inc(Event::ContptePtepGet);
     arch.kc.inc(KernelEvent::ContptePtepGet);
     let before = arch.hw.ev.get(Event::PteRead);
-    let mut scan = Scan::default();
-    let mut trace = None;
-    match arch.ptep_get {
-        PtepGetVariant::FullScan => {
-            for i in 0..n {
-                let p = arch.__ptep_get(start.add(i));
-                scan.read(i, p);
-                if p.pte_dirty() {
-                    orig = orig.pte_mkdirty();
-                }
-                if p.pte_young() {
-                    orig = orig.pte_mkyoung();
-                }
-            }
-        }
-        // Upstream's early exit (commit 093ae7a033cf) is seed 004's modification 2.
-        PtepGetVariant::EarlyExit | PtepGetVariant::Mod2 => {
-            let mut i = 0;
-            while i < n {
-                let p = arch.__ptep_get(start.add(i));
-                scan.read(i, p);
-                if p.pte_dirty() {
-                    orig = orig.pte_mkdirty();
-                    // Re-reads entry i: it may be young too.
-                    while i < n {
-                        let q = arch.__ptep_get(start.add(i));
-                        scan.read(i, q);
-                        if q.pte_young() {
-                            orig = orig.pte_mkyoung();
-                            break;
-                        }
-                        i += 1;
-                    }
-                    break;
-                }
-                if p.pte_young() {
-                    orig = orig.pte_mkyoung();
-                    i += 1;
-                    while i < n {
-                        let q = arch.__ptep_get(start.add(i));
-                        scan.read(i, q);
-                        if q.pte_dirty() {
-                            orig = orig.pte_mkdirty();
-                            break;
-                        }
-                        i += 1;
-                    }
-                    break;
-                }
-                i += 1;
-            }
-        }
-        PtepGetVariant::Mod1 => {
-            let (o, t) = mod1_scan(n, orig, |i| arch.__ptep_get(start.add(i)));
-            orig = o;
-            trace = Some(t);
-        }
-    }
+    let variant = arch.ptep_get;
+    let (orig, call) = scan(variant, n, orig, |i| arch.__ptep_get(start.add(i)));
     let reads = arch.hw.ev.get(Event::PteRead) - before;
     arch.hw.ev.add(Event::ContptePtepGetReads, reads);
     if n == MEASURED_CONT_PTES {
-        let table = InsnTable::get();
-        let insns = match &trace {
-            Some(t) => table.mod1(t, &mut arch.mod1_insn_memo),
-            None => table.first(arch.ptep_get, &scan),
-        };
-        match insns {
+        match InsnTable::get(arch.ptep_get_cc).count(variant, &call, &mut arch.ptep_get_insn_memo) {
             Some(c) => arch.kc.add(KernelEvent::ContptePtepGetInsns, c as u64),
             None => arch.kc.inc(KernelEvent::ContptePtepGetInsnsUnmeasured),
         }
     }
     orig
+}
+
+/// contpte_ptep_get's loop in variant `v` over the `n` ptes `read` returns: orig_pte
+/// with the block's young and dirty gathered, and what the loop's branches tested
+/// (`Call`, which the measured instruction counts are looked up by).
+pub fn scan(v: PtepGetVariant, n: usize, orig: Pte, read: impl FnMut(usize) -> Pte) -> (Pte, Call) {
+    match v {
+        PtepGetVariant::FullScan => full_scan(n, orig, read),
+        // Upstream's early exit (commit 093ae7a033cf) is seed 004's modification 2.
+        PtepGetVariant::EarlyExit | PtepGetVariant::Mod2 => mod2_scan(n, orig, read),
+        PtepGetVariant::Mod1 => mod1_scan(n, orig, read),
+    }
+}
+
+/// The original: every pte read, whatever the block holds.
+#[inline]
+fn full_scan(n: usize, mut orig: Pte, mut read: impl FnMut(usize) -> Pte) -> (Pte, Call) {
+    let mut c = Call::default();
+    for i in 0..n {
+        let p = read(i);
+        c.read(i, p);
+        if p.pte_dirty() {
+            orig = orig.pte_mkdirty();
+        }
+        if p.pte_young() {
+            orig = orig.pte_mkyoung();
+        }
+    }
+    (orig, c)
+}
+
+/// Seed 004's modification 2 (and upstream's early exit): find the first young or
+/// dirty pte, then hunt only for the other bit.
+#[inline]
+fn mod2_scan(n: usize, mut orig: Pte, mut read: impl FnMut(usize) -> Pte) -> (Pte, Call) {
+    let mut c = Call::default();
+    let mut i = 0;
+    while i < n {
+        let p = read(i);
+        c.read(i, p);
+        if p.pte_dirty() {
+            orig = orig.pte_mkdirty();
+            // Re-reads entry i: it may be young too.
+            while i < n {
+                let q = read(i);
+                c.read(i, q);
+                if q.pte_young() {
+                    orig = orig.pte_mkyoung();
+                    break;
+                }
+                i += 1;
+            }
+            break;
+        }
+        if p.pte_young() {
+            orig = orig.pte_mkyoung();
+            i += 1;
+            while i < n {
+                let q = read(i);
+                c.read(i, q);
+                if q.pte_dirty() {
+                    orig = orig.pte_mkdirty();
+                    break;
+                }
+                i += 1;
+            }
+            break;
+        }
+        i += 1;
+    }
+    (orig, c)
+}
+
+/// Seed 004's modification 1: one loop, stopping once orig_pte is both young and dirty.
+#[inline]
+fn mod1_scan(n: usize, mut orig: Pte, mut read: impl FnMut(usize) -> Pte) -> (Pte, Call) {
+    let mut c = Call::default();
+    for i in 0..n {
+        let p = read(i);
+        c.read(i, p);
+        if p.pte_dirty() {
+            orig = orig.pte_mkdirty();
+            c.test_young(orig);
+            if orig.pte_young() {
+                break;
+            }
+        }
+        if p.pte_young() {
+            orig = orig.pte_mkyoung();
+            c.test_dirty(orig);
+            if orig.pte_dirty() {
+                break;
+            }
+        }
+    }
+    (orig, c)
 }
 
 #[cfg(test)]

@@ -1,35 +1,58 @@
-//! Seed 004: the instructions one contpte_ptep_get call executes, from the measured
-//! table `data/seed004-ptep-get-insns.json` (`tools/seed004/README.md`), counted as
+//! Seed 004: the instructions one contpte_ptep_get call executes, from the tables
+//! `scripts/seed004-insns` measured (`tools/seed004/README.md`): our C of each variant
+//! compiled by Debian's GCC 12 (`data/seed004-ptep-get-insns.json`) or clang 14
+//! (`...-clang.json`), `contpte-insns=gcc|clang`, counted as
 //! `kernel.contpte_ptep_get.insns`.
 //!
-//! The measured code (GCC 12, -O2) branches on each pte it reads: `pte_dirty` tests
-//! PTE_DIRTY (bit 55) first, then PTE_WRITE (bit 51), then PTE_RDONLY (bit 7), and
-//! `pte_young` tests PTE_AF. The table was measured with dirty ptes that have
-//! PTE_DIRTY set and clean ptes that are writable and read-only; a call that reads
-//! any other pte (hardware-dirty only, or clean and not writable) takes a path the
-//! table does not give, and is counted in `kernel.contpte_ptep_get.insns_unmeasured`
-//! instead. For such ptes:
-//! - full-scan, mod2, early-exit: the path is fixed by the first young and the first
-//!   dirty position in the block (`Scan`; the measured "only" and "from" layouts
-//!   agree in every cell, and no branch tests orig_pte), so the sweep's cell
-//!   `[young][dirty]` is the count;
-//! - mod1: the path also depends on the ptes before it stops and on orig_pte (its
-//!   breaks test orig_pte's young and dirty bits), so the call's branch trace
-//!   (`Trace`) is looked up among the traces of the sweep's cells (both layouts,
-//!   orig_pte = pte 0); a trace no cell has is unmeasured.
+//! The measured code branches on each pte it reads: `pte_dirty` tests PTE_DIRTY (bit
+//! 55) first, then PTE_WRITE (bit 51), then PTE_RDONLY (bit 7), and `pte_young` tests
+//! PTE_AF. The tables were measured with dirty ptes that have PTE_DIRTY set and clean
+//! ptes that are writable and read-only; a call that reads any other pte
+//! (hardware-dirty only, or clean and not writable) takes a path the table does not
+//! give, and is counted in `kernel.contpte_ptep_get.insns_unmeasured` instead. Each
+//! call records what its branches test (`Call`), and a variant's count is found in
+//! one of two ways:
+//! - by the first young and first dirty position in the block, the sweep's cell
+//!   `[young][dirty]`, when the sweep's "only" and "from" layouts agree in every cell
+//!   and no branch tests orig_pte (GCC's full-scan, and mod2 and early-exit with both
+//!   compilers): then nothing but those positions moves the count;
+//! - otherwise by the call's whole branch trace, among the traces of the sweep's
+//!   cells (both layouts, orig_pte = pte 0); a trace no cell has is unmeasured. mod1
+//!   tests orig_pte's bits, and clang's full scan costs one instruction more per
+//!   dirty pte, so both count this way.
 //!
-//! The table is for a 4K granule (16-entry blocks); other granules count nothing.
+//! The tables are for a 4K granule (16-entry blocks); other granules count nothing.
 
+use super::contpte::scan;
 use super::pgtable::{Pte, PtepGetVariant};
 use crate::hw::descriptor::Desc;
 use std::sync::OnceLock;
 
-const JSON: &str = include_str!("../../../data/seed004-ptep-get-insns.json");
+/// The compiler whose code of the variants the counts are of (`contpte-insns`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compiler {
+    /// Debian 12's GCC 12, as Debian builds its kernels.
+    Gcc,
+    /// Debian 12's clang 14, as Android (seed 004's phone) builds its kernels.
+    Clang,
+}
+
+impl Compiler {
+    fn json(self) -> &'static str {
+        match self {
+            Compiler::Gcc => include_str!("../../../data/seed004-ptep-get-insns.json"),
+            Compiler::Clang => include_str!("../../../data/seed004-ptep-get-insns-clang.json"),
+        }
+    }
+}
 
 /// The block size the table was measured for (CONT_PTES with a 4K granule).
 pub const MEASURED_CONT_PTES: usize = 16;
 /// "No pte": the sweep's index 16.
 const NONE: u8 = MEASURED_CONT_PTES as u8;
+/// The trace's length is kept above this bit; a longer trace (a block larger than the
+/// measured one) is unmeasured.
+const TRACE_BITS: u8 = 56;
 
 /// Whether `p` is dirty, if its encoding takes a measured path through pte_dirty:
 /// PTE_DIRTY set (dirty), or writable and read-only (clean).
@@ -44,18 +67,23 @@ pub fn measured_dirty(p: Pte) -> Option<bool> {
     }
 }
 
-/// The first young and first dirty positions among the ptes a call read, and
-/// whether every one of them had a measured encoding.
+/// What one call's branches tested: per pte read, its dirty and young bits in order,
+/// and mod1's tests of orig_pte; the first young and first dirty position read; and
+/// whether every tested pte had a measured encoding.
 #[derive(Clone, Copy, Debug)]
-pub struct Scan {
+pub struct Call {
+    bits: u64,
+    len: u8,
     ok: bool,
     young: u8,
     dirty: u8,
 }
 
-impl Default for Scan {
+impl Default for Call {
     fn default() -> Self {
-        Scan {
+        Call {
+            bits: 0,
+            len: 0,
             ok: true,
             young: NONE,
             dirty: NONE,
@@ -63,92 +91,108 @@ impl Default for Scan {
     }
 }
 
-impl Scan {
-    /// Pte `i` of the block was read as `p`.
+impl Call {
+    #[inline(always)]
+    fn push(&mut self, b: bool) {
+        if self.len >= TRACE_BITS {
+            self.ok = false;
+            return;
+        }
+        self.bits |= (b as u64) << self.len;
+        self.len += 1;
+    }
+
+    /// The dirty bit as the measured code finds it; an unmeasured encoding spoils the call.
+    #[inline(always)]
+    fn dirty_of(&mut self, p: Pte) -> bool {
+        measured_dirty(p).unwrap_or_else(|| {
+            self.ok = false;
+            p.pte_dirty()
+        })
+    }
+
+    /// Pte `i` of the block was read as `p` and tested for dirty and young.
     #[inline(always)]
     pub fn read(&mut self, i: usize, p: Pte) {
-        match measured_dirty(p) {
-            Some(true) if self.dirty == NONE => self.dirty = i as u8,
-            Some(_) => {}
-            None => self.ok = false,
+        let dirty = self.dirty_of(p);
+        if dirty && self.dirty == NONE {
+            self.dirty = i as u8;
         }
         if p.pte_young() && self.young == NONE {
             self.young = i as u8;
         }
+        self.push(dirty);
+        self.push(p.pte_young());
     }
-}
 
-/// The branch trace of one mod1 call: per pte read, its dirty and young bits; after
-/// a dirty one, orig_pte's young bit; after a young one, orig_pte's dirty bit.
-#[derive(Clone, Copy, Debug)]
-pub struct Trace {
-    bits: u64,
-    len: u8,
-    ok: bool,
-}
+    /// orig_pte was tested for young (mod1's break).
+    #[inline(always)]
+    pub fn test_young(&mut self, orig: Pte) {
+        self.push(orig.pte_young());
+    }
 
-impl Trace {
+    /// orig_pte was tested for dirty (mod1's break).
     #[inline(always)]
-    fn push(&mut self, b: bool) {
-        self.bits |= (b as u64) << self.len;
-        self.len += 1;
+    pub fn test_dirty(&mut self, orig: Pte) {
+        let d = self.dirty_of(orig);
+        self.push(d);
     }
-    /// The dirty bit as the measured code finds it; unmeasured encodings spoil the trace.
-    #[inline(always)]
-    fn dirty(&mut self, p: Pte) -> bool {
-        match measured_dirty(p) {
-            Some(d) => d,
-            None => {
-                self.ok = false;
-                p.pte_dirty()
-            }
-        }
-    }
-    /// At most 49 bits (15 ptes of 3, the last of 4), so the length fits above them.
+
+    /// The trace as one key, its length above its bits (at most 49: mod1 reads 15 ptes
+    /// of 3 tests and a last of 4; mod2 at most 17 of 2).
     fn key(&self) -> u64 {
-        self.bits | (self.len as u64) << 56
+        self.bits | (self.len as u64) << TRACE_BITS
     }
 }
 
-/// Seed 004's modification 1 over the `n` ptes `read` returns: one loop, stopping
-/// once orig_pte is both young and dirty. Returns orig_pte and the call's trace.
-#[inline]
-pub fn mod1_scan(n: usize, mut orig: Pte, mut read: impl FnMut(usize) -> Pte) -> (Pte, Trace) {
-    let mut t = Trace {
-        bits: 0,
-        len: 0,
-        ok: true,
-    };
-    for i in 0..n {
-        let p = read(i);
-        let dirty = t.dirty(p);
-        t.push(dirty);
-        t.push(p.pte_young());
-        if dirty {
-            orig = orig.pte_mkdirty();
-            t.push(orig.pte_young());
-            if orig.pte_young() {
-                break;
-            }
-        }
-        if p.pte_young() {
-            orig = orig.pte_mkyoung();
-            let d = t.dirty(orig);
-            t.push(d);
-            if d {
-                break;
-            }
-        }
-    }
-    (orig, t)
+/// How one variant's measured counts are looked up.
+enum Index {
+    /// `[first young][first dirty]`: the count depends on nothing else.
+    First(Box<[[u32; 17]; 17]>),
+    /// (trace key, instructions), sorted by key.
+    Trace(Vec<(u64, u32)>),
 }
 
-/// The measured instructions per call.
+/// The variants in the table's order, by the names the JSON gives them.
+const VARIANTS: [(PtepGetVariant, &str); 4] = [
+    (PtepGetVariant::FullScan, "full-scan"),
+    (PtepGetVariant::Mod1, "mod1"),
+    (PtepGetVariant::Mod2, "mod2"),
+    (PtepGetVariant::EarlyExit, "early-exit"),
+];
+
+fn slot(v: PtepGetVariant) -> usize {
+    VARIANTS
+        .iter()
+        .position(|(w, _)| *w == v)
+        .expect("every variant measured")
+}
+
+/// The last trace looked up (a run's blocks are mostly alike), with the table and
+/// variant it was looked up in.
+#[derive(Clone, Copy, Debug)]
+pub struct Memo {
+    cc: Compiler,
+    variant: PtepGetVariant,
+    key: u64,
+    count: Option<u32>,
+}
+
+impl Default for Memo {
+    fn default() -> Self {
+        Memo {
+            cc: Compiler::Gcc,
+            variant: PtepGetVariant::FullScan,
+            key: u64::MAX,
+            count: None,
+        }
+    }
+}
+
+/// One compiler's measured instructions per call.
 pub struct InsnTable {
-    /// full-scan, mod2, early-exit: `[variant][first young][first dirty]`.
-    first: [[[u32; 17]; 17]; 3],
-    /// mod1: (trace key, instructions), sorted by key.
-    mod1: Vec<(u64, u32)>,
+    cc: Compiler,
+    variants: [Index; 4],
 }
 
 /// The sweep's block: pte 0 old and clean as measured (`pte_old_clean`), the young
@@ -167,75 +211,78 @@ fn sweep_block(from: bool, y: usize, d: usize, old_clean: u64) -> [Pte; MEASURED
     })
 }
 
+/// The call variant `v` makes over `block`, with ptep and orig_pte its pte 0, as the
+/// sweep measured it.
+fn sweep_call(v: PtepGetVariant, block: &[Pte; MEASURED_CONT_PTES]) -> Call {
+    scan(v, MEASURED_CONT_PTES, block[0], |i| block[i]).1
+}
+
 fn cell(v: &serde_json::Value, y: usize, d: usize) -> u32 {
     v[y][d].as_u64().expect("a measured count") as u32
 }
 
 impl InsnTable {
-    fn parse() -> InsnTable {
-        let j: serde_json::Value = serde_json::from_str(JSON).expect("seed 004 table");
+    fn parse(cc: Compiler) -> InsnTable {
+        let j: serde_json::Value = serde_json::from_str(cc.json()).expect("seed 004 table");
         let old_clean = u64::from_str_radix(j["pte_old_clean"].as_str().unwrap().trim_start_matches("0x"), 16)
             .expect("pte_old_clean");
         let sweep = &j["sweep"];
-        let mut first = [[[0; 17]; 17]; 3];
-        for (k, name) in ["full-scan", "mod2", "early-exit"].iter().enumerate() {
-            for (y, row) in first[k].iter_mut().enumerate() {
-                for (d, c) in row.iter_mut().enumerate() {
-                    *c = cell(&sweep["only"][name], y, d);
+        let variants = VARIANTS.map(|(v, name)| {
+            let only = &sweep["only"][name];
+            if v != PtepGetVariant::Mod1 && *only == sweep["from"][name] {
+                return Index::First(Box::new(std::array::from_fn(|y| {
+                    std::array::from_fn(|d| cell(only, y, d))
+                })));
+            }
+            let mut t = Vec::new();
+            for (layout, from) in [("only", false), ("from", true)] {
+                for y in 0..=MEASURED_CONT_PTES {
+                    for d in 0..=MEASURED_CONT_PTES {
+                        let block = sweep_block(from, y, d, old_clean);
+                        t.push((sweep_call(v, &block).key(), cell(&sweep[layout][name], y, d)));
+                    }
                 }
             }
+            t.sort_unstable();
+            t.dedup();
+            Index::Trace(t)
+        });
+        InsnTable { cc, variants }
+    }
+
+    /// `cc`'s table, parsed once.
+    pub fn get(cc: Compiler) -> &'static InsnTable {
+        static GCC: OnceLock<InsnTable> = OnceLock::new();
+        static CLANG: OnceLock<InsnTable> = OnceLock::new();
+        match cc {
+            Compiler::Gcc => GCC.get_or_init(|| InsnTable::parse(cc)),
+            Compiler::Clang => CLANG.get_or_init(|| InsnTable::parse(cc)),
         }
-        let mut mod1 = Vec::new();
-        for (layout, from) in [("only", false), ("from", true)] {
-            for y in 0..=MEASURED_CONT_PTES {
-                for d in 0..=MEASURED_CONT_PTES {
-                    let block = sweep_block(from, y, d, old_clean);
-                    let (_, t) = mod1_scan(MEASURED_CONT_PTES, block[0], |i| block[i]);
-                    mod1.push((t.key(), cell(&sweep[layout]["mod1"], y, d)));
-                }
-            }
-        }
-        mod1.sort_unstable();
-        mod1.dedup();
-        InsnTable { first, mod1 }
     }
 
-    /// The table, parsed once.
-    pub fn get() -> &'static InsnTable {
-        static T: OnceLock<InsnTable> = OnceLock::new();
-        T.get_or_init(InsnTable::parse)
-    }
-
-    /// Instructions of a full-scan, mod2 or early-exit call that read `s`.
+    /// Instructions of a call of `v` that tested `call` (None: a path not measured).
     #[inline]
-    pub fn first(&self, v: PtepGetVariant, s: &Scan) -> Option<u32> {
-        let k = match v {
-            PtepGetVariant::FullScan => 0,
-            PtepGetVariant::Mod2 => 1,
-            PtepGetVariant::EarlyExit => 2,
-            PtepGetVariant::Mod1 => return None,
-        };
-        s.ok.then(|| self.first[k][s.young as usize][s.dirty as usize])
-    }
-
-    /// Instructions of a mod1 call with trace `t`; `memo` holds the last lookup (a
-    /// run's blocks are mostly alike).
-    #[inline]
-    pub fn mod1(&self, t: &Trace, memo: &mut (u64, Option<u32>)) -> Option<u32> {
-        if !t.ok {
+    pub fn count(&self, v: PtepGetVariant, call: &Call, memo: &mut Memo) -> Option<u32> {
+        if !call.ok {
             return None;
         }
-        let key = t.key();
-        if memo.0 == key {
-            return memo.1;
+        match &self.variants[slot(v)] {
+            Index::First(t) => Some(t[call.young as usize][call.dirty as usize]),
+            Index::Trace(t) => {
+                let key = call.key();
+                if (memo.cc, memo.variant, memo.key) == (self.cc, v, key) {
+                    return memo.count;
+                }
+                let count = t.binary_search_by_key(&key, |e| e.0).ok().map(|i| t[i].1);
+                *memo = Memo {
+                    cc: self.cc,
+                    variant: v,
+                    key,
+                    count,
+                };
+                count
+            }
         }
-        let r = self
-            .mod1
-            .binary_search_by_key(&key, |e| e.0)
-            .ok()
-            .map(|i| self.mod1[i].1);
-        *memo = (key, r);
-        r
     }
 }
 
@@ -243,51 +290,83 @@ impl InsnTable {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_two_layouts_agree_for_the_variants_indexed_by_first_positions() {
-        let j: serde_json::Value = serde_json::from_str(JSON).unwrap();
-        for name in ["full-scan", "mod2", "early-exit"] {
-            assert_eq!(j["sweep"]["only"][name], j["sweep"]["from"][name], "{name}");
-        }
+    const COMPILERS: [Compiler; 2] = [Compiler::Gcc, Compiler::Clang];
+
+    fn json(cc: Compiler) -> serde_json::Value {
+        serde_json::from_str(cc.json()).unwrap()
     }
 
     #[test]
-    fn equal_mod1_traces_have_equal_measured_counts() {
-        let t = InsnTable::get();
-        for w in t.mod1.windows(2) {
-            assert_ne!(w[0].0, w[1].0, "one trace, two counts: {:?}", w);
+    fn gccs_table_indexes_by_first_positions_all_but_mod1_and_clangs_traces_full_scan_too() {
+        let by_first = |cc| {
+            InsnTable::get(cc)
+                .variants
+                .iter()
+                .zip(VARIANTS)
+                .filter(|(i, _)| matches!(i, Index::First(_)))
+                .map(|(_, (_, n))| n)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(by_first(Compiler::Gcc), ["full-scan", "mod2", "early-exit"]);
+        assert_eq!(by_first(Compiler::Clang), ["mod2", "early-exit"]);
+    }
+
+    #[test]
+    fn equal_traces_have_equal_measured_counts() {
+        for cc in COMPILERS {
+            for idx in &InsnTable::get(cc).variants {
+                if let Index::Trace(t) = idx {
+                    for w in t.windows(2) {
+                        assert_ne!(w[0].0, w[1].0, "{cc:?}: one trace, two counts: {:?}", w);
+                    }
+                }
+            }
         }
     }
 
     #[test]
     fn the_sweep_cells_reproduce_the_scenario_rows() {
-        let j: serde_json::Value = serde_json::from_str(JSON).unwrap();
-        let t = InsnTable::get();
-        let old_clean = 0x78000080000bc3u64;
-        // (scenario, first young, first dirty, layout "from"?)
-        for (sc, y, d, from) in [("1", 0, 0, true), ("2", 8, 16, false), ("3", 16, 16, false)] {
-            let block = sweep_block(from, y, d, old_clean);
-            let mut s = Scan::default();
-            for (i, p) in block.iter().enumerate() {
-                s.read(i, *p);
+        for cc in COMPILERS {
+            let j = json(cc);
+            let t = InsnTable::get(cc);
+            let old_clean = 0x78000080000bc3u64;
+            // (scenario, first young, first dirty, layout "from"?)
+            for (sc, y, d, from) in [("1", 0, 0, true), ("2", 8, 16, false), ("3", 16, 16, false)] {
+                let block = sweep_block(from, y, d, old_clean);
+                for (v, name) in VARIANTS {
+                    assert_eq!(
+                        t.count(v, &sweep_call(v, &block), &mut Memo::default()),
+                        Some(j["scenarios"][sc][name].as_u64().unwrap() as u32),
+                        "{cc:?} {sc} {name}"
+                    );
+                }
             }
-            for (v, name) in [
-                (PtepGetVariant::FullScan, "full-scan"),
-                (PtepGetVariant::Mod2, "mod2"),
-                (PtepGetVariant::EarlyExit, "early-exit"),
-            ] {
-                assert_eq!(
-                    t.first(v, &s),
-                    Some(j["scenarios"][sc][name].as_u64().unwrap() as u32),
-                    "{sc} {name}"
-                );
-            }
-            let (_, tr) = mod1_scan(16, block[0], |i| block[i]);
-            assert_eq!(
-                t.mod1(&tr, &mut (u64::MAX, None)),
-                Some(j["scenarios"][sc]["mod1"].as_u64().unwrap() as u32),
-                "{sc} mod1"
-            );
         }
+    }
+
+    #[test]
+    fn clangs_full_scan_costs_more_per_dirty_pte_where_gccs_does_not() {
+        let cost = |cc, from, d| {
+            let block = sweep_block(from, 16, d, 0x78000080000bc3);
+            let v = PtepGetVariant::FullScan;
+            InsnTable::get(cc).count(v, &sweep_call(v, &block), &mut Memo::default())
+        };
+        // One dirty pte against all sixteen dirty.
+        assert_eq!(cost(Compiler::Gcc, false, 0), cost(Compiler::Gcc, true, 0));
+        assert_eq!(
+            cost(Compiler::Clang, true, 0).unwrap() - cost(Compiler::Clang, false, 0).unwrap(),
+            15
+        );
+    }
+
+    #[test]
+    fn a_trace_longer_than_a_measured_block_is_unmeasured() {
+        let mut c = Call::default();
+        for i in 0..32 {
+            c.read(i, sweep_block(false, 16, 16, 0x78000080000bc3)[0]);
+        }
+        assert!(!c.ok);
+        let v = PtepGetVariant::FullScan;
+        assert_eq!(InsnTable::get(Compiler::Clang).count(v, &c, &mut Memo::default()), None);
     }
 }

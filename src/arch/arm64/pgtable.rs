@@ -4,6 +4,7 @@
 //! descriptor each and are what the contpte layer is built from.
 
 use super::contpte;
+use super::contpte_insns::{Compiler, Memo};
 use super::tlbflush;
 use crate::arch::x86::tlb::X86Tlb;
 use crate::arch::TlbFlavour;
@@ -406,8 +407,10 @@ pub struct Arch {
     pub contpte_access_raw: bool,
     /// The kernel's work counters (`crate::kcount`), arch and core mm alike.
     pub kc: KernelEvents,
-    /// The last mod1 trace looked up in seed 004's table, and its count.
-    pub mod1_insn_memo: (u64, Option<u32>),
+    /// Whose code contpte_ptep_get's instructions are counted of (`contpte-insns`).
+    pub ptep_get_cc: Compiler,
+    /// The last call looked up in seed 004's table by its trace, and its count.
+    pub ptep_get_insn_memo: Memo,
     /// Whose TLB shootdown the generic flush hooks use (`tlb-flush`).
     pub tlb_flush: TlbFlavour,
     /// smp_processor_id(): the CPU the kernel runs on (the last switch_mm's).
@@ -426,7 +429,8 @@ impl Arch {
             wp_flush_local: false,
             contpte_access_raw: false,
             kc: KernelEvents::default(),
-            mod1_insn_memo: (u64::MAX, None),
+            ptep_get_cc: Compiler::Gcc,
+            ptep_get_insn_memo: Memo::default(),
             tlb_flush: TlbFlavour::Arm64,
             cpu: 0,
             x86: X86Tlb::new(hw.cpus.len()),
