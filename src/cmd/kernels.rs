@@ -1,12 +1,12 @@
 //! `foliolab kernels [--json]`: the presets `--kernel` selects, a row per upstream
 //! change with its value under each preset and the commit behind it.
 
-use crate::sim::kernels::{table, Scope, CHANGES, KERNELS};
+use crate::sim::kernels::{table, Scope, CHANGES, DEFAULT, KERNELS};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Print `{"kernels": [...], "changes": [{"key", "scope", "before", "after",
+    /// Print `{"kernels": [...], "default": "7.3", "changes": [{"key", "scope", "before", "after",
     /// "since", "commits", "what"}]}`.
     #[arg(long)]
     pub json: bool,
@@ -29,7 +29,7 @@ pub fn main(a: Args) -> super::CmdResult {
             })
             .collect();
         let kernels: Vec<String> = KERNELS.iter().map(ToString::to_string).collect();
-        let j = serde_json::json!({ "kernels": kernels, "changes": changes });
+        let j = serde_json::json!({ "kernels": kernels, "default": DEFAULT.to_string(), "changes": changes });
         super::emit(&(serde_json::to_string_pretty(&j)? + "\n"))?;
     } else {
         super::emit(&table())?;
