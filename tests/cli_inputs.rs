@@ -311,6 +311,8 @@ fn kernels_lists_each_change_with_its_commit_and_value_per_preset() {
         v["kernels"],
         serde_json::json!(["6.1", "6.12", "6.18", "7.0", "7.1", "7.2", "7.3"])
     );
+    // The preset `--kernel` unset takes: the newest validated release.
+    assert_eq!(v["default"], "7.3");
     assert!(v["changes"]
         .as_array()
         .unwrap()

@@ -49,6 +49,12 @@ fn workdir(test: &str) -> (PathBuf, PathBuf) {
     (dir, exe)
 }
 
+/// The preset of the kernel the traces are recorded on: a replay checked against the
+/// recorded faults models that release, not the default (a newer one).
+fn host_kernel() -> String {
+    foliolab::sim::kernels::host_release().to_string()
+}
+
 fn run_ok(args: &[&str]) -> String {
     let out = Command::new(bin()).args(args).output().unwrap();
     assert!(
@@ -86,7 +92,9 @@ fn a_recorded_program_replays_fault_for_fault() {
         text.contains(" write kernel"),
         "read(2) into a fresh buffer faults in the kernel: {text}"
     );
-    let r: serde_json::Value = serde_json::from_str(&run_ok(&["replay", "--json", "--no-store", trc_s])).unwrap();
+    let host = host_kernel();
+    let r: serde_json::Value =
+        serde_json::from_str(&run_ok(&["replay", "--json", "--no-store", "--kernel", &host, trc_s])).unwrap();
     let procs = r["processes"].as_array().unwrap();
     let comms: Vec<&str> = procs.iter().map(|p| p["comm"].as_str().unwrap()).collect();
     assert_eq!(comms, ["mmops", "mmops", "true"]);
@@ -231,8 +239,15 @@ fn writes_to_write_only_memory_replay_fault_for_fault() {
         "--",
         exe.to_str().unwrap(),
     ]);
-    let r: serde_json::Value =
-        serde_json::from_str(&run_ok(&["replay", "--json", "--no-store", trc.to_str().unwrap()])).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&run_ok(&[
+        "replay",
+        "--json",
+        "--no-store",
+        "--kernel",
+        &host_kernel(),
+        trc.to_str().unwrap(),
+    ]))
+    .unwrap();
     assert_eq!(r["counters"]["model.segv"], 0, "{r}");
     for p in r["processes"].as_array().unwrap() {
         assert_eq!(p["model_faults"], p["anon_faults"], "{p}");

@@ -130,14 +130,16 @@ def boot(
 def reproduce(
     seeds: Optional[Sequence[str]] = None,
     *,
-    kernel: str = "6.18",
+    kernel: Optional[str] = None,
     software: Optional[str] = None,
     db: Optional[PathLike] = None,
     store: bool = True,
 ) -> Reproduction:
     """Every seed table (or those of `seeds`, e.g. ["000"]) with the model's figures
-    beside the seed's (`foliolab reproduce --json`)."""
-    argv = list(seeds or []) + ["--json", "--kernel", kernel] + (["--software", software] if software else [])
+    beside the seed's (`foliolab reproduce --json`), on `kernel`'s preset (default: the
+    CLI's, `kernels().default`)."""
+    argv = list(seeds or []) + ["--json"] + (["--kernel", kernel] if kernel else [])
+    argv += ["--software", software] if software else []
     out = _core.command("reproduce", argv + _store_args(db, store))
     d = json.loads(out)
     extra = {k: v for k, v in d.items() if k not in ("rows", "elapsed_s")}
@@ -176,4 +178,4 @@ def kernels() -> Kernels:
     """The kernel presets and the upstream changes each sets (`foliolab kernels --json`)."""
     out = _core.command("kernels", ["--json"])
     d = json.loads(out)
-    return Kernels(d["kernels"], d["changes"], out)
+    return Kernels(d["kernels"], d["changes"], d["default"], out)

@@ -139,6 +139,8 @@ class Kernels:
     kernels: List[str]
     #: One per upstream change: key, scope, before, after, since, commits, what.
     changes: List[Dict[str, Any]]
+    #: The preset used when none is named (`--kernel` unset).
+    default: str
     _json: str = field(default="", repr=False, compare=False)
 
     def to_json(self) -> str:

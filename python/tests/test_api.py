@@ -115,6 +115,8 @@ def test_machines_and_kernels(cli):
     k = foliolab.kernels()
     assert k.to_json() == cli("kernels", "--json").stdout
     assert "6.18" in k.kernels
+    # The default preset is the newest validated one, a preset like any other.
+    assert k.default == "7.3" and k.default in k.kernels
 
 
 def test_targets_say_why_not():

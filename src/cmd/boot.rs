@@ -84,7 +84,7 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
-    /// preset sets; default 6.18, or the target's); a `--set` of the same key wins.
+    /// preset sets; default 7.3, or the target's); a `--set` of the same key wins.
     #[arg(long, value_name = "6.1|6.12|6.18|7.0|7.1|7.2|7.3", value_parser = crate::sim::kernels::parse_kernel)]
     kernel: Option<crate::sim::kernels::Release>,
     /// Also boot that QEMU guest with `--ram` of RAM and print what its map_mem did

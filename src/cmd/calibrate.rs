@@ -10,7 +10,6 @@
 //! its direct compaction, which depends on the host's fragmentation, not the workload.
 
 use crate::report::Report;
-use crate::sim::Variants;
 use crate::time::calibrate::{fit, host_profile, median_and_worst, predict, samples, Sample, FEATURES, MIN_FIT_NS};
 use crate::workload::{parse_str, Workload};
 use serde::Serialize;
@@ -84,10 +83,10 @@ struct Outcome {
 /// processes disturbed least (the counts are the same in every run).
 const RUNS: usize = 3;
 
-/// Model (contpte off: the host has no contiguous bit) and host reports of `w`.
+/// Model (the host's release, contpte off: the host has no contiguous bit) and host
+/// reports of `w`.
 fn both(w: &Workload) -> Result<(Report, Report), String> {
-    let mut v = Variants::default();
-    v.set("contpte", "off")?;
+    let v = super::validate::target_variants(crate::native::qemu::Target::Host, None, &["contpte=off".into()])?;
     let model = crate::sim::run(w, &v).map_err(|e| e.to_string())?;
     let mut host = crate::native::run(w).map_err(|e| format!("host: {e}"))?;
     for _ in 1..RUNS {

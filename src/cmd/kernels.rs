@@ -1,12 +1,12 @@
 //! `foliolab kernels [--json]`: the presets `--kernel` selects, a row per upstream
 //! change with its value under each preset and the commit behind it.
 
-use crate::sim::kernels::{table, Scope, CHANGES, KERNELS, NOT_MODELED};
+use crate::sim::kernels::{table, Scope, CHANGES, DEFAULT, KERNELS, NOT_MODELED};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Print `{"kernels": [...], "changes": [{"key", "scope", "before", "after",
+    /// Print `{"kernels": [...], "default": "7.3", "changes": [{"key", "scope", "before", "after",
     /// "since", "commits", "what"}], "not_modeled": [{"what", "since", "commit", "why"}]}`.
     #[arg(long)]
     pub json: bool,
@@ -33,7 +33,12 @@ pub fn main(a: Args) -> super::CmdResult {
             .iter()
             .map(|u| serde_json::json!({ "what": u.what, "since": u.since, "commit": u.commit, "why": u.why }))
             .collect();
-        let j = serde_json::json!({ "kernels": kernels, "changes": changes, "not_modeled": not_modeled });
+        let j = serde_json::json!({
+            "kernels": kernels,
+            "default": DEFAULT.to_string(),
+            "changes": changes,
+            "not_modeled": not_modeled,
+        });
         super::emit(&(serde_json::to_string_pretty(&j)? + "\n"))?;
     } else {
         super::emit(&table())?;

@@ -1,6 +1,5 @@
 //! `foliolab predict [--mthp SETTING ...] [--dir DIR] [-- COMMAND...]`.
 
-use crate::sim::{kernels, Variants};
 use crate::trace::predict::{self, Setting};
 use std::process::ExitCode;
 
@@ -42,7 +41,8 @@ pub fn main(a: Args) -> super::CmdResult {
     } else {
         a.command.clone()
     };
-    let v = Variants::from_sets(&kernels::with_preset(kernels::DEFAULT, kernels::Scope::Run, &[]))?;
+    // Measured on this host: the model takes the host's release, as `validate` does.
+    let v = super::validate::target_variants(crate::native::qemu::Target::Host, None, &[])?;
     let paths = crate::native::HostPaths::default();
     let r = predict::predict(&command, &settings, &dir, &paths.thp, &paths.lock, &v);
     if a.dir.is_none() {

@@ -17,7 +17,7 @@ pub struct Args {
     /// `--thp hugepages-64kB/enabled=always`, over the knobs the trace recorded.
     #[arg(long = "thp", value_name = "KNOB=VALUE")]
     pub thp: Vec<String>,
-    /// The kernel release whose behaviour to model (default 6.18).
+    /// The kernel release whose behaviour to model (default 7.3).
     #[arg(long, value_name = "6.1|6.12|6.18|7.0|7.1|7.2|7.3", value_parser = crate::sim::kernels::parse_kernel)]
     pub kernel: Option<crate::sim::kernels::Release>,
     /// Add modeled time on a machine profile (`foliolab machines`, or a .toml path).

@@ -20,7 +20,7 @@ pub struct Args {
     pub json: bool,
     /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
     /// preset sets); a `--set` of the same key wins.
-    #[arg(long, value_name = "6.1|6.12|6.18|7.0|7.1|7.2|7.3", default_value = "6.18", value_parser = crate::sim::kernels::parse_kernel)]
+    #[arg(long, value_name = "6.1|6.12|6.18|7.0|7.1|7.2|7.3", default_value_t = crate::sim::kernels::DEFAULT, value_parser = crate::sim::kernels::parse_kernel)]
     pub kernel: crate::sim::kernels::Release,
     /// Also write the report as one self-contained page, DIR/index.html.
     #[arg(long, value_name = "DIR")]

@@ -15,7 +15,7 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
     /// The kernel release whose behaviour to model (`foliolab kernels` lists what each
-    /// preset sets; default 6.18); a `--set` of the same key wins. `--each
+    /// preset sets; default 7.3); a `--set` of the same key wins. `--each
     /// kernel=6.1,6.12,6.18` runs the workload under each instead.
     #[arg(long, value_name = "6.1|6.12|6.18|7.0|7.1|7.2|7.3", value_parser = crate::sim::kernels::parse_kernel)]
     pub kernel: Option<crate::sim::kernels::Release>,

@@ -59,19 +59,19 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "prot-flush",
-        default: "always",
+        default: "elide",
         values: "always|elide",
         about: "mprotect flushes every present pte it changes (always, 6.18) or, as arm64's pte_needs_flush does since 6.19 (c320dbb7c80d), skips the flush when only invalid or software bits change (elide)",
     },
     Key {
         name: "wp-flush",
-        default: "broadcast",
+        default: "local",
         values: "broadcast|local",
         about: "a write fault that makes a pte (or huge pmd) writable or dirty in place flushes its stale read-only entry on the faulting CPU only, TLBI VALE1/RVALE1 and DSB NSH, other CPUs taking a spurious fault instead (local, 6.19+: cb1fa2e99955), or broadcast, VALE1IS and DSB ISH (broadcast, up to 6.18)",
     },
     Key {
         name: "contpte-access",
-        default: "gathered",
+        default: "raw",
         values: "gathered|raw",
         about: "contpte_ptep_set_access_flags decides it has nothing to do by reading every entry of the block raw (raw, 7.0+: the SMMU/ATS fault fix) or from the gathered contpte_ptep_get (gathered, up to 6.19)",
     },
@@ -137,7 +137,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "sync-swapin",
-        default: "bypass",
+        default: "cache",
         values: "bypass|cache",
         about: "do_swap_page on zram (SWP_SYNCHRONOUS_IO) reads every slot through the swap cache with no readahead, in a folio as large as its ptes allow (shared slots too), then frees the cache once no pte holds the slot (cache, 7.0+: f1879e8a0c60, ab08be8dc96a, 4b34f1d82c65), the page writable at once only when its swap pte is exclusive, or reads a slot only this pte holds around the cache and a slot a forked mm shares through it with swapin_readahead, a read fault keeping it cached (bypass, up to 6.19)",
     },
@@ -197,7 +197,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "flush-range-nosync",
-        default: "split",
+        default: "unsplit",
         values: "split|unsplit",
         about: "a range flush too large for TLBIs becomes flush_tlb_mm and __flush_tlb_range still adds its DSB ISH (split, 6.9+: d9d8dc2bd3fb) or returns after flush_tlb_mm (unsplit: 6.1 to 6.8, and again from 7.1, whose C helpers return from __do_flush_tlb_range after flush_tlb_mm)",
     },
@@ -227,7 +227,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "bbml2-detect",
-        default: "midr-list",
+        default: "idreg-or-list",
         values: "midr-list|idreg-or-list",
         about: "how the kernel decides a named CPU (`cpu`) has BBML2_NOABORT: its MIDR on an allow-list (midr-list, 6.17 to 7.2: 5aa4b625762e) or ID_AA64MMFR2_EL1.BBM >= 3, else a longer allow-list (idreg-or-list, 7.3: BBM Level 3, 06468bc3c936 4955df16ff99 f8d0751426dd)",
     },

@@ -3,7 +3,7 @@
 //! ```toml
 //! workloads = ["workloads/seed000-munmap-64k.wl"]   # paths, relative to the spec file
 //! traces = []                                         # traces written by `foliolab record`
-//! kernels = ["6.1", "6.18"]                           # default: 6.18
+//! kernels = ["6.1", "6.18"]                           # default: 7.3
 //! machines = ["altra-metal"]                          # default: none (counts only)
 //! targets = ["model"]                                 # model | host | qemu-arm64 | ...
 //! sets = ["cpus=4"]                                   # settings every model point takes
