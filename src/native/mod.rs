@@ -12,8 +12,8 @@ pub mod knobs;
 mod layout;
 pub(crate) mod perf;
 mod proto;
-mod runner_pages;
 pub mod qemu;
+mod runner_pages;
 mod stats;
 pub mod swap;
 mod worker;
@@ -446,7 +446,8 @@ impl Orchestrator<'_> {
         let msg = self.await_reply(proc).map_err(|e| self.err(s, e))?;
         let r = Dec::new(&msg).and_then(|mut d| d.op()).map_err(|e| self.err(s, e))?;
         let at = format!("{}:{}:{}", self.w.path, s.pos.line, s.pos.col);
-        self.diagnostics.extend(r.diagnostics.iter().map(|why| format!("{at}: {why}")));
+        self.diagnostics
+            .extend(r.diagnostics.iter().map(|why| format!("{at}: {why}")));
         self.notes.extend(r.notes.iter().map(|what| format!("{at}: {what}")));
         Ok(r)
     }
