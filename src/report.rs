@@ -127,7 +127,7 @@ pub struct Report {
     /// page another process's compaction migrated), each with its proof. The workload's
     /// own counts exclude them; the global counters include them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
+    pub runner_notes: Vec<String>,
     /// Host only: the global counters' movement with the workload idle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub background: Option<Background>,

@@ -78,7 +78,7 @@ fn native_json(wl: &Path) -> serde_json::Value {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(r.get("diagnostics").is_none(), "{}: {}", wl.display(), r["diagnostics"]);
-    if let Some(notes) = r.get("notes") {
+    if let Some(notes) = r.get("runner_notes") {
         println!("{}: runner faults the kernel explains: {notes}", wl.display());
     }
     r

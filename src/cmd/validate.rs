@@ -512,12 +512,15 @@ pub fn validate(workloads: &[Workload], model: &mut Runner, host: &mut Runner) -
                 error: Some(e),
                 ..Comparison::default()
             };
+            let na = |e: String| Comparison {
+                workload: w.path.clone(),
+                not_applicable: Some(e),
+                ..Comparison::default()
+            };
             match (model(w), host(w)) {
-                (_, Err(e)) if crate::native::qemu::not_applicable(&e).is_some() => Comparison {
-                    workload: w.path.clone(),
-                    not_applicable: Some(e),
-                    ..Comparison::default()
-                },
+                (_, Err(e)) if crate::native::qemu::not_applicable(&e).is_some() => na(e),
+                // What the model says it does not model has no verdict (its reason shown).
+                (Err(e), _) if e.contains(": not modeled: ") => na(format!("model: {e}")),
                 (Ok(m), Ok(h)) => compare(&m, &h),
                 (Err(e), _) => fail(format!("model: {e}")),
                 (_, Err(e)) => fail(format!("host: {e}")),
@@ -998,6 +1001,26 @@ mod tests {
         assert_eq!(table(&res[0]), format!("k.wl: N/A\n   {why}\n"));
         assert!(summary(&res).ends_with("1 workloads: 0 PASS, 0 FAIL, 0 ERROR, 1 N/A\n"));
         assert_eq!(exit_code(&res), ExitCode::SUCCESS);
+    }
+
+    #[test]
+    fn a_workload_the_model_does_not_model_is_not_applicable_with_its_reason() {
+        let w = crate::workload::parse_str("k.wl", "swapon 1M\n").unwrap();
+        let why = "k.wl:1:1: not modeled: large shmem folios through swap without THP_SWAP";
+        let res = validate(
+            std::slice::from_ref(&w),
+            &mut |_: &Workload| Err(why.to_string()),
+            &mut |_: &Workload| Ok(Report::default()),
+        );
+        assert_eq!(res[0].not_applicable.as_deref(), Some(format!("model: {why}").as_str()));
+        assert!(summary(&res).ends_with("1 workloads: 0 PASS, 0 FAIL, 0 ERROR, 1 N/A\n"));
+        // Any other model error stays an error.
+        let res = validate(
+            std::slice::from_ref(&w),
+            &mut |_: &Workload| Err("k.wl:1:1: out of memory".to_string()),
+            &mut |_: &Workload| Ok(Report::default()),
+        );
+        assert!(summary(&res).ends_with("1 workloads: 0 PASS, 0 FAIL, 1 ERROR, 0 N/A\n"));
     }
 
     impl Report {

@@ -322,6 +322,21 @@ impl Kernel {
     /// A large folio that gets no run of slots would be split and tried a page at a
     /// time (swpout_fallback); that split of a shmem folio is not modeled: it stays,
     /// redirtied, as with no slot at all.
+    /// Without CONFIG_THP_SWAP (arm64: 16K and 64K pages) shmem_writeout splits a
+    /// large folio before it writes it out; that split is not modeled, so a run that
+    /// could swap a large shmem folio out there is refused, after each `set` and
+    /// `swapon`.
+    pub fn check_shmem_swap_modeled(&self) -> Result<(), String> {
+        if self.swap.is_some() && !self.thp_swap() && self.knobs.shmem_orders_allowed() & !1 != 0 {
+            return Err(
+                "not modeled: large shmem folios through swap without THP_SWAP (arm64 has it \
+                        with 4K pages only; shmem_writeout splits them first)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     pub fn shmem_writeout(&mut self, folio: Pfn) -> Option<u64> {
         self.arch.kc.inc(KernelEvent::ShmemWriteout);
         let ino = self.shmem.folio_inode(folio).expect("a shmem folio");
@@ -577,5 +592,19 @@ mod tests {
         touch(&mut k, mm, 64 << 10, false);
         assert_eq!(k.shmem.inode(ino).swapped, 0);
         assert_clean(&k);
+    }
+
+    #[test]
+    fn large_shmem_folios_through_swap_are_refused_without_thp_swap() {
+        let src = "swapon 1M\nset hugepages-64kB/shmem_enabled always\nmmap a 256K shared\ntouch a\n";
+        let w = crate::workload::parse_str("s.wl", src).unwrap();
+        let v16 = crate::sim::Variants::from_sets(&["granule=16K".to_string()]).unwrap();
+        let e = crate::sim::run(&w, &v16).unwrap_err().to_string();
+        assert!(
+            e.contains("s.wl:2:1: not modeled: large shmem folios through swap without THP_SWAP"),
+            "{e}"
+        );
+        // With 4K pages (THP_SWAP) the same run is modeled.
+        crate::sim::run(&w, &crate::sim::Variants::default()).unwrap();
     }
 }

@@ -199,10 +199,7 @@ impl ThpKnobs {
     /// `set`, which the parser also calls on each write alone.)
     pub fn check_shmem_modeled(&self) -> Result<(), String> {
         let pmd = self.granule.pmd_order();
-        let any = self.shmem_orders_always | self.shmem_orders_madvise | self.shmem_orders_within_size;
-        let top_on = !matches!(self.shm_mnt_huge, ShmemHuge::Never) || self.shmem_huge == ShmemHuge::Force;
-        let inherit = if top_on { self.shmem_orders_inherit } else { 0 };
-        let allowed = any | inherit;
+        let allowed = self.shmem_orders_allowed();
         if self.shmem_huge != ShmemHuge::Deny && allowed & (1 << pmd) != 0 {
             return Err(format!(
                 "not modeled: PMD-sized shmem folios (do_set_pmd); set hugepages-{}kB/shmem_enabled never first",
@@ -213,6 +210,14 @@ impl ThpKnobs {
             return Err(format!("not modeled: order-1 ({}kB) shmem folios", self.size_kb(1)));
         }
         Ok(())
+    }
+
+    /// The shmem folio orders some fault could allocate under these knobs (bit per order).
+    pub fn shmem_orders_allowed(&self) -> u64 {
+        let any = self.shmem_orders_always | self.shmem_orders_madvise | self.shmem_orders_within_size;
+        let top_on = !matches!(self.shm_mnt_huge, ShmemHuge::Never) || self.shmem_huge == ShmemHuge::Force;
+        let inherit = if top_on { self.shmem_orders_inherit } else { 0 };
+        any | inherit
     }
 
     fn set_shmem(&mut self, knob: &str, value: &str) -> Result<(), String> {

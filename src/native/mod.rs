@@ -206,7 +206,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         layout,
         unavailable,
         diagnostics: o.diagnostics,
-        notes: o.notes,
+        runner_notes: o.notes,
         background: Some(background),
     })
 }

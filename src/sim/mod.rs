@@ -146,7 +146,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         layout,
         unavailable: BTreeMap::new(),
         diagnostics: Vec::new(),
-        notes: Vec::new(),
+        runner_notes: Vec::new(),
         background: None,
     })
 }
@@ -335,6 +335,7 @@ impl Sim<'_> {
         match &s.op {
             Op::Set { knob, value } => (self.k.knobs.set(knob, value))
                 .and_then(|()| self.k.knobs.check_shmem_modeled())
+                .and_then(|()| self.k.check_shmem_swap_modeled())
                 .map_err(|e| self.fail(s.pos, e)),
             Op::Mark { label } => {
                 let now = self.counters();
@@ -559,7 +560,9 @@ impl Sim<'_> {
             }
             Op::Swapon { size } => {
                 self.syscall(1);
-                self.k.sys_swapon(*size).map_err(|e| self.fail(s.pos, e))
+                (self.k.sys_swapon(*size))
+                    .and_then(|()| self.k.check_shmem_swap_modeled())
+                    .map_err(|e| self.fail(s.pos, e))
             }
             Op::Memlimit { size } => {
                 self.syscall(1);

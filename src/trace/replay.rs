@@ -808,7 +808,7 @@ pub fn replay<R: Read + Seek>(
             layout: BTreeMap::new(),
             unavailable: BTreeMap::new(),
             diagnostics,
-            notes: Vec::new(),
+            runner_notes: Vec::new(),
             background: None,
         },
         processes: lines,

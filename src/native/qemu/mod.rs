@@ -822,7 +822,7 @@ fn report(
         layout: g.layout,
         unavailable,
         diagnostics,
-        notes: Vec::new(),
+        runner_notes: Vec::new(),
         background,
     })
 }
