@@ -149,7 +149,7 @@ pub const KEYS: &[Key] = &[
     },
     Key {
         name: "file-unmap",
-        default: "per-pte",
+        default: "batched",
         values: "per-pte|batched",
         about: "try_to_unmap_one clears a large page-cache (shmem) folio's ptes one at a time, unfolding its contpte block (per-pte, up to 6.19), or each run in one batch with one rmap removal (batched, 7.0+: a67fe41e214f)",
     },
