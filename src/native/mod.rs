@@ -278,7 +278,7 @@ impl Orchestrator<'_> {
         self.pids.insert(crate::workload::parse::MAIN.into(), pid);
         // The fork made our own pages copy-on-write; fault them back in before measuring,
         // and the worker its own, before the first op's window opens.
-        let _ = worker::warm_up(&BTreeMap::new());
+        worker::warm_up(&BTreeMap::new());
         self.request(crate::workload::parse::MAIN, Cmd::Warm)
             .map_err(NativeError::Host)?;
         Ok(())

@@ -109,14 +109,15 @@ impl Default for Tally {
 }
 
 impl Tally {
+    /// Back to `Tally::default()`, keeping the strays' allocation: a push inside the
+    /// next window then allocates nothing.
     pub fn clear(&mut self) {
-        self.inside = 0;
-        self.total = 0;
-        self.stray_count = 0;
-        self.strays.clear();
-        self.lost = 0;
-        self.from = 0;
-        self.until = u64::MAX;
+        let mut strays = std::mem::take(&mut self.strays);
+        strays.clear();
+        *self = Tally {
+            strays,
+            ..Tally::default()
+        };
     }
 
     /// The window opens at ring position `from` (from `Sampler::settled`).

@@ -106,7 +106,9 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
             }
             Some(Cmd::Layout) => layout(&regions),
             Some(Cmd::Warm) => {
-                own = warm_up(&regions);
+                // The frames the warm-up left the runner's pages in, to tell a migrated
+                // page by (only a worker measures ops; the orchestrator's warm-up needs none).
+                own = RunnerPages::read(warm_up(&regions).into_iter());
                 Enc::ok().0
             }
             None => Enc::err("bad command"),
@@ -476,8 +478,8 @@ fn maps() -> Vec<Vma> {
 /// copy-on-write after a fork is broken here and not inside a measured op). The
 /// program's text, data and libraries lie among the placement slots on x86_64, so the
 /// regions are skipped by their real addresses, never by the slots' range. Returns the
-/// frames it left them in.
-pub fn warm_up(regions: &BTreeMap<String, (u64, u64)>) -> RunnerPages {
+/// `[start, end)` of the mappings it faulted in.
+pub fn warm_up(regions: &BTreeMap<String, (u64, u64)>) -> Vec<(u64, u64)> {
     // The heap never shrinks: a page malloc frees keeps its frame, so a frame of the
     // runner's changes only when the kernel migrates it (see `RunnerPages`).
     // SAFETY: mallopt only sets an allocator parameter of this process.
@@ -509,7 +511,7 @@ pub fn warm_up(regions: &BTreeMap<String, (u64, u64)>) -> RunnerPages {
             libc::madvise(start, len, adv);
         }
     }
-    RunnerPages::read(own.iter().map(|v| (v.start, v.end)))
+    own.iter().map(|v| (v.start, v.end)).collect()
 }
 
 /// Touches enough stack that no op grows it.
