@@ -101,6 +101,12 @@ impl L1 {
         None
     }
 
+    /// The most recently used slot, if any.
+    #[inline]
+    pub(super) fn mru(&self) -> Option<usize> {
+        (self.head != NIL).then_some(self.head as usize)
+    }
+
     pub(super) fn entry(&self, i: usize) -> &TlbEntry {
         &self.slots[i].entry
     }

@@ -312,6 +312,25 @@ impl Tlb {
         Some((*self.l1.entry(j), TlbHit::L2))
     }
 
+    /// `lookup` of `va`, `va + stride`, … (at most `max` addresses) for as long as L1's
+    /// most recent entry answers each (`find` tries it first), with a write needing a
+    /// writable entry: the state and the entry those lookups would leave and return,
+    /// and how many there were. A touch of a range repeats this for every page of a
+    /// large entry, which is one update here instead of one lookup per page.
+    #[inline]
+    pub fn lookup_mru_run(&mut self, asid: Asid, va: u64, stride: u64, max: u64, write: bool) -> Option<(TlbEntry, u64)> {
+        let i = self.l1.mru()?;
+        let e = *self.l1.entry(i);
+        if !e.matches(asid, va) || (write && !e.writable) {
+            return None;
+        }
+        let last = e.va | ((1u64 << e.span_shift) - 1);
+        let n = ((last - va) / stride + 1).min(max);
+        self.clock += n;
+        self.l1.touch(i, self.clock);
+        Some((e, n))
+    }
+
     fn l2_find(&self, asid: Asid, va: u64) -> Option<usize> {
         self.l2_classes.present().find_map(|class| {
             let shift = self.spans[class];
