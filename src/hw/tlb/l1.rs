@@ -253,6 +253,12 @@ impl L1 {
         .map(|i| i as usize)
     }
 
+    /// Each live entry's address and last-use stamp, in slot order.
+    #[cfg(test)]
+    pub(super) fn stamps(&self) -> Vec<(u64, u64)> {
+        self.live_slots().map(|i| (self.slots[i].entry.va, self.slots[i].stamp)).collect()
+    }
+
     pub(super) fn iter(&self) -> impl Iterator<Item = &TlbEntry> {
         self.live_slots().map(|i| &self.slots[i].entry)
     }

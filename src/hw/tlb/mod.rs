@@ -572,6 +572,34 @@ mod tests {
     }
 
     #[test]
+    fn a_run_of_hits_on_the_most_recent_entry_leaves_what_each_lookup_would() {
+        let (mut one, mut run) = (tiny(4, 4, 2), tiny(4, 4, 2));
+        let mut res = Residency::new(Granule::K4);
+        let big = 1 << 30;
+        for t in [&mut one, &mut run] {
+            t.fill(entry(big + (1 << 20), 12, Some(1)), &mut res);
+            t.fill(entry(big, 16, Some(1)), &mut res);
+        }
+        // The 64K entry's last 15 pages, each looked up, against one run of them.
+        for p in 1..16 {
+            let (e, hit) = one.lookup(1, big + (p << 12), &mut res).unwrap();
+            assert_eq!((e.va, hit), (big, TlbHit::L1));
+        }
+        let (e, n) = run.lookup_mru_run(1, big + (1 << 12), 1 << 12, 100, true).unwrap();
+        assert_eq!((e.va, n), (big, 15));
+        assert_eq!(one.clock, run.clock);
+        assert_eq!(one.l1.stamps(), run.l1.stamps());
+        // At most `max`; none past the entry, for another ASID, or a write to a read-only entry.
+        assert_eq!(run.lookup_mru_run(1, big, 1 << 12, 3, false).unwrap().1, 3);
+        assert!(run.lookup_mru_run(1, big + (1 << 16), 1 << 12, 9, false).is_none());
+        assert!(run.lookup_mru_run(2, big, 1 << 12, 9, false).is_none());
+        let mut ro = entry(big, 16, Some(1));
+        ro.writable = false;
+        run.fill(ro, &mut res);
+        assert!(run.lookup_mru_run(1, big, 1 << 12, 9, true).is_none());
+    }
+
+    #[test]
     fn every_leaf_span_of_the_granule_can_be_cached_and_found() {
         for g in [Granule::K4, Granule::K16, Granule::K64] {
             let mut tlb = Tlb::new(TlbConfig::default(), g);
