@@ -180,7 +180,7 @@ mod tests {
         assert!(rows.iter().all(|&(_, model, v)| model.is_none() && v == Verdict::NotModeled));
         let note = r.notes["upstream"].iter().find(|n| n.contains("BGSAVE-like")).unwrap();
         assert!(
-            note.contains("XArray nodes walked 16384 -> 0, xa_lock 4096 -> 0, cluster lock 0 -> 4096"),
+            note.contains("XArray nodes walked 20480 -> 0, xa_lock 4096 -> 0, cluster lock 0 -> 4096"),
             "{note}"
         );
     }
