@@ -143,3 +143,22 @@ fn the_swap_table_changes_only_the_swap_caches_own_work() {
     }
     assert!(swapping >= 20, "only {swapping} swap workloads found");
 }
+
+/// The swap cache's calls on `swap_fork_child`, phase by phase (start, child, parent),
+/// as the guests' function entries counted them: on 6.12 every lookup is a
+/// `__filemap_get_folio` (0, 69, 32), additions `add_to_swap_cache` (32, 32, 0),
+/// deletions `__delete_from_swap_cache` (32, 0, 0); on 7.3 lookups are
+/// `swap_cache_get_folio` (0, 64, 32: swapin_sync looks again after do_swap_page's
+/// miss) and deletions `__swap_cache_del_folio` (32, 0, 32).
+#[test]
+fn the_swap_caches_calls_are_the_guests_phase_by_phase() {
+    let w = "tests/validation/swap_fork_child.wl";
+    let phases = |r: &Report, key: &str| ["start", "child", "parent"].map(|p| in_phase(r, p, key));
+    let old = run(Release(6, 12), w);
+    assert_eq!(phases(&old, "kernel.swap_cache_get_folio"), [0, 69, 32]);
+    assert_eq!(phases(&old, "kernel.swap_cache_add_folio"), [32, 32, 0]);
+    assert_eq!(phases(&old, "kernel.swap_cache_del_folio"), [32, 0, 0]);
+    let new = run(Release(7, 3), w);
+    assert_eq!(phases(&new, "kernel.swap_cache_get_folio"), [0, 64, 32]);
+    assert_eq!(phases(&new, "kernel.swap_cache_del_folio"), [32, 0, 32]);
+}
