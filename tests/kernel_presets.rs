@@ -111,9 +111,16 @@ fn before_6_8_rmap_removal_is_a_call_per_page() {
 /// lookups, additions, deletions and slot entries, are the same.
 #[test]
 fn the_swap_table_changes_only_the_swap_caches_own_work() {
-    let own = ["kernel.swap_cache.xa_nodes", "kernel.swap_cache.xa_lock", "kernel.swap_cache.cluster_lock"];
+    let own = [
+        "kernel.swap_cache.xa_nodes",
+        "kernel.swap_cache.xa_lock",
+        "kernel.swap_cache.cluster_lock",
+    ];
     let mut swapping = 0;
-    let mut dir: Vec<_> = std::fs::read_dir("tests/validation").unwrap().map(|e| e.unwrap().path()).collect();
+    let mut dir: Vec<_> = std::fs::read_dir("tests/validation")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     dir.sort();
     for path in dir.iter().filter(|p| p.extension().is_some_and(|e| e == "wl")) {
         let text = std::fs::read_to_string(path).unwrap();
@@ -124,7 +131,11 @@ fn the_swap_table_changes_only_the_swap_caches_own_work() {
         let w = parse_file(path.to_str().unwrap()).unwrap();
         for kernel in [Release(6, 12), Release(6, 18), Release(7, 3)] {
             let report = |cache: &str| {
-                let sets = with_preset(kernel, Scope::Run, &["tlbi-range=on".into(), format!("swap-cache={cache}")]);
+                let sets = with_preset(
+                    kernel,
+                    Scope::Run,
+                    &["tlbi-range=on".into(), format!("swap-cache={cache}")],
+                );
                 sim::run(&w, &Variants::from_sets(&sets).unwrap()).unwrap()
             };
             let (xa, table) = (report("xarray"), report("table"));

@@ -21,8 +21,8 @@ use super::mm_types::{MmId, Vma};
 use super::pgtable::PmdPtr;
 use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
-use crate::kcount::KernelEvent;
 use crate::hw::Pfn;
+use crate::kcount::KernelEvent;
 use std::collections::BTreeMap;
 
 /// vm.page-cluster's default: readahead windows of up to 2^3 pages.
@@ -155,7 +155,11 @@ impl Kernel {
         let kc = &mut self.arch.kc;
         kc.add(KernelEvent::SwapCacheSlots, nr);
         if self.swap_cache_xarray {
-            let height = self.swap.as_ref().expect("a swap cache without a device").xa_height(slot);
+            let height = self
+                .swap
+                .as_ref()
+                .expect("a swap cache without a device")
+                .xa_height(slot);
             let leaves = if height == 0 { 0 } else { nr.div_ceil(64) - 1 };
             kc.inc(KernelEvent::SwapCacheXaLock);
             kc.add(KernelEvent::SwapCacheXaNodes, u64::from(height) + leaves);
@@ -184,7 +188,11 @@ impl Kernel {
     /// cache, and the references the cache held.
     pub fn __swap_cache_replace_folio(&mut self, old: Pfn, new: Pfn) {
         let nr = self.memmap.folio_nr_pages(old);
-        let slot = self.swap.as_ref().and_then(|si| si.cache.swap_of(old)).expect("a folio in the swap cache");
+        let slot = self
+            .swap
+            .as_ref()
+            .and_then(|si| si.cache.swap_of(old))
+            .expect("a folio in the swap cache");
         self.swap_cache_store(slot, nr);
         let cache = &mut self.swap.as_mut().expect("checked").cache;
         cache.swap.remove(&old);
@@ -203,7 +211,11 @@ impl Kernel {
     /// references the cache held. The caller holds one of its own.
     pub fn swap_cache_del_folio(&mut self, folio: Pfn) {
         let nr = self.memmap.folio_nr_pages(folio);
-        let slot = self.swap.as_ref().and_then(|si| si.cache.swap_of(folio)).expect("a folio in the swap cache");
+        let slot = self
+            .swap
+            .as_ref()
+            .and_then(|si| si.cache.swap_of(folio))
+            .expect("a folio in the swap cache");
         self.arch.kc.inc(KernelEvent::SwapCacheDelFolio);
         self.swap_cache_store(slot, nr);
         let si = self.swap.as_mut().expect("checked");

@@ -174,10 +174,16 @@ mod tests {
     fn the_swap_tables_redis_rows_are_the_mails_and_not_modeled() {
         let mut r = Reproduction::default();
         super::swap_table(&mut r, DEFAULT).unwrap();
-        let rows: Vec<_> = r.rows.iter().map(|row| (row.seed_value, row.model_value, row.verdict)).collect();
+        let rows: Vec<_> = r
+            .rows
+            .iter()
+            .map(|row| (row.seed_value, row.model_value, row.verdict))
+            .collect();
         assert_eq!(rows.len(), 2);
         assert!((rows[1].0 - 7.192).abs() < 1e-3, "{rows:?}");
-        assert!(rows.iter().all(|&(_, model, v)| model.is_none() && v == Verdict::NotModeled));
+        assert!(rows
+            .iter()
+            .all(|&(_, model, v)| model.is_none() && v == Verdict::NotModeled));
         let note = r.notes["upstream"].iter().find(|n| n.contains("BGSAVE-like")).unwrap();
         assert!(
             note.contains("XArray nodes walked 20480 -> 0, xa_lock 4096 -> 0, cluster lock 0 -> 4096"),
