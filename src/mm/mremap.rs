@@ -311,6 +311,7 @@ mod tests {
     use super::*;
     use crate::hw::{Event, MachineConfig};
     use crate::mm::mm_types::VmFlags;
+    use crate::mm::vmstat::VmEvent;
     use crate::sim::tests::{assert_clean, boot_with};
     use crate::sim::user_access;
 
@@ -364,6 +365,72 @@ mod tests {
         assert_eq!(move_256k(MremapBatch::Hinted, true), (0, 2, 4));
         assert_eq!(move_256k(MremapBatch::LookupAll, true), (0, 2, 4));
         assert_eq!(move_256k(MremapBatch::PerPte, true), (4 + 4, 4 + 4 + 2, 0));
+    }
+
+    /// Writes every page of [start, start + len) and moves it to `to` (the whole VMA);
+    /// returns the thp_split_pmd and pte-table allocations the move made, after
+    /// checking that no moved page faults again.
+    fn move_whole(knobs: &[(&str, &str)], start: u64, len: u64, to: u64) -> (i64, u64) {
+        let (mut k, mm) = boot_with(MachineConfig::default(), knobs);
+        k.do_mmap(mm, start, len, VmFlags::READ | VmFlags::WRITE).unwrap();
+        for a in (start..start + len).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        let (split, tables) = (k.stat.event(VmEvent::ThpSplitPmd), k.arch.hw.ev.get(Event::TableAllocL3));
+        k.do_mremap(mm, start, len, len, to).unwrap();
+        assert_clean(&k);
+        let got = (
+            k.stat.event(VmEvent::ThpSplitPmd) - split,
+            k.arch.hw.ev.get(Event::TableAllocL3) - tables,
+        );
+        let flt = k.mm(mm).min_flt;
+        for a in (to..to + len).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        assert_eq!(k.mm(mm).min_flt, flt, "the moved pages fault");
+        got
+    }
+
+    /// PMD-aligned on both sides, a huge pmd moves whole (move_huge_pmd) with its
+    /// deposited table, and an order-0 pmd's pte table moves whole (move_normal_pmd):
+    /// no split, no new pte table. Half a pmd moves pte by pte into a new table.
+    #[test]
+    fn whole_pmds_move_as_entries_and_part_of_one_pte_by_pte() {
+        assert_eq!(move_whole(&[("enabled", "always")], BASE, 4 << 20, NEW), (0, 0));
+        assert_eq!(move_whole(&[], BASE, 2 << 20, NEW), (0, 0));
+        assert_eq!(move_whole(&[], BASE, 1 << 20, NEW), (0, 1));
+    }
+
+    /// A start 1M into a pmd reaching the next boundary, alike on both sides: the
+    /// first pmd's table is realigned down and moved whole (try_realign_addr); where
+    /// something is mapped below the start, it is not, and the first 1M moves into a
+    /// new table.
+    #[test]
+    fn a_move_realigns_down_to_the_pmd_only_over_free_space() {
+        let skew = 1 << 20;
+        assert_eq!(move_whole(&[], BASE + skew, 3 << 20, NEW + skew), (0, 0));
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[]);
+        k.do_mmap(mm, BASE, K4, VmFlags::READ).unwrap();
+        k.do_mmap(mm, BASE + skew, 3 << 20, VmFlags::READ | VmFlags::WRITE).unwrap();
+        for a in (BASE + skew..BASE + (4 << 20)).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        let tables = k.arch.hw.ev.get(Event::TableAllocL3);
+        k.do_mremap(mm, BASE + skew, 3 << 20, 3 << 20, NEW + skew).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.arch.hw.ev.get(Event::TableAllocL3) - tables, 1);
+    }
+
+    /// A 1G move that is PUD-aligned on both sides would move a pud entry
+    /// (move_normal_pud), which the model lacks: refused, nothing done.
+    #[test]
+    fn a_whole_pud_move_is_refused_as_not_modeled() {
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[]);
+        k.do_mmap(mm, BASE, 1 << 30, VmFlags::READ | VmFlags::WRITE).unwrap();
+        user_access(&mut k, mm, 0, BASE, true).unwrap();
+        let e = k.do_mremap(mm, BASE, 1 << 30, 1 << 30, NEW + (1 << 30)).unwrap_err();
+        assert!(e.to_string().contains("not modeled"), "{e}");
+        assert!(k.mm(mm).find_vma(BASE).is_some());
     }
 
     /// Order-0 pages: 6.17-rc1 read every page's struct page for nothing (a batch of

@@ -284,3 +284,16 @@ pub struct WorkloadError {
     pub pos: Pos,
     pub msg: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mremap_target_flips_between_the_halves_of_the_slot() {
+        let slot = PLACEMENT_BASE + 3 * PLACEMENT_STRIDE;
+        assert_eq!(mremap_target(slot), slot + (32 << 30));
+        assert_eq!(mremap_target(slot + (32 << 30) + 4096), slot + 4096);
+        assert_eq!(mremap_target(mremap_target(slot + (5 << 30))), slot + (5 << 30));
+    }
+}

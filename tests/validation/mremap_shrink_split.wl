@@ -6,7 +6,7 @@ set hugepages-64kB/enabled always
 mmap buf 256K
 touch buf
 mark shrink_move
-mremap buf 200K move
+mremap buf 208K move
 touch buf
 mmap big 4M hugepage
 touch big
