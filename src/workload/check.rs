@@ -811,6 +811,8 @@ mod tests {
             line: 1,
             maps: vec![(0, 64, Prot::Rw)],
             shared: false,
+            slot_off: 0,
+            vma_split: None,
         };
         r.set(Range { off: 16, len: 16 }, Some(Prot::R));
         assert_eq!(r.maps, [(0, 16, Prot::Rw), (16, 32, Prot::R), (32, 64, Prot::Rw)]);
