@@ -211,7 +211,9 @@ pub fn budget(w: &Workload, cfg: &MachineConfig) -> crate::hostmem::Budget {
     fn walk<'w>(stmts: &'w [Stmt], acc: &mut Walk<'w>) {
         for s in stmts {
             match &s.op {
-                Op::Mmap { size, .. } => {
+                // A region mremap'ed may map up to its new size: counted as a new
+                // mapping, an upper bound.
+                Op::Mmap { size, .. } | Op::Mremap { size, .. } => {
                     acc.bytes = acc.bytes.saturating_add(*size);
                     acc.mmaps = acc.mmaps.saturating_add(1);
                 }
