@@ -54,7 +54,10 @@ fn mremap_agrees_on_every_guest_and_its_folio_lookups_equal_the_models() {
             continue;
         }
         let runner = std::fs::read(qemu::cache_dir().join("runner")).unwrap();
-        if !runner.windows(b"%llx %llx %llx %llx".len()).any(|w| w == b"%llx %llx %llx %llx") {
+        if !runner
+            .windows(b"%llx %llx %llx %llx".len())
+            .any(|w| w == b"%llx %llx %llx %llx")
+        {
             println!("SKIP {target:?}: the cached runner predates mremap (run scripts/setup-qemu)");
             continue;
         }
@@ -69,7 +72,11 @@ fn mremap_agrees_on_every_guest_and_its_folio_lookups_equal_the_models() {
                 let moves = ["move", "back"];
                 let lookups = in_phases(&model, &moves, "kernel.move_ptes.folio_lookups");
                 assert_eq!(lookups, want, "{target:?}: the model");
-                assert_eq!(in_phases(guest, &moves, "kernel.vm_normal_folio"), lookups, "{target:?}: the guest");
+                assert_eq!(
+                    in_phases(guest, &moves, "kernel.vm_normal_folio"),
+                    lookups,
+                    "{target:?}: the guest"
+                );
             }
         }
     }

@@ -49,7 +49,14 @@ impl Kernel {
     /// or (MREMAP_MAYMOVE | MREMAP_FIXED) to `new_addr`, in the kernel's order:
     /// mremap_to unmaps the target and shrinks first (so only what is kept moves);
     /// in place, a shrink unmaps the tail and a growth extends the VMA.
-    pub fn do_mremap(&mut self, mm: MmId, addr: u64, old_len: u64, new_len: u64, new_addr: u64) -> Result<(), VmaError> {
+    pub fn do_mremap(
+        &mut self,
+        mm: MmId,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        new_addr: u64,
+    ) -> Result<(), VmaError> {
         if new_addr != addr {
             self.do_munmap(mm, new_addr, new_addr + new_len);
             if new_len < old_len {
@@ -376,7 +383,10 @@ mod tests {
         for a in (start..start + len).step_by(K4 as usize) {
             user_access(&mut k, mm, 0, a, true).unwrap();
         }
-        let (split, tables) = (k.stat.event(VmEvent::ThpSplitPmd), k.arch.hw.ev.get(Event::TableAllocL3));
+        let (split, tables) = (
+            k.stat.event(VmEvent::ThpSplitPmd),
+            k.arch.hw.ev.get(Event::TableAllocL3),
+        );
         k.do_mremap(mm, start, len, len, to).unwrap();
         assert_clean(&k);
         let got = (
@@ -411,7 +421,8 @@ mod tests {
         assert_eq!(move_whole(&[], BASE + skew, 3 << 20, NEW + skew), (0, 0));
         let (mut k, mm) = boot_with(MachineConfig::default(), &[]);
         k.do_mmap(mm, BASE, K4, VmFlags::READ).unwrap();
-        k.do_mmap(mm, BASE + skew, 3 << 20, VmFlags::READ | VmFlags::WRITE).unwrap();
+        k.do_mmap(mm, BASE + skew, 3 << 20, VmFlags::READ | VmFlags::WRITE)
+            .unwrap();
         for a in (BASE + skew..BASE + (4 << 20)).step_by(K4 as usize) {
             user_access(&mut k, mm, 0, a, true).unwrap();
         }

@@ -131,10 +131,22 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
 /// notes with the model's own counts before (per-pte) and after (batched).
 fn batching(r: &mut Reproduction, kernel: Release) -> Result<Vec<String>, String> {
     // pte-mapped PMD THPs: each 2M split by an mprotect of its first page and back.
-    let split: String = (0..4).map(|i| format!("mprotect buf {}M 4K r\nmprotect buf {}M 4K rw\n", 2 * i, 2 * i)).collect();
+    let split: String = (0..4)
+        .map(|i| format!("mprotect buf {}M 4K r\nmprotect buf {}M 4K rw\n", 2 * i, 2 * i))
+        .collect();
     let cases = [
-        ("pte-mapped PMD THP", 7.9, 2.1, format!("mmap buf 8M hugepage\ntouch buf\n{split}")),
-        ("64K mTHP", 7.9, 2.2, "set hugepages-64kB/enabled always\nmmap buf 8M\n".to_string()),
+        (
+            "pte-mapped PMD THP",
+            7.9,
+            2.1,
+            format!("mmap buf 8M hugepage\ntouch buf\n{split}"),
+        ),
+        (
+            "64K mTHP",
+            7.9,
+            2.2,
+            "set hugepages-64kB/enabled always\nmmap buf 8M\n".to_string(),
+        ),
         ("4K", 4.2, 4.3, "mmap buf 8M\n".to_string()),
     ];
     let get = |c: &crate::report::Counters, k: &str| c.get(k).copied().unwrap_or(0);
@@ -167,7 +179,8 @@ fn batching(r: &mut Reproduction, kernel: Release) -> Result<Vec<String>, String
             show(&before, &after)
         ));
     }
-    r.rows.extend(m3_rows("mremap 1M of 64K folios x10,000", "mremap", 1.9, 1.2));
+    r.rows
+        .extend(m3_rows("mremap 1M of 64K folios x10,000", "mremap", 1.9, 1.2));
     let w = parse_str("upstream-mremap.wl", MREMAP_WORKLOAD).map_err(|e| e.to_string())?;
     let counts = |b: &str| phase_counts(&w, kernel, &[("mremap-batch", b)], "measured");
     let (before, after) = (counts("per-pte")?, counts("batched")?);

@@ -488,7 +488,11 @@ impl Sim<'_> {
                     .do_mremap(mm, r.addr, r.size, *size, to)
                     .map_err(|e| self.fail(s.pos, e))?;
                 let moved = Region { addr: to, size: *size };
-                self.procs.get_mut(&owner).unwrap().regions.insert(region.clone(), moved);
+                self.procs
+                    .get_mut(&owner)
+                    .unwrap()
+                    .regions
+                    .insert(region.clone(), moved);
                 Ok(())
             }
             Op::Fork { child } => {

@@ -585,19 +585,44 @@ mod tests {
     #[test]
     fn mremap_follows_the_region_and_refuses_what_it_cannot_move() {
         ok("mmap a 64K\nmremap a 128K move\ntouch a 64K 64K\nmremap a 4K\nrepeat 3\n  mremap a 4K move\nend\ntouch a");
-        fails("mmap a 64K\nmremap a 4K\ntouch a 4K 4K", 3, 9, "outside region 'a' (size 4K)");
+        fails(
+            "mmap a 64K\nmremap a 4K\ntouch a 4K 4K",
+            3,
+            9,
+            "outside region 'a' (size 4K)",
+        );
         fails("mremap a 4K", 1, 8, "region 'a' is not mapped");
         fails("mmap a 64K\nmunmap a\nmremap a 4K", 3, 8, "unmapped at line 2");
         fails("mmap a 64K\nmremap a 0", 2, 10, "not a non-zero multiple of 4K");
         fails("mmap a 64K\nmremap a 6K", 2, 10, "not a non-zero multiple of 4K");
         fails("mmap a 64K\nmremap a 64K moving", 2, 14, "expected move");
-        fails("mmap a 64K\nmunmap a 0 4K\nmremap a 64K", 3, 8, "one protection (one VMA)");
-        fails("mmap a 64K\nmprotect a 0 4K r\nmremap a 64K move", 3, 8, "one protection");
-        fails("mmap a 64K\nmadvise a 0 4K hugepage\nmremap a 64K", 3, 8, "madvise at line 2");
+        fails(
+            "mmap a 64K\nmunmap a 0 4K\nmremap a 64K",
+            3,
+            8,
+            "one protection (one VMA)",
+        );
+        fails(
+            "mmap a 64K\nmprotect a 0 4K r\nmremap a 64K move",
+            3,
+            8,
+            "one protection",
+        );
+        fails(
+            "mmap a 64K\nmadvise a 0 4K hugepage\nmremap a 64K",
+            3,
+            8,
+            "madvise at line 2",
+        );
         fails("mmap a 64K\nmlock a\nmunlock a\nmremap a 64K", 4, 8, "mlock at line 2");
         fails("mmap a 64K shared\nmremap a 64K", 2, 8, "not modeled");
         // A move to the upper half leaves 32G there; in place the slot's 64G bound.
-        fails("mmap a 64K skew=1G\nmremap a 32G move", 2, 10, "would leave the slot's 64G");
+        fails(
+            "mmap a 64K skew=1G\nmremap a 32G move",
+            2,
+            10,
+            "would leave the slot's 64G",
+        );
         ok("mmap a 64K skew=1G\nmremap a 31G move\nmremap a 31G move\nmremap a 32G");
     }
 

@@ -183,8 +183,8 @@ struct Parser<'p> {
 
 /// The ops of the language, for "did you mean" on an unknown one.
 const OPS: &[&str] = &[
-    "set", "mmap", "touch", "madvise", "munmap", "mprotect", "mremap", "mlock", "munlock", "fork", "exit", "thread", "threads",
-    "cpu", "shrink", "swapon", "memlimit", "migrate", "mark", "repeat", "end", "machine",
+    "set", "mmap", "touch", "madvise", "munmap", "mprotect", "mremap", "mlock", "munlock", "fork", "exit", "thread",
+    "threads", "cpu", "shrink", "swapon", "memlimit", "migrate", "mark", "repeat", "end", "machine",
 ];
 
 /// The tokens of one line after the op keyword.
