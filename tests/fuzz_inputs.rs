@@ -50,6 +50,8 @@ fn token() -> impl Strategy<Value = String> {
         "cpu",
         "shrink",
         "migrate",
+        "mremap",
+        "move",
         "a",
         "b",
         "c",

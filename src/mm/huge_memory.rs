@@ -580,6 +580,33 @@ pub fn copy_huge_pmd(k: &mut Kernel, dst: MmId, dst_pmd: PmdPtr, src_pmd: PmdPtr
     true
 }
 
+/// move_huge_pmd (mremap of a whole huge pmd): the pmd moves from `old` to the empty
+/// `new_pmd` with its deposited table, and the old range is flushed if it was present.
+/// The folio's pages keep their index in step with the new place.
+pub fn move_huge_pmd(k: &mut Kernel, mm: MmId, old: u64, new: u64, old_pmd: PmdPtr, new_pmd: PmdPtr) -> bool {
+    let g = k.arch.granule();
+    if !k.pxd_get(2, new_pmd).is_none() {
+        return false;
+    }
+    let pmd = k.pxd_get(2, old_pmd);
+    k.pxd_set(2, old, old_pmd, Desc::ZERO);
+    if let Some(table) = k.mm_mut(mm).deposited.remove(&old) {
+        k.mm_mut(mm).deposited.insert(new, table);
+    }
+    k.pxd_set(2, new, new_pmd, pmd);
+    let p = pmd_to_pte(pmd);
+    if p.pte_present() {
+        flush_pmd_tlb_range(k, mm, old);
+        if !is_huge_zero_pmd(k, pmd) {
+            let folio = pmd.pfn(g);
+            for i in 0..1u64 << g.pmd_order() {
+                k.memmap.page_mut(Pfn(folio.0 + i)).index = (new >> g.page_shift()) + i;
+            }
+        }
+    }
+    true
+}
+
 /// change_huge_pmd (mprotect of a whole huge pmd): pmdp_invalidate_ad, pmd_modify,
 /// and write permission again where the THP is exclusive and the VMA writable.
 pub fn change_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, vma: &Vma, pmd: PmdPtr, haddr: u64) {

@@ -1,14 +1,14 @@
 //! mm/mremap.c: moving a mapping (move_vma, move_page_tables) and the stack growing
 //! down (mm/mmap.c's expand_downwards).
 
-use super::huge_memory::split_huge_pmd_address;
+use super::huge_memory::{move_huge_pmd, split_huge_pmd_address};
 use super::memory::Fpb;
 use super::mm_types::MmId;
 use super::mmap::VmaError;
 use super::Kernel;
 use crate::arch::arm64::pgtable::{pmd_trans_huge, Pte, PtePtr};
 use crate::arch::arm64::tlbflush::flush_tlb_range;
-use crate::hw::Pfn;
+use crate::hw::{Desc, Pfn};
 use crate::kcount::KernelEvent;
 
 impl Kernel {
@@ -45,6 +45,34 @@ impl Kernel {
         Ok(())
     }
 
+    /// mremap(2) of the whole VMA at `addr` from `old_len` to `new_len` bytes, in place
+    /// or (MREMAP_MAYMOVE | MREMAP_FIXED) to `new_addr`, in the kernel's order:
+    /// mremap_to unmaps the target and shrinks first (so only what is kept moves);
+    /// in place, a shrink unmaps the tail and a growth extends the VMA.
+    pub fn do_mremap(
+        &mut self,
+        mm: MmId,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        new_addr: u64,
+    ) -> Result<(), VmaError> {
+        if new_addr != addr {
+            self.do_munmap(mm, new_addr, new_addr + new_len);
+            if new_len < old_len {
+                self.do_munmap(mm, addr + new_len, addr + old_len);
+            }
+            let kept = old_len.min(new_len);
+            return self.move_vma(mm, addr, addr + kept, new_addr, new_addr + kept, new_addr + new_len);
+        }
+        if new_len < old_len {
+            self.do_munmap(mm, addr + new_len, addr + old_len);
+        } else if new_len > old_len {
+            self.vma_expand(mm, addr + old_len, addr + new_len)?;
+        }
+        Ok(())
+    }
+
     /// move_vma: mremap(MREMAP_MAYMOVE) of [old, old_end) to [new, new_end), whose
     /// first `moved_end - new` bytes receive the old pages. The new VMA keeps the old
     /// one's flags, anon_vma and page offset (copy_vma); the old range is then unmapped.
@@ -58,6 +86,11 @@ impl Kernel {
         new_end: u64,
     ) -> Result<(), VmaError> {
         let vma = self.mm(mm).find_vma(old).ok_or(VmaError::NotMapped)?;
+        if self.pud_move_would_happen(mm, old, new, moved_end - new) {
+            return Err(VmaError::Invalid(
+                "mremap moving a whole PUD-sized, PUD-aligned extent (move_normal_pud) is not modeled",
+            ));
+        }
         self.do_mmap(mm, new, new_end - new, vma.flags)?;
         let pgoff = vma.pgoff + ((old - vma.start) >> self.arch.granule().page_shift());
         let moved = self.mm_mut(mm).vmas_mut().get_mut(&new).expect("just mapped");
@@ -69,53 +102,132 @@ impl Kernel {
         Ok(())
     }
 
-    /// move_page_tables at pte level (move_ptes), one extent at a time: the old range
-    /// up to the next pmd boundary of either side (get_extent). Each present pte run
-    /// is cleared at its old address and set at the new one, and an extent that had a
-    /// present pte is flushed. A huge pmd is split first, and a whole pte table is
-    /// moved pte by pte too (the kernel moves an aligned one whole with move_pmd,
-    /// arm64 having HAVE_MOVE_PMD: not modeled; anonymous replays rarely have one to
-    /// move). The moved pages' index follows them, as the kernel's vm_pgoff
-    /// arithmetic has it.
-    fn move_page_tables(&mut self, mm: MmId, old: u64, new: u64, len: u64) {
-        let g = self.arch.granule();
-        let pmd_size = g.pmd_size();
-        let asid = self.mm(mm).asid;
-        let mut addr = old;
-        while addr < old + len {
-            let na = addr - old + new;
-            let boundary = |a: u64| (a + pmd_size) & !(pmd_size - 1);
-            let next = boundary(addr).min(addr + (boundary(na) - na)).min(old + len);
-            let Some(pmd) = self.pmd_offset(mm, addr) else {
-                addr = next;
-                continue;
-            };
-            if pmd_trans_huge(self.pxd_get(2, pmd)) {
-                let vma = self.mm(mm).find_vma(addr).expect("a mapped pmd has a VMA");
-                split_huge_pmd_address(self, mm, &vma, addr & !(pmd_size - 1));
-            }
-            if self.move_ptes(mm, addr, next, na) {
-                flush_tlb_range(&mut self.arch.hw, asid, addr, next);
-            }
-            addr = next;
+    /// try_realign_addr: where a move reaches a pmd boundary from a start that is not
+    /// on one, and old and new are alike in their pmd, both start down at the pmd
+    /// boundary when nothing is mapped between it and them, so that the first pmd's
+    /// pte table moves whole.
+    fn try_realign_addr(&mut self, mm: MmId, old: u64, new: u64, len: u64) -> (u64, u64) {
+        let mask = self.arch.granule().pmd_size() - 1;
+        let align = old & mask;
+        let free = |k: &mut Self, a: u64| k.mm(mm).vmas_in(a & !mask, a).is_empty();
+        if align != 0 && len >= mask + 1 - align && align == new & mask && free(self, old) && free(self, new) {
+            (old & !mask, new & !mask)
+        } else {
+            (old, new)
         }
     }
 
-    /// move_ptes: the ptes of [addr, end) (one pte table) to `new` on; whether one was
-    /// present (force_flush). Since f822a9a81a31 (6.17) a present pte starts a batch
+    /// Whether move_page_tables would move a pud entry whole (HAVE_MOVE_PUD: an
+    /// extent of PUD_SIZE with a pmd table under the old pud), which the model lacks.
+    fn pud_move_would_happen(&mut self, mm: MmId, old: u64, new: u64, len: u64) -> bool {
+        let pud_size = 1u64 << self.arch.granule().pud_shift();
+        let (mut a, mut na) = self.try_realign_addr(mm, old, new, len);
+        while a < old + len {
+            let extent = get_extent(pud_size, a, old + len, na);
+            if extent == pud_size && self.pmd_offset(mm, a).is_some() {
+                return true;
+            }
+            a += extent;
+            na += extent;
+        }
+        false
+    }
+
+    /// move_page_tables, one extent at a time (get_extent): a huge pmd over a whole
+    /// extent moves whole (move_huge_pmd), else it is split; a pte table over a whole
+    /// pmd extent moves whole (move_normal_pmd, arm64 and x86 having HAVE_MOVE_PMD);
+    /// the rest pte by pte (move_ptes). The moved pages' index follows them, as the
+    /// kernel's vm_pgoff arithmetic has it. Extents of a whole pud are refused before
+    /// (`pud_move_would_happen`).
+    fn move_page_tables(&mut self, mm: MmId, old: u64, new: u64, len: u64) {
+        let g = self.arch.granule();
+        let pmd_size = g.pmd_size();
+        let pud_size = 1u64 << g.pud_shift();
+        let old_end = old + len;
+        let (mut addr, mut na) = self.try_realign_addr(mm, old, new, len);
+        while addr < old_end {
+            let mut extent = get_extent(pud_size, addr, old_end, na);
+            let Some(pmd) = self.pmd_offset(mm, addr) else {
+                addr += extent;
+                na += extent;
+                continue;
+            };
+            extent = get_extent(pmd_size, addr, old_end, na);
+            let d = self.pxd_get(2, pmd);
+            if d.is_none() {
+                addr += extent;
+                na += extent;
+                continue;
+            }
+            let npmd = self.pmd_alloc(mm, na).expect("the model's page-table memory");
+            if pmd_trans_huge(d) {
+                if extent == pmd_size && move_huge_pmd(self, mm, addr, na, pmd, npmd) {
+                    addr += extent;
+                    na += extent;
+                    continue;
+                }
+                let vma = self.mm(mm).find_vma(addr).expect("a mapped pmd has a VMA");
+                split_huge_pmd_address(self, mm, &vma, addr & !(pmd_size - 1));
+            } else if extent == pmd_size && self.move_normal_pmd(mm, addr, na, pmd, npmd) {
+                addr += extent;
+                na += extent;
+                continue;
+            }
+            if self.pxd_get(2, pmd).is_none() {
+                addr += extent;
+                na += extent;
+                continue;
+            }
+            assert!(self.pte_alloc(mm, npmd, na), "the model's page-table memory");
+            self.move_ptes(mm, addr, addr + extent, na, npmd);
+            addr += extent;
+            na += extent;
+        }
+    }
+
+    /// move_normal_pmd: the pte table under `pmd` moves whole to the empty `npmd`,
+    /// and the old pmd's range is flushed.
+    fn move_normal_pmd(&mut self, mm: MmId, addr: u64, new: u64, pmd: PtePtr, npmd: PtePtr) -> bool {
+        let g = self.arch.granule();
+        if !self.pxd_get(2, npmd).is_none() {
+            return false;
+        }
+        let d = self.pxd_get(2, pmd);
+        if !d.is_table(2) {
+            return false;
+        }
+        self.pxd_set(2, addr, pmd, Desc::ZERO);
+        self.pxd_set(2, new, npmd, d);
+        let asid = self.mm(mm).asid;
+        flush_tlb_range(&mut self.arch.hw, asid, addr, addr + g.pmd_size());
+        // The software index of every page the table maps follows it (no event: the
+        // kernel touches none of them).
+        let table = self.table_of(2, d);
+        for i in 0..g.entries_at(3) {
+            let pte = Pte(self.arch.hw.mem.read(table, i));
+            if pte.pte_present() {
+                let pfn = pte.pte_pfn(g);
+                if !self.is_zero_pfn(pfn) {
+                    self.memmap.page_mut(pfn).index = (new >> g.page_shift()) + i as u64;
+                }
+            }
+        }
+        true
+    }
+
+    /// move_ptes: the ptes of [addr, end) (one pte table) to `new` on, under `npmd`;
+    /// the range is flushed if one was present (force_flush). Since f822a9a81a31 (6.17) a present pte starts a batch
     /// of its folio's ptes (mremap_folio_pte_batch), cleared with get_and_clear_ptes
     /// and set with set_ptes, so a contpte block moves without being unfolded; before
     /// it, ptep_get_and_clear unfolds the block and set_pte_at folds it again at its
     /// last pte. `mremap-batch` says which, and where the folio is looked up.
-    fn move_ptes(&mut self, mm: MmId, addr: u64, end: u64, new: u64) -> bool {
+    fn move_ptes(&mut self, mm: MmId, addr: u64, end: u64, new: u64, npmd: PtePtr) {
         let g = self.arch.granule();
         let ps = g.page_size();
         let amm = self.arch_mm(mm);
         let Some(mut ptep) = self.pmd_offset(mm, addr).and_then(|p| self.pte_offset_map(p, addr)) else {
-            return false;
+            return;
         };
-        let npmd = self.pmd_alloc(mm, new).expect("the model's page-table memory");
-        assert!(self.pte_alloc(mm, npmd, new), "the model's page-table memory");
         let mut nptep = self.pte_offset_map(npmd, new).expect("just allocated");
         let (mut a, mut na) = (addr, new);
         let mut force_flush = false;
@@ -156,7 +268,10 @@ impl Kernel {
             a += nr as u64 * ps;
             na += nr as u64 * ps;
         }
-        force_flush
+        if force_flush {
+            let asid = self.mm(mm).asid;
+            flush_tlb_range(&mut self.arch.hw, asid, addr, end);
+        }
     }
 
     /// mremap_folio_pte_batch: how many ptes from `ptep` map `folio` alike (write bit
@@ -180,6 +295,12 @@ impl Kernel {
     }
 }
 
+/// get_extent: from `old` to the next `size` boundary of either side, within `old_end`.
+fn get_extent(size: u64, old: u64, old_end: u64, new: u64) -> u64 {
+    let to_next = |a: u64| ((a + size) & !(size - 1)).wrapping_sub(a);
+    to_next(old).min(old_end - old).min(to_next(new))
+}
+
 /// How move_ptes moves a large folio's ptes (`mremap-batch`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MremapBatch {
@@ -197,6 +318,7 @@ mod tests {
     use super::*;
     use crate::hw::{Event, MachineConfig};
     use crate::mm::mm_types::VmFlags;
+    use crate::mm::vmstat::VmEvent;
     use crate::sim::tests::{assert_clean, boot_with};
     use crate::sim::user_access;
 
@@ -250,6 +372,76 @@ mod tests {
         assert_eq!(move_256k(MremapBatch::Hinted, true), (0, 2, 4));
         assert_eq!(move_256k(MremapBatch::LookupAll, true), (0, 2, 4));
         assert_eq!(move_256k(MremapBatch::PerPte, true), (4 + 4, 4 + 4 + 2, 0));
+    }
+
+    /// Writes every page of [start, start + len) and moves it to `to` (the whole VMA);
+    /// returns the thp_split_pmd and pte-table allocations the move made, after
+    /// checking that no moved page faults again.
+    fn move_whole(knobs: &[(&str, &str)], start: u64, len: u64, to: u64) -> (i64, u64) {
+        let (mut k, mm) = boot_with(MachineConfig::default(), knobs);
+        k.do_mmap(mm, start, len, VmFlags::READ | VmFlags::WRITE).unwrap();
+        for a in (start..start + len).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        let (split, tables) = (
+            k.stat.event(VmEvent::ThpSplitPmd),
+            k.arch.hw.ev.get(Event::TableAllocL3),
+        );
+        k.do_mremap(mm, start, len, len, to).unwrap();
+        assert_clean(&k);
+        let got = (
+            k.stat.event(VmEvent::ThpSplitPmd) - split,
+            k.arch.hw.ev.get(Event::TableAllocL3) - tables,
+        );
+        let flt = k.mm(mm).min_flt;
+        for a in (to..to + len).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        assert_eq!(k.mm(mm).min_flt, flt, "the moved pages fault");
+        got
+    }
+
+    /// PMD-aligned on both sides, a huge pmd moves whole (move_huge_pmd) with its
+    /// deposited table, and an order-0 pmd's pte table moves whole (move_normal_pmd):
+    /// no split, no new pte table. Half a pmd moves pte by pte into a new table.
+    #[test]
+    fn whole_pmds_move_as_entries_and_part_of_one_pte_by_pte() {
+        assert_eq!(move_whole(&[("enabled", "always")], BASE, 4 << 20, NEW), (0, 0));
+        assert_eq!(move_whole(&[], BASE, 2 << 20, NEW), (0, 0));
+        assert_eq!(move_whole(&[], BASE, 1 << 20, NEW), (0, 1));
+    }
+
+    /// A start 1M into a pmd reaching the next boundary, alike on both sides: the
+    /// first pmd's table is realigned down and moved whole (try_realign_addr); where
+    /// something is mapped below the start, it is not, and the first 1M moves into a
+    /// new table.
+    #[test]
+    fn a_move_realigns_down_to_the_pmd_only_over_free_space() {
+        let skew = 1 << 20;
+        assert_eq!(move_whole(&[], BASE + skew, 3 << 20, NEW + skew), (0, 0));
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[]);
+        k.do_mmap(mm, BASE, K4, VmFlags::READ).unwrap();
+        k.do_mmap(mm, BASE + skew, 3 << 20, VmFlags::READ | VmFlags::WRITE)
+            .unwrap();
+        for a in (BASE + skew..BASE + (4 << 20)).step_by(K4 as usize) {
+            user_access(&mut k, mm, 0, a, true).unwrap();
+        }
+        let tables = k.arch.hw.ev.get(Event::TableAllocL3);
+        k.do_mremap(mm, BASE + skew, 3 << 20, 3 << 20, NEW + skew).unwrap();
+        assert_clean(&k);
+        assert_eq!(k.arch.hw.ev.get(Event::TableAllocL3) - tables, 1);
+    }
+
+    /// A 1G move that is PUD-aligned on both sides would move a pud entry
+    /// (move_normal_pud), which the model lacks: refused, nothing done.
+    #[test]
+    fn a_whole_pud_move_is_refused_as_not_modeled() {
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[]);
+        k.do_mmap(mm, BASE, 1 << 30, VmFlags::READ | VmFlags::WRITE).unwrap();
+        user_access(&mut k, mm, 0, BASE, true).unwrap();
+        let e = k.do_mremap(mm, BASE, 1 << 30, 1 << 30, NEW + (1 << 30)).unwrap_err();
+        assert!(e.to_string().contains("not modeled"), "{e}");
+        assert!(k.mm(mm).find_vma(BASE).is_some());
     }
 
     /// Order-0 pages: 6.17-rc1 read every page's struct page for nothing (a batch of

@@ -7,7 +7,7 @@ use super::layout::region_layout;
 use super::perf::{Sampler, Tally};
 use super::proto::{recv, send, Cmd, Enc};
 use super::runner_pages::{Fate, RunnerPages};
-use crate::workload::{Advice, Op, Prot, Stmt};
+use crate::workload::{mremap_target, Advice, Op, Prot, Stmt};
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
 
@@ -359,6 +359,27 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
                 };
                 check(libc::mprotect(a as *mut _, len as usize, p))
             }
+            Op::Mremap {
+                region: ref r,
+                size,
+                moves,
+            } => {
+                let (a, old) = region(r);
+                let to = if moves { mremap_target(a) } else { a };
+                let flags = if moves {
+                    libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED
+                } else {
+                    0
+                };
+                let p = libc::mremap(a as *mut _, old as usize, size as usize, flags, to as *mut libc::c_void);
+                if p == libc::MAP_FAILED {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if p as u64 != to {
+                    return Err(std::io::Error::other(format!("mremap moved it to {p:?}, not {to:#x}")));
+                }
+                Ok(())
+            }
             Op::Mlock { ref region, range } => {
                 let (a, len) = span(region, range);
                 check(libc::mlock(a as *const _, len as usize))
@@ -426,6 +447,11 @@ fn track(op: &Op, regions: &mut BTreeMap<String, (u64, u64)>) {
         }
         Op::Munmap { region, range: None } => {
             regions.remove(region);
+        }
+        Op::Mremap { region, size, moves } => {
+            if let Some(r) = regions.get_mut(region) {
+                *r = (if *moves { mremap_target(r.0) } else { r.0 }, *size);
+            }
         }
         _ => {}
     }

@@ -14,7 +14,7 @@ use crate::mm::mm_types::{MmId, VmFlags};
 use crate::mm::vmstat::{MthpStat, VmEvent};
 use crate::mm::Kernel;
 use crate::report::{Counters, PageKind, Phase, Report, RunBuilder};
-use crate::workload::{Advice, Op, Pos, Prot, Stmt, Workload};
+use crate::workload::{mremap_target, Advice, Op, Pos, Prot, Stmt, Workload};
 use std::collections::BTreeMap;
 pub use variants::Variants;
 
@@ -42,7 +42,7 @@ impl SimError {
     }
 }
 
-#[derive(Clone)]
+#[derive(Clone, Copy)]
 struct Region {
     addr: u64,
     size: u64,
@@ -212,7 +212,9 @@ pub fn budget(w: &Workload, cfg: &MachineConfig) -> crate::hostmem::Budget {
     fn walk<'w>(stmts: &'w [Stmt], acc: &mut Walk<'w>) {
         for s in stmts {
             match &s.op {
-                Op::Mmap { size, .. } => {
+                // A region mremap'ed may map up to its new size: counted as a new
+                // mapping, an upper bound.
+                Op::Mmap { size, .. } | Op::Mremap { size, .. } => {
                     acc.bytes = acc.bytes.saturating_add(*size);
                     acc.mmaps = acc.mmaps.saturating_add(1);
                 }
@@ -286,6 +288,7 @@ fn check_granule(w: &Workload, stmts: &[Stmt], page: u64) -> Result<(), SimError
             Op::Mmap { size, skew, .. } if size % page != 0 || skew % page != 0 => {
                 return Err(bad(s.pos, "region size or skew"))
             }
+            Op::Mremap { size, .. } if size % page != 0 => return Err(bad(s.pos, "mremap size")),
             Op::Touch { range: Some(r), .. }
             | Op::Madvise { range: r, .. }
             | Op::Mprotect { range: r, .. }
@@ -480,6 +483,24 @@ impl Sim<'_> {
                 self.k
                     .do_mprotect(mm, start, end, flags)
                     .map_err(|e| self.fail(s.pos, e))
+            }
+            Op::Mremap { region, size, moves } => {
+                let owner = self.owner(&s.proc_name).to_string();
+                let r = self.procs[&owner].regions[region];
+                let to = if *moves { mremap_target(r.addr) } else { r.addr };
+                let (mm, cpu) = self.proc(&s.proc_name);
+                self.k.switch_mm(cpu, mm);
+                self.syscall(1);
+                self.k
+                    .do_mremap(mm, r.addr, r.size, *size, to)
+                    .map_err(|e| self.fail(s.pos, e))?;
+                let moved = Region { addr: to, size: *size };
+                self.procs
+                    .get_mut(&owner)
+                    .unwrap()
+                    .regions
+                    .insert(region.clone(), moved);
+                Ok(())
             }
             Op::Fork { child } => {
                 let (mm, cpu) = self.proc(&s.proc_name);

@@ -643,7 +643,6 @@ impl Replay {
             }
             return Ok(());
         }
-        let len = (old_end - old).min(new_end - new);
         self.unmap(proc, new, new_end);
         let sp = self.space(proc).expect("live");
         let pieces = sp.carve(old, old_end);
@@ -653,7 +652,7 @@ impl Replay {
         sp.maps.insert(new, Mapping { end: new_end, ..m });
         if m.kind.is_anon() {
             self.k
-                .move_vma(mm, old, old_end, new, new + len, new_end)
+                .do_mremap(mm, old, old_end - old, new_end - new, new)
                 .map_err(|e| self.fail(format!("mremap {old:#x} -> {new:#x} in the model: {e}")))?;
         }
         Ok(())

@@ -131,6 +131,15 @@ pub enum Op {
         range: Range,
         prot: Prot,
     },
+    /// `mremap R SIZE [move]`: mremap(2) of the whole region to SIZE bytes, where it
+    /// is, or with `move` (MREMAP_MAYMOVE | MREMAP_FIXED) to the other half of its 64G
+    /// placement slot (`mremap_target`), so model and host agree on the address (an
+    /// extension of the spec).
+    Mremap {
+        region: String,
+        size: u64,
+        moves: bool,
+    },
     Mlock {
         region: String,
         range: Option<Range>,
@@ -199,6 +208,7 @@ impl Op {
             Op::Madvise { .. } => "madvise",
             Op::Munmap { .. } => "munmap",
             Op::Mprotect { .. } => "mprotect",
+            Op::Mremap { .. } => "mremap",
             Op::Mlock { .. } => "mlock",
             Op::Munlock { .. } => "munlock",
             Op::Fork { .. } => "fork",
@@ -214,6 +224,16 @@ impl Op {
             Op::Mark { .. } => "mark",
         }
     }
+}
+
+/// Where `mremap R SIZE move` puts a region now at `addr`: the same offset in the
+/// other 32G half of its 64G placement slot (a region is at most 32G, so the two never
+/// overlap, and a region moved twice is back where it was).
+pub fn mremap_target(addr: u64) -> u64 {
+    let half = PLACEMENT_STRIDE / 2;
+    let slot = addr - (addr - PLACEMENT_BASE) % PLACEMENT_STRIDE;
+    let off = addr - slot;
+    slot + if off < half { off + half } else { off - half }
 }
 
 /// How many times ops `pick` selects run in `stmts`, repeats multiplied out: Err with
@@ -263,4 +283,17 @@ pub struct WorkloadError {
     pub path: String,
     pub pos: Pos,
     pub msg: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mremap_target_flips_between_the_halves_of_the_slot() {
+        let slot = PLACEMENT_BASE + 3 * PLACEMENT_STRIDE;
+        assert_eq!(mremap_target(slot), slot + (32 << 30));
+        assert_eq!(mremap_target(slot + (32 << 30) + 4096), slot + 4096);
+        assert_eq!(mremap_target(mremap_target(slot + (5 << 30))), slot + (5 << 30));
+    }
 }

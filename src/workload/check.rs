@@ -35,6 +35,8 @@ pub(crate) struct Spans {
     pub name: Pos,
     /// The offset of `OFF LEN`.
     pub range: Option<Pos>,
+    /// The new size of an `mremap`.
+    pub size: Option<Pos>,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -47,6 +49,11 @@ struct Region {
     maps: Vec<(u64, u64, Prot)>,
     /// A shared (shmem) mapping: only the ops the model has for it are allowed.
     shared: bool,
+    /// Where the region starts in its 64G placement slot (its skew, until a move).
+    slot_off: u64,
+    /// The op and line that may have split the region's VMA by flags the maps above
+    /// do not track (VM_LOCKED, VM_(NO)HUGEPAGE on a part): mremap moves one VMA.
+    vma_split: Option<(&'static str, u32)>,
 }
 
 impl Region {
@@ -319,6 +326,7 @@ impl Checker<'_> {
                 size,
                 ro,
                 shared,
+                skew,
                 ..
             } => {
                 if let Some(r) = proc.regions.get(region) {
@@ -341,6 +349,8 @@ impl Checker<'_> {
                         line: stmt.pos.line,
                         maps: vec![(0, *size, prot)],
                         shared: *shared,
+                        slot_off: *skew,
+                        vma_split: None,
                     },
                 );
             }
@@ -395,11 +405,72 @@ impl Checker<'_> {
                 if let Op::Mprotect { prot, .. } = stmt.op {
                     reg.set(r, Some(prot));
                 }
+                let partial = r.len != reg.size;
+                match stmt.op {
+                    Op::Mlock { .. } => reg.vma_split = Some(("mlock", stmt.pos.line)),
+                    Op::Madvise {
+                        advice: Advice::HugePage | Advice::NoHugePage,
+                        ..
+                    } if partial => reg.vma_split = Some(("madvise", stmt.pos.line)),
+                    _ => {}
+                }
             }
             Op::Mlock { region, range: None } | Op::Munlock { region, range: None } => {
-                if self.region(proc, name, region, None, at)?.0.shared {
+                let reg = self.region(proc, name, region, None, at)?.0;
+                if reg.shared {
                     return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
                 }
+                if matches!(stmt.op, Op::Mlock { .. }) {
+                    reg.vma_split = Some(("mlock", stmt.pos.line));
+                }
+            }
+            Op::Mremap { region, size, moves } => {
+                let reg = self.region(proc, name, region, None, at)?.0;
+                if reg.shared {
+                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                }
+                let whole = |m: &[(u64, u64, Prot)]| match m {
+                    [(0, end, p)] if *end == reg.size => Some(*p),
+                    _ => None,
+                };
+                let Some(prot) = whole(&reg.maps) else {
+                    return Err(self.err(
+                        at.name,
+                        format!(
+                            "mremap of region '{}' needs all of it mapped with one protection (one VMA)",
+                            Echo(region)
+                        ),
+                    ));
+                };
+                if let Some((what, line)) = reg.vma_split {
+                    return Err(self.err(
+                        at.name,
+                        format!(
+                            "mremap of region '{}' after the {what} at line {line}, which may have split its VMA: not supported (mremap moves one VMA)",
+                            Echo(region)
+                        ),
+                    ));
+                }
+                let half = PLACEMENT_STRIDE / 2;
+                let off = match (*moves, reg.slot_off < half) {
+                    (false, _) => reg.slot_off,
+                    (true, true) => reg.slot_off + half,
+                    (true, false) => reg.slot_off - half,
+                };
+                if off + size > PLACEMENT_STRIDE {
+                    return Err(self.err(
+                        at.size.unwrap_or(at.name),
+                        format!(
+                            "region '{}' of {} at {} in its placement slot would leave the slot's 64G",
+                            Echo(region),
+                            fmt_size(*size),
+                            fmt_size(off)
+                        ),
+                    ));
+                }
+                reg.size = *size;
+                reg.maps = vec![(0, *size, prot)];
+                reg.slot_off = off;
             }
             // move_pages(2) gives pages with nothing mapped a status, not an error.
             Op::Migrate { region, range, .. } => {
@@ -509,6 +580,50 @@ mod tests {
     #[track_caller]
     fn ok(src: &str) {
         parse_str("t.wl", src).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn mremap_follows_the_region_and_refuses_what_it_cannot_move() {
+        ok("mmap a 64K\nmremap a 128K move\ntouch a 64K 64K\nmremap a 4K\nrepeat 3\n  mremap a 4K move\nend\ntouch a");
+        fails(
+            "mmap a 64K\nmremap a 4K\ntouch a 4K 4K",
+            3,
+            9,
+            "outside region 'a' (size 4K)",
+        );
+        fails("mremap a 4K", 1, 8, "region 'a' is not mapped");
+        fails("mmap a 64K\nmunmap a\nmremap a 4K", 3, 8, "unmapped at line 2");
+        fails("mmap a 64K\nmremap a 0", 2, 10, "not a non-zero multiple of 4K");
+        fails("mmap a 64K\nmremap a 6K", 2, 10, "not a non-zero multiple of 4K");
+        fails("mmap a 64K\nmremap a 64K moving", 2, 14, "expected move");
+        fails(
+            "mmap a 64K\nmunmap a 0 4K\nmremap a 64K",
+            3,
+            8,
+            "one protection (one VMA)",
+        );
+        fails(
+            "mmap a 64K\nmprotect a 0 4K r\nmremap a 64K move",
+            3,
+            8,
+            "one protection",
+        );
+        fails(
+            "mmap a 64K\nmadvise a 0 4K hugepage\nmremap a 64K",
+            3,
+            8,
+            "madvise at line 2",
+        );
+        fails("mmap a 64K\nmlock a\nmunlock a\nmremap a 64K", 4, 8, "mlock at line 2");
+        fails("mmap a 64K shared\nmremap a 64K", 2, 8, "not modeled");
+        // A move to the upper half leaves 32G there; in place the slot's 64G bound.
+        fails(
+            "mmap a 64K skew=1G\nmremap a 32G move",
+            2,
+            10,
+            "would leave the slot's 64G",
+        );
+        ok("mmap a 64K skew=1G\nmremap a 31G move\nmremap a 31G move\nmremap a 32G");
     }
 
     #[test]
@@ -721,6 +836,8 @@ mod tests {
             line: 1,
             maps: vec![(0, 64, Prot::Rw)],
             shared: false,
+            slot_off: 0,
+            vma_split: None,
         };
         r.set(Range { off: 16, len: 16 }, Some(Prot::R));
         assert_eq!(r.maps, [(0, 16, Prot::Rw), (16, 32, Prot::R), (32, 64, Prot::Rw)]);

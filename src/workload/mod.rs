@@ -5,7 +5,7 @@ pub mod ast;
 mod check;
 pub mod parse;
 
-pub use ast::{executed, Advice, MachineNeed, Op, Pos, Prot, Range, Stmt, Workload, WorkloadError};
+pub use ast::{executed, mremap_target, Advice, MachineNeed, Op, Pos, Prot, Range, Stmt, Workload, WorkloadError};
 pub use parse::{parse_file, parse_str};
 
 /// The first op only the model runs (threads and CPU placement; the host runners'

@@ -183,8 +183,8 @@ struct Parser<'p> {
 
 /// The ops of the language, for "did you mean" on an unknown one.
 const OPS: &[&str] = &[
-    "set", "mmap", "touch", "madvise", "munmap", "mprotect", "mlock", "munlock", "fork", "exit", "thread", "threads",
-    "cpu", "shrink", "swapon", "memlimit", "migrate", "mark", "repeat", "end", "machine",
+    "set", "mmap", "touch", "madvise", "munmap", "mprotect", "mremap", "mlock", "munlock", "fork", "exit", "thread",
+    "threads", "cpu", "shrink", "swapon", "memlimit", "migrate", "mark", "repeat", "end", "machine",
 ];
 
 /// The tokens of one line after the op keyword.
@@ -447,6 +447,19 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 Op::Mprotect { region, range, prot }
             }
+            "mremap" => {
+                let region = self.region(&mut a, &mut at)?;
+                let t = self.arg(&mut a, "a new size")?;
+                let size = self.region_size(t)?;
+                let moves = match a.next() {
+                    None => false,
+                    Some(t) if t.text == "move" => true,
+                    Some(t) => return Err(self.err(t.pos, format!("unexpected '{}' (expected move)", Echo(t.text)))),
+                };
+                self.finish(&a)?;
+                at.size = Some(t.pos);
+                Op::Mremap { region, size, moves }
+            }
             "munmap" | "mlock" | "munlock" => {
                 let region = self.region(&mut a, &mut at)?;
                 let range = self.opt_range(&mut a, &mut at)?;
@@ -575,16 +588,7 @@ impl Parser<'_> {
     fn mmap(&mut self, a: &mut Args, at: &mut Spans) -> Result<Op, WorkloadError> {
         let region = self.region(a, at)?;
         let t = self.arg(a, "a size")?;
-        let size = self.size(t, t.text, "size")?;
-        if size == 0 || size % UNIT != 0 {
-            return Err(self.err(
-                t.pos,
-                format!("region size {} is not a non-zero multiple of 4K", Echo(t.text)),
-            ));
-        }
-        if size > MAX_REGION {
-            return Err(self.err(t.pos, format!("region size {} is above the 32G limit", Echo(t.text))));
-        }
+        let size = self.region_size(t)?;
         let (mut skew, mut flags) = (None, [None::<Pos>; 5]);
         const FLAGS: [&str; 5] = ["hugepage", "nohugepage", "populate", "ro", "shared"];
         while let Some(t) = a.next() {
@@ -654,6 +658,21 @@ impl Parser<'_> {
             index,
             addr,
         })
+    }
+
+    /// A region's size (`mmap`, `mremap`): a non-zero multiple of 4K, at most 32G.
+    fn region_size(&self, t: Tok) -> Result<u64, WorkloadError> {
+        let size = self.size(t, t.text, "size")?;
+        if size == 0 || size % UNIT != 0 {
+            return Err(self.err(
+                t.pos,
+                format!("region size {} is not a non-zero multiple of 4K", Echo(t.text)),
+            ));
+        }
+        if size > MAX_REGION {
+            return Err(self.err(t.pos, format!("region size {} is above the 32G limit", Echo(t.text))));
+        }
+        Ok(size)
     }
 
     fn arg<'a>(&self, a: &mut Args<'a, '_>, what: &str) -> Result<Tok<'a>, WorkloadError> {

@@ -97,6 +97,7 @@ struct step {
 	char a[NAME];	/* region, child, knob or label */
 	char b[NAME];	/* knob value, advice, prot */
 	uint64_t addr, len, stride, step;
+	uint64_t to, to_len;	/* mremap: the new address and size */
 	int write, hugepage, nohugepage, populate, ro, whole;
 	int shared;	/* mmap: MAP_SHARED (shmem) */
 	int node;	/* migrate's target NUMA node */
@@ -459,6 +460,19 @@ static int exec_op(const struct step *st, struct sampler *s, struct tally *t)
 	}
 	if (!strcmp(st->kind, "munmap"))
 		return munmap((void *)st->addr, st->len);
+	if (!strcmp(st->kind, "mremap")) {
+		/* Moved to the address the host chose (MREMAP_FIXED), or in place. */
+		int flags = st->to != st->addr ? MREMAP_MAYMOVE | MREMAP_FIXED : 0;
+		void *p = mremap((void *)st->addr, st->len, st->to_len, flags, (void *)st->to);
+
+		if (p == MAP_FAILED)
+			return -1;
+		if ((uint64_t)p != st->to) {
+			errno = EFAULT;
+			return -1;
+		}
+		return 0;
+	}
 	if (!strcmp(st->kind, "mprotect")) {
 		int prot = !strcmp(st->b, "none") ? PROT_NONE
 			 : !strcmp(st->b, "r")    ? PROT_READ
@@ -497,6 +511,12 @@ static void track(const struct step *st)
 		for (int i = 0; i < nregions; i++)
 			if (!strcmp(regions[i].name, st->a))
 				regions[i] = regions[--nregions];
+	} else if (!strcmp(st->kind, "mremap")) {
+		for (int i = 0; i < nregions; i++)
+			if (!strcmp(regions[i].name, st->a)) {
+				regions[i].addr = st->to;
+				regions[i].size = st->to_len;
+			}
 	}
 }
 
@@ -1180,6 +1200,16 @@ static int parse_step(char *line, struct step *st)
 		st->addr = a;
 		st->len = l;
 		return n == 5 ? 0 : -1;
+	}
+	if (!strcmp(st->kind, "mremap")) {
+		unsigned long long to = 0, to_len = 0;
+
+		n = sscanf(line, "%63s %63s %llx %llx %llx %llx", st->proc, st->a, &a, &l, &to, &to_len);
+		st->addr = a;
+		st->len = l;
+		st->to = to;
+		st->to_len = to_len;
+		return n == 6 && to_len ? 0 : -1;
 	}
 	if (!strcmp(st->kind, "mprotect")) {
 		n = sscanf(line, "%63s %llx %llx %63s", st->proc, &a, &l, st->b);

@@ -15,6 +15,7 @@
 //! step mmap PROC REGION ADDR SIZE HUGEPAGE NOHUGEPAGE POPULATE RO
 //! step touch PROC ADDR LEN WRITE STRIDE | step madvise PROC ADDR LEN ADVICE STEP
 //! step munmap PROC REGION ADDR LEN WHOLE | step mprotect PROC ADDR LEN none|r|rw
+//! step mremap PROC REGION ADDR LEN NEW_ADDR NEW_LEN (moved with MREMAP_FIXED when the addresses differ)
 //! step mlock|munlock PROC ADDR LEN | step fork PROC CHILD | step exit PROC
 //! ```
 //! (numbers in hex). Every step but `mark` is one window of the plugin's, in order.
@@ -23,7 +24,7 @@ use crate::hw::Granule;
 use crate::mm::thp_sysfs::ThpKnobs;
 use crate::report::{Background, Counters, Phase, Report, Run};
 use crate::sim::kernels::Release;
-use crate::workload::{Op, Prot, Stmt, Workload};
+use crate::workload::{mremap_target, Op, Prot, Stmt, Workload};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -491,6 +492,14 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
                     Prot::Rw => "rw",
                 };
                 format!("mprotect {p} {a:x} {len:x} {prot}")
+            }
+            Op::Mremap { region, size, moves } => {
+                let (a, old) = span(&regions, region, None);
+                // The target in the guest's offset placement: the same slot half
+                // rule, applied to the workload's own address.
+                let to = if *moves { mremap_target(a - offset) + offset } else { a };
+                regions.entry(p).or_default().insert(region, (to, *size));
+                format!("mremap {p} {region} {a:x} {old:x} {to:x} {size:x}")
             }
             Op::Mlock { region, range } | Op::Munlock { region, range } => {
                 let (a, len) = span(&regions, region, *range);
