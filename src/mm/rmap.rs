@@ -581,18 +581,7 @@ impl Kernel {
         let g = self.arch.granule();
         let mut young: Vec<MmId> = Vec::new();
         if self.memmap.folio_order(folio) == g.pmd_order() {
-            let haddr = self.memmap.page(folio).index << g.page_shift();
-            for mm in 0..self.mms.len() {
-                if self.mms[mm].is_none() {
-                    continue;
-                }
-                let Some(pmd) = self.pmd_offset(mm, haddr) else {
-                    continue;
-                };
-                let d = self.pxd_get(2, pmd);
-                if !(pmd_trans_huge(d) && d.pfn(g) == folio) {
-                    continue;
-                }
+            for (mm, pmd, haddr) in self.pmd_mappings(folio) {
                 if self
                     .mm(mm)
                     .find_vma(haddr)
@@ -652,6 +641,29 @@ impl Kernel {
         let ptep = self.pte_offset(mm, addr)?;
         let pte = self.arch.__ptep_get(ptep);
         (pte.pte_present() && pte.pte_pfn(g) == page).then_some(ptep)
+    }
+
+    /// The pmds mapping the PMD-order `folio` whole, in mm order: an anon one at its
+    /// page->index, a page-cache one through the VMAs mapping its inode.
+    fn pmd_mappings(&mut self, folio: Pfn) -> Vec<(MmId, PmdPtr, u64)> {
+        if self.shmem.folio_inode(folio).is_some() {
+            return self.file_pmd_mappings(folio);
+        }
+        let g = self.arch.granule();
+        let haddr = self.memmap.page(folio).index << g.page_shift();
+        let mut out = Vec::new();
+        for mm in 0..self.mms.len() {
+            if self.mms[mm].is_none() {
+                continue;
+            }
+            if let Some(pmd) = self.pmd_offset(mm, haddr) {
+                let d = self.pxd_get(2, pmd);
+                if pmd_trans_huge(d) && d.pfn(g) == folio {
+                    out.push((mm, pmd, haddr));
+                }
+            }
+        }
+        out
     }
 
     /// The pmds mapping the PMD-order page-cache `folio` whole, in mm order: its

@@ -735,6 +735,17 @@ mod tests {
     }
 
     #[test]
+    fn folio_referenced_finds_a_shmem_folios_pmd_through_its_file_mapping() {
+        let (mut k, mm) = shared_pmd();
+        touch(&mut k, mm, 2 * MB, true);
+        let pmd = k.pmd_offset(mm, BASE).unwrap();
+        let folio = k.pxd_get(2, pmd).pfn(k.arch.granule());
+        assert_eq!(k.folio_referenced(folio), (1, false), "the access set the pmd's AF");
+        assert_eq!(k.folio_referenced(folio), (0, false), "and the first look cleared it");
+        assert_clean(&k);
+    }
+
+    #[test]
     fn order_1_shmem_folios_are_allocated_and_counted() {
         let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-8kB/shmem_enabled", "always")]);
         shared(&mut k, mm, 64 << 10);
