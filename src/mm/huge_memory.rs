@@ -292,7 +292,11 @@ fn __split_huge_pmd_locked(
     k.stat.count_vm_event(VmEvent::ThpSplitPmd);
     if vma.is_shmem() {
         // !vma_is_anonymous: a file pmd is not split into ptes but zapped
-        // (pmdp_huge_clear_flush); the page cache keeps the folio whole.
+        // (pmdp_huge_clear_flush); the page cache keeps the folio whole. Before the
+        // folio rmap API this branch called page_remove_rmap(page, vma, true).
+        if k.rmap_page_api {
+            k.arch.kc.inc(crate::kcount::KernelEvent::PageRemoveRmap);
+        }
         k.pxd_set(2, haddr, pmd, Desc::ZERO);
         flush_pmd_tlb_range(k, mm, haddr);
         zap_file_pmd(k, mm, old);

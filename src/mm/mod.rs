@@ -168,6 +168,9 @@ pub struct Kernel {
     /// shmem_writeout counts the split of a large folio it cannot swap out whole as
     /// swpout_fallback (7.0+).
     pub shmem_split_counts_fallback: bool,
+    /// shmem_writeout splits every large folio before writing it (before 6.12's large
+    /// folio swap-out for shmem).
+    pub shmem_swapout_split: bool,
     /// The shmem inodes behind shared anonymous mappings, and their page caches.
     pub shmem: shmem::Shmem,
     /// The workload's memory cgroup (`memlimit`), if any.
@@ -249,6 +252,7 @@ impl Kernel {
             map_whole_folio_faultaround: true,
             file_unmap_batched: false,
             shmem_split_counts_fallback: false,
+            shmem_swapout_split: false,
             memcg: None,
             next_asid: 1,
             next_anon_vma: 1,

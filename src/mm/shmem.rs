@@ -333,7 +333,8 @@ impl Kernel {
     /// (swap_shmem_alloc), then swap_writeout. Without CONFIG_THP_SWAP (arm64 with 16K
     /// or 64K pages), or when no run of slots is free, the folio is split first
     /// (try_split: its pages kept dirty, the tails put on reclaim's `list` to be written
-    /// in turn, 6.19+ counting swpout_fallback) and its first page written alone.
+    /// in turn, 7.0+ counting swpout_fallback) and its first page written alone; before
+    /// 6.12 every large folio was split so (`shmem-swapout=split`).
     /// None (AOP_WRITEPAGE_ACTIVATE, redirtied by the caller): no swap, no slot, or the
     /// split failed.
     pub fn shmem_writeout(&mut self, folio: Pfn, list: &mut Vec<Pfn>) -> Option<u64> {
@@ -341,7 +342,7 @@ impl Kernel {
         let ino = self.shmem.folio_inode(folio).expect("a shmem folio");
         self.swap.as_ref()?;
         let mut order = self.memmap.folio_order(folio);
-        let mut split = order > 0 && !self.thp_swap();
+        let mut split = order > 0 && (!self.thp_swap() || self.shmem_swapout_split);
         let slot = loop {
             if split {
                 self.memmap.folio_set(folio, PageFlags::DIRTY);

@@ -220,6 +220,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "shmem-swapout",
+        before: "split",
+        after: "whole",
+        release: Release(6, 12),
+        commit: "(id not found): Baolin Wang's \"support large folio swap-out for shmem\"; in 6.12's source",
+        what: "shmem_writeout writes a large folio whole with THP_SWAP instead of always splitting it first",
+    },
+    Change {
+        scope: Scope::Run,
         key: "shmem-swapin",
         before: "cluster",
         after: "direct",

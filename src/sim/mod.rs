@@ -184,6 +184,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.map_whole_folio_faultaround = v.get("faultaround") == "folio";
     k.file_unmap_batched = v.get("file-unmap") == "batched";
     k.shmem_split_counts_fallback = v.get("shmem-split-stat") == "counted";
+    k.shmem_swapout_split = v.get("shmem-swapout") == "split";
     k.knobs.set_kernel(v.mthp(), v.shrink_underused());
     k.split_zeropage = v.split_zeropage();
     k.pageout_clears_young = v.get("pageout-young") == "clear";
