@@ -180,6 +180,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.swapin_write_fault_only = v.get("swapin-write") == "on-write";
     k.shmem_swapin_cluster = v.get("shmem-swapin") == "cluster";
     k.swapin_sync_cache = v.get("sync-swapin") == "cache";
+    k.swap_cache_xarray = v.get("swap-cache") == "xarray";
     k.fault_dirty_write_only = v.get("fault-dirty") == "write";
     k.map_whole_folio_faultaround = v.get("faultaround") == "folio";
     k.file_unmap_batched = v.get("file-unmap") == "batched";
