@@ -368,7 +368,9 @@ impl Comparison {
 /// measurement: also every swap-in, swap-out and swap readahead counter, since the only
 /// swap device is the workload's own zram, on just while it runs. split_deferred is
 /// left out: other processes partially unmap the mTHPs a workload's knobs let them
-/// fault, and move it in most saved runs.
+/// fault, and move it in most saved runs. The PMD-sized shmem allocations follow the
+/// shmem knobs as the per-size shmem stats do; thp_file_mapped is left out, any file
+/// THP's pmd mapping by another process moves it.
 pub fn exact_global(key: &str) -> bool {
     let stat = key.rsplit('.').next().unwrap_or("");
     matches!(
@@ -384,6 +386,8 @@ pub fn exact_global(key: &str) -> bool {
             | "vmstat.swpout_zero"
             | "vmstat.swap_ra"
             | "vmstat.swap_ra_hit"
+            | "vmstat.thp_file_alloc"
+            | "vmstat.thp_file_fallback"
     ) || (key.starts_with("mthp.")
         && matches!(
             stat,

@@ -235,7 +235,11 @@ impl Kernel {
                     }
                     *seen.pmd_maps.entry(pfn.0).or_default() += 1;
                     *seen.folio_mm_maps.entry((pfn.0, mm)).or_default() += 1;
-                    *rss += 1 << g.pmd_order();
+                    if self.shmem.folio_inode(pfn).is_some() {
+                        *seen.shmem_ptes.entry(mm).or_default() += 1 << g.pmd_order();
+                    } else {
+                        *rss += 1 << g.pmd_order();
+                    }
                 }
                 DescKind::Page(_) => {
                     let pfn = d.pfn(g);

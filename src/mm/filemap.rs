@@ -3,6 +3,7 @@
 //! written out), and the fault-around that maps what it already holds
 //! (filemap_map_pages, reached through do_fault_around).
 
+use super::memory::VmFault;
 use super::mm_types::{MmId, Vma};
 use super::pgtable::PmdPtr;
 use super::Kernel;
@@ -44,6 +45,9 @@ impl Kernel {
     /// ptes with one set_pte_range and its references; a run without the faulting
     /// address is mapped old where the architecture wants prefaulted ptes old (arm64
     /// with hardware AF). True (VM_FAULT_NOPAGE) when the faulting address got its page.
+    /// On a none pmd (filemap_map_pmd): nothing cached in the window leaves it none; a
+    /// PMD-sized first folio is mapped by the pmd (do_set_pmd); else the pte table
+    /// goes in (pmd_install of do_fault_around's preallocated one).
     #[allow(clippy::too_many_arguments)]
     pub fn filemap_map_pages(
         &mut self,
@@ -59,6 +63,26 @@ impl Kernel {
         let shift = g.page_shift();
         let inode = vma.file.expect("a file VMA");
         let amm = self.arch_mm(mm);
+        if self.pxd_get(2, pmd).is_none() {
+            let first =
+                (self.shmem.inode(inode).mapping.i_pages.range(start_pgoff..=end_pgoff)).find_map(|(_, e)| match e {
+                    CacheEntry::Folio(f) => Some(*f),
+                    CacheEntry::Swap(_) => None,
+                });
+            let Some(folio) = first else {
+                return false;
+            };
+            if self.memmap.folio_order(folio) == g.pmd_order() {
+                self.folio_ref_add(folio, 1);
+                if super::huge_memory::do_set_pmd(self, mm, vma, pmd, addr, folio, false) == VmFault::Done {
+                    return true;
+                }
+                self.folio_put(folio);
+            }
+            if !self.pte_alloc(mm, pmd, addr) {
+                return false;
+            }
+        }
         let fault_index = vma.linear_page_index(addr, shift);
         // (folio, first index of the window in it, last index of the window in it)
         let mut folios: Vec<(Pfn, u64, u64)> = Vec::new();

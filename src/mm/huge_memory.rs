@@ -290,6 +290,20 @@ fn __split_huge_pmd_locked(
     }
     let freeze_was_some = freeze.is_some();
     k.stat.count_vm_event(VmEvent::ThpSplitPmd);
+    if vma.is_shmem() {
+        // !vma_is_anonymous: a file pmd is not split into ptes but zapped
+        // (pmdp_huge_clear_flush); the page cache keeps the folio whole. Before the
+        // folio rmap API this branch called page_remove_rmap(page, vma, true).
+        if k.rmap_page_api {
+            k.arch.kc.inc(crate::kcount::KernelEvent::PageRemoveRmap);
+        }
+        k.pxd_set(2, haddr, pmd, Desc::ZERO);
+        flush_pmd_tlb_range(k, mm, haddr);
+        zap_file_pmd(k, mm, old);
+        let folio = old.pfn(g);
+        k.folio_put(folio);
+        return;
+    }
     let amm = k.arch_mm(mm);
     let prot = vm_page_prot(vma);
     if is_huge_zero_pmd(k, old) {
@@ -445,6 +459,46 @@ pub fn split_huge_pmd_address(k: &mut Kernel, mm: MmId, vma: &Vma, addr: u64) {
     }
 }
 
+/// The file side of a cleared pmd (zap_huge_pmd, __split_huge_pmd_locked): its dirt
+/// and young bit go to the folio, its rmap and MM_SHMEMPAGES go; the caller drops
+/// the pmd's reference. No table was deposited (arm64 does not need one for a file
+/// pmd).
+fn zap_file_pmd(k: &mut Kernel, mm: MmId, old: Desc) {
+    let g = k.arch.granule();
+    let folio = old.pfn(g);
+    let p = pmd_to_pte(old);
+    if p.pte_dirty() {
+        k.memmap.folio_set(folio, PageFlags::DIRTY);
+    }
+    k.folio_remove_rmap_pmd(folio, mm);
+    k.mm_mut(mm).rss_shmem -= 1 << g.pmd_order();
+}
+
+/// do_set_pmd: map the PMD-order page-cache `folio` (its reference from the fault
+/// becomes the pmd's) with one pmd at `addr`'s PMD block, dirty and writable on a
+/// write fault, counting thp_file_mapped. Fallback when the block does not lie in
+/// the VMA at a matching file offset, the folio is not PMD-sized, or the pmd is
+/// no longer none.
+pub fn do_set_pmd(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, folio: Pfn, write: bool) -> VmFault {
+    let g = k.arch.granule();
+    let order = g.pmd_order();
+    let haddr = addr & !(g.pmd_size() - 1);
+    let suitable = k.thp_vma_suitable_orders(vma, addr, 1 << order) != 0
+        && ((vma.start >> g.page_shift()) - vma.pgoff).is_multiple_of(1 << order);
+    if !suitable || k.memmap.folio_order(folio) != order || !k.pxd_get(2, pmd).is_none() {
+        return VmFault::Fallback;
+    }
+    let mut entry = Pte::pfn_pte(folio, vm_page_prot(vma), g);
+    if write {
+        entry = entry.pte_mkdirty().pte_mkwrite();
+    }
+    k.mm_mut(mm).rss_shmem += 1 << order;
+    k.folio_add_file_rmap_pmd(folio, mm);
+    k.pxd_set(2, haddr, pmd, pte_to_pmd(entry));
+    k.stat.count_vm_event(VmEvent::ThpFileMapped);
+    VmFault::Done
+}
+
 /// zap_huge_pmd: unmap a whole huge pmd.
 pub fn zap_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd: PmdPtr, addr: u64) {
     let g = k.arch.granule();
@@ -452,11 +506,21 @@ pub fn zap_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd: PmdPtr, 
     let old = k.pxd_get(2, pmd);
     k.pxd_set(2, haddr, pmd, Desc::ZERO);
     tlb.flush_pmd_range(haddr, g.pmd_size());
+    let folio = old.pfn(g);
+    if !is_huge_zero_pmd(k, old) && k.shmem.folio_inode(folio).is_some() {
+        if k.rmap_page_api {
+            k.arch.kc.inc(crate::kcount::KernelEvent::PageRemoveRmap);
+        }
+        zap_file_pmd(k, mm, old);
+        if tlb.remove_folio_pages(folio, 1, false) {
+            k.tlb_flush_mmu(tlb);
+        }
+        return;
+    }
     zap_deposited_table(k, mm, haddr);
     if is_huge_zero_pmd(k, old) {
         return;
     }
-    let folio = old.pfn(g);
     // page_remove_rmap(page, vma, true) before the folio API; a split's pmd removal
     // was open-coded in __split_huge_pmd_locked, so only the zap counts a call.
     if k.rmap_page_api {
@@ -633,8 +697,10 @@ pub fn change_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, vma: &Vma,
     }
 }
 
-/// split_folio / __folio_split to order 0: unmap every mapping of the large anon
-/// `folio`, make each page its own folio, map them back; pages nobody maps are freed.
+/// split_folio / __folio_split to order 0: unmap every mapping of the large `folio`,
+/// make each page its own folio; an anon folio's pages are mapped back, pages nobody
+/// maps are freed; a shmem folio's pages stay in the page cache, each at its index,
+/// unmapped (remap_page leaves file folios to fault back in).
 /// `pins` are the caller's references (it still holds them on the first page after).
 /// Fails, counting split_failed, while someone else holds a reference.
 pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
@@ -650,14 +716,24 @@ pub fn split_folio(k: &mut Kernel, folio: Pfn, pins: i32) -> bool {
         }
         return false;
     }
+    let file = k.shmem.folio_inode(folio);
     let entries = unmap_folio(k, folio);
-    folio_unqueue_deferred_split(k, folio);
-    if k.memmap.folio_test(folio, PageFlags::PARTIALLY_MAPPED) {
-        k.memmap.folio_clear(folio, PageFlags::PARTIALLY_MAPPED);
-        k.stat.mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
+    let nr = 1u64 << order;
+    if file.is_some() {
+        // Frozen with the page cache's references; each page gets its own back below.
+        k.memmap.folio_ref_add(folio, -(nr as i32));
+    } else {
+        folio_unqueue_deferred_split(k, folio);
+        if k.memmap.folio_test(folio, PageFlags::PARTIALLY_MAPPED) {
+            k.memmap.folio_clear(folio, PageFlags::PARTIALLY_MAPPED);
+            k.stat.mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
+        }
     }
     __split_folio_to_order_0(k, folio, pins);
-    k.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
+    match file {
+        Some(ino) => k.shmem_split_folio(folio, nr, ino),
+        None => k.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1),
+    }
     k.stat.count_mthp_stat(order, MthpStat::Split);
     if order == g.pmd_order() {
         k.stat.count_vm_event(VmEvent::ThpSplitPage);
@@ -685,7 +761,16 @@ fn unmap_folio(k: &mut Kernel, folio: Pfn) -> Vec<MigrationEntry> {
     if k.memmap.folio_order(folio) == k.arch.granule().pmd_order() {
         flags |= TtuFlags::SPLIT_HUGE_PMD;
     }
-    let entries = k.try_to_migrate(folio, flags);
+    // A file folio is unmapped for good (try_to_unmap), an anon one to migration
+    // entries (try_to_migrate) that remap_page turns back into ptes.
+    let entries = if k.shmem.folio_inode(folio).is_some() {
+        if k.memmap.folio_mapcount(folio) > 0 {
+            k.try_to_unmap_file(folio, flags);
+        }
+        Vec::new()
+    } else {
+        k.try_to_migrate(folio, flags)
+    };
     k.try_to_unmap_flush();
     entries
 }
@@ -699,9 +784,14 @@ fn remap_page(k: &mut Kernel, folio: Pfn, entries: &[MigrationEntry]) {
     }
 }
 
-/// can_split_folio: every reference but the caller's `pins` is a mapping.
+/// can_split_folio: every reference but the caller's `pins` is a mapping, or the
+/// page cache's (one per page of a shmem folio).
 pub fn can_split_folio(k: &Kernel, folio: Pfn, pins: i32) -> bool {
-    k.memmap.folio_ref_count(folio) == k.memmap.folio_mapcount(folio) + pins
+    let cache = match k.shmem.folio_inode(folio) {
+        Some(_) => k.memmap.folio_nr_pages(folio) as i32,
+        None => 0,
+    };
+    k.memmap.folio_ref_count(folio) == k.memmap.folio_mapcount(folio) + cache + pins
 }
 
 /// split_folio_to_list (reclaim): split, and put every page that is still in use on

@@ -614,11 +614,11 @@ impl Kernel {
 
     /// do_fault for a shared file (shmem) VMA: a read maps what the page cache holds
     /// around the address first (do_read_fault), a write faults its page in and dirties
-    /// it (do_shared_fault). Private file mappings are not modeled.
+    /// it (do_shared_fault). Private file mappings are not modeled. The pte table
+    /// comes only when a pte is to be set: a PMD-sized folio on a none pmd is mapped
+    /// by the pmd (the table __do_fault preallocates then is freed unused; not
+    /// modeled, it touches no page table).
     fn do_fault(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, write: bool) -> VmFault {
-        if !self.pte_alloc(mm, pmd, addr) {
-            return VmFault::Oom;
-        }
         if write {
             self.do_shared_fault(mm, vma, pmd, addr)
         } else {
@@ -667,6 +667,19 @@ impl Kernel {
             Ok(r) => r,
             Err(e) => return e,
         };
+        // finish_fault on a none pmd: a PMD-sized folio by its pmd, else a pte table.
+        if self.pxd_get(2, pmd).is_none() {
+            if huge_memory::do_set_pmd(self, mm, vma, pmd, addr, folio, write) == VmFault::Done {
+                if write {
+                    self.memmap.folio_set(folio, PageFlags::DIRTY);
+                }
+                return ret;
+            }
+            if !self.pte_alloc(mm, pmd, addr) {
+                self.folio_put(folio);
+                return VmFault::Oom;
+            }
+        }
         let amm = self.arch_mm(mm);
         let addr = addr & !(ps - 1);
         let mut nr = self.memmap.folio_nr_pages(folio);
@@ -831,7 +844,10 @@ impl Kernel {
             if pmd_trans_huge(d) {
                 if next - addr != pmd_size {
                     huge_memory::__split_huge_pmd(k, mm, vma, pmd, addr);
-                    k.zap_pte_range(tlb, mm, vma, pmd, addr, next);
+                    // A file pmd is zapped whole by its split: no table is left.
+                    if !k.pxd_get(2, pmd).is_none() {
+                        k.zap_pte_range(tlb, mm, vma, pmd, addr, next);
+                    }
                 } else {
                     huge_memory::zap_huge_pmd(k, tlb, mm, pmd, addr);
                 }

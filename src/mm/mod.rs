@@ -169,6 +169,12 @@ pub struct Kernel {
     /// try_to_unmap clears a large file folio's ptes a run at a time (7.0+,
     /// `file-unmap=batched`), else one at a time.
     pub file_unmap_batched: bool,
+    /// shmem_writeout counts the split of a large folio it cannot swap out whole as
+    /// swpout_fallback (7.0+).
+    pub shmem_split_counts_fallback: bool,
+    /// shmem_writeout splits every large folio before writing it (before 6.12's large
+    /// folio swap-out for shmem).
+    pub shmem_swapout_split: bool,
     /// The shmem inodes behind shared anonymous mappings, and their page caches.
     pub shmem: shmem::Shmem,
     /// The workload's memory cgroup (`memlimit`), if any.
@@ -250,6 +256,8 @@ impl Kernel {
             fault_dirty_write_only: false,
             map_whole_folio_faultaround: true,
             file_unmap_batched: false,
+            shmem_split_counts_fallback: false,
+            shmem_swapout_split: false,
             memcg: None,
             next_asid: 1,
             next_anon_vma: 1,

@@ -9,6 +9,7 @@ use super::huge_memory::{
     split_huge_pmd_locked_freeze,
 };
 use super::mm_types::{MmId, VmFlags, Vma};
+use super::pgtable::PmdPtr;
 use super::vmstat::MthpStat;
 use super::Kernel;
 use crate::arch::arm64::pgtable::pmd_trans_huge;
@@ -147,6 +148,13 @@ impl Kernel {
     pub fn folio_add_file_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, mm: MmId) {
         self.arch.kc.inc(KernelEvent::FolioAddFileRmapPtes);
         self.__folio_add_rmap_ptes(folio, page, nr, mm, false);
+    }
+
+    /// folio_add_file_rmap_pmd: map a PMD-order page-cache folio by a pmd in `mm`.
+    pub fn folio_add_file_rmap_pmd(&mut self, folio: Pfn, mm: MmId) {
+        self.arch.kc.inc(KernelEvent::FolioMapcountAtomic);
+        self.memmap.large_mut(folio).entire_mapcount += 1;
+        self.folio_add_large_mapcount(folio, 1, mm);
     }
 
     /// folio_try_dup_anon_rmap_ptes (fork): the child maps the same `nr` pages, which
@@ -382,6 +390,13 @@ impl Kernel {
     /// once written out).
     pub fn try_to_unmap_file(&mut self, folio: Pfn, flags: TtuFlags) {
         let g = self.arch.granule();
+        if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
+            // A file pmd "split" is its zap (thp_split_pmd): the pages are unmapped.
+            for (mm, pmd, haddr) in self.file_pmd_mappings(folio) {
+                let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
+                __split_huge_pmd(self, mm, &vma, pmd, haddr);
+            }
+        }
         let mappings = self.folio_mappings(folio);
         let mut skip = 0;
         for (mm, ptep, addr) in mappings {
@@ -566,18 +581,7 @@ impl Kernel {
         let g = self.arch.granule();
         let mut young: Vec<MmId> = Vec::new();
         if self.memmap.folio_order(folio) == g.pmd_order() {
-            let haddr = self.memmap.page(folio).index << g.page_shift();
-            for mm in 0..self.mms.len() {
-                if self.mms[mm].is_none() {
-                    continue;
-                }
-                let Some(pmd) = self.pmd_offset(mm, haddr) else {
-                    continue;
-                };
-                let d = self.pxd_get(2, pmd);
-                if !(pmd_trans_huge(d) && d.pfn(g) == folio) {
-                    continue;
-                }
+            for (mm, pmd, haddr) in self.pmd_mappings(folio) {
                 if self
                     .mm(mm)
                     .find_vma(haddr)
@@ -637,6 +641,58 @@ impl Kernel {
         let ptep = self.pte_offset(mm, addr)?;
         let pte = self.arch.__ptep_get(ptep);
         (pte.pte_present() && pte.pte_pfn(g) == page).then_some(ptep)
+    }
+
+    /// The pmds mapping the PMD-order `folio` whole, in mm order: an anon one at its
+    /// page->index, a page-cache one through the VMAs mapping its inode.
+    fn pmd_mappings(&mut self, folio: Pfn) -> Vec<(MmId, PmdPtr, u64)> {
+        if self.shmem.folio_inode(folio).is_some() {
+            return self.file_pmd_mappings(folio);
+        }
+        let g = self.arch.granule();
+        let haddr = self.memmap.page(folio).index << g.page_shift();
+        let mut out = Vec::new();
+        for mm in 0..self.mms.len() {
+            if self.mms[mm].is_none() {
+                continue;
+            }
+            if let Some(pmd) = self.pmd_offset(mm, haddr) {
+                let d = self.pxd_get(2, pmd);
+                if pmd_trans_huge(d) && d.pfn(g) == folio {
+                    out.push((mm, pmd, haddr));
+                }
+            }
+        }
+        out
+    }
+
+    /// The pmds mapping the PMD-order page-cache `folio` whole, in mm order: its
+    /// first index, through each VMA mapping its inode there, at a pmd-aligned address.
+    fn file_pmd_mappings(&mut self, folio: Pfn) -> Vec<(MmId, PmdPtr, u64)> {
+        let g = self.arch.granule();
+        let (shift, pmd_size) = (g.page_shift(), g.pmd_size());
+        let Some(ino) = self.shmem.folio_inode(folio) else {
+            return Vec::new();
+        };
+        let first = self.memmap.page(folio).index;
+        let mut out = Vec::new();
+        for mm in 0..self.mms.len() {
+            let Some(m) = &self.mms[mm] else { continue };
+            let addrs: Vec<u64> = (m.vmas().values())
+                .filter(|v| v.file == Some(ino) && first >= v.pgoff && first < v.pgoff + (v.len() >> shift))
+                .map(|v| v.start + ((first - v.pgoff) << shift))
+                .filter(|a| a.is_multiple_of(pmd_size))
+                .collect();
+            for haddr in addrs {
+                if let Some(pmd) = self.pmd_offset(mm, haddr) {
+                    let d = self.pxd_get(2, pmd);
+                    if pmd_trans_huge(d) && d.pfn(g) == folio {
+                        out.push((mm, pmd, haddr));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// rmap_walk_file: the ptes mapping a page-cache folio, found through the VMAs of

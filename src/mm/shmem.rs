@@ -5,13 +5,15 @@
 //! (shmem_writeout), and a fault on that slot reads it back (shmem_swapin_folio). Fork
 //! shares the pages (no anon_vma, no copy-on-write). Large folios (mTHP for shmem)
 //! follow the `shmem_enabled` knobs (`thp_sysfs.rs`): allocated at fault down the
-//! allowed orders, written to swap and read back whole.
+//! allowed orders (PMD-sized ones mapped by a pmd: do_set_pmd), written to swap and
+//! read back whole, or split first where the kernel has no THP_SWAP.
 
 use super::filemap::{AddressSpace, CacheEntry};
 use super::folio::PageFlags;
+use super::huge_memory::split_folio_to_list;
 use super::memory::VmFault;
 use super::mm_types::{VmFlags, Vma};
-use super::vmstat::MthpStat;
+use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
 use crate::hw::Pfn;
 use crate::kcount::KernelEvent;
@@ -127,8 +129,11 @@ impl Kernel {
                 if orders != 0 {
                     folio = self.shmem_alloc_and_add_folio(vma, addr, ino, index, orders);
                     if let Some(f) = folio {
-                        self.stat
-                            .count_mthp_stat(self.memmap.folio_order(f), MthpStat::ShmemAlloc);
+                        let order = self.memmap.folio_order(f);
+                        if order == self.arch.granule().pmd_order() {
+                            self.stat.count_vm_event(VmEvent::ThpFileAlloc);
+                        }
+                        self.stat.count_mthp_stat(order, MthpStat::ShmemAlloc);
                     }
                 }
                 match folio {
@@ -161,6 +166,9 @@ impl Kernel {
                     found = Some((f, index & !((1 << order) - 1)));
                     break;
                 }
+                if order == self.arch.granule().pmd_order() {
+                    self.stat.count_vm_event(VmEvent::ThpFileFallback);
+                }
                 self.stat.count_mthp_stat(order, MthpStat::ShmemFallback);
             }
             found?
@@ -170,6 +178,10 @@ impl Kernel {
         // The huge gfp (GFP_TRANSHUGE_LIGHT under the default defrag) cannot reclaim.
         if !self.mem_cgroup_charge(folio, orders == 0) {
             let order = self.memmap.folio_order(folio);
+            if order == self.arch.granule().pmd_order() {
+                self.stat.count_vm_event(VmEvent::ThpFileFallback);
+                self.stat.count_vm_event(VmEvent::ThpFileFallbackCharge);
+            }
             self.stat.count_mthp_stat(order, MthpStat::ShmemFallback);
             self.stat.count_mthp_stat(order, MthpStat::ShmemFallbackCharge);
             self.folio_put(folio);
@@ -239,12 +251,12 @@ impl Kernel {
         if let Some(f) = cached {
             if self.memmap.folio_test(f, PageFlags::READAHEAD) {
                 self.memmap.folio_clear(f, PageFlags::READAHEAD);
-                self.stat.count_vm_event(super::vmstat::VmEvent::SwapRaHit);
+                self.stat.count_vm_event(VmEvent::SwapRaHit);
                 self.swap_cluster_ra.hits += 1;
             }
         } else if self.shmem_swapin_cluster {
             let f = self.swap_cluster_readahead(slot).ok_or(VmFault::Oom)?;
-            self.stat.count_vm_event(super::vmstat::VmEvent::PgMajFault);
+            self.stat.count_vm_event(VmEvent::PgMajFault);
             cached = Some(f);
             ret = VmFault::Major;
         }
@@ -253,7 +265,7 @@ impl Kernel {
             None => {
                 ret = VmFault::Major;
                 let f = self.shmem_swap_alloc_folio(slot - (index - base), order, slot)?;
-                self.stat.count_vm_event(super::vmstat::VmEvent::PgMajFault);
+                self.stat.count_vm_event(VmEvent::PgMajFault);
                 f
             }
         };
@@ -318,31 +330,41 @@ impl Kernel {
     /// shmem_writeout (reclaim's pageout of a dirty shmem folio, already unmapped): a
     /// large folio goes whole (CONFIG_THP_SWAP) to a run of slots of its order; the
     /// swap cache takes it and the page cache keeps its swap entry in its place
-    /// (swap_shmem_alloc), then swap_writeout. None (AOP_WRITEPAGE_ACTIVATE): no slot.
-    /// A large folio that gets no run of slots would be split and tried a page at a
-    /// time (swpout_fallback); that split of a shmem folio is not modeled: it stays,
-    /// redirtied, as with no slot at all.
-    /// Without CONFIG_THP_SWAP (arm64: 16K and 64K pages) shmem_writeout splits a
-    /// large folio before it writes it out; that split is not modeled, so a run that
-    /// could swap a large shmem folio out there is refused, after each `set` and
-    /// `swapon`.
-    pub fn check_shmem_swap_modeled(&self) -> Result<(), String> {
-        if self.swap.is_some() && !self.thp_swap() && self.knobs.shmem_orders_allowed() & !1 != 0 {
-            return Err(
-                "not modeled: large shmem folios through swap without THP_SWAP (arm64 has it \
-                        with 4K pages only; shmem_writeout splits them first)"
-                    .into(),
-            );
-        }
-        Ok(())
-    }
-
-    pub fn shmem_writeout(&mut self, folio: Pfn) -> Option<u64> {
+    /// (swap_shmem_alloc), then swap_writeout. Without CONFIG_THP_SWAP (arm64 with 16K
+    /// or 64K pages), or when no run of slots is free, the folio is split first
+    /// (try_split: its pages kept dirty, the tails put on reclaim's `list` to be written
+    /// in turn, 7.0+ counting swpout_fallback) and its first page written alone; before
+    /// 6.12 every large folio was split so (`shmem-swapout=split`).
+    /// None (AOP_WRITEPAGE_ACTIVATE, redirtied by the caller): no swap, no slot, or the
+    /// split failed.
+    pub fn shmem_writeout(&mut self, folio: Pfn, list: &mut Vec<Pfn>) -> Option<u64> {
         self.arch.kc.inc(KernelEvent::ShmemWriteout);
         let ino = self.shmem.folio_inode(folio).expect("a shmem folio");
-        let order = self.memmap.folio_order(folio);
+        self.swap.as_ref()?;
+        let mut order = self.memmap.folio_order(folio);
+        let mut split = order > 0 && (!self.thp_swap() || self.shmem_swapout_split);
+        let slot = loop {
+            if split {
+                self.memmap.folio_set(folio, PageFlags::DIRTY);
+                if !split_folio_to_list(self, folio, list) {
+                    return None;
+                }
+                if self.shmem_split_counts_fallback {
+                    if order == self.arch.granule().pmd_order() {
+                        self.stat.count_vm_event(VmEvent::ThpSwpoutFallback);
+                    }
+                    self.stat.count_mthp_stat(order, MthpStat::SwpoutFallback);
+                }
+                self.memmap.folio_clear(folio, PageFlags::DIRTY);
+                order = 0;
+            }
+            match self.swap.as_mut()?.folio_alloc_swap(0, order as u8) {
+                Some(slot) => break slot,
+                None if order > 0 => split = true,
+                None => return None,
+            }
+        };
         let nr = 1u64 << order;
-        let slot = self.swap.as_mut()?.folio_alloc_swap(0, order as u8)?;
         self.swap_cache_add_folio(folio, slot);
         self.shmem.inode_mut(ino).swapped += nr;
         let si = self.swap.as_mut().expect("checked");
@@ -352,6 +374,19 @@ impl Kernel {
         self.shmem_delete_from_page_cache(folio, Some(slot));
         self.swap_writeout(folio, slot);
         Some(slot)
+    }
+
+    /// The page cache's side of __split_huge_page for the shmem `folio` of `nr` pages,
+    /// now each a folio of its own: each index caches its own page again, with the
+    /// cache's reference.
+    pub(super) fn shmem_split_folio(&mut self, folio: Pfn, nr: u64, ino: u32) {
+        let index = self.memmap.page(folio).index;
+        for i in 0..nr {
+            let page = Pfn(folio.0 + i);
+            self.memmap.folio_ref_add(page, 1);
+            self.shmem.mapping_of.insert(page.0, ino);
+            (self.shmem.inode_mut(ino).mapping.i_pages).insert(index + i, CacheEntry::Folio(page));
+        }
     }
 
     /// shmem_evict_inode (the last mapping of an unlinked inode is gone):
@@ -594,17 +629,129 @@ mod tests {
         assert_clean(&k);
     }
 
-    #[test]
-    fn large_shmem_folios_through_swap_are_refused_without_thp_swap() {
-        let src = "swapon 1M\nset hugepages-64kB/shmem_enabled always\nmmap a 256K shared\ntouch a\n";
+    /// 256K shared with 64K shmem folios, written and paged out under `sets`: the
+    /// report's counters.
+    fn paged_out_64k(sets: &[&str]) -> crate::report::Counters {
+        let src = "swapon 16M\nset hugepages-64kB/shmem_enabled always\nmmap a 256K shared\ntouch a\n\
+                   madvise a 0 256K pageout\ntouch a read\n";
         let w = crate::workload::parse_str("s.wl", src).unwrap();
-        let v16 = crate::sim::Variants::from_sets(&["granule=16K".to_string()]).unwrap();
-        let e = crate::sim::run(&w, &v16).unwrap_err().to_string();
-        assert!(
-            e.contains("s.wl:2:1: not modeled: large shmem folios through swap without THP_SWAP"),
-            "{e}"
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        crate::sim::run(&w, &crate::sim::Variants::from_sets(&sets).unwrap())
+            .unwrap()
+            .counters
+    }
+
+    #[test]
+    fn without_thp_swap_a_large_shmem_folio_is_split_and_its_pages_written_alone() {
+        // 16K pages: no THP_SWAP, so shmem_writeout splits each 64K folio (4 pages).
+        let c = paged_out_64k(&["granule=16K", "shmem-split-stat=uncounted"]);
+        assert_eq!(c["mthp.64kB.split"], 4);
+        assert_eq!((c["mthp.64kB.swpout"], c["vmstat.pswpout"]), (0, 16));
+        assert_eq!(c["mthp.64kB.swpout_fallback"], 0);
+        // Read back a page at a time: the entries are order 0.
+        assert_eq!((c["mthp.64kB.swpin"], c["vmstat.pgmajfault"]), (0, 16));
+        // 6.19+ counts the split as a swap-out fallback.
+        let c = paged_out_64k(&["granule=16K", "shmem-split-stat=counted"]);
+        assert_eq!(c["mthp.64kB.swpout_fallback"], 4);
+        // 4K pages (THP_SWAP): whole.
+        let c = paged_out_64k(&[]);
+        assert_eq!(
+            (c["mthp.64kB.split"], c["mthp.64kB.swpout"], c["vmstat.pswpout"]),
+            (0, 4, 64)
         );
-        // With 4K pages (THP_SWAP) the same run is modeled.
-        crate::sim::run(&w, &crate::sim::Variants::default()).unwrap();
+    }
+
+    /// 4 MiB shared with PMD-sized shmem folios (shmem_enabled always, the PMD size
+    /// inheriting it).
+    fn shared_pmd() -> (Kernel, MmId) {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("shmem_enabled", "always")]);
+        shared(&mut k, mm, 4 * MB);
+        (k, mm)
+    }
+
+    fn pmd_mapped(k: &mut Kernel, mm: MmId, addr: u64) -> bool {
+        let pmd = k.pmd_offset(mm, addr).unwrap();
+        crate::arch::arm64::pgtable::pmd_trans_huge(k.pxd_get(2, pmd))
+    }
+
+    #[test]
+    fn a_pmd_sized_shmem_folio_is_mapped_by_its_pmd_and_mapped_again_by_fault_around() {
+        let (mut k, mm) = shared_pmd();
+        assert_eq!(touch(&mut k, mm, 4 * MB, true), 2, "one fault per 2M folio");
+        assert_eq!(k.stat.event(VmEvent::ThpFileAlloc), 2);
+        assert_eq!(k.stat.event(VmEvent::ThpFileMapped), 2);
+        assert_eq!(k.stat.mthp(9, MthpStat::ShmemAlloc), 2);
+        assert!(pmd_mapped(&mut k, mm, BASE));
+        assert_eq!(k.mm(mm).rss_shmem, 1024);
+        assert_eq!(k.mm(mm).nr_ptes, 0, "no pte table");
+        assert_clean(&k);
+        // Zapped whole, the folios stay cached; a read maps each by its pmd again.
+        k.do_madvise(mm, BASE, BASE + 4 * MB, Madv::DontNeed).unwrap();
+        assert_eq!((k.mm(mm).rss_shmem, k.shmem.nr_cached()), (0, 2));
+        assert_clean(&k);
+        assert_eq!(touch(&mut k, mm, 4 * MB, false), 2);
+        assert_eq!(k.stat.event(VmEvent::ThpFileMapped), 4);
+        assert_eq!(k.stat.event(VmEvent::ThpFileAlloc), 2, "nothing new allocated");
+        assert_clean(&k);
+        // A partial munmap zaps the whole pmd (a file pmd is not split into ptes).
+        k.do_munmap(mm, BASE, BASE + MB);
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 1);
+        assert_eq!(k.mm(mm).rss_shmem, 512);
+        assert_eq!(k.shmem.nr_cached(), 2, "the folio stays whole in the cache");
+        assert_clean(&k);
+        k.do_munmap(mm, BASE + MB, BASE + 4 * MB);
+        assert_eq!(k.shmem.inodes().count(), 0);
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn a_pmd_sized_shmem_folio_goes_to_swap_whole_and_a_partial_pageout_splits_it() {
+        let (mut k, mm) = shared_pmd();
+        k.sys_swapon(16 * MB).unwrap();
+        touch(&mut k, mm, 2 * MB, true);
+        k.do_madvise(mm, BASE, BASE + 2 * MB, Madv::PageOut).unwrap();
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPmd), 1, "try_to_unmap zaps the pmd");
+        assert_eq!(
+            (k.stat.event(VmEvent::ThpSwpout), k.stat.event(VmEvent::Pswpout)),
+            (1, 512)
+        );
+        assert_clean(&k);
+        assert_eq!(
+            touch(&mut k, mm, 2 * MB, false),
+            1,
+            "read back whole, mapped by the pmd"
+        );
+        assert_eq!(k.stat.mthp(9, MthpStat::Swpin), 1);
+        assert!(pmd_mapped(&mut k, mm, BASE));
+        assert_clean(&k);
+        // Half of it: split_folio unmaps it and leaves 512 pages cached, none paged out.
+        k.do_madvise(mm, BASE, BASE + MB, Madv::PageOut).unwrap();
+        assert_eq!(k.stat.event(VmEvent::ThpSplitPage), 1);
+        assert_eq!(k.stat.mthp(9, MthpStat::Split), 1);
+        assert_eq!(k.stat.event(VmEvent::Pswpout), 512);
+        assert_eq!((k.mm(mm).rss_shmem, k.shmem.nr_cached()), (0, 512));
+        assert_clean(&k);
+        assert_eq!(touch(&mut k, mm, 2 * MB, false), 32, "fault-around, 16 pages a fault");
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn folio_referenced_finds_a_shmem_folios_pmd_through_its_file_mapping() {
+        let (mut k, mm) = shared_pmd();
+        touch(&mut k, mm, 2 * MB, true);
+        let pmd = k.pmd_offset(mm, BASE).unwrap();
+        let folio = k.pxd_get(2, pmd).pfn(k.arch.granule());
+        assert_eq!(k.folio_referenced(folio), (1, false), "the access set the pmd's AF");
+        assert_eq!(k.folio_referenced(folio), (0, false), "and the first look cleared it");
+        assert_clean(&k);
+    }
+
+    #[test]
+    fn order_1_shmem_folios_are_allocated_and_counted() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[("hugepages-8kB/shmem_enabled", "always")]);
+        shared(&mut k, mm, 64 << 10);
+        assert_eq!(touch(&mut k, mm, 64 << 10, true), 8);
+        assert_eq!(k.stat.mthp(1, MthpStat::ShmemAlloc), 8);
+        assert_clean(&k);
     }
 }

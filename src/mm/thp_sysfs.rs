@@ -192,26 +192,6 @@ impl ThpKnobs {
         mode_of(order, &masks, ShmemHuge::Never)
     }
 
-    /// The model allocates no PMD-sized shmem folio (do_set_pmd, their pmd mapping and
-    /// swap are not modeled) and no order-1 one (the model keeps no order-1 mTHP
-    /// stats): a run whose settings would let a fault allocate one is refused. (The
-    /// knobs as a whole decide, so this is checked after each write of a run, not by
-    /// `set`, which the parser also calls on each write alone.)
-    pub fn check_shmem_modeled(&self) -> Result<(), String> {
-        let pmd = self.granule.pmd_order();
-        let allowed = self.shmem_orders_allowed();
-        if self.shmem_huge != ShmemHuge::Deny && allowed & (1 << pmd) != 0 {
-            return Err(format!(
-                "not modeled: PMD-sized shmem folios (do_set_pmd); set hugepages-{}kB/shmem_enabled never first",
-                self.size_kb(pmd)
-            ));
-        }
-        if allowed & 0b10 != 0 {
-            return Err(format!("not modeled: order-1 ({}kB) shmem folios", self.size_kb(1)));
-        }
-        Ok(())
-    }
-
     /// The shmem folio orders some fault could allocate under these knobs (bit per order).
     pub fn shmem_orders_allowed(&self) -> u64 {
         let any = self.shmem_orders_always | self.shmem_orders_madvise | self.shmem_orders_within_size;
@@ -529,7 +509,6 @@ mod tests {
             k.set("hugepages-16kB/shmem_enabled", "inherit").is_err(),
             "EINVAL under force"
         );
-        assert!(k.check_shmem_modeled().is_ok());
     }
 
     #[test]
@@ -542,14 +521,10 @@ mod tests {
     }
 
     #[test]
-    fn pmd_and_order_1_shmem_folios_are_refused_as_not_modeled() {
+    fn shmem_has_an_order_1_size_and_anon_does_not() {
         let mut k = ThpKnobs::new(Granule::K4);
-        k.set("shmem_enabled", "always").unwrap();
-        assert!(k.check_shmem_modeled().unwrap_err().contains("PMD-sized shmem"));
-        k.set("hugepages-2048kB/shmem_enabled", "never").unwrap();
-        assert!(k.check_shmem_modeled().is_ok());
         k.set("hugepages-8kB/shmem_enabled", "always").unwrap();
-        assert!(k.check_shmem_modeled().unwrap_err().contains("order-1"));
+        assert_eq!(k.shmem_allowable_orders(false, false, 0, 256), 1 << 1);
         assert!(
             k.set("hugepages-8kB/enabled", "always").is_err(),
             "no order-1 anon size"

@@ -174,7 +174,7 @@ impl Kernel {
             return Verdict::Activate;
         }
         if self.shmem.folio_inode(folio).is_some() {
-            return self.pageout_shmem(folio, stat);
+            return self.pageout_shmem(folio, list, stat);
         }
         if f.contains(PageFlags::ANON | PageFlags::SWAPBACKED) {
             if self.swap.is_none() {
@@ -595,10 +595,16 @@ impl Kernel {
     /// pte cleared, its dirt moved to the folio); a clean folio is then dropped from
     /// the page cache (__remove_mapping: its page reads back as a hole, zeroes), a dirty
     /// one goes to pageout -> shmem_writeout and, written synchronously, leaves the swap
-    /// cache and is freed in the same pass. No slot: activated, still in the cache.
-    fn pageout_shmem(&mut self, folio: Pfn, stat: &mut ReclaimStat) -> Verdict {
+    /// cache and is freed in the same pass. No slot: activated, still in the cache. A
+    /// pmd mapping is zapped whole (TTU_SPLIT_HUGE_PMD on a file pmd); a folio that
+    /// shmem_writeout splits leaves its tail pages on `list`.
+    fn pageout_shmem(&mut self, folio: Pfn, list: &mut Vec<Pfn>, stat: &mut ReclaimStat) -> Verdict {
         if self.memmap.folio_mapcount(folio) > 0 {
-            self.try_to_unmap_file(folio, TtuFlags::BATCH_FLUSH);
+            let mut flags = TtuFlags::BATCH_FLUSH;
+            if self.memmap.folio_order(folio) == self.arch.granule().pmd_order() {
+                flags |= TtuFlags::SPLIT_HUGE_PMD;
+            }
+            self.try_to_unmap_file(folio, flags);
             if self.memmap.folio_mapcount(folio) > 0 {
                 return Verdict::Activate;
             }
@@ -619,10 +625,12 @@ impl Kernel {
             return Verdict::Keep;
         }
         self.memmap.folio_clear(folio, PageFlags::DIRTY);
-        if self.shmem_writeout(folio).is_none() {
+        if self.shmem_writeout(folio, list).is_none() {
             self.memmap.folio_set(folio, PageFlags::DIRTY);
             return Verdict::Activate;
         }
+        // Split or not, the folio written: the isolation's and the swap cache's.
+        let refs = 1 + self.memmap.folio_nr_pages(folio) as i32;
         stat.nr_pageout += refs as u64 - 1;
         if self.memmap.folio_ref_count(folio) != refs {
             return Verdict::Keep;

@@ -32,6 +32,10 @@ named_enum!(
         ThpZeroPageAllocFailed => "thp_zero_page_alloc_failed",
         ThpCollapseAlloc => "thp_collapse_alloc",
         ThpSwpoutFallback => "thp_swpout_fallback",
+        ThpFileAlloc => "thp_file_alloc",
+        ThpFileFallback => "thp_file_fallback",
+        ThpFileFallbackCharge => "thp_file_fallback_charge",
+        ThpFileMapped => "thp_file_mapped",
         PgLazyFreed => "pglazyfreed",
         PgMajFault => "pgmajfault",
         Pswpin => "pswpin",
@@ -83,6 +87,23 @@ named_enum!(
     }
 );
 
+impl MthpStat {
+    /// Shown only for the anon sizes (the kernel's anon_stats group): a file-only size
+    /// (order 1, shmem) has none of them.
+    pub fn anon_only(self) -> bool {
+        use MthpStat::*;
+        matches!(
+            self,
+            AnonFaultAlloc
+                | AnonFaultFallback
+                | AnonFaultFallbackCharge
+                | SplitDeferred
+                | NrAnon
+                | NrAnonPartiallyMapped
+        )
+    }
+}
+
 /// Event counts, plus the mTHP stats of every order up to `max_order`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmStats {
@@ -109,10 +130,10 @@ impl VmStats {
     pub fn event(&self, e: VmEvent) -> i64 {
         self.events[e as usize]
     }
-    /// count_mthp_stat / mod_mthp_stat: orders 0 and 1 have no stats.
+    /// count_mthp_stat / mod_mthp_stat: order 0 has no stats (order 1 only shmem's).
     #[inline]
     pub fn mod_mthp_stat(&mut self, order: u32, s: MthpStat, delta: i64) {
-        if order >= 2 && (order as usize) < self.mthp.len() {
+        if order >= 1 && (order as usize) < self.mthp.len() {
             self.mthp[order as usize][s as usize] += delta;
         }
     }

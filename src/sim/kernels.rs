@@ -130,6 +130,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "shmem-split-stat",
+        before: "uncounted",
+        after: "counted",
+        release: Release(7, 0),
+        commit: "ids not found: \"mm/shmem: add mTHP swpout fallback statistics in shmem_writeout()\", in mm's tree in December 2025 and in 7.3.4's source",
+        what: "shmem_writeout counts the split of a large folio it cannot swap out whole (no THP_SWAP, or no run of slots) as swpout_fallback (thp_swpout_fallback for PMD size)",
+    },
+    Change {
+        scope: Scope::Run,
         key: "flush-range-nosync",
         before: "unsplit",
         after: "split",
@@ -208,6 +217,15 @@ pub const CHANGES: &[Change] = &[
         release: Release(6, 13),
         commit: "1ced09e0331f",
         what: "a write fault on the huge zero pmd maps a new THP",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "shmem-swapout",
+        before: "split",
+        after: "whole",
+        release: Release(6, 12),
+        commit: "(id not found): Baolin Wang's \"support large folio swap-out for shmem\"; in 6.12's source",
+        what: "shmem_writeout writes a large folio whole with THP_SWAP instead of always splitting it first",
     },
     Change {
         scope: Scope::Run,

@@ -184,6 +184,8 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.fault_dirty_write_only = v.get("fault-dirty") == "write";
     k.map_whole_folio_faultaround = v.get("faultaround") == "folio";
     k.file_unmap_batched = v.get("file-unmap") == "batched";
+    k.shmem_split_counts_fallback = v.get("shmem-split-stat") == "counted";
+    k.shmem_swapout_split = v.get("shmem-swapout") == "split";
     k.knobs.set_kernel(v.mthp(), v.shrink_underused());
     k.split_zeropage = v.split_zeropage();
     k.pageout_clears_young = v.get("pageout-young") == "clear";
@@ -337,10 +339,7 @@ impl Sim<'_> {
             self.watch.tick().map_err(|e| self.fail(s.pos, e))?;
         }
         match &s.op {
-            Op::Set { knob, value } => (self.k.knobs.set(knob, value))
-                .and_then(|()| self.k.knobs.check_shmem_modeled())
-                .and_then(|()| self.k.check_shmem_swap_modeled())
-                .map_err(|e| self.fail(s.pos, e)),
+            Op::Set { knob, value } => (self.k.knobs.set(knob, value)).map_err(|e| self.fail(s.pos, e)),
             Op::Mark { label } => {
                 let now = self.counters();
                 self.close_phase(&now);
@@ -589,9 +588,7 @@ impl Sim<'_> {
             }
             Op::Swapon { size } => {
                 self.syscall(1);
-                (self.k.sys_swapon(*size))
-                    .and_then(|()| self.k.check_shmem_swap_modeled())
-                    .map_err(|e| self.fail(s.pos, e))
+                (self.k.sys_swapon(*size)).map_err(|e| self.fail(s.pos, e))
             }
             Op::Memlimit { size } => {
                 self.syscall(1);
@@ -765,6 +762,11 @@ pub fn kernel_counters(k: &Kernel, c: &mut Counters) {
         for s in MthpStat::ALL {
             c.insert(format!("mthp.{kb}kB.{}", s.name()), k.stat.mthp(order, *s));
         }
+    }
+    // Order 1 is a file (shmem) size only: its directory has no anon stats.
+    let kb = k.knobs.size_kb(1);
+    for s in MthpStat::ALL.iter().filter(|s| !s.anon_only()) {
+        c.insert(format!("mthp.{kb}kB.{}", s.name()), k.stat.mthp(1, *s));
     }
     for e in Event::ALL {
         c.insert(e.name().to_string(), k.arch.hw.ev.get(*e) as i64);

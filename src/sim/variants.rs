@@ -154,6 +154,18 @@ pub const KEYS: &[Key] = &[
         about: "try_to_unmap_one clears a large page-cache (shmem) folio's ptes one at a time, unfolding its contpte block (per-pte, up to 6.19), or each run in one batch with one rmap removal (batched, 7.0+: a67fe41e214f)",
     },
     Key {
+        name: "shmem-swapout",
+        default: "whole",
+        values: "whole|split",
+        about: "shmem_writeout writes a large shmem folio whole where the kernel has THP_SWAP (whole, 6.12+), or always splits it first and writes its pages one by one (split, up to 6.11, e.g. the 6.1 guest: thp_split_page, no thp_swpout)",
+    },
+    Key {
+        name: "shmem-split-stat",
+        default: "counted",
+        values: "counted|uncounted",
+        about: "shmem_writeout's split of a large folio it cannot swap out whole (no THP_SWAP: arm64 with 16K or 64K pages; or no run of slots) counts mthp swpout_fallback, and thp_swpout_fallback for the PMD size (counted, 7.0+), or nothing (uncounted, up to 6.19)",
+    },
+    Key {
         name: "faultaround",
         default: "folio",
         values: "folio|window",
@@ -439,6 +451,8 @@ impl Variants {
             "fault-dirty" => matches!(val, "folio" | "write"),
             "faultaround" => matches!(val, "folio" | "window"),
             "file-unmap" => matches!(val, "per-pte" | "batched"),
+            "shmem-split-stat" => matches!(val, "counted" | "uncounted"),
+            "shmem-swapout" => matches!(val, "whole" | "split"),
             "pageout-young" => matches!(val, "ignore" | "clear"),
             "flush-range-nosync" => matches!(val, "split" | "unsplit"),
             "pmd-freeze-rmap" => matches!(val, "none" | "per-page"),

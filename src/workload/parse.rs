@@ -626,12 +626,6 @@ impl Parser<'_> {
         if let (Some(_), Some(p)) = (flags[0], flags[1]) {
             return Err(self.err(p, "'hugepage' and 'nohugepage' conflict"));
         }
-        if let (Some(_), Some(p)) = (flags[4], flags[0].or(flags[1])) {
-            return Err(self.err(
-                p,
-                "'hugepage' and 'nohugepage' are not modeled for a shared mapping (shmem's own THP knobs decide there)",
-            ));
-        }
         let index = self.next_index;
         if index > MAX_MMAP_INDEX {
             return Err(self.err(
