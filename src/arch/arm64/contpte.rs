@@ -220,13 +220,14 @@ pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, orig: Pte) -> Pte {
         arch.hw.ev.add(Event::ContptePtepGetReads, reads);
         return orig;
     }
-    // The block as the loop finds it (nothing writes it during the call); the reads
-    // the loop makes are counted from its outcome.
-    let block: [Pte; MEASURED_CONT_PTES] =
-        std::array::from_fn(|i| Pte(arch.hw.mem.read(start.table, start.index + i)));
-    let out = arch
-        .ptep_get_insn_memo
-        .call(arch.ptep_get_cc, variant, orig, &block);
+    // The block as the loop finds it (nothing writes it during the call), read again
+    // only when a descriptor may have changed since the last call on it; the reads the
+    // loop makes are counted from its outcome.
+    let mem = &arch.hw.mem;
+    let at = Some((start, mem.desc_gen()));
+    let out = arch.ptep_get_insn_memo.call(arch.ptep_get_cc, variant, orig, at, || {
+        std::array::from_fn(|i| Pte(mem.read(start.table, start.index + i)))
+    });
     arch.hw.ev.add(Event::PteRead, u64::from(out.reads));
     arch.hw.ev.add(Event::ContptePtepGetReads, u64::from(out.reads));
     match out.insns {

@@ -30,7 +30,7 @@
 //! block is not scanned again.
 
 use super::contpte::scan;
-use super::pgtable::{Pte, PtepGetVariant};
+use super::pgtable::{Pte, PtePtr, PtepGetVariant};
 use crate::hw::descriptor::Desc;
 use std::sync::OnceLock;
 
@@ -218,16 +218,24 @@ impl Outcome {
     }
 }
 
+/// What a pte's tests in a call can find: its dirty and young bits and whether its
+/// encoding is measured.
+#[inline(always)]
+fn pte_bits(p: Pte) -> u64 {
+    p.pte_dirty() as u64 | (p.pte_young() as u64) << 1 | (measured_dirty(p).is_none() as u64) << 2
+}
+
+/// The block's part of a call's key (`state_key`).
+fn block_bits(block: &[Pte; MEASURED_CONT_PTES]) -> u64 {
+    block.iter().enumerate().fold(0, |k, (i, &p)| k | pte_bits(p) << (6 + 3 * i))
+}
+
 /// Everything a call's branches can test, as one key: per pte of the block and for
 /// orig_pte its dirty and young bits and whether its encoding is measured, with the
-/// variant and the compiler (54 bits).
-fn state_key(cc: Compiler, v: PtepGetVariant, orig: Pte, block: &[Pte; MEASURED_CONT_PTES]) -> u64 {
-    let bits = |p: Pte| p.pte_dirty() as u64 | (p.pte_young() as u64) << 1 | (measured_dirty(p).is_none() as u64) << 2;
-    let mut k = bits(orig) | (slot(v) as u64) << 3 | (cc as u64) << 5;
-    for (i, &p) in block.iter().enumerate() {
-        k |= bits(p) << (6 + 3 * i);
-    }
-    k
+/// variant and the compiler (54 bits), given the block's part.
+#[inline]
+fn state_key(cc: Compiler, v: PtepGetVariant, orig: Pte, block_bits: u64) -> u64 {
+    block_bits | pte_bits(orig) | (slot(v) as u64) << 3 | (cc as u64) << 5
 }
 
 /// Memo slots: a run's blocks take few states (seed 004's scenarios two or three).
@@ -239,6 +247,9 @@ const MEMO_SLOTS: usize = 64;
 #[derive(Debug)]
 pub struct Memo {
     slots: Box<[(u64, Outcome); MEMO_SLOTS]>,
+    /// The last block read: where and at which descriptor generation, its ptes and its
+    /// part of the key (the calls of one walk step read one block many times).
+    last: Option<(Option<(PtePtr, u64)>, [Pte; MEASURED_CONT_PTES], u64)>,
 }
 
 impl Default for Memo {
@@ -246,17 +257,33 @@ impl Default for Memo {
         // No key has bits above 54.
         Memo {
             slots: Box::new([(u64::MAX, Outcome::default()); MEMO_SLOTS]),
+            last: None,
         }
     }
 }
 
 impl Memo {
-    /// The outcome of a call of `v`, counted in `cc`'s table, over `block` with
-    /// `orig`: scanned (by `contpte::scan`, the model's loop) the first time its
-    /// state is seen in its slot.
+    /// The outcome of a call of `v`, counted in `cc`'s table, with `orig` over the
+    /// block `read` returns, scanned (by `contpte::scan`, the model's loop) the first
+    /// time its state is seen in its slot. `at` is where the block is and the
+    /// descriptor generation (`PhysMem::desc_gen`): the block is read again only when
+    /// either differs from the last call's (None: always).
     #[inline]
-    pub fn call(&mut self, cc: Compiler, v: PtepGetVariant, orig: Pte, block: &[Pte; MEASURED_CONT_PTES]) -> Outcome {
-        let key = state_key(cc, v, orig, block);
+    pub fn call(
+        &mut self,
+        cc: Compiler,
+        v: PtepGetVariant,
+        orig: Pte,
+        at: Option<(PtePtr, u64)>,
+        read: impl FnOnce() -> [Pte; MEASURED_CONT_PTES],
+    ) -> Outcome {
+        let hit = at.is_some() && self.last.as_ref().is_some_and(|l| l.0 == at);
+        if !hit {
+            let block = read();
+            self.last = Some((at, block, block_bits(&block)));
+        }
+        let (_, block, bits) = self.last.as_ref().expect("read above");
+        let key = state_key(cc, v, orig, *bits);
         let slot = &mut self.slots[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize];
         if slot.0 == key {
             return slot.1;
@@ -475,9 +502,9 @@ mod tests {
                 reads += 1;
                 block[i]
             });
-            let key = state_key(cc, v, orig, &block);
+            let key = state_key(cc, v, orig, block_bits(&block));
             hits += memos[ci].slots.iter().any(|s| s.0 == key) as u32;
-            let out = memos[ci].call(cc, v, orig, &block);
+            let out = memos[ci].call(cc, v, orig, None, || block);
             assert_eq!(out.apply(orig), want, "{v:?} {orig:?} {block:?}");
             assert_eq!(out.reads, reads);
             assert_eq!(out.insns, InsnTable::get(cc).count(v, &call));
