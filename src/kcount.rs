@@ -9,6 +9,12 @@
 //! the vmemmap, cold in a large mapping, which no pte or TLBI count shows (the 6.17-rc1
 //! mremap regression, 0b5be138ce00).
 //!
+//! The swap cache's keys (`kernel.swap_cache*`) count its structure's work: lookups,
+//! additions and deletions (6.18's names; 6.12's are filemap_get_folio on the swap
+//! address space, add_to_swap_cache, __delete_from_swap_cache), the slot entries they
+//! store, and, by `swap-cache`, the XArray's nodes and lock (up to 6.17) or the
+//! cluster's lock (the swap table, 6.18+).
+//!
 //! The counters live in `Arch` (`arch.kc`), so that the arch code (contpte) and the
 //! core mm count into one set; they are not hardware. Counting is an array increment.
 
@@ -67,6 +73,13 @@ counters! {
     Syscall => "kernel.syscall",
     FolioMcCopy => "kernel.folio_mc_copy",
     FolioMcCopyPages => "kernel.folio_mc_copy.pages",
+    SwapCacheGetFolio => "kernel.swap_cache_get_folio",
+    SwapCacheAddFolio => "kernel.swap_cache_add_folio",
+    SwapCacheDelFolio => "kernel.swap_cache_del_folio",
+    SwapCacheSlots => "kernel.swap_cache.slots",
+    SwapCacheXaNodes => "kernel.swap_cache.xa_nodes",
+    SwapCacheXaLock => "kernel.swap_cache.xa_lock",
+    SwapCacheClusterLock => "kernel.swap_cache.cluster_lock",
     }
 }
 

@@ -104,3 +104,72 @@ fn before_6_8_rmap_removal_is_a_call_per_page() {
     assert_eq!(in_phase(&new, "munmap", "kernel.folio_remove_rmap_ptes"), 8);
     assert_eq!(in_phase(&new, "munmap", "kernel.page_remove_rmap"), 0);
 }
+
+/// swap-cache: every suite workload that swaps, under each preset, with the swap cache
+/// as an XArray and as the swap table. The two differ only in the structure's own
+/// work (its nodes and its lock): every count a kernel reports, and the cache's
+/// lookups, additions, deletions and slot entries, are the same.
+#[test]
+fn the_swap_table_changes_only_the_swap_caches_own_work() {
+    let own = [
+        "kernel.swap_cache.xa_nodes",
+        "kernel.swap_cache.xa_lock",
+        "kernel.swap_cache.cluster_lock",
+    ];
+    let mut swapping = 0;
+    let mut dir: Vec<_> = std::fs::read_dir("tests/validation")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dir.sort();
+    for path in dir.iter().filter(|p| p.extension().is_some_and(|e| e == "wl")) {
+        let text = std::fs::read_to_string(path).unwrap();
+        if !text.lines().any(|l| l.starts_with("swapon")) {
+            continue;
+        }
+        swapping += 1;
+        let w = parse_file(path.to_str().unwrap()).unwrap();
+        for kernel in [Release(6, 12), Release(6, 18), Release(7, 3)] {
+            let report = |cache: &str| {
+                let sets = with_preset(
+                    kernel,
+                    Scope::Run,
+                    &["tlbi-range=on".into(), format!("swap-cache={cache}")],
+                );
+                sim::run(&w, &Variants::from_sets(&sets).unwrap()).unwrap()
+            };
+            let (xa, table) = (report("xarray"), report("table"));
+            let at = format!("{} on {kernel}", path.display());
+            let lock = |r: &Report| count(r, "kernel.swap_cache.xa_lock") + count(r, "kernel.swap_cache.cluster_lock");
+            assert_eq!(lock(&xa), lock(&table), "{at}: a lock per store either way");
+            assert_eq!(count(&table, "kernel.swap_cache.xa_nodes"), 0, "{at}");
+            assert!(count(&xa, "kernel.swap_cache.xa_nodes") > 0, "{at}: no XArray walk");
+            let rest = |r: &Report| {
+                let mut c = r.counters.clone();
+                c.retain(|k, _| !own.contains(&k.as_str()));
+                c
+            };
+            assert_eq!(rest(&xa), rest(&table), "{at}");
+        }
+    }
+    assert!(swapping >= 20, "only {swapping} swap workloads found");
+}
+
+/// The swap cache's calls on `swap_fork_child`, phase by phase (start, child, parent),
+/// as the guests' function entries counted them: on 6.12 every lookup is a
+/// `__filemap_get_folio` (0, 69, 32), additions `add_to_swap_cache` (32, 32, 0),
+/// deletions `__delete_from_swap_cache` (32, 0, 0); on 7.3 lookups are
+/// `swap_cache_get_folio` (0, 64, 32: swapin_sync looks again after do_swap_page's
+/// miss) and deletions `__swap_cache_del_folio` (32, 0, 32).
+#[test]
+fn the_swap_caches_calls_are_the_guests_phase_by_phase() {
+    let w = "tests/validation/swap_fork_child.wl";
+    let phases = |r: &Report, key: &str| ["start", "child", "parent"].map(|p| in_phase(r, p, key));
+    let old = run(Release(6, 12), w);
+    assert_eq!(phases(&old, "kernel.swap_cache_get_folio"), [0, 69, 32]);
+    assert_eq!(phases(&old, "kernel.swap_cache_add_folio"), [32, 32, 0]);
+    assert_eq!(phases(&old, "kernel.swap_cache_del_folio"), [32, 0, 0]);
+    let new = run(Release(7, 3), w);
+    assert_eq!(phases(&new, "kernel.swap_cache_get_folio"), [0, 64, 32]);
+    assert_eq!(phases(&new, "kernel.swap_cache_del_folio"), [32, 0, 32]);
+}

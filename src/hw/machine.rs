@@ -432,6 +432,19 @@ impl Machine {
         self.access_from(cpu, va, write, false)
     }
 
+    /// `access` of `va`, `va + stride`, … (at most `max` addresses) for as long as each
+    /// hits, in L1, the entry the access before it used, counted as those hits: that
+    /// entry and how many. None when the first would not hit so (the caller then makes
+    /// it an `access`).
+    pub fn access_run(&mut self, cpu: usize, va: VirtAddr, stride: u64, max: u64, write: bool) -> Option<(TlbEntry, u64)> {
+        let (_, asid) = self.cpus[cpu].ttbr0?;
+        self.sync_checks();
+        let (e, n) = self.cpus[cpu].tlb.lookup_mru_run(asid, va.0, stride, max, write)?;
+        self.ev.add(Event::TlbHit, n);
+        self.ev.add(Event::TlbHitL1, n);
+        Some((e, n))
+    }
+
     #[inline(always)]
     fn access_from(&mut self, cpu: usize, va: VirtAddr, write: bool, probe: bool) -> Result<PhysAddr, AccessFault> {
         let (root, asid) = self.cpus[cpu].ttbr0.expect("no user address space on this cpu");

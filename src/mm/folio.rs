@@ -340,22 +340,19 @@ impl MemMap {
             head.order = order as u8;
             head.head = slot;
         }
-        for i in 1..(1u64 << order) {
-            let t = self.page_mut(Pfn(pfn.0 + i));
-            *t = Page {
-                head: pfn.0 as u32,
-                ..Page::default()
-            };
-            t.flags = PageFlags::TAIL | PageFlags::INUSE;
-        }
+        let tail = Page {
+            flags: PageFlags::TAIL | PageFlags::INUSE,
+            head: pfn.0 as u32,
+            ..Page::default()
+        };
+        debug_assert!(self.is_online(Pfn(pfn.0 + (1 << order) - 1)));
+        self.pages[pfn.0 as usize + 1..(pfn.0 + (1 << order)) as usize].fill(tail);
     }
 
     /// Reset the pages of a folio about to go back to the buddy allocator.
     pub fn clear_folio(&mut self, pfn: Pfn, order: u32) {
         self.release_large(pfn);
-        for i in 0..(1u64 << order) {
-            *self.page_mut(Pfn(pfn.0 + i)) = Page::default();
-        }
+        self.clear_pages(pfn, 1 << order);
     }
 
     /// Reset `nr` order-0 folios from `pfn` about to go back to the buddy allocator.

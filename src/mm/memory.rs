@@ -378,6 +378,11 @@ impl Kernel {
     /// order that is not), else order 0. None when out of memory.
     fn swapin_sync(&mut self, mm: MmId, vma: &Vma, ptep: PtePtr, addr: u64, orig: Pte) -> Option<Pfn> {
         let offset = orig.pte_swp_offset();
+        // swapin_sync looks the slot up again before it allocates (7.3: its
+        // swap_cache_get_folio loop, 64 lookups for 32 swap-ins on the 7.3 guest's
+        // swap_fork_child); do_swap_page's miss just before means nothing is found.
+        let again = self.swap_cache_lookup(offset);
+        debug_assert!(again.is_none(), "slot {offset} cached since do_swap_page looked");
         let orders = self.swapin_orders(mm, vma, ptep, addr, orig, false);
         let folio = self.swapin_folio_alloc(orders, |k, order| {
             let first = offset & !((1u64 << order) - 1);

@@ -154,6 +154,10 @@ pub struct Kernel {
     /// 7.0); before, only a slot another pte shares went through the cache, with
     /// swapin_readahead, and a read fault kept it cached.
     pub swapin_sync_cache: bool,
+    /// The swap cache is an XArray per 64 MiB swap address space, under its xa_lock
+    /// (up to 6.17), not each cluster's swap table under the cluster lock
+    /// (8578e0c00dcf, 6.18): only what `kernel.swap_cache.*` counts differs.
+    pub swap_cache_xarray: bool,
     /// swap_cluster_readahead's window state.
     pub swap_cluster_ra: swap_state::ClusterRa,
     /// A read fault maps a writable file page clean even when its folio is dirty
@@ -241,6 +245,7 @@ impl Kernel {
             shmem: Default::default(),
             shmem_swapin_cluster: false,
             swapin_sync_cache: false,
+            swap_cache_xarray: false,
             swap_cluster_ra: Default::default(),
             fault_dirty_write_only: false,
             map_whole_folio_faultaround: true,

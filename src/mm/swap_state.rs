@@ -22,6 +22,7 @@ use super::pgtable::PmdPtr;
 use super::vmstat::{MthpStat, VmEvent};
 use super::Kernel;
 use crate::hw::Pfn;
+use crate::kcount::KernelEvent;
 use std::collections::BTreeMap;
 
 /// vm.page-cluster's default: readahead windows of up to 2^3 pages.
@@ -129,15 +130,50 @@ impl Default for ClusterRa {
 impl Kernel {
     /// The swap cache's folio for `slot`, with a reference taken (swap_cache_get_folio).
     pub fn swap_cache_get_folio(&mut self, slot: u64) -> Option<Pfn> {
-        let folio = self.swap.as_ref()?.cache.folio(slot)?;
+        let folio = self.swap_cache_lookup(slot)?;
         self.folio_ref_add(folio, 1);
         Some(folio)
+    }
+
+    /// The lookup alone, counted: one table entry read under RCU (6.18+), or up to
+    /// 6.17 filemap_get_folio's descent of the address space's XArray.
+    pub fn swap_cache_lookup(&mut self, slot: u64) -> Option<Pfn> {
+        let si = self.swap.as_ref()?;
+        let folio = si.cache.folio(slot);
+        let height = if self.swap_cache_xarray { si.xa_height(slot) } else { 0 };
+        self.arch.kc.inc(KernelEvent::SwapCacheGetFolio);
+        self.arch.kc.add(KernelEvent::SwapCacheXaNodes, u64::from(height));
+        folio
+    }
+
+    /// What storing `nr` slot entries from `slot` costs the structure, counted before
+    /// the slots are freed: the lock (the address space's xa_lock_irq, or the
+    /// cluster's lock), one entry per slot, and up to 6.17 the XArray nodes walked:
+    /// the descent, then a leaf of 64 slots per further 64 a large folio spans
+    /// (xas_next; folios are naturally aligned, so they stay in one address space).
+    fn swap_cache_store(&mut self, slot: u64, nr: u64) {
+        let kc = &mut self.arch.kc;
+        kc.add(KernelEvent::SwapCacheSlots, nr);
+        if self.swap_cache_xarray {
+            let height = self
+                .swap
+                .as_ref()
+                .expect("a swap cache without a device")
+                .xa_height(slot);
+            let leaves = if height == 0 { 0 } else { nr.div_ceil(64) - 1 };
+            kc.inc(KernelEvent::SwapCacheXaLock);
+            kc.add(KernelEvent::SwapCacheXaNodes, u64::from(height) + leaves);
+        } else {
+            kc.inc(KernelEvent::SwapCacheClusterLock);
+        }
     }
 
     /// swap_cache_add_folio: `folio` caches the slots from `slot` (their SWAP_HAS_CACHE
     /// already set), holding a reference per page.
     pub fn swap_cache_add_folio(&mut self, folio: Pfn, slot: u64) {
         let nr = self.memmap.folio_nr_pages(folio);
+        self.arch.kc.inc(KernelEvent::SwapCacheAddFolio);
+        self.swap_cache_store(slot, nr);
         let cache = &mut self.swap.as_mut().expect("a swap cache without a device").cache;
         for s in slot..slot + nr {
             let old = cache.folios.insert(s, folio);
@@ -152,8 +188,14 @@ impl Kernel {
     /// cache, and the references the cache held.
     pub fn __swap_cache_replace_folio(&mut self, old: Pfn, new: Pfn) {
         let nr = self.memmap.folio_nr_pages(old);
-        let cache = &mut self.swap.as_mut().expect("a swap cache without a device").cache;
-        let slot = cache.swap.remove(&old).expect("a folio in the swap cache");
+        let slot = self
+            .swap
+            .as_ref()
+            .and_then(|si| si.cache.swap_of(old))
+            .expect("a folio in the swap cache");
+        self.swap_cache_store(slot, nr);
+        let cache = &mut self.swap.as_mut().expect("checked").cache;
+        cache.swap.remove(&old);
         for s in slot..slot + nr {
             cache.folios.insert(s, new);
         }
@@ -169,8 +211,15 @@ impl Kernel {
     /// references the cache held. The caller holds one of its own.
     pub fn swap_cache_del_folio(&mut self, folio: Pfn) {
         let nr = self.memmap.folio_nr_pages(folio);
-        let si = self.swap.as_mut().expect("a swap cache without a device");
-        let slot = si.cache.swap.remove(&folio).expect("a folio in the swap cache");
+        let slot = self
+            .swap
+            .as_ref()
+            .and_then(|si| si.cache.swap_of(folio))
+            .expect("a folio in the swap cache");
+        self.arch.kc.inc(KernelEvent::SwapCacheDelFolio);
+        self.swap_cache_store(slot, nr);
+        let si = self.swap.as_mut().expect("checked");
+        si.cache.swap.remove(&folio);
         for s in slot..slot + nr {
             si.cache.folios.remove(&s);
         }

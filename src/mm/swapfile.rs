@@ -24,6 +24,10 @@ use std::collections::VecDeque;
 pub const SWAP_HAS_CACHE: u8 = 0x40;
 /// An unusable slot: the header.
 const SWAP_MAP_BAD: u8 = 0x3f;
+/// SWAP_ADDRESS_SPACE_PAGES: up to 6.17 each 2^14 slots had a swap cache XArray.
+const SWAP_ADDRESS_SPACE_PAGES: u64 = 1 << 14;
+/// XA_CHUNK_SHIFT: an XArray node has 64 slots.
+const XA_CHUNK_SHIFT: u32 = 6;
 /// The largest reference count a slot's map byte holds before continuation pages.
 const SWAP_MAP_MAX: u8 = 0x3e;
 
@@ -410,6 +414,31 @@ impl SwapInfo {
         self.zeromap[offset as usize]
     }
 
+    /// The height of the XArray holding `offset`'s swap cache entry up to 6.17: the
+    /// levels of 64 slots needed for the highest index in use in its swap address
+    /// space (SWAP_ADDRESS_SPACE_PAGES slots; slot 0 is the header, never cached). A
+    /// slot in use holds a folio or, once reclaim has freed its folio, a shadow, and
+    /// clear_shadow_from_swap_cache empties it when freed; xas_shrink keeps the tree
+    /// no taller than that index needs, and a lone index 0 lives in the head (0).
+    pub fn xa_height(&self, offset: u64) -> u32 {
+        let base = offset & !(SWAP_ADDRESS_SPACE_PAGES - 1);
+        let end = (base + SWAP_ADDRESS_SPACE_PAGES).min(self.max());
+        let mut top = None;
+        let mut hi = end;
+        while hi > base.max(1) && top.is_none() {
+            let ci = self.cluster_of(hi - 1);
+            let lo = (u64::from(ci) * self.cluster_slots).max(base).max(1);
+            if self.clusters[ci as usize].count > 0 {
+                top = (lo..hi).rev().find(|&o| self.map[o as usize] != 0);
+            }
+            hi = lo;
+        }
+        match top.map(|o| o - base) {
+            None | Some(0) => 0,
+            Some(index) => (64 - index.leading_zeros()).div_ceil(XA_CHUNK_SHIFT),
+        }
+    }
+
     /// References (not counting the swap cache) to the slot.
     pub fn swap_count(&self, offset: u64) -> u8 {
         self.map[offset as usize] & !SWAP_HAS_CACHE
@@ -473,8 +502,8 @@ impl super::Kernel {
         }
         let mut o = offset;
         while o < offset + nr {
-            let si = self.swap.as_ref().expect("checked");
-            let step = match si.only_has_cache(o, 1).then(|| si.cache.folio(o)).flatten() {
+            let only_cache = self.swap.as_ref().expect("checked").only_has_cache(o, 1);
+            let step = match only_cache.then(|| self.swap_cache_lookup(o)).flatten() {
                 Some(folio) => {
                     let n = self.memmap.folio_nr_pages(folio);
                     self.__try_to_reclaim_swap(folio);
@@ -534,6 +563,27 @@ mod tests {
         };
         assert!(e.contains("2^32 pages"), "{e}");
         assert_eq!(SwapInfo::host_bytes(1 << 18), (1 << 19) + (1 << 10) * 16);
+    }
+
+    /// Up to 6.17 the swap cache's XArray of each 2^14 slots is as tall as its highest
+    /// slot in use needs, 64 slots a level, and shrinks back when that slot is freed.
+    #[test]
+    fn the_swap_cache_xarray_is_as_tall_as_its_highest_slot_in_use() {
+        let mut si = zram(128);
+        assert_eq!(si.xa_height(1), 0, "an empty tree");
+        assert_eq!(si.folio_alloc_swap(0, 0), Some(1));
+        assert_eq!(si.xa_height(1), 1);
+        let pmds: Vec<u64> = (0..8).map(|_| si.folio_alloc_swap(0, 9).unwrap()).collect();
+        assert_eq!(pmds[0], 512);
+        assert_eq!(si.xa_height(1), 3, "slot {} needs a third level", pmds[7] + 511);
+        // The second address space (slots 16384 on) is a tree of its own.
+        assert_eq!(si.xa_height(1 << 14), 0);
+        for &p in pmds.iter().skip(1) {
+            si.swapcache_clear(p, 512);
+        }
+        assert_eq!(si.xa_height(1), 2, "slots 512..1023 are left");
+        si.swapcache_clear(pmds[0], 512);
+        assert_eq!(si.xa_height(2), 1);
     }
 
     #[test]

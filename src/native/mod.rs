@@ -8,8 +8,10 @@
 //! still move them).
 
 mod cgroup;
+pub mod khugepaged;
 pub mod knobs;
 mod layout;
+mod memcg_flush;
 pub(crate) mod perf;
 mod proto;
 pub mod qemu;
@@ -142,6 +144,8 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
     // SAFETY: reading back a disposition by setting the default has no preconditions.
     let _sigchld = SigchldRestore(unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) });
     let guard = KnobGuard::arm(&paths.thp, &paths.lock)?;
+    let collapsed_before = khugepaged::pages_collapsed(&paths.thp);
+    let by_writes_before = guard.collapsed_by_writes();
     let mut unavailable = BTreeMap::new();
     for (knob, why) in &guard.missing {
         unavailable.insert(format!("knob.{knob}"), why.clone());
@@ -163,6 +167,14 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         ours.insert(n.clone(), a);
         theirs.insert(n.clone(), b);
     }
+    // Opened before the workers exist: finding the tracepoint may fork a helper.
+    let flush = if leaves.iter().any(|s| matches!(s.op, Op::Memlimit { .. })) {
+        memcg_flush::FlushWatch::open()
+            .map_err(|why| unavailable.insert(memcg_flush::KEY.into(), why))
+            .ok()
+    } else {
+        None
+    };
     let ctx = Ctx {
         leaves,
         sockets: theirs,
@@ -192,11 +204,30 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         op_time: Duration::ZERO,
         swap: None,
         memcg: None,
+        flush,
+        flushes_from: None,
     };
     o.start_main()?;
     o.stmts(&w.stmts)?;
+    o.check_flushes();
     let background = o.background()?;
     let layout = o.finish(&mut unavailable)?;
+    // The proof that khugepaged stayed parked: it counts every collapse it makes. The
+    // scan a `set` that starts the thread lets it make is the kernel's own, and said.
+    if let (Some(a), Some(b)) = (collapsed_before, khugepaged::pages_collapsed(&paths.thp)) {
+        let by_writes = guard.collapsed_by_writes() - by_writes_before;
+        if by_writes > 0 {
+            o.notes.push(format!(
+                "khugepaged's scan on starting (a `set` enabled THP again) collapsed {by_writes} ranges host-wide"
+            ));
+        }
+        if b.wrapping_sub(a) != by_writes {
+            o.diagnostics.push(format!(
+                "khugepaged collapsed {} ranges while parked (khugepaged/pages_collapsed {a} -> {b}, {by_writes} of them on a knob write)",
+                b.wrapping_sub(a).wrapping_sub(by_writes)
+            ));
+        }
+    }
     Ok(Report {
         source: "host".into(),
         workload: w.path.clone(),
@@ -246,6 +277,10 @@ struct Orchestrator<'a> {
     memcg: Option<cgroup::MemCgroup>,
     /// The workload's swap device (`swapon`), taken down when the run ends.
     swap: Option<swap::ZramSwap>,
+    /// The memcg statistics flushes, watched when the workload has a `memlimit`.
+    flush: Option<memcg_flush::FlushWatch>,
+    /// The flush count and time when the cgroup was made.
+    flushes_from: Option<(u64, Instant)>,
 }
 
 /// The faults the runner's own processes took inside op windows (the copy-on-write
@@ -282,6 +317,20 @@ impl Orchestrator<'_> {
         self.request(crate::workload::parse::MAIN, Cmd::Warm)
             .map_err(NativeError::Host)?;
         Ok(())
+    }
+
+    /// A flush after `memlimit` is a defect of this run (see `memcg_flush`).
+    fn check_flushes(&mut self) {
+        if let (Some(w), Some((from, at))) = (&self.flush, self.flushes_from) {
+            let n = w.count() - from;
+            if n > 0 {
+                self.diagnostics.push(format!(
+                    "{}: the kernel's periodic memcg statistics flush (flush_memcg_stats_dwork, every 2 s) ran {n} time(s) in the {:.2} s from `memlimit` to the end of the run: reclaim read flushed list sizes, which the model reads as at the cgroup's creation",
+                    self.w.path,
+                    at.elapsed().as_secs_f64()
+                ));
+            }
+        }
     }
 
     fn leaf_id(&self, s: &Stmt) -> u32 {
@@ -354,6 +403,11 @@ impl Orchestrator<'_> {
         // Every window opens on idle workers: nothing of the runner's own runs in it.
         if self.pids.contains_key(&s.proc_name) {
             self.wait_blocked(s, &s.proc_name)?;
+        }
+        // A new cgroup's statistics stay as at its creation for 2 s from the last flush.
+        if let (Op::Memlimit { .. }, Some(w)) = (&s.op, &self.flush) {
+            w.wait_for_next().map_err(|e| self.err(s, e))?;
+            self.flushes_from = Some((w.count(), Instant::now()));
         }
         let start = Instant::now();
         self.sources.snapshot(&mut self.before).map_err(snap_err)?;

@@ -310,6 +310,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "swap-cache",
+        before: "xarray",
+        after: "table",
+        release: Release(6, 18),
+        commit: "8578e0c00dcf 07adc4cf1ecd f83938e4188c",
+        what: "swap table phase I: the swap cache moves from an XArray per 64 MiB swap address space (its xa_lock) to each cluster's table of one entry per slot (the cluster lock); kernel.swap_cache.* only",
+    },
+    Change {
+        scope: Scope::Run,
         key: "collapse-ro",
         before: "refuse",
         after: "allow",
@@ -410,16 +419,16 @@ pub const NOT_MODELED: &[Unmodeled] = &[
         why: "the model has no khugepaged daemon, only MADV_COLLAPSE, which stays PMD-order (collapse_possible_orders gives the anon mTHP orders to TVA_KHUGEPAGED alone); the guests' runner parks khugepaged, whose scans run on a timer and would not be deterministic",
     },
     Unmodeled {
+        what: "swap_map and the zeromap merged into the swap table (the swap count and the zero flag in each slot's table entry; swap table phases III and IV)",
+        since: "7.3",
+        commit: "ids not found: Kairui Song, <20260218-swap-table-p3-v3-0-f4e34be021a7@tencent.com> and phase IV; 7.3.4's source has neither si->swap_map nor si->zeromap, 6.18's both, and no 7.0 to 7.2 source was read",
+        why: "the model keeps a swap_map byte and a zeromap flag per slot and does not count their accesses one for one with the kernel's (__swap_duplicate's, swap_entries_free's and swap_zeromap_batch's loops), so no event shows the merge; no count the guests report changes with it",
+    },
+    Unmodeled {
         what: "the linear map kept in blocks under rodata=full with BBML2_NOABORT, split at run time (split_kernel_leaf_mapping on set_memory_*, vmalloc permission changes)",
         since: "6.18",
         commit: "a166563e7ec3 a660194dd101 e5efd56fa157",
         why: "`boot` models the linear map's creation in all three modes (bbml2, rodata), but no workload changes kernel page permissions (module load, BPF JIT, set_memory_*), so no run splits it; on the guests QEMU's -cpu max lacks BBML2_NOABORT, so its linear map is pte-mapped and never split",
-    },
-    Unmodeled {
-        what: "the swap table replacing the swap cache's XArray (per-cluster tables; phase II's swap-in through the cache is keyed as sync-swapin)",
-        since: "6.18",
-        commit: "ids not found: phase I, Kairui Song, <20250916160100.31545-1-ryncsn@gmail.com>",
-        why: "the model's swap cache is a per-slot map and counts no lookup, so neither structure has a cost in it; the published tables (usemem, kernel build on ZRAM, Redis on an ARM64 VM) time whole workloads whose other kernel work the model lacks",
     },
 ];
 
@@ -597,11 +606,7 @@ mod tests {
     #[test]
     fn the_unmodeled_changes_say_why() {
         let t = table();
-        for what in [
-            "khugepaged mTHP collapse",
-            "split at run time",
-            "the swap table replacing",
-        ] {
+        for what in ["khugepaged mTHP collapse", "split at run time", "swap_map"] {
             let line = t
                 .lines()
                 .find(|l| l.contains(what))

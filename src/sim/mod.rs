@@ -180,6 +180,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.swapin_write_fault_only = v.get("swapin-write") == "on-write";
     k.shmem_swapin_cluster = v.get("shmem-swapin") == "cluster";
     k.swapin_sync_cache = v.get("sync-swapin") == "cache";
+    k.swap_cache_xarray = v.get("swap-cache") == "xarray";
     k.fault_dirty_write_only = v.get("fault-dirty") == "write";
     k.map_whole_folio_faultaround = v.get("faultaround") == "folio";
     k.file_unmap_batched = v.get("file-unmap") == "batched";
@@ -415,6 +416,13 @@ impl Sim<'_> {
                     self.watch.tick().map_err(|e| self.fail(s.pos, e))?;
                     self.user_access(mm, cpu, a, *write).map_err(|e| self.fail(s.pos, e))?;
                     a += stride;
+                    if a < end {
+                        let n = self.access_run(cpu, a, end, *stride, *write);
+                        for _ in 0..n {
+                            self.watch.tick().map_err(|e| self.fail(s.pos, e))?;
+                        }
+                        a += n * stride;
+                    }
                 }
                 Ok(())
             }
@@ -654,6 +662,21 @@ impl Sim<'_> {
         user_access(&mut self.k, mm, cpu, addr, write)
     }
 
+    /// The accesses from `addr` on (by `stride`, below `end`) that hit the TLB entry
+    /// the last one used, done at once as `user_access` does each: how many.
+    fn access_run(&mut self, cpu: usize, addr: u64, end: u64, stride: u64, write: bool) -> u64 {
+        let max = (end - addr).div_ceil(stride);
+        let Some((e, n)) = self.k.arch.hw.access_run(cpu, VirtAddr(addr), stride, max, write) else {
+            return 0;
+        };
+        if write {
+            for i in 0..n {
+                page_written(&mut self.k, e.translate(addr + i * stride));
+            }
+        }
+        n
+    }
+
     fn counters(&self) -> Counters {
         let mut c = Counters::new();
         for (name, n) in &self.exited_minflt {
@@ -742,18 +765,24 @@ pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool)
         };
         if let Ok(pa) = done {
             if write {
-                let pfn = crate::hw::Pfn(pa.0 >> k.arch.granule().page_shift());
-                // Stored only when it changes: most writes are to a page written before.
-                let p = k.memmap.page_mut(pfn);
-                if !p.nonzero {
-                    p.nonzero = true;
-                }
+                page_written(k, pa.0);
             }
             return Ok(());
         }
         k.handle_mm_fault(mm, addr, write)?;
     }
     panic!("access at {addr:#x} still faults after the kernel handled it");
+}
+
+/// A user write reached physical address `pa`: its page is no longer all zeros.
+#[inline(always)]
+fn page_written(k: &mut Kernel, pa: u64) {
+    let pfn = crate::hw::Pfn(pa >> k.arch.granule().page_shift());
+    // Stored only when it changes: most writes are to a page written before.
+    let p = k.memmap.page_mut(pfn);
+    if !p.nonzero {
+        p.nonzero = true;
+    }
 }
 
 impl Kernel {

@@ -160,6 +160,12 @@ pub const KEYS: &[Key] = &[
         about: "fault-around maps a large page-cache folio wholly, beyond the fault_around_bytes window, when it lies in the VMA and one page table (folio, 6.18+: 357b92761d94), or only its pages inside the window (window, up to 6.17)",
     },
     Key {
+        name: "swap-cache",
+        default: "table",
+        values: "table|xarray",
+        about: "the swap cache is each cluster's swap table, a folio found, added or deleted with one entry per slot under the cluster lock (table, 6.18+: 8578e0c00dcf, 07adc4cf1ecd, f83938e4188c), or an XArray per 64 MiB swap address space, walked node by node under its xa_lock (xarray, up to 6.17, e.g. the 6.12 guest); only kernel.swap_cache.* counts differ",
+    },
+    Key {
         name: "swap-alloc",
         default: "nonfull-first",
         values: "nonfull-first|free-first",
@@ -426,6 +432,7 @@ impl Variants {
             "collapse-ro" => matches!(val, "allow" | "refuse"),
             "split-list" => matches!(val, "in-order" | "reversed"),
             "swap-alloc" => matches!(val, "nonfull-first" | "free-first"),
+            "swap-cache" => matches!(val, "table" | "xarray"),
             "swapin-write" => matches!(val, "on-read" | "on-write"),
             "shmem-swapin" => matches!(val, "direct" | "cluster"),
             "sync-swapin" => matches!(val, "bypass" | "cache"),

@@ -101,6 +101,12 @@ impl L1 {
         None
     }
 
+    /// The most recently used slot, if any.
+    #[inline]
+    pub(super) fn mru(&self) -> Option<usize> {
+        (self.head != NIL).then_some(self.head as usize)
+    }
+
     pub(super) fn entry(&self, i: usize) -> &TlbEntry {
         &self.slots[i].entry
     }
@@ -245,6 +251,12 @@ impl L1 {
             (n != head).then_some(n)
         })
         .map(|i| i as usize)
+    }
+
+    /// Each live entry's address and last-use stamp, in slot order.
+    #[cfg(test)]
+    pub(super) fn stamps(&self) -> Vec<(u64, u64)> {
+        self.live_slots().map(|i| (self.slots[i].entry.va, self.slots[i].stamp)).collect()
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = &TlbEntry> {

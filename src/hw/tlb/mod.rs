@@ -312,6 +312,25 @@ impl Tlb {
         Some((*self.l1.entry(j), TlbHit::L2))
     }
 
+    /// `lookup` of `va`, `va + stride`, … (at most `max` addresses) for as long as L1's
+    /// most recent entry answers each (`find` tries it first), with a write needing a
+    /// writable entry: the state and the entry those lookups would leave and return,
+    /// and how many there were. A touch of a range repeats this for every page of a
+    /// large entry, which is one update here instead of one lookup per page.
+    #[inline]
+    pub fn lookup_mru_run(&mut self, asid: Asid, va: u64, stride: u64, max: u64, write: bool) -> Option<(TlbEntry, u64)> {
+        let i = self.l1.mru()?;
+        let e = *self.l1.entry(i);
+        if !e.matches(asid, va) || (write && !e.writable) {
+            return None;
+        }
+        let last = e.va | ((1u64 << e.span_shift) - 1);
+        let n = ((last - va) / stride + 1).min(max);
+        self.clock += n;
+        self.l1.touch(i, self.clock);
+        Some((e, n))
+    }
+
     fn l2_find(&self, asid: Asid, va: u64) -> Option<usize> {
         self.l2_classes.present().find_map(|class| {
             let shift = self.spans[class];
@@ -550,6 +569,34 @@ mod tests {
             },
             Granule::K4,
         )
+    }
+
+    #[test]
+    fn a_run_of_hits_on_the_most_recent_entry_leaves_what_each_lookup_would() {
+        let (mut one, mut run) = (tiny(4, 4, 2), tiny(4, 4, 2));
+        let mut res = Residency::new(Granule::K4);
+        let big = 1 << 30;
+        for t in [&mut one, &mut run] {
+            t.fill(entry(big + (1 << 20), 12, Some(1)), &mut res);
+            t.fill(entry(big, 16, Some(1)), &mut res);
+        }
+        // The 64K entry's last 15 pages, each looked up, against one run of them.
+        for p in 1..16 {
+            let (e, hit) = one.lookup(1, big + (p << 12), &mut res).unwrap();
+            assert_eq!((e.va, hit), (big, TlbHit::L1));
+        }
+        let (e, n) = run.lookup_mru_run(1, big + (1 << 12), 1 << 12, 100, true).unwrap();
+        assert_eq!((e.va, n), (big, 15));
+        assert_eq!(one.clock, run.clock);
+        assert_eq!(one.l1.stamps(), run.l1.stamps());
+        // At most `max`; none past the entry, for another ASID, or a write to a read-only entry.
+        assert_eq!(run.lookup_mru_run(1, big, 1 << 12, 3, false).unwrap().1, 3);
+        assert!(run.lookup_mru_run(1, big + (1 << 16), 1 << 12, 9, false).is_none());
+        assert!(run.lookup_mru_run(2, big, 1 << 12, 9, false).is_none());
+        let mut ro = entry(big, 16, Some(1));
+        ro.writable = false;
+        run.fill(ro, &mut res);
+        assert!(run.lookup_mru_run(1, big, 1 << 12, 9, true).is_none());
     }
 
     #[test]
