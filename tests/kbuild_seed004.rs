@@ -90,6 +90,25 @@ fn seed004_variants_built_with_clang_give_the_seeds_signs_and_scenario_3s_cause(
             );
         }
     }
+    // The per-call counts are the clang table's (data/seed004-ptep-get-insns-clang.json,
+    // of our C): less one, the caller's blr, which the table counts and the kernel's
+    // function does not.
+    let table: serde_json::Value =
+        serde_json::from_str(include_str!("../data/seed004-ptep-get-insns-clang.json")).unwrap();
+    for r in &s.rows {
+        let name = ["full-scan", "mod1", "mod2"][["Original", "Modification 1", "Modification 2"]
+            .iter()
+            .position(|v| *v == r.variant)
+            .unwrap()];
+        let ours = table["scenarios"][r.scenario.to_string()][name].as_f64().unwrap();
+        assert_eq!(
+            r.ptep_get_insns_per_call,
+            ours - 1.0,
+            "{} scenario {}",
+            r.variant,
+            r.scenario
+        );
+    }
     let (orig, mod1) = (get(3, "Original"), get(3, "Modification 1"));
     assert!(
         mod1.ptep_get_insns_per_call >= orig.ptep_get_insns_per_call + 8.0,

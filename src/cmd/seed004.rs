@@ -176,27 +176,30 @@ pub fn missing(compilers: &[Compiler]) -> Option<String> {
 /// Why seed 004's kernels built with `cc` are not all in the cache, if they are not
 /// (a test that must not build them: a clang build takes tens of minutes here).
 pub fn not_cached(cc: Compiler) -> Option<String> {
+    cached_keys(cc).err()
+}
+
+/// The cache keys of seed 004's kernels built with `cc`, per variant in the seed's
+/// order, or why they are not all cached.
+pub fn cached_keys(cc: Compiler) -> Result<Vec<(&'static str, String)>, String> {
+    let mut keys = Vec::new();
     for (variant, patch) in VARIANTS {
         let patches = match patch {
-            Some((name, bytes)) => match patch_file(name, bytes) {
-                Ok(p) => vec![p],
-                Err(e) => return Some(e),
-            },
+            Some((name, bytes)) => vec![patch_file(name, bytes)?],
             None => Vec::new(),
         };
-        match kbuild::cached(&spec(cc, patches)) {
-            Ok(Some(_)) => {}
-            Ok(None) => {
-                return Some(format!(
+        match kbuild::cached(&spec(cc, patches)).map_err(|e| e.to_string())? {
+            Some(key) => keys.push((variant, key)),
+            None => {
+                return Err(format!(
                     "{variant} built with {} is not cached (foliolab kernel seed004 --cc {} builds it)",
                     cc.name(),
                     cc.name()
                 ))
             }
-            Err(e) => return Some(e.to_string()),
         }
     }
-    None
+    Ok(keys)
 }
 
 /// The build of a variant: 6.12's source with `patches`, 4K pages, foliolab's config.

@@ -63,6 +63,9 @@ pub struct PhysMem {
     /// `write_leaf`), so a memo of where a walk's upper levels led (`WalkHint`) can
     /// stand in for re-reading them while it is unchanged.
     upper_gen: u64,
+    /// Bumped by every descriptor write of any level and whenever table storage is
+    /// gained or lost, so a memo of a table's contents knows when it may be stale.
+    desc_gen: u64,
 }
 
 impl PhysMem {
@@ -86,6 +89,7 @@ impl PhysMem {
             free_slots: Vec::new(),
             table_epoch: 0,
             upper_gen: 0,
+            desc_gen: 0,
         }
     }
     pub fn granule(&self) -> Granule {
@@ -131,6 +135,7 @@ impl PhysMem {
         };
         self.sections[s].get_or_insert_with(|| vec![0u32; SECTION_PFNS].into_boxed_slice())[i] = slot + 1;
         self.table_epoch += 1;
+        self.desc_gen += 1;
         self.id_of_slot(slot)
     }
 
@@ -161,6 +166,7 @@ impl PhysMem {
         self.frame_pfn[slot as usize - 1] = Pfn(u64::MAX);
         self.free_slots.push(slot - 1);
         self.table_epoch += 1;
+        self.desc_gen += 1;
     }
 
     /// Changes whenever the frame -> table storage mapping does.
@@ -210,12 +216,18 @@ impl PhysMem {
     #[inline]
     pub fn write_leaf(&mut self, id: TableId, index: usize, d: Desc) {
         let w = self.word(id, index);
+        self.desc_gen += 1;
         self.words[w] = d.0;
     }
     /// Changes whenever a descriptor above level 3 may have.
     #[inline]
     pub fn upper_gen(&self) -> u64 {
         self.upper_gen
+    }
+    /// Changes whenever any descriptor may have.
+    #[inline]
+    pub fn desc_gen(&self) -> u64 {
+        self.desc_gen
     }
     /// The whole table, for bulk scans.
     #[inline]
@@ -226,6 +238,7 @@ impl PhysMem {
     #[inline]
     pub fn table_mut(&mut self, id: TableId) -> &mut [u64] {
         self.upper_gen += 1;
+        self.desc_gen += 1;
         let w = self.word(id, 0);
         &mut self.words[w..w + (1 << self.table_bits)]
     }

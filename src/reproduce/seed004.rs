@@ -60,6 +60,7 @@ const POINTS: f64 = 2.0;
 /// The seed names no machine: the generic profile's cost per instruction is used.
 const MACHINE: &str = "generic";
 const INSNS: &str = "kernel.contpte_ptep_get.insns";
+const CALLS: &str = "arch.contpte.ptep_get";
 
 /// A seed 004 row's experiment: the key a stored real-kernel measurement of it names.
 pub(crate) fn experiment(scenario: impl std::fmt::Display, what: &str) -> String {
@@ -78,7 +79,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     notes.push(format!(
         "the seed's kernel (a 2025 Qualcomm phone's, not named) walks as 6.6 to 6.10 do: mlock-walk={MLOCK_WALK}, folio_mlock_step (dc68badcede4, 6.6) reading every pte of a folio, 52 contpte_ptep_get calls per 64K block per mlock+munlock where the seed's totals imply 48 to 52; 6.11's folio_pte_batch version (Lance Yang, <20240603140745.83880-1-ioworker0@gmail.com>) makes 20"
     ));
-    notes.push(format!("compiler: contpte-insns={COMPILER}: the seed's kernel is a 2025 Android phone's, and Android builds its kernels with clang only, so the per-call counts are clang 14's (-O2, the kernel's flags add only a constant pointer-authentication pair per call): clang's full scan takes 10 instructions per clean pte and 11 per dirty one (169 and 185 per call) and modification 1's loop more than that (188 in scenario 2, 184 in scenario 3), as the seed found. With GCC 12 (contpte-insns=gcc, the default, as Debian builds its kernels) the full scan is branch-free at 13 per pte (214), and both modifications are cheaper than it in every scenario. The real-kernel lines are 6.12 built here with each compiler (`foliolab kernel seed004`): the change of the whole benchmark's instructions, made by 6.12's mlock walk with 20 contpte_ptep_get calls per block against the 52 modeled here, so about 20/52 of the model's change"));
+    notes.push(format!("compiler: contpte-insns={COMPILER}: the seed's kernel is a 2025 Android phone's, and Android builds its kernels with clang only, so the per-call counts are clang 14's (-O2, the kernel's flags add only a constant pointer-authentication pair per call): clang's full scan takes 11 instructions per clean pte and 12 per dirty one (187 and 203 per call: each pte is read as the kernel reads it, a READ_ONCE of the pte_t struct, which clang compiles to a load and a store to the stack; our three variants are the clang-built 6.12 kernels' contpte_ptep_get instruction for instruction) and modification 1's loop more than that (206 in scenario 2, 202 in scenario 3), as the seed found. With GCC 12 (contpte-insns=gcc, the default, as Debian builds its kernels) the full scan is branch-free at 13 per pte (214), and both modifications are cheaper than it in every scenario. The real-kernel lines are 6.12 built here with each compiler (`foliolab kernel seed004`): the change of the whole benchmark's instructions, made by 6.12's mlock walk with 20 contpte_ptep_get calls per block against the 52 modeled here, so about 20/52 of the model's change"));
     // The nine model runs (each scenario under each variant) are most of reproduce's
     // time: they run on every core.
     let mut runs = Vec::new();
@@ -96,12 +97,13 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     }
     let counted = super::par_map(&runs, |(w, vs)| {
         sim::run(w, vs)
-            .map(|rep| rep.counters.get(INSNS).copied().unwrap_or(0))
+            .map(|rep| [INSNS, CALLS].map(|k| rep.counters.get(k).copied().unwrap_or(0)))
             .map_err(|e| e.to_string())
     });
     let counted = counted.into_iter().collect::<Result<Vec<_>, _>>()?;
     for (si, (scenario, _)) in SCENARIOS.iter().enumerate() {
-        let insns = &counted[si * VARIANTS.len()..(si + 1) * VARIANTS.len()];
+        let runs = &counted[si * VARIANTS.len()..(si + 1) * VARIANTS.len()];
+        let insns: Vec<i64> = runs.iter().map(|r| r[0]).collect();
         let ns_of = |n: i64| costs.time_ns(&[(INSNS.to_string(), n)].into()).0;
         let seed = |vi: usize| {
             let (i, t, o) = TABLE[si][vi];
@@ -150,7 +152,8 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
                 }
                 .row();
                 if row.verdict == super::Verdict::Disagrees {
-                    let why = disagreement(*scenario, what, name, seed_value, &r.rows);
+                    let calls = runs[vi][1];
+                    let why = disagreement(*scenario, what, name, (seed_value, row.model_value), calls, &r.rows);
                     row.reason.get_or_insert_with(String::new).push_str(&why);
                 }
                 r.rows.push(row);
@@ -164,8 +167,16 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
 /// Why a seed 004 cell disagrees: a time whose instructions agree is the cost per
 /// instruction (the seed's machine is not named, so generic's assumed one), or, where
 /// the seed's own time moves against its instructions, what the model does not count;
-/// otherwise the instructions, whose per-call counts are our code's as clang compiles it.
-fn disagreement(scenario: &str, what: &str, variant: &str, seed_value: f64, rows: &[super::Row]) -> String {
+/// otherwise the instructions, per call: the seed's change at the model's calls against
+/// the model's.
+fn disagreement(
+    scenario: &str,
+    what: &str,
+    variant: &str,
+    (seed_value, model_value): (f64, Option<f64>),
+    calls: i64,
+    rows: &[super::Row],
+) -> String {
     let instructions = rows
         .iter()
         .find(|r| r.seed == SEED && r.variant == variant && r.experiment == experiment(scenario, "instructions"));
@@ -176,6 +187,19 @@ fn disagreement(scenario: &str, what: &str, variant: &str, seed_value: f64, rows
             super::fig(seed_value)
         ),
         Some(_) => format!("; the instruction change agrees: the time is it at {MACHINE}'s assumed cost per instruction (IPC 2 at a nominal 3.0 GHz), and the seed's phone (not named) ran those instructions at another rate"),
-        None => format!("; the model's per-call instructions are our code's as clang 14 compiles it (contpte-insns={COMPILER}), with {MLOCK_WALK} mlock walk's 52 calls per block: the seed's kernel's code generation and walk may differ from both (see the real-kernel lines)"),
+        None => {
+            // The instruction change, this cell's or its time's instructions'.
+            let (seed, model) = match instructions.filter(|_| what != "instructions") {
+                Some(r) => (r.seed_value, r.model_value),
+                None => (seed_value, model_value),
+            };
+            let per_call = |x: f64| super::fig(x / calls as f64);
+            format!(
+                "; per call, at the model's {} calls: the seed's instruction change is {}, the model's {}. The model's per-call counts are the clang-built kernel's code, instruction for instruction (contpte-insns={COMPILER}, tools/seed004/README.md), with {MLOCK_WALK} mlock walk's 52 calls per block: the difference is the seed's kernel's code generation of the path this cell runs (its compiler version, flags and LTO are not named), which is not modeled",
+                super::fig(calls as f64),
+                per_call(seed),
+                model.map_or("not modeled".into(), per_call)
+            )
+        }
     }
 }

@@ -6,60 +6,70 @@
  */
 #include "ptep_get.h"
 
-/* READ_ONCE: one volatile 64-bit load per pte, never merged or hoisted. */
-static inline pteval_t __ptep_get(pteval_t *ptep)
+#define pte_val(p)	((p).pte)
+#define __pte(v)	((pte_t){ (v) })
+
+/*
+ * READ_ONCE: one volatile access of the object with its own type. For a pte_t
+ * that is a volatile copy of a struct, not of its pteval_t: clang keeps such a
+ * copy's temporary in memory, so each pte read is a load and a store to the
+ * stack, as in the clang-built kernel's contpte_ptep_get.
+ */
+#define READ_ONCE(x)	(*(const volatile __typeof__(x) *)&(x))
+
+static inline pte_t __ptep_get(pte_t *ptep)
 {
-	return *(volatile pteval_t *)ptep;
+	return READ_ONCE(*ptep);
 }
 
-static inline pteval_t *contpte_align_down(pteval_t *ptep)
+static inline pte_t *contpte_align_down(pte_t *ptep)
 {
-	return (pteval_t *)((unsigned long)ptep & ~(sizeof(*ptep) * CONT_PTES - 1));
+	return (pte_t *)((unsigned long)ptep & ~(sizeof(*ptep) * CONT_PTES - 1));
 }
 
-static inline int pte_write(pteval_t pte)
+static inline int pte_write(pte_t pte)
 {
-	return !!(pte & PTE_WRITE);
+	return !!(pte_val(pte) & PTE_WRITE);
 }
 
 /* Hardware DBM dirty: writable and no longer read-only. */
-static inline int pte_hw_dirty(pteval_t pte)
+static inline int pte_hw_dirty(pte_t pte)
 {
-	return pte_write(pte) && !(pte & PTE_RDONLY);
+	return pte_write(pte) && !(pte_val(pte) & PTE_RDONLY);
 }
 
-static inline int pte_sw_dirty(pteval_t pte)
+static inline int pte_sw_dirty(pte_t pte)
 {
-	return !!(pte & PTE_DIRTY);
+	return !!(pte_val(pte) & PTE_DIRTY);
 }
 
-static inline int pte_dirty(pteval_t pte)
+static inline int pte_dirty(pte_t pte)
 {
 	return pte_sw_dirty(pte) || pte_hw_dirty(pte);
 }
 
-static inline int pte_young(pteval_t pte)
+static inline int pte_young(pte_t pte)
 {
-	return !!(pte & PTE_AF);
+	return !!(pte_val(pte) & PTE_AF);
 }
 
-static inline pteval_t pte_mkdirty(pteval_t pte)
+static inline pte_t pte_mkdirty(pte_t pte)
 {
-	pte |= PTE_DIRTY;
+	pte = __pte(pte_val(pte) | PTE_DIRTY);
 	if (pte_write(pte))
-		pte &= ~PTE_RDONLY;
+		pte = __pte(pte_val(pte) & ~PTE_RDONLY);
 	return pte;
 }
 
-static inline pteval_t pte_mkyoung(pteval_t pte)
+static inline pte_t pte_mkyoung(pte_t pte)
 {
-	return pte | PTE_AF;
+	return __pte(pte_val(pte) | PTE_AF);
 }
 
 /* The original: read all 16 ptes whatever they hold. */
-__attribute__((noinline)) pteval_t ptep_get_full_scan(pteval_t *ptep, pteval_t orig_pte)
+__attribute__((noinline)) pte_t ptep_get_full_scan(pte_t *ptep, pte_t orig_pte)
 {
-	pteval_t pte;
+	pte_t pte;
 	int i;
 
 	ptep = contpte_align_down(ptep);
@@ -74,9 +84,9 @@ __attribute__((noinline)) pteval_t ptep_get_full_scan(pteval_t *ptep, pteval_t o
 }
 
 /* The seed's modification 1: one loop, stop once orig_pte is young and dirty. */
-__attribute__((noinline)) pteval_t ptep_get_mod1(pteval_t *ptep, pteval_t orig_pte)
+__attribute__((noinline)) pte_t ptep_get_mod1(pte_t *ptep, pte_t orig_pte)
 {
-	pteval_t pte;
+	pte_t pte;
 	int i;
 
 	ptep = contpte_align_down(ptep);
@@ -100,9 +110,9 @@ __attribute__((noinline)) pteval_t ptep_get_mod1(pteval_t *ptep, pteval_t orig_p
  * The seed's modification 2: find the first young or dirty pte, then scan on
  * for the other bit only. The dirty arm re-reads the same pte: it may be young.
  */
-__attribute__((noinline)) pteval_t ptep_get_mod2(pteval_t *ptep, pteval_t orig_pte)
+__attribute__((noinline)) pte_t ptep_get_mod2(pte_t *ptep, pte_t orig_pte)
 {
-	pteval_t pte;
+	pte_t pte;
 	int i;
 
 	ptep = contpte_align_down(ptep);
@@ -139,9 +149,9 @@ __attribute__((noinline)) pteval_t ptep_get_mod2(pteval_t *ptep, pteval_t orig_p
  * (the v4/v5 patch open-codes the two inner loops the same way), kept as its own
  * function so the measurement shows, rather than assumes, that the two agree.
  */
-__attribute__((noinline)) pteval_t ptep_get_early_exit(pteval_t *ptep, pteval_t orig_pte)
+__attribute__((noinline)) pte_t ptep_get_early_exit(pte_t *ptep, pte_t orig_pte)
 {
-	pteval_t pte;
+	pte_t pte;
 	int i;
 
 	ptep = contpte_align_down(ptep);
@@ -175,7 +185,7 @@ __attribute__((noinline)) pteval_t ptep_get_early_exit(pteval_t *ptep, pteval_t 
 	return orig_pte;
 }
 
-__attribute__((noinline)) pteval_t ptep_get_empty(pteval_t *ptep, pteval_t orig_pte)
+__attribute__((noinline)) pte_t ptep_get_empty(pte_t *ptep, pte_t orig_pte)
 {
 	(void)ptep;
 	return orig_pte;

@@ -1,9 +1,16 @@
-/* Seed 004: the contpte_ptep_get variants, over a block of CONT_PTES u64 ptes. */
+/* Seed 004: the contpte_ptep_get variants, over a block of CONT_PTES ptes. */
 #ifndef SEED004_PTEP_GET_H
 #define SEED004_PTEP_GET_H
 
 typedef unsigned long long pteval_t;
-typedef pteval_t (*ptep_get_fn)(pteval_t *ptep, pteval_t orig_pte);
+/*
+ * arm64's pte_t is a struct of one pteval_t (asm/pgtable-types.h), which
+ * decides how a READ_ONCE of it compiles; passed and returned in one register, as
+ * a pteval_t is.
+ */
+typedef struct {
+	pteval_t pte;
+} pte_t;
 
 #define CONT_PTES 16
 
@@ -22,11 +29,11 @@ typedef pteval_t (*ptep_get_fn)(pteval_t *ptep, pteval_t orig_pte);
 #define PTE_UXN		(1ULL << 54)
 #define PTE_DIRTY	(1ULL << 55)
 
-pteval_t ptep_get_full_scan(pteval_t *ptep, pteval_t orig_pte);
-pteval_t ptep_get_mod1(pteval_t *ptep, pteval_t orig_pte);
-pteval_t ptep_get_mod2(pteval_t *ptep, pteval_t orig_pte);
-pteval_t ptep_get_early_exit(pteval_t *ptep, pteval_t orig_pte);
+pte_t ptep_get_full_scan(pte_t *ptep, pte_t orig_pte);
+pte_t ptep_get_mod1(pte_t *ptep, pte_t orig_pte);
+pte_t ptep_get_mod2(pte_t *ptep, pte_t orig_pte);
+pte_t ptep_get_early_exit(pte_t *ptep, pte_t orig_pte);
 /* Same signature, returns orig_pte: the call's fixed cost. */
-pteval_t ptep_get_empty(pteval_t *ptep, pteval_t orig_pte);
+pte_t ptep_get_empty(pte_t *ptep, pte_t orig_pte);
 
 #endif

@@ -10,7 +10,7 @@
 //! Changing CONT on live entries needs break-before-make (contpte_convert), except
 //! on BBML2_NOABORT systems, where the TLBI is elided.
 
-use super::contpte_insns::{Call, InsnTable, MEASURED_CONT_PTES};
+use super::contpte_insns::{Call, MEASURED_CONT_PTES};
 use super::pgtable::{Arch, ArchMm, PgProt, Pte, PtePtr, PtepGetVariant};
 use super::tlbflush;
 use crate::hw::{Event, Pfn};
@@ -205,24 +205,36 @@ pub fn contpte_ptep_get_lockless(arch: &mut Arch, ptep: PtePtr, mut orig: Pte) -
 
 /// contpte_ptep_get: gather young and dirty over the block, in the variant chosen.
 /// With 16-entry blocks (4K granule) the instructions the call executes are counted
-/// from seed 004's table measured for the chosen compiler (`contpte_insns`).
+/// from seed 004's table measured for the chosen compiler (`contpte_insns`), and
+/// the call's outcome is kept by the block's state (`contpte_insns::Memo`).
 pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, orig: Pte) -> Pte {
     let n = arch.granule().cont_ptes();
     let start = align_down(arch, ptep);
     arch.hw.ev.inc(Event::ContptePtepGet);
     arch.kc.inc(KernelEvent::ContptePtepGet);
-    let before = arch.hw.ev.get(Event::PteRead);
     let variant = arch.ptep_get;
-    let (orig, call) = scan(variant, n, orig, |i| arch.__ptep_get(start.add(i)));
-    let reads = arch.hw.ev.get(Event::PteRead) - before;
-    arch.hw.ev.add(Event::ContptePtepGetReads, reads);
-    if n == MEASURED_CONT_PTES {
-        match InsnTable::get(arch.ptep_get_cc).count(variant, &call, &mut arch.ptep_get_insn_memo) {
-            Some(c) => arch.kc.add(KernelEvent::ContptePtepGetInsns, c as u64),
-            None => arch.kc.inc(KernelEvent::ContptePtepGetInsnsUnmeasured),
-        }
+    if n != MEASURED_CONT_PTES {
+        let before = arch.hw.ev.get(Event::PteRead);
+        let (orig, _) = scan(variant, n, orig, |i| arch.__ptep_get(start.add(i)));
+        let reads = arch.hw.ev.get(Event::PteRead) - before;
+        arch.hw.ev.add(Event::ContptePtepGetReads, reads);
+        return orig;
     }
-    orig
+    // The block as the loop finds it (nothing writes it during the call), read again
+    // only when a descriptor may have changed since the last call on it; the reads the
+    // loop makes are counted from its outcome.
+    let mem = &arch.hw.mem;
+    let at = Some((start, mem.desc_gen()));
+    let out = arch.ptep_get_insn_memo.call(arch.ptep_get_cc, variant, orig, at, || {
+        std::array::from_fn(|i| Pte(mem.read(start.table, start.index + i)))
+    });
+    arch.hw.ev.add(Event::PteRead, u64::from(out.reads));
+    arch.hw.ev.add(Event::ContptePtepGetReads, u64::from(out.reads));
+    match out.insns {
+        Some(c) => arch.kc.add(KernelEvent::ContptePtepGetInsns, u64::from(c)),
+        None => arch.kc.inc(KernelEvent::ContptePtepGetInsnsUnmeasured),
+    }
+    out.apply(orig)
 }
 
 /// contpte_ptep_get's loop in variant `v` over the `n` ptes `read` returns: orig_pte
@@ -245,10 +257,10 @@ fn full_scan(n: usize, mut orig: Pte, mut read: impl FnMut(usize) -> Pte) -> (Pt
         let p = read(i);
         c.read(i, p);
         if p.pte_dirty() {
-            orig = orig.pte_mkdirty();
+            orig = c.mkdirty(orig);
         }
         if p.pte_young() {
-            orig = orig.pte_mkyoung();
+            orig = c.mkyoung(orig);
         }
     }
     (orig, c)
@@ -264,13 +276,13 @@ fn mod2_scan(n: usize, mut orig: Pte, mut read: impl FnMut(usize) -> Pte) -> (Pt
         let p = read(i);
         c.read(i, p);
         if p.pte_dirty() {
-            orig = orig.pte_mkdirty();
+            orig = c.mkdirty(orig);
             // Re-reads entry i: it may be young too.
             while i < n {
                 let q = read(i);
                 c.read(i, q);
                 if q.pte_young() {
-                    orig = orig.pte_mkyoung();
+                    orig = c.mkyoung(orig);
                     break;
                 }
                 i += 1;
@@ -278,13 +290,13 @@ fn mod2_scan(n: usize, mut orig: Pte, mut read: impl FnMut(usize) -> Pte) -> (Pt
             break;
         }
         if p.pte_young() {
-            orig = orig.pte_mkyoung();
+            orig = c.mkyoung(orig);
             i += 1;
             while i < n {
                 let q = read(i);
                 c.read(i, q);
                 if q.pte_dirty() {
-                    orig = orig.pte_mkdirty();
+                    orig = c.mkdirty(orig);
                     break;
                 }
                 i += 1;
@@ -304,14 +316,14 @@ fn mod1_scan(n: usize, mut orig: Pte, mut read: impl FnMut(usize) -> Pte) -> (Pt
         let p = read(i);
         c.read(i, p);
         if p.pte_dirty() {
-            orig = orig.pte_mkdirty();
+            orig = c.mkdirty(orig);
             c.test_young(orig);
             if orig.pte_young() {
                 break;
             }
         }
         if p.pte_young() {
-            orig = orig.pte_mkyoung();
+            orig = c.mkyoung(orig);
             c.test_dirty(orig);
             if orig.pte_dirty() {
                 break;

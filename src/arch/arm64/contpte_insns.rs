@@ -22,9 +22,15 @@
 //!   dirty pte, so both count this way.
 //!
 //! The tables are for a 4K granule (16-entry blocks); other granules count nothing.
+//!
+//! What a call's branches test is decided by a few bits of each pte (dirty, young,
+//! whether its encoding is measured) and of orig_pte, so a call's outcome (its count,
+//! the ptes it reads, what it sets in orig_pte) is kept by those bits (`Memo`): seed
+//! 004's benchmark makes a hundred million calls on blocks alike, and a repeated
+//! block is not scanned again.
 
 use super::contpte::scan;
-use super::pgtable::{Pte, PtepGetVariant};
+use super::pgtable::{Pte, PtePtr, PtepGetVariant};
 use crate::hw::descriptor::Desc;
 use std::sync::OnceLock;
 
@@ -77,6 +83,9 @@ pub struct Call {
     ok: bool,
     young: u8,
     dirty: u8,
+    /// Whether the loop made orig_pte dirty, and young.
+    made_dirty: bool,
+    made_young: bool,
 }
 
 impl Default for Call {
@@ -87,6 +96,8 @@ impl Default for Call {
             ok: true,
             young: NONE,
             dirty: NONE,
+            made_dirty: false,
+            made_young: false,
         }
     }
 }
@@ -123,6 +134,20 @@ impl Call {
         }
         self.push(dirty);
         self.push(p.pte_young());
+    }
+
+    /// The loop's pte_mkdirty of orig_pte.
+    #[inline(always)]
+    pub fn mkdirty(&mut self, orig: Pte) -> Pte {
+        self.made_dirty = true;
+        orig.pte_mkdirty()
+    }
+
+    /// The loop's pte_mkyoung of orig_pte.
+    #[inline(always)]
+    pub fn mkyoung(&mut self, orig: Pte) -> Pte {
+        self.made_young = true;
+        orig.pte_mkyoung()
     }
 
     /// orig_pte was tested for young (mod1's break).
@@ -168,30 +193,119 @@ fn slot(v: PtepGetVariant) -> usize {
         .expect("every variant measured")
 }
 
-/// The last trace looked up (a run's blocks are mostly alike), with the table and
-/// variant it was looked up in.
-#[derive(Clone, Copy, Debug)]
+/// What one call did, as far as anything outside it sees: its instructions (None:
+/// a path not measured), the ptes it read, and whether it made orig_pte dirty and
+/// young.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub insns: Option<u32>,
+    pub reads: u8,
+    made_dirty: bool,
+    made_young: bool,
+}
+
+impl Outcome {
+    /// The call's orig_pte: `orig` with what the loop set (pte_mkdirty and pte_mkyoung
+    /// change different bits, so their order does not matter).
+    #[inline]
+    pub fn apply(&self, orig: Pte) -> Pte {
+        let orig = if self.made_dirty { orig.pte_mkdirty() } else { orig };
+        if self.made_young {
+            orig.pte_mkyoung()
+        } else {
+            orig
+        }
+    }
+}
+
+/// What a pte's tests in a call can find: its dirty and young bits and whether its
+/// encoding is measured.
+#[inline(always)]
+fn pte_bits(p: Pte) -> u64 {
+    p.pte_dirty() as u64 | (p.pte_young() as u64) << 1 | (measured_dirty(p).is_none() as u64) << 2
+}
+
+/// The block's part of a call's key (`state_key`).
+fn block_bits(block: &[Pte; MEASURED_CONT_PTES]) -> u64 {
+    block.iter().enumerate().fold(0, |k, (i, &p)| k | pte_bits(p) << (6 + 3 * i))
+}
+
+/// Everything a call's branches can test, as one key: per pte of the block and for
+/// orig_pte its dirty and young bits and whether its encoding is measured, with the
+/// variant and the compiler (54 bits), given the block's part.
+#[inline]
+fn state_key(cc: Compiler, v: PtepGetVariant, orig: Pte, block_bits: u64) -> u64 {
+    block_bits | pte_bits(orig) | (slot(v) as u64) << 3 | (cc as u64) << 5
+}
+
+/// Memo slots: a run's blocks take few states (seed 004's scenarios two or three).
+const MEMO_SLOTS: usize = 64;
+
+/// Calls' outcomes by everything their branches test (`state_key`), in a small
+/// direct-mapped table: what a call does is a function of its key, so a hit is the
+/// outcome the scan would give.
+#[derive(Debug)]
 pub struct Memo {
-    cc: Compiler,
-    variant: PtepGetVariant,
-    key: u64,
-    count: Option<u32>,
+    slots: Box<[(u64, Outcome); MEMO_SLOTS]>,
+    /// The last block read: where and at which descriptor generation, its ptes and its
+    /// part of the key (the calls of one walk step read one block many times).
+    last: Option<(Option<(PtePtr, u64)>, [Pte; MEASURED_CONT_PTES], u64)>,
 }
 
 impl Default for Memo {
     fn default() -> Self {
+        // No key has bits above 54.
         Memo {
-            cc: Compiler::Gcc,
-            variant: PtepGetVariant::FullScan,
-            key: u64::MAX,
-            count: None,
+            slots: Box::new([(u64::MAX, Outcome::default()); MEMO_SLOTS]),
+            last: None,
         }
+    }
+}
+
+impl Memo {
+    /// The outcome of a call of `v`, counted in `cc`'s table, with `orig` over the
+    /// block `read` returns, scanned (by `contpte::scan`, the model's loop) the first
+    /// time its state is seen in its slot. `at` is where the block is and the
+    /// descriptor generation (`PhysMem::desc_gen`): the block is read again only when
+    /// either differs from the last call's (None: always).
+    #[inline]
+    pub fn call(
+        &mut self,
+        cc: Compiler,
+        v: PtepGetVariant,
+        orig: Pte,
+        at: Option<(PtePtr, u64)>,
+        read: impl FnOnce() -> [Pte; MEASURED_CONT_PTES],
+    ) -> Outcome {
+        let hit = at.is_some() && self.last.as_ref().is_some_and(|l| l.0 == at);
+        if !hit {
+            let block = read();
+            self.last = Some((at, block, block_bits(&block)));
+        }
+        let (_, block, bits) = self.last.as_ref().expect("read above");
+        let key = state_key(cc, v, orig, *bits);
+        let slot = &mut self.slots[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize];
+        if slot.0 == key {
+            return slot.1;
+        }
+        let mut reads = 0;
+        let (_, call) = scan(v, MEASURED_CONT_PTES, orig, |i| {
+            reads += 1;
+            block[i]
+        });
+        let out = Outcome {
+            insns: InsnTable::get(cc).count(v, &call),
+            reads,
+            made_dirty: call.made_dirty,
+            made_young: call.made_young,
+        };
+        *slot = (key, out);
+        out
     }
 }
 
 /// One compiler's measured instructions per call.
 pub struct InsnTable {
-    cc: Compiler,
     variants: [Index; 4],
 }
 
@@ -247,7 +361,7 @@ impl InsnTable {
             t.dedup();
             Index::Trace(t)
         });
-        InsnTable { cc, variants }
+        InsnTable { variants }
     }
 
     /// `cc`'s table, parsed once.
@@ -262,7 +376,7 @@ impl InsnTable {
 
     /// Instructions of a call of `v` that tested `call` (None: a path not measured).
     #[inline]
-    pub fn count(&self, v: PtepGetVariant, call: &Call, memo: &mut Memo) -> Option<u32> {
+    pub fn count(&self, v: PtepGetVariant, call: &Call) -> Option<u32> {
         if !call.ok {
             return None;
         }
@@ -270,17 +384,7 @@ impl InsnTable {
             Index::First(t) => Some(t[call.young as usize][call.dirty as usize]),
             Index::Trace(t) => {
                 let key = call.key();
-                if (memo.cc, memo.variant, memo.key) == (self.cc, v, key) {
-                    return memo.count;
-                }
-                let count = t.binary_search_by_key(&key, |e| e.0).ok().map(|i| t[i].1);
-                *memo = Memo {
-                    cc: self.cc,
-                    variant: v,
-                    key,
-                    count,
-                };
-                count
+                t.binary_search_by_key(&key, |e| e.0).ok().map(|i| t[i].1)
             }
         }
     }
@@ -335,7 +439,7 @@ mod tests {
                 let block = sweep_block(from, y, d, old_clean);
                 for (v, name) in VARIANTS {
                     assert_eq!(
-                        t.count(v, &sweep_call(v, &block), &mut Memo::default()),
+                        t.count(v, &sweep_call(v, &block)),
                         Some(j["scenarios"][sc][name].as_u64().unwrap() as u32),
                         "{cc:?} {sc} {name}"
                     );
@@ -349,7 +453,7 @@ mod tests {
         let cost = |cc, from, d| {
             let block = sweep_block(from, 16, d, 0x78000080000bc3);
             let v = PtepGetVariant::FullScan;
-            InsnTable::get(cc).count(v, &sweep_call(v, &block), &mut Memo::default())
+            InsnTable::get(cc).count(v, &sweep_call(v, &block))
         };
         // One dirty pte against all sixteen dirty.
         assert_eq!(cost(Compiler::Gcc, false, 0), cost(Compiler::Gcc, true, 0));
@@ -357,6 +461,55 @@ mod tests {
             cost(Compiler::Clang, true, 0).unwrap() - cost(Compiler::Clang, false, 0).unwrap(),
             15
         );
+    }
+
+    /// A memoized call is the scan: the same orig_pte out, reads and count, over
+    /// blocks and orig_ptes of every encoding the model can hold (measured or not),
+    /// drawn from few kinds so that states repeat and hit the memo across calls.
+    #[test]
+    fn a_memoized_call_gives_what_the_scan_gives() {
+        const BASE: u64 = 0x78000080000bc3;
+        let kinds = [
+            BASE,                                  // old, clean
+            BASE | 1 << 10,                        // young
+            (BASE | 1 << 55) & !(1 << 7),          // dirty
+            (BASE | 1 << 10 | 1 << 55) & !(1 << 7), // young and dirty
+            BASE & !(1 << 7),                      // hardware-dirty only: unmeasured
+            BASE & !(1 << 51),                     // clean, not writable: unmeasured
+        ];
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let mut memos = [Memo::default(), Memo::default()];
+        let mut hits = 0;
+        for _ in 0..20_000 {
+            // Mostly the same kind across a block, as a run's blocks are.
+            let common = next(kinds.len());
+            let block: [Pte; MEASURED_CONT_PTES] = std::array::from_fn(|_| {
+                let k = if next(32) == 0 { next(kinds.len()) } else { common };
+                Pte(Desc(kinds[k]))
+            });
+            let orig = if next(2) == 0 { block[0] } else { Pte(Desc(kinds[next(kinds.len())])) };
+            let (v, _) = VARIANTS[next(VARIANTS.len())];
+            let ci = next(2);
+            let cc = COMPILERS[ci];
+            let mut reads = 0;
+            let (want, call) = scan(v, MEASURED_CONT_PTES, orig, |i| {
+                reads += 1;
+                block[i]
+            });
+            let key = state_key(cc, v, orig, block_bits(&block));
+            hits += memos[ci].slots.iter().any(|s| s.0 == key) as u32;
+            let out = memos[ci].call(cc, v, orig, None, || block);
+            assert_eq!(out.apply(orig), want, "{v:?} {orig:?} {block:?}");
+            assert_eq!(out.reads, reads);
+            assert_eq!(out.insns, InsnTable::get(cc).count(v, &call));
+        }
+        assert!(hits > 1000, "{hits} hits: the memo was not exercised");
     }
 
     #[test]
@@ -367,6 +520,6 @@ mod tests {
         }
         assert!(!c.ok);
         let v = PtepGetVariant::FullScan;
-        assert_eq!(InsnTable::get(Compiler::Clang).count(v, &c, &mut Memo::default()), None);
+        assert_eq!(InsnTable::get(Compiler::Clang).count(v, &c), None);
     }
 }

@@ -409,7 +409,7 @@ pub struct Arch {
     pub kc: KernelEvents,
     /// Whose code contpte_ptep_get's instructions are counted of (`contpte-insns`).
     pub ptep_get_cc: Compiler,
-    /// The last call looked up in seed 004's table by its trace, and its count.
+    /// contpte_ptep_get calls' outcomes by the block states they saw (seed 004's counts).
     pub ptep_get_insn_memo: Memo,
     /// Whose TLB shootdown the generic flush hooks use (`tlb-flush`).
     pub tlb_flush: TlbFlavour,
