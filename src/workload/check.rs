@@ -301,6 +301,7 @@ impl Checker<'_> {
             Op::Set { .. }
             | Op::Mark { .. }
             | Op::Shrink
+            | Op::Khugepaged
             | Op::Swapon { .. }
             | Op::Memlimit { .. }
             | Op::ThreadsAll
