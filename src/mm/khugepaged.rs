@@ -62,24 +62,37 @@ impl Kernel {
     }
 
     /// collapse_possible_orders for TVA_KHUGEPAGED: the anon orders (every mTHP order
-    /// with `khugepaged_mthp`, else the PMD order) the VMA's flags and the knobs allow.
-    fn khugepaged_orders(&self, flags: VmFlags) -> u64 {
-        let pmd = 1u64 << self.arch.granule().pmd_order();
+    /// with `khugepaged_mthp`, else the PMD order) the VMA's flags and the knobs allow,
+    /// less those no aligned block of which fits at the VMA's end
+    /// (__thp_vma_allowable_orders outside a fault: a 2M VMA takes no 32M THP).
+    fn khugepaged_orders(&self, vma: &Vma) -> u64 {
+        let g = self.arch.granule();
         let all = if self.khugepaged_mthp {
             self.knobs.anon_orders().fold(0, |m, o| m | 1 << o)
         } else {
-            pmd
+            1u64 << g.pmd_order()
         };
-        all & self
-            .knobs
-            .allowable_orders(flags.contains(VmFlags::HUGEPAGE), flags.contains(VmFlags::NOHUGEPAGE))
+        let f = vma.flags;
+        let allowed = all
+            & self
+                .knobs
+                .allowable_orders(f.contains(VmFlags::HUGEPAGE), f.contains(VmFlags::NOHUGEPAGE));
+        let highest_fitting = (0..=g.pmd_order()).rev().find(|&o| {
+            let size = g.page_size() << o;
+            allowed & (1 << o) != 0
+                && vma.end - vma.start >= size
+                && (vma.end - size) & !(size - 1) >= vma.start
+        });
+        // The kernel stops at the highest order that fits and keeps it and every
+        // order below it.
+        highest_fitting.map_or(0, |o| allowed & ((2u64 << o) - 1))
     }
 
     /// khugepaged_enter_vma: register `mm` with khugepaged (MMF_VM_HUGEPAGE, the tail
-    /// of its mm list) when the VMA, with `flags`, could be collapsed. Called by
+    /// of its mm list) when the VMA (with its new flags) could be collapsed. Called by
     /// MADV_HUGEPAGE and by a PMD-suitable anonymous fault.
-    pub fn khugepaged_enter_vma(&mut self, mm: MmId, flags: VmFlags) {
-        if !self.khugepaged_mm.contains(&mm) && self.khugepaged_enabled() && self.khugepaged_orders(flags) != 0 {
+    pub fn khugepaged_enter_vma(&mut self, mm: MmId, vma: &Vma) {
+        if !self.khugepaged_mm.contains(&mm) && self.khugepaged_enabled() && self.khugepaged_orders(vma) != 0 {
             self.khugepaged_mm.push(mm);
         }
     }
@@ -105,7 +118,7 @@ impl Kernel {
         for mm in self.khugepaged_mm.clone() {
             let vmas: Vec<Vma> = self.mm(mm).vmas().values().copied().collect();
             for vma in vmas {
-                if self.khugepaged_orders(vma.flags) == 0 {
+                if self.khugepaged_orders(&vma) == 0 {
                     continue;
                 }
                 let hstart = vma.start.next_multiple_of(pmd_size);
@@ -154,7 +167,7 @@ impl Kernel {
     fn collapse_single_pmd(&mut self, mm: MmId, vma: &Vma, haddr: u64, khugepaged: bool) -> Scan {
         let pmd_order = self.arch.granule().pmd_order();
         let orders = if khugepaged {
-            self.khugepaged_orders(vma.flags)
+            self.khugepaged_orders(vma)
         } else {
             1 << pmd_order
         };

@@ -40,7 +40,7 @@ impl Kernel {
                 self.vma_modify_flags(mm, start, end, |f| (f - VmFlags::NOHUGEPAGE) | VmFlags::HUGEPAGE)?;
                 // hugepage_madvise: khugepaged_enter_vma with each VMA's new flags.
                 for vma in self.mm(mm).vmas_in(start, end) {
-                    self.khugepaged_enter_vma(mm, vma.flags);
+                    self.khugepaged_enter_vma(mm, &vma);
                 }
                 Ok(())
             }
