@@ -221,6 +221,46 @@ fn suite_has_host_results() {
     assert!(n >= 40, "{n} workloads");
 }
 
+/// A run parks khugepaged: its timer (scan_sleep_millisecs, 10 s by default) would
+/// otherwise wake it mid-run and let it collapse a workload's pte-mapped range into a
+/// new THP, which the model (no khugepaged) never does. Over longer than the host's
+/// own timer, with this process on khugepaged's list, the thread must not run once.
+#[test]
+fn khugepaged_never_wakes_while_a_run_holds_the_knobs() {
+    use foliolab::native::khugepaged::{thread_runs, Registration, PARK};
+    if let Some(why) = skip_reason() {
+        println!("SKIP khugepaged_never_wakes_while_a_run_holds_the_knobs: {why}");
+        return;
+    }
+    let _lock = knob_lock();
+    let knob = |k: &str| {
+        std::fs::read_to_string(Path::new(THP).join(k))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let found: Vec<String> = PARK.iter().map(|(k, _)| knob(k)).collect();
+    let timer_ms: u64 = found[0].parse().unwrap();
+    let guard = foliolab::native::KnobGuard::arm(THP.as_ref(), foliolab::native::KNOB_LOCK.as_ref()).unwrap();
+    for (k, v) in PARK {
+        assert_eq!(knob(k), v, "{k} parked");
+    }
+    // This process on the list, as a workload's is, so the thread sleeps on its timer.
+    let own = Registration::new().unwrap();
+    own.register();
+    let runs = thread_runs().expect("khugepaged exists under the spec's default knobs");
+    let window = Duration::from_millis(timer_ms.min(20_000) + 2_000);
+    std::thread::sleep(window);
+    assert_eq!(
+        thread_runs(),
+        Some(runs),
+        "khugepaged ran within {window:?} of a parked run (the host's timer is {timer_ms} ms)"
+    );
+    drop(guard);
+    let back: Vec<String> = PARK.iter().map(|(k, _)| knob(k)).collect();
+    assert_eq!(back, found, "the sleep knobs are put back");
+}
+
 /// The whole validation suite, model against the live host, each workload run once:
 /// per-process faults and layouts must agree exactly (global counters are left to
 /// `foliolab validate`, since other processes move them).

@@ -8,6 +8,7 @@
 //! two concurrent runs would otherwise run under each other's settings and each put
 //! back what the other had set.
 
+use super::khugepaged;
 use crate::hw::Granule;
 use crate::mm::thp_sysfs::ThpKnobs;
 use std::ffi::CString;
@@ -115,6 +116,9 @@ pub struct KnobGuard {
     /// What the host lacks, for `unavailable`.
     pub missing: Vec<(String, String)>,
     list: *mut RestoreList,
+    /// This process's mm on khugepaged's list, for the real sysfs tree only.
+    registration: Option<khugepaged::Registration>,
+    collapsed_by_writes: std::cell::Cell<u64>,
     /// Held (flock) for the guard's life; dropped after the knobs are restored.
     _lock: std::fs::File,
 }
@@ -130,6 +134,8 @@ pub enum KnobError {
     },
     #[error("THP knob lock {path}: {reason}")]
     Lock { path: String, reason: String },
+    #[error("{0}")]
+    Khugepaged(String),
 }
 
 /// Takes the exclusive lock on `path`, saying on stderr whom it waits for.
@@ -189,12 +195,14 @@ fn flock_holder(f: &std::fs::File) -> Option<u32> {
 }
 
 impl KnobGuard {
-    /// Takes the knob lock `lock`, saves every knob of `ThpKnobs::defaults` under `dir`,
-    /// arms the restore paths, and writes the spec defaults.
+    /// Takes the knob lock `lock`, saves every knob of `ThpKnobs::defaults` and
+    /// khugepaged's sleep knobs under `dir`, arms the restore paths, writes the spec
+    /// defaults and parks khugepaged.
     pub fn arm(dir: &Path, lock: &Path) -> Result<KnobGuard, KnobError> {
         let lock = lock_knobs(lock)?;
         let (mut saved, mut missing) = (Vec::new(), Vec::new());
-        for (knob, _) in ThpKnobs::defaults(Granule::K4) {
+        let park = khugepaged::PARK.map(|(k, v)| (k.to_string(), v.to_string()));
+        for (knob, _) in ThpKnobs::defaults(Granule::K4).into_iter().chain(park.clone()) {
             match std::fs::read_to_string(dir.join(&knob)) {
                 Ok(s) => saved.push((knob, current_value(&s).to_string())),
                 Err(e) => missing.push((knob, e.to_string())),
@@ -207,18 +215,26 @@ impl KnobGuard {
                 (path, v.clone().into_bytes())
             })
             .collect();
+        // Only the real sysfs tree controls this host's khugepaged (tests use fake trees).
+        let real = dir.canonicalize().ok() == Path::new(super::THP_DIR).canonicalize().ok();
         let guard = KnobGuard {
             dir: dir.to_path_buf(),
             saved,
             missing,
             list: Box::into_raw(Box::new(list)),
+            registration: if real {
+                Some(khugepaged::Registration::new().map_err(KnobError::Khugepaged)?)
+            } else {
+                None
+            },
+            collapsed_by_writes: std::cell::Cell::new(0),
             _lock: lock,
         };
         install_handlers();
         // SAFETY: getpid has no preconditions.
         OWNER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
         PENDING.store(guard.list, Ordering::SeqCst);
-        for (knob, value) in ThpKnobs::defaults(Granule::K4) {
+        for (knob, value) in ThpKnobs::defaults(Granule::K4).into_iter().chain(park) {
             if guard.saved.iter().any(|(k, _)| *k == knob) {
                 guard.set(&knob, &value)?;
             }
@@ -228,7 +244,30 @@ impl KnobGuard {
 
     /// Writes `value` to `knob`. A knob that cannot be written is fine only if it already
     /// holds the value: a run under other settings would not be the workload's run.
+    /// Then waits for khugepaged to be parked again (see `khugepaged`).
+    /// A write that starts the thread (THP enabled again) lets it scan once at once, as
+    /// the kernel's khugepaged() does before its first sleep; what that scan collapsed,
+    /// host-wide, is added to `collapsed_by_writes`.
     pub fn set(&self, knob: &str, value: &str) -> Result<(), KnobError> {
+        let before = khugepaged::pages_collapsed(&self.dir);
+        self.write(knob, value)?;
+        if let Some(r) = &self.registration {
+            r.register();
+            khugepaged::settle().map_err(KnobError::Khugepaged)?;
+        }
+        if let (Some(a), Some(b)) = (before, khugepaged::pages_collapsed(&self.dir)) {
+            self.collapsed_by_writes
+                .set(self.collapsed_by_writes.get() + b.wrapping_sub(a));
+        }
+        Ok(())
+    }
+
+    /// Collapses khugepaged made while a knob write was being waited out.
+    pub fn collapsed_by_writes(&self) -> u64 {
+        self.collapsed_by_writes.get()
+    }
+
+    fn write(&self, knob: &str, value: &str) -> Result<(), KnobError> {
         let path = self.dir.join(knob);
         let Err(e) = std::fs::write(&path, value) else {
             return Ok(());
@@ -300,6 +339,9 @@ mod tests {
                 std::fs::write(dir.join(&knob), "always [never]\n").unwrap();
             }
         }
+        for (knob, _) in khugepaged::PARK {
+            std::fs::write(dir.join(knob), "10000\n").unwrap();
+        }
         dir
     }
 
@@ -318,7 +360,25 @@ mod tests {
             );
             g.set("hugepages-64kB/enabled", "always").unwrap();
             g.set("hugepages-64kB/shmem_enabled", "always").unwrap();
-            assert!(g.saved().iter().all(|(_, v)| v == "never"));
+            let parked = |k: &str| khugepaged::PARK.iter().any(|(p, _)| *p == k);
+            assert!(g
+                .saved()
+                .iter()
+                .all(|(k, v)| v == if parked(k) { "10000" } else { "never" }));
+            for (knob, value) in khugepaged::PARK {
+                assert_eq!(
+                    std::fs::read_to_string(dir.join(knob)).unwrap(),
+                    value,
+                    "khugepaged parked"
+                );
+            }
+        }
+        for (knob, _) in khugepaged::PARK {
+            assert_eq!(
+                std::fs::read_to_string(dir.join(knob)).unwrap(),
+                "10000",
+                "khugepaged unparked"
+            );
         }
         assert_eq!(
             std::fs::read_to_string(dir.join("hugepages-64kB/shmem_enabled")).unwrap(),

@@ -8,6 +8,7 @@
 //! still move them).
 
 mod cgroup;
+pub mod khugepaged;
 pub mod knobs;
 mod layout;
 pub(crate) mod perf;
@@ -142,6 +143,8 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
     // SAFETY: reading back a disposition by setting the default has no preconditions.
     let _sigchld = SigchldRestore(unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) });
     let guard = KnobGuard::arm(&paths.thp, &paths.lock)?;
+    let collapsed_before = khugepaged::pages_collapsed(&paths.thp);
+    let by_writes_before = guard.collapsed_by_writes();
     let mut unavailable = BTreeMap::new();
     for (knob, why) in &guard.missing {
         unavailable.insert(format!("knob.{knob}"), why.clone());
@@ -197,6 +200,22 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
     o.stmts(&w.stmts)?;
     let background = o.background()?;
     let layout = o.finish(&mut unavailable)?;
+    // The proof that khugepaged stayed parked: it counts every collapse it makes. The
+    // scan a `set` that starts the thread lets it make is the kernel's own, and said.
+    if let (Some(a), Some(b)) = (collapsed_before, khugepaged::pages_collapsed(&paths.thp)) {
+        let by_writes = guard.collapsed_by_writes() - by_writes_before;
+        if by_writes > 0 {
+            o.notes.push(format!(
+                "khugepaged's scan on starting (a `set` enabled THP again) collapsed {by_writes} ranges host-wide"
+            ));
+        }
+        if b.wrapping_sub(a) != by_writes {
+            o.diagnostics.push(format!(
+                "khugepaged collapsed {} ranges while parked (khugepaged/pages_collapsed {a} -> {b}, {by_writes} of them on a knob write)",
+                b.wrapping_sub(a).wrapping_sub(by_writes)
+            ));
+        }
+    }
     Ok(Report {
         source: "host".into(),
         workload: w.path.clone(),
