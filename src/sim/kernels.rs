@@ -601,7 +601,6 @@ mod tests {
     fn the_unmodeled_changes_say_why() {
         let t = table();
         for what in [
-            "khugepaged mTHP collapse",
             "split at run time",
             "the swap table replacing",
         ] {
