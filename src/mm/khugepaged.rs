@@ -27,9 +27,8 @@ enum Scan {
     /// No pte table under the pmd (SCAN_PMD_NULL / SCAN_PMD_NONE).
     PmdNull,
     PmdMapped,
-    ExceedNone,
-    ExceedSwap,
-    ExceedShared,
+    /// SCAN_EXCEED_NONE_PTE / _SWAP_PTE / _SHARED_PTE.
+    Exceed(Limit),
     LackReferenced,
     /// SCAN_PTE_NON_PRESENT: a swap pte in an mTHP range at isolation.
     PteNonPresent,
@@ -39,6 +38,14 @@ enum Scan {
     /// SCAN_PAGE_RO, SCAN_PAGE_ANON, SCAN_PAGE_COUNT, SCAN_CGROUP_CHARGE_FAIL, a
     /// failed swap-in: no smaller order is tried.
     Fail,
+}
+
+/// khugepaged's limits on the ptes of a collapse (collapse_limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Limit {
+    None,
+    Swap,
+    Shared,
 }
 
 /// What collapse_scan_pmd found: the swap ptes (`unmapped`), the referenced ones and
@@ -79,9 +86,7 @@ impl Kernel {
                 .allowable_orders(f.contains(VmFlags::HUGEPAGE), f.contains(VmFlags::NOHUGEPAGE));
         let highest_fitting = (0..=g.pmd_order()).rev().find(|&o| {
             let size = g.page_size() << o;
-            allowed & (1 << o) != 0
-                && vma.end - vma.start >= size
-                && (vma.end - size) & !(size - 1) >= vma.start
+            allowed & (1 << o) != 0 && vma.end - vma.start >= size && (vma.end - size) & !(size - 1) >= vma.start
         });
         // The kernel stops at the highest order that fits and keeps it and every
         // order below it.
@@ -209,15 +214,25 @@ impl Kernel {
     /// Counts a collapse failure or allocation for `order`: the vmstat event for the
     /// PMD order, and with `khugepaged_mthp` (the series' per-order statistics) the
     /// order's mTHP stat.
-    fn count_collapse_event(&mut self, order: u32, event: Option<VmEvent>, stat: MthpStat) {
+    fn count_collapse_event(&mut self, order: u32, event: VmEvent, stat: MthpStat) {
         if order == self.arch.granule().pmd_order() {
-            if let Some(e) = event {
-                self.stat.count_vm_event(e);
-            }
+            self.stat.count_vm_event(event);
         }
         if self.khugepaged_mthp {
             self.stat.count_mthp_stat(order, stat);
         }
+    }
+
+    /// A range past one of `collapse_limits` at `order`: counted
+    /// (count_collapse_event), the scan's result.
+    fn collapse_exceeded(&mut self, order: u32, limit: Limit) -> Scan {
+        let (event, stat) = match limit {
+            Limit::None => (VmEvent::ThpScanExceedNonePte, MthpStat::CollapseExceedNonePte),
+            Limit::Swap => (VmEvent::ThpScanExceedSwapPte, MthpStat::CollapseExceedSwapPte),
+            Limit::Shared => (VmEvent::ThpScanExceedSharePte, MthpStat::CollapseExceedSharedPte),
+        };
+        self.count_collapse_event(order, event, stat);
+        Scan::Exceed(limit)
     }
 
     /// Whether a present pte's page counts as referenced for khugepaged
@@ -277,24 +292,14 @@ impl Kernel {
             if pte.pte_none() || (pte.pte_present() && self.is_zero_pfn(pte.pte_pfn(g))) {
                 none += 1;
                 if none > max_none {
-                    self.count_collapse_event(
-                        pmd_order,
-                        Some(VmEvent::ThpScanExceedNonePte),
-                        MthpStat::CollapseExceedNonePte,
-                    );
-                    return Err(Scan::ExceedNone);
+                    return Err(self.collapse_exceeded(pmd_order, Limit::None));
                 }
                 continue;
             }
             if pte.is_swap_pte() {
                 found.unmapped += 1;
                 if found.unmapped > max_swap {
-                    self.count_collapse_event(
-                        pmd_order,
-                        Some(VmEvent::ThpScanExceedSwapPte),
-                        MthpStat::CollapseExceedSwapPte,
-                    );
-                    return Err(Scan::ExceedSwap);
+                    return Err(self.collapse_exceeded(pmd_order, Limit::Swap));
                 }
                 continue;
             }
@@ -306,12 +311,7 @@ impl Kernel {
             if self.folio_maybe_mapped_shared(folio) {
                 shared += 1;
                 if shared > max_shared {
-                    self.count_collapse_event(
-                        pmd_order,
-                        Some(VmEvent::ThpScanExceedSharePte),
-                        MthpStat::CollapseExceedSharedPte,
-                    );
-                    return Err(Scan::ExceedShared);
+                    return Err(self.collapse_exceeded(pmd_order, Limit::Shared));
                 }
             }
             found.present[i] = true;
@@ -362,12 +362,7 @@ impl Kernel {
                             next_offset = true;
                         }
                         Scan::PteMappedHugepage => next_offset = true,
-                        r @ (Scan::AllocFail
-                        | Scan::LackReferenced
-                        | Scan::ExceedNone
-                        | Scan::ExceedSwap
-                        | Scan::ExceedShared
-                        | Scan::PteNonPresent) => {
+                        r @ (Scan::AllocFail | Scan::LackReferenced | Scan::Exceed(_) | Scan::PteNonPresent) => {
                             alloc_failed |= r == Scan::AllocFail;
                             last = r;
                         }
@@ -413,8 +408,7 @@ impl Kernel {
                 continue;
             }
             if order != g.pmd_order() {
-                self.stat.count_mthp_stat(order, MthpStat::CollapseExceedSwapPte);
-                return Scan::ExceedSwap;
+                return self.collapse_exceeded(order, Limit::Swap);
             }
             let addr = start + i as u64 * g.page_size();
             if self.do_swap_page(mm, vma, pmd, ptep.add(i), addr, false, pte) == VmFault::Oom {
@@ -443,12 +437,7 @@ impl Kernel {
             if pte.pte_none() || (pte.pte_present() && self.is_zero_pfn(pte.pte_pfn(g))) {
                 none += 1;
                 if none > max_none {
-                    self.count_collapse_event(
-                        order,
-                        Some(VmEvent::ThpScanExceedNonePte),
-                        MthpStat::CollapseExceedNonePte,
-                    );
-                    return Scan::ExceedNone;
+                    return self.collapse_exceeded(order, Limit::None);
                 }
                 continue;
             }
@@ -459,12 +448,7 @@ impl Kernel {
             if self.folio_maybe_mapped_shared(folio) {
                 shared += 1;
                 if shared > max_shared {
-                    self.count_collapse_event(
-                        order,
-                        Some(VmEvent::ThpScanExceedSharePte),
-                        MthpStat::CollapseExceedSharedPte,
-                    );
-                    return Scan::ExceedShared;
+                    return self.collapse_exceeded(order, Limit::Shared);
                 }
             }
             if order != g.pmd_order() && self.memmap.folio_order(folio) >= order {
@@ -505,14 +489,10 @@ impl Kernel {
         let pmd_order = g.pmd_order();
         let haddr = start & !(g.pmd_size() - 1);
         let Some(folio) = self.folio_alloc(order) else {
-            self.count_collapse_event(
-                order,
-                Some(VmEvent::ThpCollapseAllocFailed),
-                MthpStat::CollapseAllocFailed,
-            );
+            self.count_collapse_event(order, VmEvent::ThpCollapseAllocFailed, MthpStat::CollapseAllocFailed);
             return Scan::AllocFail;
         };
-        self.count_collapse_event(order, Some(VmEvent::ThpCollapseAlloc), MthpStat::CollapseAlloc);
+        self.count_collapse_event(order, VmEvent::ThpCollapseAlloc, MthpStat::CollapseAlloc);
         // alloc_charge_folio: SCAN_CGROUP_CHARGE_FAIL.
         if !self.mem_cgroup_charge(folio, true) {
             self.folio_put(folio);
