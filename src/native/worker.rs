@@ -401,10 +401,10 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
                     Ok(())
                 }
             }
-            // khugepaged's scan is woken by the orchestrator through its knob guard
-            // (pages_to_scan, scan_sleep_millisecs), which cannot do it yet.
+            // A scan on the host covers every process registered with khugepaged,
+            // whose collapses the global counters would show.
             Op::Khugepaged => Err(std::io::Error::other(
-                "khugepaged: host: not yet (the host runner cannot wake khugepaged for one scan; the QEMU targets can)",
+                "host: not yet (a scan here covers every process on the host; the QEMU targets run it)",
             )),
             Op::Set { .. }
             | Op::Mark { .. }
