@@ -1035,7 +1035,10 @@ static long long khugepaged_full_scans(void)
  * once from the head (full_scans + 1), and parks again with the value
  * written, the same. The runner sleeps meanwhile (it is real-time: khugepaged
  * runs only while it blocks), polling full_scans every 10 ms of the guest's
- * clock, which -icount makes the same on every run. */
+ * clock, which -icount makes the same on every run. The scan khugepaged owes
+ * once an mm joins its empty list (__khugepaged_enter's wake-up) also waits
+ * for the runner's first sleep: this op's, unless an earlier op let the guest
+ * idle (the guide's khugepaged section). */
 static int khugepaged_scan(void)
 {
 	long long n0 = khugepaged_full_scans();
