@@ -16,6 +16,7 @@ impl Kernel {
     /// write-protected in place. None when out of memory (the child is torn down).
     pub fn dup_mmap(&mut self, parent: MmId) -> Option<MmId> {
         let child = self.mm_alloc()?;
+        self.khugepaged_fork(child, parent);
         // dup_mm's memcpy of the mm_struct: mm_init does not reset tlb_flush_batched,
         // so a batched flush the parent still owed is owed by the child too (its first
         // flush_tlb_batched_pending flushes the whole mm; measured on the 6.12 guest).

@@ -116,6 +116,7 @@ pub fn do_huge_pmd_anonymous_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdP
         return VmFault::Fallback;
     }
     k.anon_vma_prepare(mm, vma);
+    k.khugepaged_enter_vma(mm, vma);
     let prot = vm_page_prot(vma);
     if !write && k.knobs.use_zero_page {
         let Some(zero) = mm_get_huge_zero_folio(k) else {

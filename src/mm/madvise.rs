@@ -36,7 +36,14 @@ impl Kernel {
         match advice {
             Madv::DontNeed => self.madvise_dontneed_free(mm, start, end, false),
             Madv::Free => self.madvise_dontneed_free(mm, start, end, true),
-            Madv::HugePage => self.vma_modify_flags(mm, start, end, |f| (f - VmFlags::NOHUGEPAGE) | VmFlags::HUGEPAGE),
+            Madv::HugePage => {
+                self.vma_modify_flags(mm, start, end, |f| (f - VmFlags::NOHUGEPAGE) | VmFlags::HUGEPAGE)?;
+                // hugepage_madvise: khugepaged_enter_vma with each VMA's new flags.
+                for vma in self.mm(mm).vmas_in(start, end) {
+                    self.khugepaged_enter_vma(mm, &vma);
+                }
+                Ok(())
+            }
             Madv::NoHugePage => {
                 self.vma_modify_flags(mm, start, end, |f| (f - VmFlags::HUGEPAGE) | VmFlags::NOHUGEPAGE)
             }

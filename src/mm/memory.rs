@@ -587,10 +587,6 @@ impl Kernel {
         let order = self.memmap.folio_order(folio);
         let nr = 1usize << order;
         let start = addr & !((ps << order) - 1);
-        let mut entry = Pte::pfn_pte(folio, prot, g);
-        if vma.flags.contains(VmFlags::WRITE) {
-            entry = entry.pte_mkdirty().pte_mkwrite();
-        }
         let ptep = self.pte_offset_map(pmd, start).unwrap();
         // Under the PTL: the range must still be none.
         let raced = if nr == 1 {
@@ -602,14 +598,28 @@ impl Kernel {
             self.folio_put(folio);
             return VmFault::Done;
         }
-        self.folio_ref_add(folio, nr as i32 - 1);
+        // map_anon_folio_pte_pf
         self.mm_mut(mm).rss_anon += nr as i64;
         self.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
+        self.map_anon_folio_pte_nopf(mm, vma, folio, ptep, start);
+        VmFault::Done
+    }
+
+    /// map_anon_folio_pte_nopf: map a new exclusive anon folio by its ptes from
+    /// `start` (a fault, or a khugepaged mTHP collapse), writable and dirty in a
+    /// writable VMA.
+    pub fn map_anon_folio_pte_nopf(&mut self, mm: MmId, vma: &Vma, folio: Pfn, ptep: PtePtr, start: u64) {
+        let nr = self.memmap.folio_nr_pages(folio) as usize;
+        let mut entry = Pte::pfn_pte(folio, vm_page_prot(vma), self.arch.granule());
+        if vma.flags.contains(VmFlags::WRITE) {
+            entry = entry.pte_mkdirty().pte_mkwrite();
+        }
+        self.folio_ref_add(folio, nr as i32 - 1);
         self.folio_add_new_anon_rmap(folio, mm, start, false);
         self.folio_add_lru(folio);
+        let amm = self.arch_mm(mm);
         self.arch
             .set_ptes(amm, start, ptep, entry, nr, Some((folio, nr as u64)));
-        VmFault::Done
     }
 
     /// do_fault for a shared file (shmem) VMA: a read maps what the page cache holds

@@ -175,6 +175,7 @@ impl Kernel {
         if self.mm(mm).tlb_flush_pending != self.mm(mm).tlb_flush_done {
             self.arch.kc.inc(KernelEvent::ExitMmapBatchedPending);
         }
+        self.khugepaged_exit(mm);
         let vmas: Vec<Vma> = std::mem::take(self.mm_mut(mm).vmas_mut()).into_values().collect();
         let mut tlb = self.tlb_gather_mmu(mm, true);
         self.unmap_vmas(&mut tlb, mm, &vmas, 0, u64::MAX);

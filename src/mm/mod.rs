@@ -111,6 +111,15 @@ pub struct Kernel {
     /// A collapse whose ptes are all write-protected fails with SCAN_PAGE_RO (6.12);
     /// 6.18 collapses non-writable anon ranges too.
     pub collapse_ro_refuse: bool,
+    /// khugepaged collapses anonymous ranges to every enabled mTHP order
+    /// (mthp_collapse, Nico Pache's series, 7.2); before, to the PMD order only.
+    pub khugepaged_mthp: bool,
+    /// khugepaged's mm list (mm_slots in khugepaged_scan.mm_head order): the mms
+    /// khugepaged_enter_vma registered.
+    pub khugepaged_mm: Vec<MmId>,
+    /// khugepaged/pages_collapsed and khugepaged/full_scans.
+    pub khugepaged_pages_collapsed: u64,
+    pub khugepaged_full_scans: u64,
     /// split_folio_to_list queues the tail pages last first (__split_huge_page, up to
     /// 6.14); since 00527733d0dc8 (6.15) in address order.
     pub split_list_reversed: bool,
@@ -237,6 +246,10 @@ impl Kernel {
             collapse_copy_per_pte: false,
             mlock_walk_per_pte: false,
             collapse_ro_refuse: false,
+            khugepaged_mthp: false,
+            khugepaged_mm: Vec::new(),
+            khugepaged_pages_collapsed: 0,
+            khugepaged_full_scans: 0,
             split_list_reversed: false,
             swap_free_first: false,
             swapin_write_fault_only: false,

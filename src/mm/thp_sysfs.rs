@@ -43,8 +43,11 @@ pub struct ThpKnobs {
     pub use_zero_page: bool,
     /// `shrink_underused`.
     pub shrink_underused: bool,
-    /// `khugepaged/max_ptes_none`.
+    /// `khugepaged/max_ptes_none`, `max_ptes_swap`, `max_ptes_shared`: khugepaged's
+    /// limits on the none (or zero-page), swap and shared ptes of a PMD range.
     pub max_ptes_none: u32,
+    pub max_ptes_swap: u32,
+    pub max_ptes_shared: u32,
     /// The per-size `hugepages-<size>kB/enabled` settings as the kernel keeps them
     /// (huge_anon_orders_{always,madvise,inherit}): a bit per order, clear in all three
     /// for `never`, so the fault path combines three masks.
@@ -126,6 +129,8 @@ impl ThpKnobs {
             use_zero_page: true,
             shrink_underused: true,
             max_ptes_none: (1 << pmd) - 1,
+            max_ptes_swap: 1 << pmd >> 3,
+            max_ptes_shared: 1 << pmd >> 1,
             orders_always: 0,
             orders_madvise: 0,
             orders_inherit: 1 << pmd,
@@ -307,12 +312,17 @@ impl ThpKnobs {
                     self.shrink_underused = v
                 }
             }
-            "khugepaged/max_ptes_none" => {
+            "khugepaged/max_ptes_none" | "khugepaged/max_ptes_swap" | "khugepaged/max_ptes_shared" => {
                 let max = (1u32 << self.granule.pmd_order()) - 1;
-                match value.parse::<u32>() {
-                    Ok(v) if v <= max => self.max_ptes_none = v,
-                    _ => return bad(&format!("khugepaged/max_ptes_none (0..={max})")),
-                }
+                let v = match value.parse::<u32>() {
+                    Ok(v) if v <= max => v,
+                    _ => return bad(&format!("{knob} (0..={max})")),
+                };
+                *match knob {
+                    "khugepaged/max_ptes_none" => &mut self.max_ptes_none,
+                    "khugepaged/max_ptes_swap" => &mut self.max_ptes_swap,
+                    _ => &mut self.max_ptes_shared,
+                } = v;
             }
             _ if knob.ends_with("shmem_enabled") => self.set_shmem(knob, value)?,
             _ if !self.per_size && knob.starts_with("hugepages-") => {
@@ -355,6 +365,8 @@ impl ThpKnobs {
             ("use_zero_page".to_string(), "1".to_string()),
             ("shrink_underused".to_string(), "1".to_string()),
             ("khugepaged/max_ptes_none".to_string(), k.max_ptes_none.to_string()),
+            ("khugepaged/max_ptes_swap".to_string(), k.max_ptes_swap.to_string()),
+            ("khugepaged/max_ptes_shared".to_string(), k.max_ptes_shared.to_string()),
         ];
         for o in k.anon_orders() {
             v.push((
@@ -381,6 +393,11 @@ impl ThpKnobs {
             .filter(|o| mask & (1 << o) != 0)
             .map(|o| self.size_kb(o))
             .collect()
+    }
+
+    /// hugepage_global_enabled: the top-level `enabled` is always or madvise.
+    pub fn global_enabled(&self) -> bool {
+        matches!(self.enabled, ThpMode::Always | ThpMode::Madvise)
     }
 
     /// thp_vma_allowable_orders for an anonymous VMA in the fault path (sysfs enforced).

@@ -31,6 +31,10 @@ named_enum!(
         ThpZeroPageAlloc => "thp_zero_page_alloc",
         ThpZeroPageAllocFailed => "thp_zero_page_alloc_failed",
         ThpCollapseAlloc => "thp_collapse_alloc",
+        ThpCollapseAllocFailed => "thp_collapse_alloc_failed",
+        ThpScanExceedNonePte => "thp_scan_exceed_none_pte",
+        ThpScanExceedSwapPte => "thp_scan_exceed_swap_pte",
+        ThpScanExceedSharePte => "thp_scan_exceed_share_pte",
         ThpSwpoutFallback => "thp_swpout_fallback",
         ThpFileAlloc => "thp_file_alloc",
         ThpFileFallback => "thp_file_fallback",
@@ -84,6 +88,11 @@ named_enum!(
         ShmemAlloc => "shmem_alloc",
         ShmemFallback => "shmem_fallback",
         ShmemFallbackCharge => "shmem_fallback_charge",
+        CollapseAlloc => "collapse_alloc",
+        CollapseAllocFailed => "collapse_alloc_failed",
+        CollapseExceedSwapPte => "collapse_exceed_swap_pte",
+        CollapseExceedNonePte => "collapse_exceed_none_pte",
+        CollapseExceedSharedPte => "collapse_exceed_shared_pte",
     }
 );
 

@@ -175,6 +175,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.collapse_copy_per_pte = v.collapse_copy_per_pte();
     k.mlock_walk_per_pte = v.mlock_walk_per_pte();
     k.collapse_ro_refuse = v.collapse_ro_refuse();
+    k.khugepaged_mthp = v.khugepaged_mthp();
     k.split_list_reversed = v.split_list_reversed();
     k.swap_free_first = v.get("swap-alloc") == "free-first";
     k.swapin_write_fault_only = v.get("swapin-write") == "on-write";
@@ -586,6 +587,7 @@ impl Sim<'_> {
                 self.k.drop_slab();
                 Ok(())
             }
+            Op::Khugepaged => self.k.khugepaged_do_scan().map_err(|e| self.fail(s.pos, e)),
             Op::Swapon { size } => {
                 self.syscall(1);
                 (self.k.sys_swapon(*size)).map_err(|e| self.fail(s.pos, e))

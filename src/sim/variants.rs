@@ -190,6 +190,12 @@ pub const KEYS: &[Key] = &[
         about: "khugepaged and MADV_COLLAPSE collapse an anon range whose ptes are all write-protected (allow, 6.18) or fail it with SCAN_PAGE_RO (refuse, up to 6.17; 62b98015d988, 473b73222f3d)",
     },
     Key {
+        name: "khugepaged-mthp",
+        default: "on",
+        values: "on|off",
+        about: "khugepaged collapses an anonymous range to the largest enabled mTHP order its present ptes fill (mthp_collapse, max_ptes_none scaled per order, no swap or shared pte below the PMD order) and counts per-order collapse stats (on, 7.2+: Nico Pache's series) or to the PMD order only (off, up to 7.1)",
+    },
+    Key {
         name: "mthp",
         default: "on",
         values: "on|off",
@@ -461,7 +467,7 @@ impl Variants {
             "bbml2-elide" => matches!(val, "on" | "off"),
             "bbml2-detect" => matches!(val, "midr-list" | "idreg-or-list"),
             "cpu" => crate::hw::cpu::by_name(val).is_some(),
-            "mthp" | "shrink-underused" | "split-zeropage" => matches!(val, "on" | "off"),
+            "mthp" | "shrink-underused" | "split-zeropage" | "khugepaged-mthp" => matches!(val, "on" | "off"),
             "inject" => matches!(val, "none" | "extra-fault" | "drop-flush"),
             "granule" => Granule::parse(val).is_some(),
             "ram" => parse_ram(val).is_ok(),
@@ -615,6 +621,10 @@ impl Variants {
     }
     pub fn collapse_ro_refuse(&self) -> bool {
         self.get("collapse-ro") == "refuse"
+    }
+    /// khugepaged's mTHP collapse (7.2+).
+    pub fn khugepaged_mthp(&self) -> bool {
+        self.flag("khugepaged-mthp")
     }
     /// Multi-size THP for anonymous memory and its per-size knobs (6.8+).
     pub fn mthp(&self) -> bool {

@@ -170,6 +170,10 @@ pub enum Op {
     /// `shrink`: run the THP deferred split shrinker over its whole queue, as
     /// /proc/sys/vm/drop_caches (2) does through drop_slab (an extension of the spec).
     Shrink,
+    /// `khugepaged`: one full scan of khugepaged's mm list now (khugepaged_do_scan
+    /// from the list's head, pages_to_scan past the workload's size), collapsing what
+    /// its knobs allow (an extension of the spec).
+    Khugepaged,
     /// `swapon SIZE`: a zram swap device of SIZE bytes, on for the rest of the
     /// workload (an extension of the spec); MADV_PAGEOUT then swaps anon memory out.
     Swapon {
@@ -217,6 +221,7 @@ impl Op {
             Op::ThreadsAll => "threads",
             Op::Cpu { .. } => "cpu",
             Op::Shrink => "shrink",
+            Op::Khugepaged => "khugepaged",
             Op::Swapon { .. } => "swapon",
             Op::Memlimit { .. } => "memlimit",
             Op::Migrate { .. } => "migrate",

@@ -308,6 +308,7 @@ impl Checker<'_> {
             Op::Set { .. }
             | Op::Mark { .. }
             | Op::Shrink
+            | Op::Khugepaged
             | Op::Swapon { .. }
             | Op::Memlimit { .. }
             | Op::ThreadsAll

@@ -181,7 +181,8 @@ struct Parser<'p> {
     machine: Option<Vec<MachineNeed>>,
 }
 
-/// The ops of the language, for "did you mean" on an unknown one.
+/// The ops of the language, for "did you mean" on an unknown one (with `khugepaged`,
+/// which would make rustfmt lay this list out one per line).
 const OPS: &[&str] = &[
     "set", "mmap", "touch", "madvise", "munmap", "mprotect", "mremap", "mlock", "munlock", "fork", "exit", "thread",
     "threads", "cpu", "shrink", "swapon", "memlimit", "migrate", "mark", "repeat", "end", "machine",
@@ -524,6 +525,10 @@ impl Parser<'_> {
                 self.finish(&a)?;
                 Op::Shrink
             }
+            "khugepaged" => {
+                self.finish(&a)?;
+                Op::Khugepaged
+            }
             "swapon" => {
                 let t = self.arg(&mut a, "a swap device size")?;
                 let size = self.size(t, t.text, "swap device size")?;
@@ -569,7 +574,7 @@ impl Parser<'_> {
                 }
             }
             other => {
-                let hint = crate::suggest::hint(other, OPS.iter().copied());
+                let hint = crate::suggest::hint(other, OPS.iter().copied().chain(["khugepaged"]));
                 return Err(self.err(op.pos, format!("unknown op '{}'{hint}", Echo(other))));
             }
         };

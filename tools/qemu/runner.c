@@ -1032,6 +1032,52 @@ static int set_knob(const char *knob, const char *value)
 	return write_file(path, value);
 }
 
+#define KHUGEPAGED "/sys/kernel/mm/transparent_hugepage/khugepaged/"
+
+static long long khugepaged_full_scans(void)
+{
+	char b[32];
+	int fd = open(KHUGEPAGED "full_scans", O_RDONLY);
+	ssize_t n = fd < 0 ? -1 : read(fd, b, sizeof(b) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return -1;
+	b[n] = 0;
+	return atoll(b);
+}
+
+/* The "khugepaged" op: one khugepaged_do_scan. Parked (scan_sleep_millisecs
+ * at its maximum, pages_to_scan past any workload since boot, so every scan
+ * ends at the list's head), khugepaged wakes for a write of
+ * scan_sleep_millisecs (__sleep_millisecs_store), scans its whole mm list
+ * once from the head (full_scans + 1), and parks again with the value
+ * written, the same. The runner sleeps meanwhile (it is real-time: khugepaged
+ * runs only while it blocks), polling full_scans every 10 ms of the guest's
+ * clock, which -icount makes the same on every run. The scan khugepaged owes
+ * once an mm joins its empty list (__khugepaged_enter's wake-up) also waits
+ * for the runner's first sleep: this op's, unless an earlier op let the guest
+ * idle (the guide's khugepaged section). */
+static int khugepaged_scan(void)
+{
+	long long n0 = khugepaged_full_scans();
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+	if (n0 < 0 || write_file(KHUGEPAGED "scan_sleep_millisecs", "4294967295"))
+		return -2;
+	msg[0] = 0;
+	for (int i = 0; i < 1000; i++) {
+		nanosleep(&ts, NULL);
+		if (khugepaged_full_scans() > n0)
+			return 0;
+	}
+	/* A scan takes well under a second of the guest's clock: khugepaged found
+	 * no mm on its list, which it then waits for without scanning. */
+	snprintf(msg, sizeof(msg), "ok\nkhugepaged: no scan in 10 s of the guest's clock (no mm registered with it)");
+	return 0;
+}
+
 static int by_name(const void *a, const void *b)
 {
 	return strcmp(a, b);
@@ -1165,7 +1211,7 @@ static int parse_step(char *line, struct step *st)
 		return sscanf(line, "%63s %63s", st->a, st->b) == 2 ? 0 : -1;
 	if (!strcmp(st->kind, "mark"))
 		return sscanf(line, "%63s", st->a) == 1 ? 0 : -1;
-	if (!strcmp(st->kind, "shrink"))
+	if (!strcmp(st->kind, "shrink") || !strcmp(st->kind, "khugepaged"))
 		return 0;
 	if (!strcmp(st->kind, "swapon")) {
 		n = sscanf(line, "%llx", &l);
@@ -1352,6 +1398,10 @@ static void run_workload(void)
 		} else if (!strcmp(st->kind, "shrink")) {
 			START_MARK();
 			r = write_file("/proc/sys/vm/drop_caches", "2") ? -2 : 0;
+			STOP_MARK();
+		} else if (!strcmp(st->kind, "khugepaged")) {
+			START_MARK();
+			r = khugepaged_scan();
 			STOP_MARK();
 		} else if (!strcmp(st->kind, "swapon")) {
 			/* Device setup: swapon(2)'s own kernel mappings (the vmalloc'd
@@ -1591,9 +1641,11 @@ int main(int argc, char **argv)
 	signal(SIGCHLD, SIG_IGN);
 	broken = make_fork_stub() ? "cannot map the fork stub" : NULL;
 	/* khugepaged would collapse the workload's regions in the background,
-	 * inside op windows; the model has no background collapse. 49 days. */
-	write_file("/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs", "4294967295");
-	write_file("/sys/kernel/mm/transparent_hugepage/khugepaged/alloc_sleep_millisecs", "4294967295");
+	 * inside op windows; the model collapses only in a khugepaged op
+	 * (khugepaged_scan). 49 days; each scan past any workload's size. */
+	write_file(KHUGEPAGED "pages_to_scan", "4294967295");
+	write_file(KHUGEPAGED "scan_sleep_millisecs", "4294967295");
+	write_file(KHUGEPAGED "alloc_sleep_millisecs", "4294967295");
 	/* Nor may periodic kernel work run: a kworker or kcompactd that wakes inside
 	 * a window preempts the op, and a zap that breaks for need_resched reads its
 	 * pte again. vmstat's per-CPU fold every hour; no proactive compaction. */

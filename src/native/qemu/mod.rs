@@ -423,6 +423,7 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
             Op::Set { knob, value } => format!("set {knob} {value}"),
             Op::Mark { label } => format!("mark {label}"),
             Op::Shrink => "shrink".into(),
+            Op::Khugepaged => "khugepaged".into(),
             Op::Swapon { size } => format!("swapon {size:x}"),
             Op::Migrate {
                 region, range, node, ..
