@@ -59,9 +59,10 @@ fn instructions(listing: &str, start: u64) -> Vec<String> {
             };
             let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
             let branch = ["b", "cb", "tb"].iter().any(|p| text.starts_with(p));
-            let target = text.rsplit_once(' ').filter(|_| branch).and_then(|(head, last)| {
-                Some((head, u64::from_str_radix(last.trim_start_matches("0x"), 16).ok()?))
-            });
+            let target = text
+                .rsplit_once(' ')
+                .filter(|_| branch)
+                .and_then(|(head, last)| Some((head, u64::from_str_radix(last.trim_start_matches("0x"), 16).ok()?)));
             Some(match target {
                 Some((head, t)) => format!("{head} .{:+#x}", t as i64 - start as i64),
                 None => text,
@@ -71,8 +72,15 @@ fn instructions(listing: &str, start: u64) -> Vec<String> {
 }
 
 fn objdump(args: &[&str]) -> String {
-    let out = Command::new("aarch64-linux-gnu-objdump").args(args).output().expect("run objdump");
-    assert!(out.status.success(), "objdump {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("aarch64-linux-gnu-objdump")
+        .args(args)
+        .output()
+        .expect("run objdump");
+    assert!(
+        out.status.success(),
+        "objdump {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 

@@ -292,7 +292,11 @@ mod tests {
         let fail = verdict(c, t(50, 110), t(1000, 1000));
         assert!(fail.failed && fail.line.ends_with("FAIL"), "{}", fail.line);
         let printed = verdict(case("64k").unwrap(), t(100, 100), t(1000, 1000));
-        assert!(!printed.failed && printed.line.contains("not enforced"), "{}", printed.line);
+        assert!(
+            !printed.failed && printed.line.contains("not enforced"),
+            "{}",
+            printed.line
+        );
     }
 
     #[test]

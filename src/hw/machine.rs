@@ -436,7 +436,14 @@ impl Machine {
     /// hits, in L1, the entry the access before it used, counted as those hits: that
     /// entry and how many. None when the first would not hit so (the caller then makes
     /// it an `access`).
-    pub fn access_run(&mut self, cpu: usize, va: VirtAddr, stride: u64, max: u64, write: bool) -> Option<(TlbEntry, u64)> {
+    pub fn access_run(
+        &mut self,
+        cpu: usize,
+        va: VirtAddr,
+        stride: u64,
+        max: u64,
+        write: bool,
+    ) -> Option<(TlbEntry, u64)> {
         let (_, asid) = self.cpus[cpu].ttbr0?;
         self.sync_checks();
         let (e, n) = self.cpus[cpu].tlb.lookup_mru_run(asid, va.0, stride, max, write)?;

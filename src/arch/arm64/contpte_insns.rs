@@ -227,7 +227,10 @@ fn pte_bits(p: Pte) -> u64 {
 
 /// The block's part of a call's key (`state_key`).
 fn block_bits(block: &[Pte; MEASURED_CONT_PTES]) -> u64 {
-    block.iter().enumerate().fold(0, |k, (i, &p)| k | pte_bits(p) << (6 + 3 * i))
+    block
+        .iter()
+        .enumerate()
+        .fold(0, |k, (i, &p)| k | pte_bits(p) << (6 + 3 * i))
 }
 
 /// Everything a call's branches can test, as one key: per pte of the block and for
@@ -470,12 +473,12 @@ mod tests {
     fn a_memoized_call_gives_what_the_scan_gives() {
         const BASE: u64 = 0x78000080000bc3;
         let kinds = [
-            BASE,                                  // old, clean
-            BASE | 1 << 10,                        // young
-            (BASE | 1 << 55) & !(1 << 7),          // dirty
+            BASE,                                   // old, clean
+            BASE | 1 << 10,                         // young
+            (BASE | 1 << 55) & !(1 << 7),           // dirty
             (BASE | 1 << 10 | 1 << 55) & !(1 << 7), // young and dirty
-            BASE & !(1 << 7),                      // hardware-dirty only: unmeasured
-            BASE & !(1 << 51),                     // clean, not writable: unmeasured
+            BASE & !(1 << 7),                       // hardware-dirty only: unmeasured
+            BASE & !(1 << 51),                      // clean, not writable: unmeasured
         ];
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut next = |n: usize| {
@@ -493,7 +496,11 @@ mod tests {
                 let k = if next(32) == 0 { next(kinds.len()) } else { common };
                 Pte(Desc(kinds[k]))
             });
-            let orig = if next(2) == 0 { block[0] } else { Pte(Desc(kinds[next(kinds.len())])) };
+            let orig = if next(2) == 0 {
+                block[0]
+            } else {
+                Pte(Desc(kinds[next(kinds.len())]))
+            };
             let (v, _) = VARIANTS[next(VARIANTS.len())];
             let ci = next(2);
             let cc = COMPILERS[ci];

@@ -256,7 +256,9 @@ impl L1 {
     /// Each live entry's address and last-use stamp, in slot order.
     #[cfg(test)]
     pub(super) fn stamps(&self) -> Vec<(u64, u64)> {
-        self.live_slots().map(|i| (self.slots[i].entry.va, self.slots[i].stamp)).collect()
+        self.live_slots()
+            .map(|i| (self.slots[i].entry.va, self.slots[i].stamp))
+            .collect()
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = &TlbEntry> {

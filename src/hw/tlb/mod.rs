@@ -318,7 +318,14 @@ impl Tlb {
     /// and how many there were. A touch of a range repeats this for every page of a
     /// large entry, which is one update here instead of one lookup per page.
     #[inline]
-    pub fn lookup_mru_run(&mut self, asid: Asid, va: u64, stride: u64, max: u64, write: bool) -> Option<(TlbEntry, u64)> {
+    pub fn lookup_mru_run(
+        &mut self,
+        asid: Asid,
+        va: u64,
+        stride: u64,
+        max: u64,
+        write: bool,
+    ) -> Option<(TlbEntry, u64)> {
         let i = self.l1.mru()?;
         let e = *self.l1.entry(i);
         if !e.matches(asid, va) || (write && !e.writable) {
