@@ -130,15 +130,6 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
-        key: "shmem-split-stat",
-        before: "uncounted",
-        after: "counted",
-        release: Release(7, 0),
-        commit: "ids not found: \"mm/shmem: add mTHP swpout fallback statistics in shmem_writeout()\", in mm's tree in December 2025 and in 7.3.4's source",
-        what: "shmem_writeout counts the split of a large folio it cannot swap out whole (no THP_SWAP, or no run of slots) as swpout_fallback (thp_swpout_fallback for PMD size)",
-    },
-    Change {
-        scope: Scope::Run,
         key: "flush-range-nosync",
         before: "unsplit",
         after: "split",
@@ -224,8 +215,8 @@ pub const CHANGES: &[Change] = &[
         before: "split",
         after: "whole",
         release: Release(6, 12),
-        commit: "(id not found): Baolin Wang's \"support large folio swap-out for shmem\"; in 6.12's source",
-        what: "shmem_writeout writes a large folio whole with THP_SWAP instead of always splitting it first",
+        commit: "(id not found)",
+        what: "shmem_writeout writes a large folio whole with THP_SWAP instead of always splitting it first (Baolin Wang's \"support large folio swap-out for shmem\"; in 6.12's source)",
     },
     Change {
         scope: Scope::Run,
@@ -397,6 +388,15 @@ pub const CHANGES: &[Change] = &[
         release: Release(7, 1),
         commit: "(id not found)",
         what: "arm64's TLB-flush helpers in C (tlbf_t flags, __do_flush_tlb_range): a range too large for TLBIs returns after flush_tlb_mm, without __flush_tlb_range's second DSB ISH. In 7.2.12's and 7.3.4's source; 7.0.y's backport of c2ff4764e03e had to drop its TLBF_NONE, so after 7.0",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "shmem-split-stat",
+        before: "uncounted",
+        after: "counted",
+        release: Release(7, 0),
+        commit: "(id not found)",
+        what: "shmem_writeout counts the split of a large folio it cannot swap out whole (no THP_SWAP, or no run of slots) as swpout_fallback (thp_swpout_fallback for PMD size) (\"mm/shmem: add mTHP swpout fallback statistics in shmem_writeout()\", in mm's tree in December 2025 and in 7.3.4's source)",
     },
     Change {
         scope: Scope::Run,
