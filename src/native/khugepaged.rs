@@ -62,8 +62,10 @@ fn stat(pid: u32) -> Option<(String, char, u32)> {
 /// Waits until khugepaged sleeps in one of its waits (or does not exist).
 pub fn settle() -> Result<(), String> {
     let start = Instant::now();
+    // Found once: the knob write that started or stopped the thread has returned, and
+    // none is made while this waits.
+    let Some(pid) = thread() else { return Ok(()) };
     loop {
-        let Some(pid) = thread() else { return Ok(()) };
         let state = stat(pid).map_or('?', |s| s.1);
         let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
         if state == 'S' && ASLEEP_IN.contains(&wchan.trim()) {

@@ -236,9 +236,10 @@ impl KnobGuard {
         PENDING.store(guard.list, Ordering::SeqCst);
         for (knob, value) in ThpKnobs::defaults(Granule::K4).into_iter().chain(park) {
             if guard.saved.iter().any(|(k, _)| *k == knob) {
-                guard.set(&knob, &value)?;
+                guard.write(&knob, &value)?;
             }
         }
+        guard.park()?;
         Ok(guard)
     }
 
@@ -251,10 +252,7 @@ impl KnobGuard {
     pub fn set(&self, knob: &str, value: &str) -> Result<(), KnobError> {
         let before = khugepaged::pages_collapsed(&self.dir);
         self.write(knob, value)?;
-        if let Some(r) = &self.registration {
-            r.register();
-            khugepaged::settle().map_err(KnobError::Khugepaged)?;
-        }
+        self.park()?;
         if let (Some(a), Some(b)) = (before, khugepaged::pages_collapsed(&self.dir)) {
             self.collapsed_by_writes
                 .set(self.collapsed_by_writes.get() + b.wrapping_sub(a));
@@ -265,6 +263,15 @@ impl KnobGuard {
     /// Collapses khugepaged made while a knob write was being waited out.
     pub fn collapsed_by_writes(&self) -> u64 {
         self.collapsed_by_writes.get()
+    }
+
+    /// This mm on khugepaged's list, and the thread asleep in its wait.
+    fn park(&self) -> Result<(), KnobError> {
+        if let Some(r) = &self.registration {
+            r.register();
+            khugepaged::settle().map_err(KnobError::Khugepaged)?;
+        }
+        Ok(())
     }
 
     fn write(&self, knob: &str, value: &str) -> Result<(), KnobError> {

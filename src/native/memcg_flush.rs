@@ -13,13 +13,11 @@
 //! measurement defect.
 
 use super::perf::{perf_event_open, PerfEventAttr, ATTR_SIZE};
+use super::tracefs::{self, IOC_SET_FILTER, PERF_TYPE_TRACEPOINT};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-const PERF_TYPE_TRACEPOINT: u32 = 2;
-/// `_IOW('$', 6, char *)`.
-const PERF_EVENT_IOC_SET_FILTER: libc::c_ulong = 0x4008_2406;
 const EVENT: &str = "events/workqueue/workqueue_execute_start/id";
 const WORKER: &str = "flush_memcg_stats_dwork";
 /// The `unavailable` key when the flushes cannot be watched.
@@ -50,7 +48,7 @@ impl FlushWatch {
                 .map_err(|e| format!("perf_event_open(workqueue_execute_start, cpu {cpu}): {e}"))?;
             // SAFETY: fd is a perf event we own; the filter is a NUL-terminated string
             // that outlives the call.
-            if unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_FILTER, filter.as_ptr()) } != 0 {
+            if unsafe { libc::ioctl(fd.as_raw_fd(), IOC_SET_FILTER, filter.as_ptr()) } != 0 {
                 return Err(format!(
                     "setting the tracepoint filter: {}",
                     std::io::Error::last_os_error()
@@ -108,64 +106,12 @@ fn kallsyms_address(name: &str) -> Result<u64, String> {
     Ok(addr)
 }
 
-/// The tracepoint's id from tracefs: where it is mounted, or else from a tracefs
-/// mounted in a child's private mount namespace, which the host never sees.
+/// The tracepoint's id, from tracefs.
 fn tracepoint_id() -> Result<u64, String> {
-    for dir in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
-        if let Ok(s) = std::fs::read_to_string(format!("{dir}/{EVENT}")) {
-            return s.trim().parse().map_err(|e| format!("{dir}/{EVENT}: {e}"));
-        }
-    }
-    let path = CString::new(format!("/sys/kernel/tracing/{EVENT}")).expect("no NUL");
-    let (target, fstype, root) = (c"/sys/kernel/tracing", c"tracefs", c"/");
-    let mut pipe = [0; 2];
-    // SAFETY: pipe writes two fds into the array.
-    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: the child makes only async-signal-safe calls (unshare, mount, open, read,
-    // write, _exit) on buffers prepared before the fork.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // SAFETY: as above; every pointer is a NUL-terminated string or our buffer.
-        unsafe {
-            let mut buf = [0u8; 32];
-            let mut n = 0;
-            if libc::unshare(libc::CLONE_NEWNS) == 0
-                && libc::mount(
-                    std::ptr::null(),
-                    root.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) == 0
-                && libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) == 0
-            {
-                let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
-                if fd >= 0 {
-                    n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len()).max(0) as usize;
-                }
-            }
-            libc::write(pipe[1], buf.as_ptr().cast(), n);
-            libc::_exit(0);
-        }
-    }
-    // SAFETY: closing our copy of the write end; the read end is ours.
-    unsafe { libc::close(pipe[1]) };
-    let mut buf = [0u8; 32];
-    // SAFETY: reading into our buffer from the pipe's read end, then closing it and
-    // reaping the child.
-    let n = unsafe {
-        let n = libc::read(pipe[0], buf.as_mut_ptr().cast(), buf.len());
-        libc::close(pipe[0]);
-        if pid > 0 {
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
-        n
-    };
-    let text = std::str::from_utf8(&buf[..n.max(0) as usize]).unwrap_or("").trim();
-    text.parse()
-        .map_err(|_| "tracefs: could not read the workqueue_execute_start tracepoint's id (needs root)".to_string())
+    tracefs::with(|dir| {
+        let id = std::fs::read_to_string(dir.join(EVENT)).map_err(|e| format!("tracefs {EVENT}: {e}"))?;
+        id.trim().parse().map_err(|_| format!("tracefs {EVENT}: {id:?}"))
+    })?
 }
 
 #[cfg(test)]

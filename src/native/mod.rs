@@ -18,6 +18,7 @@ pub mod qemu;
 mod runner_pages;
 mod stats;
 pub mod swap;
+pub(crate) mod tracefs;
 mod worker;
 
 pub use knobs::{current_value, KnobError, KnobGuard, KNOB_LOCK};
@@ -167,7 +168,6 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         ours.insert(n.clone(), a);
         theirs.insert(n.clone(), b);
     }
-    // Opened before the workers exist: finding the tracepoint may fork a helper.
     let flush = if leaves.iter().any(|s| matches!(s.op, Op::Memlimit { .. })) {
         memcg_flush::FlushWatch::open()
             .map_err(|why| unavailable.insert(memcg_flush::KEY.into(), why))

@@ -24,13 +24,13 @@
 
 use super::format::{Event, Header, MapCause, MapKind, Trailer, Writer};
 use crate::native::perf::{perf_event_open, PerfEventAttr, Ring, ATTR_SIZE, PERF_RECORD_LOST, PERF_RECORD_SAMPLE};
+use crate::native::tracefs::{self, IOC_SET_FILTER, PERF_TYPE_TRACEPOINT};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-const PERF_TYPE_TRACEPOINT: u32 = 2;
 const PERF_SAMPLE_TID: u64 = 1 << 1;
 const PERF_SAMPLE_TIME: u64 = 1 << 2;
 const PERF_SAMPLE_RAW: u64 = 1 << 10;
@@ -55,7 +55,6 @@ const PERF_RECORD_FORK: u32 = 7;
 const PERF_RECORD_MMAP2: u32 = 10;
 const PERF_RECORD_MISC_COMM_EXEC: u16 = 1 << 13;
 const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
-const IOC_SET_FILTER: libc::c_ulong = 0x4008_2406;
 const CLONE_VM: u64 = 0x100;
 /// The end of x86_64's user address space (47 bits).
 const USER_END: u64 = 1 << 47;
@@ -133,10 +132,7 @@ fn read_tracepoint(tracefs: &Path, event: &str, fields: [&str; 2]) -> Result<Tra
     })
 }
 
-/// The tracepoints, read from a tracefs mount; if none is mounted, from one mounted
-/// in a mount namespace of a thread's own, which no other process sees and which
-/// goes away with the thread, however the recorder ends: concurrent recorders never
-/// see each other's mount, and none is ever left behind.
+/// The tracepoints, read from tracefs (see `native::tracefs`).
 struct Tracepoints {
     fault: Tracepoint,
     kfault: Tracepoint,
@@ -146,19 +142,6 @@ struct Tracepoints {
     /// sched:sched_process_exec, sampled with the user registers' ABI.
     exec: Tracepoint,
 }
-
-/// Where tracefs is mounted, from /proc/mounts. Mounts of foliolab's own earlier
-/// versions (`foliolab-tracefs-<pid>`, made and removed by another recorder) are not
-/// taken: they may vanish while read.
-fn tracefs_mount(mounts: &str) -> Option<String> {
-    mounts.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(2) == Some(&"tracefs") && !f[1].contains("foliolab-tracefs-")).then(|| f[1].to_string())
-    })
-}
-
-/// tracefs's usual mount point, which exists (empty) when it is not mounted.
-const TRACEFS: &str = "/sys/kernel/tracing";
 
 impl Tracepoints {
     fn read(dir: &Path) -> Result<Tracepoints, RecordError> {
@@ -173,52 +156,7 @@ impl Tracepoints {
     }
 
     fn load() -> Result<Tracepoints, RecordError> {
-        let mounts = std::fs::read_to_string("/proc/mounts").map_err(|e| RecordError::Io("/proc/mounts".into(), e))?;
-        if let Some(dir) = tracefs_mount(&mounts) {
-            return Self::read(Path::new(&dir));
-        }
-        std::thread::scope(|s| s.spawn(Self::load_private).join().expect("tracefs thread"))
-    }
-
-    /// Mounts tracefs on its usual place in a new mount namespace of the calling
-    /// thread (the thread must end after: its namespace ends with it).
-    fn load_private() -> Result<Tracepoints, RecordError> {
-        let c = |s: &str| CString::new(s).expect("no NUL");
-        let fail = |what: &str| {
-            RecordError::Setup(format!(
-                "no tracefs mounted, and {what} failed: {} (record needs root)",
-                io::Error::last_os_error()
-            ))
-        };
-        // SAFETY: unshare and mount take flags and NUL-terminated strings; they change
-        // only this thread's view of the mounts (CLONE_NEWNS unshares its fs too).
-        unsafe {
-            if libc::unshare(libc::CLONE_NEWNS) != 0 {
-                return Err(fail("a private mount namespace"));
-            }
-            // Nothing mounted here propagates back to the host's namespace.
-            if libc::mount(
-                std::ptr::null(),
-                c("/").as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) != 0
-            {
-                return Err(fail("making the namespace private"));
-            }
-            if libc::mount(
-                c("nodev").as_ptr(),
-                c(TRACEFS).as_ptr(),
-                c("tracefs").as_ptr(),
-                0,
-                std::ptr::null(),
-            ) != 0
-            {
-                return Err(fail(&format!("mounting one on {TRACEFS}")));
-            }
-        }
-        Self::read(Path::new(TRACEFS))
+        tracefs::with(Self::read).map_err(RecordError::Setup)?
     }
 }
 
