@@ -174,7 +174,7 @@ mod tests {
     }
 
     #[test]
-    fn the_registration_range_is_inaccessible_and_pmd_aligned_inside() {
+    fn the_registration_range_is_inaccessible() {
         let r = Registration::new().unwrap();
         r.register();
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
