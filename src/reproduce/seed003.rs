@@ -133,7 +133,8 @@ fn per_table_us(before_ms: f64, after_ms: f64, tables: f64) -> (f64, f64) {
 
 /// Neoverse N1's single-core DRAM bandwidth, GB/s: Arm's learning path "Measure Arm
 /// single-core memory bandwidth with ASCT" (learn.arm.com, memory-subsystem), ASCT's
-/// bandwidth sweep at 544M on a Graviton2 c6g.16xlarge (N1 cores, as Altra's).
+/// bandwidth sweep at 544M on a Graviton2 c6g.16xlarge (N1 cores, as Altra's); the
+/// page does not say the sweep's mix of reads and writes.
 const N1_DRAM_GBPS: f64 = 20.9;
 
 /// Says why a disagreeing metal 512G cell disagrees. Split per pte table by the seed's
@@ -164,7 +165,7 @@ fn explain_metal(r: &mut Reproduction, tables: &BTreeMap<String, f64>) {
     };
     let write_back_us = 4096.0 / (N1_DRAM_GBPS * 1e3);
     let why = format!(
-        "; split per pte table by the seed's own before and after, the metal machine's fixmap flush (before less after) is {metal_flush:.2} µs as on the 256G VM of the same cores ({vm_flush:.2}), but the rest of a table's time (512 descriptor writes, zeroing, allocation) is {metal_rest:.2} µs against the VM's {vm_rest:.2}, ×{:.2} (the model's Altra costs give {model_flush:.2} and {model_rest:.2} µs on both): the metal machine pays more for the same work per table, not for its TLBIs or barriers. Not costed, for want of a source: a table's 4 KiB written back to DRAM takes {write_back_us:.2} µs at Neoverse N1's single-core {N1_DRAM_GBPS} GB/s (Graviton2, Arm's ASCT learning path), the same on both machines and overlapped with the flush, which waits for no write-back; memblock places the tables top-down before the kernel knows its NUMA nodes (paging_init runs before bootmem_init), so on a two-socket machine every table would be in the far socket's memory, but the seed does not say how many sockets or NUMA nodes its metal machine has",
+        "; split per pte table by the seed's own before and after, the metal machine's fixmap flush (before less after) is {metal_flush:.2} µs as on the 256G VM of the same cores ({vm_flush:.2}), but the rest of a table's time (512 descriptor writes, zeroing, allocation) is {metal_rest:.2} µs against the VM's {vm_rest:.2}, ×{:.2} (the model's Altra costs give {model_flush:.2} and {model_rest:.2} µs on both): the metal machine pays more for the same work per table, not for its TLBIs or barriers. Not costed, for want of a source: a table's 4 KiB written back to DRAM takes {write_back_us:.2} µs at Neoverse N1's single-core DRAM bandwidth, {N1_DRAM_GBPS} GB/s (Graviton2, Arm's ASCT learning path), the same on both machines and overlapped with the flush, which waits for no write-back; memblock places the tables top-down before the kernel knows its NUMA nodes (paging_init runs before bootmem_init), so on a two-socket machine every table would be in the far socket's memory, but the seed does not say how many sockets or NUMA nodes its metal machine has",
         metal_rest / vm_rest
     );
     for row in r.rows.iter_mut().filter(|x| {
