@@ -150,7 +150,8 @@ pub struct Cell<'a> {
     pub model: Result<f64, String>,
     pub figure: Figure,
     /// What the model does not count that decides this cell, when the model's work is
-    /// the same in both variants (a disagreement then is not-modeled, for this reason).
+    /// the same in both variants, or when the seed's own figures put the cell's sign in
+    /// work the model does not count (a disagreement then is not-modeled, for this reason).
     pub unmodeled: Option<String>,
 }
 
