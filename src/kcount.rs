@@ -9,6 +9,10 @@
 //! the vmemmap, cold in a large mapping, which no pte or TLBI count shows (the 6.17-rc1
 //! mremap regression, 0b5be138ce00).
 //!
+//! `kernel.folio_pte_batch.reads` counts folio_pte_batch's loop steps: each a pte read and
+//! compared, or with contpte a whole block (pte_batch_hint), which is how contpte's
+//! batched zap does less of this work than a kernel reading every pte (seed 000).
+//!
 //! The swap cache's keys (`kernel.swap_cache*`) count its structure's work: lookups,
 //! additions and deletions (6.18's names; 6.12's are filemap_get_folio on the swap
 //! address space, add_to_swap_cache, __delete_from_swap_cache), the slot entries they
@@ -43,6 +47,7 @@ counters! {
     ChangePteRangeFolioLookups => "kernel.change_pte_range.folio_lookups",
     MovePtesFolioLookups => "kernel.move_ptes.folio_lookups",
     ZapPresentPtes => "kernel.zap_present_ptes",
+    FolioPteBatchReads => "kernel.folio_pte_batch.reads",
     ZapPresentPtesPtes => "kernel.zap_present_ptes.ptes",
     FolioRemoveRmapPtes => "kernel.folio_remove_rmap_ptes",
     FolioRemoveRmapPtesPages => "kernel.folio_remove_rmap_ptes.pages",

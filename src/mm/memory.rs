@@ -1119,6 +1119,9 @@ impl Kernel {
         let mut nr = self.arch.pte_batch_hint(ptep, pte);
         let mut expected = clear_ignored(pte.pte_advance_pfn(nr as u64, g));
         while nr < max_nr {
+            // One step of the loop: a pte (or, through pte_batch_hint, a contpte
+            // block) read and compared; its instructions are the step's cost.
+            self.arch.kc.inc(KernelEvent::FolioPteBatchReads);
             let p = self.arch.ptep_get(amm, ptep.add(nr));
             if !clear_ignored(p).pte_same(expected) {
                 break;

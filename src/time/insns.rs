@@ -16,7 +16,9 @@
 //! (costed by calibration), so these costs apply to a boot's map_mem only. The same
 //! holds for seed 001's table (`data/seed001-shmem-loop-insns.json`): the swap and
 //! shmem work of that benchmark's loop, measured on the same guest, applied to that
-//! loop only.
+//! loop only, and for seed 000's (`data/seed000-munmap-insns.json`): folio_pte_batch's
+//! steps in a munmap of pte-mapped THPs, which contpte's batched zap takes 16 ptes at a
+//! time and a kernel without contpte one at a time.
 
 use super::profile::{Cost, Lookup, Profile, Quality};
 use serde::Deserialize;
@@ -24,6 +26,7 @@ use std::collections::BTreeMap;
 
 const MAP_MEM: &str = include_str!("../../data/arm64-map-mem-insns.json");
 const SEED001_LOOP: &str = include_str!("../../data/seed001-shmem-loop-insns.json");
+const SEED000_MUNMAP: &str = include_str!("../../data/seed000-munmap-insns.json");
 
 /// Model events of one kind of work and the guest functions whose instructions they
 /// stand for, shared equally by every count of any of them.
@@ -64,6 +67,12 @@ impl Table {
     /// Seed 001's swap-in and page-out loop's table, built into the binary.
     pub fn seed001_loop() -> Table {
         serde_json::from_str(SEED001_LOOP).expect("data/seed001-shmem-loop-insns.json is a valid table (tested)")
+    }
+
+    /// Seed 000's munmap of pte-mapped THPs, its folio_pte_batch steps, built into the
+    /// binary.
+    pub fn seed000_munmap() -> Table {
+        serde_json::from_str(SEED000_MUNMAP).expect("data/seed000-munmap-insns.json is a valid table (tested)")
     }
 
     /// Instructions per count of each event, with the sentence saying where they come
@@ -154,6 +163,7 @@ mod tests {
         for (t, event) in [
             (Table::map_mem(), "arch.pte.write"),
             (Table::seed001_loop(), "kernel.shmem_writeout"),
+            (Table::seed000_munmap(), "kernel.folio_pte_batch.reads"),
         ] {
             let per = t.per_event().unwrap();
             assert!(per.iter().any(|(e, n, _)| e == event && *n > 1.0), "{per:?}");
@@ -189,6 +199,31 @@ mod tests {
         for (event, n) in &Table::seed001_loop().model_counts {
             assert_eq!(lp.counters.get(event).copied().unwrap_or(0), *n, "{event}");
         }
+    }
+
+    /// Seed 000's table counts what the model counts in the same munmap: one
+    /// folio_pte_batch step per pte but a folio's first (511 per folio) when no block is
+    /// contiguous, as on the guest.
+    #[test]
+    fn the_seed000_table_matches_the_models_munmap() {
+        let w = crate::workload::parse_str(
+            "workloads/seed000-munmap-order9-nocont-64m.wl",
+            include_str!("../../workloads/seed000-munmap-order9-nocont-64m.wl"),
+        )
+        .unwrap();
+        let sets = crate::sim::kernels::with_preset(
+            crate::sim::kernels::Release(6, 12),
+            crate::sim::kernels::Scope::Run,
+            &[],
+        );
+        let v = crate::sim::Variants::from_sets(&sets).unwrap();
+        let rep = crate::sim::run(&w, &v).unwrap();
+        let m = rep.phases.iter().find(|p| p.label == "measured").unwrap();
+        let t = Table::seed000_munmap();
+        for (event, n) in &t.model_counts {
+            assert_eq!(m.counters.get(event).copied().unwrap_or(0), *n, "{event}");
+        }
+        assert_eq!(t.model_counts["kernel.folio_pte_batch.reads"], 32 * 511);
     }
 
     /// A profile with no time per instruction gains nothing.
