@@ -64,6 +64,18 @@ pub const KEYS: &[Key] = &[
         about: "the kernel image's [_stext, __init_begin): map_mem leaves it out, then maps its linear alias without contiguous ranges but with blocks (`boot --target` takes the guest's)",
     },
     Key {
+        name: "map-mem",
+        default: "alias-first",
+        values: "alias-first|nomap-image (before 7.3)",
+        about: "map_mem's order: the banks around the NOMAP kernel image, then its alias with blocks (6.1, 6.12), or the alias first with map_mem's flags (kernel-image, kernel-data), then every bank whole over it (7.3)",
+    },
+    Key {
+        name: "kernel-data",
+        default: "none",
+        values: "none|START-END (physical, hex)",
+        about: "the kernel's [__init_end, __bss_stop): 7.3's map_mem maps it second (`boot --target` takes the guest's [_sdata, _end))",
+    },
+    Key {
         name: "kfence",
         default: "off",
         values: "on|off",
@@ -110,6 +122,11 @@ fn parse_range(s: &str) -> Option<(u64, u64)> {
     let (a, b) = s.split_once('-')?;
     let hex = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok();
     Some((hex(a)?, hex(b)?))
+}
+
+/// A `kernel-image`/`kernel-data` value: `none` or `START-END`.
+fn fmt_range(r: Option<(u64, u64)>) -> String {
+    r.map_or("none".to_string(), |(s, e)| format!("{s:#x}-{e:#x}"))
 }
 
 /// A machine to boot and the kernel's choices for it.
@@ -163,13 +180,25 @@ impl Spec {
                     _ => return Err(bad("4 or 5")),
                 }
             }
-            "kernel-image" => {
-                self.linmap.kernel_image = match value {
+            "kernel-image" | "kernel-data" => {
+                let range = match value {
                     "none" => None,
                     _ => Some(
                         parse_range(value)
                             .ok_or_else(|| bad("none or START-END, physical, e.g. 0x40210000-0x41590000"))?,
                     ),
+                };
+                if key == "kernel-image" {
+                    self.linmap.kernel_image = range;
+                } else {
+                    self.linmap.kernel_data = range;
+                }
+            }
+            "map-mem" => {
+                self.linmap.alias_first = match value {
+                    "nomap-image" => false,
+                    "alias-first" => true,
+                    _ => return Err(bad("nomap-image or alias-first")),
                 }
             }
             _ => {
@@ -271,11 +300,16 @@ impl Spec {
                 "pgtable-levels",
                 if self.linmap.five_levels { "5" } else { "4" }.to_string(),
             ),
+            ("kernel-image", fmt_range(self.linmap.kernel_image)),
+            ("kernel-data", fmt_range(self.linmap.kernel_data)),
             (
-                "kernel-image",
-                self.linmap
-                    .kernel_image
-                    .map_or("none".to_string(), |(s, e)| format!("{s:#x}-{e:#x}")),
+                "map-mem",
+                if self.linmap.alias_first {
+                    "alias-first"
+                } else {
+                    "nomap-image"
+                }
+                .to_string(),
             ),
         ]
         .into_iter()
@@ -429,6 +463,9 @@ pub fn guest_spec(
     let mut build = guest_kernel.boot_sets();
     if let Some((s, e)) = guest.kernel_code {
         build.push(format!("kernel-image={s:#x}-{e:#x}"));
+    }
+    if let Some((s, e)) = guest.kernel_data {
+        build.push(format!("kernel-data={s:#x}-{e:#x}"));
     }
     let mut spec = Spec::new(guest_kernel.granule, ram);
     spec.set_all(&with_preset(kernel, Scope::Boot, &overlay(build, sets)))?;

@@ -425,6 +425,15 @@ pub const CHANGES: &[Change] = &[
         commit: "06468bc3c936 4955df16ff99 f8d0751426dd",
         what: "BBML2_NOABORT becomes BBM Level 3 (cpu_supports_bbml3): ID_AA64MMFR2_EL1.BBM >= 3 or a longer MIDR allow-list (Cortex-A725, Neoverse N3, C1, ...)",
     },
+    Change {
+        scope: Scope::Boot,
+        key: "map-mem",
+        before: "nomap-image",
+        after: "alias-first",
+        release: Release(7, 3),
+        commit: "(mainline id not found)",
+        what: "map_mem no longer marks the kernel image NOMAP: it maps [_text, __init_begin) and the data/bss first with its own flags (so rodata's later permission change splits no block), then every bank whole over them, keeping a table where one is (`!pXd_table(old)`) and CONT off a run holding a valid non-CONT entry; read in 7.3.4's source, the release it first came in not read (7.0 to 7.2 keep 6.12's order here)",
+    },
 ];
 
 /// An upstream change since 6.18 read in the source that the model does not take,
@@ -446,10 +455,10 @@ pub const NOT_MODELED: &[Unmodeled] = &[
         why: "the model keeps a swap_map byte and a zeromap flag per slot and does not count their accesses one for one with the kernel's (__swap_duplicate's, swap_entries_free's and swap_zeromap_batch's loops), so no event shows the merge; no count the guests report changes with it",
     },
     Unmodeled {
-        what: "the linear map kept in blocks under rodata=full with BBML2_NOABORT, split at run time (split_kernel_leaf_mapping on set_memory_*, vmalloc permission changes)",
+        what: "the linear map kept in blocks under rodata=full with BBML2_NOABORT, split at run time (split_kernel_leaf_mapping on set_memory_*, set_direct_map_*, vmalloc permission changes)",
         since: "6.18",
         commit: "a166563e7ec3 a660194dd101 e5efd56fa157",
-        why: "`boot` models the linear map's creation in all three modes (bbml2, rodata), but no workload changes kernel page permissions (module load, BPF JIT, set_memory_*), so no run splits it; on the guests QEMU's -cpu max lacks BBML2_NOABORT, so its linear map is pte-mapped and never split",
+        why: "`boot` models the linear map's creation with and without BBML3 (7.3's map_mem exact on a 7.3 guest built with tools/kernel/patches/qemu-bbml3.patch and without: `boot --set bbml2=on`), but no workload op changes a kernel page's permissions, so no run splits it. Measured instead with tools/bbml2/secretmem.c (memfd_secret) on that guest: each secret page's first fault issues one TLBI VAALE1IS (flush_tlb_kernel_range), with or without BBML3; with it, the splits add no TLBI either: the first fault runs split_pmd (a new pte table), and the splits add DSB ISHST and ISB only (1 page: 2 and 1 more; 4 or 16 pages: 3 and 2); freeing them back (set_direct_map_default_noflush) flushes nothing",
     },
 ];
 
@@ -588,8 +597,18 @@ mod tests {
         for want in ["zap=batched", "contpte=on", "ptep_get=full-scan", "shrink-underused=on"] {
             assert!(mid.iter().any(|s| s == want), "6.12 lacks {want}: {mid:?}");
         }
-        assert_eq!(preset(Release(6, 1), Scope::Boot), ["pgtable-fixmap=per-cont-block"]);
-        assert_eq!(preset(Release(6, 12), Scope::Boot), ["pgtable-fixmap=once"]);
+        assert_eq!(
+            preset(Release(6, 1), Scope::Boot),
+            ["pgtable-fixmap=per-cont-block", "map-mem=nomap-image"]
+        );
+        assert_eq!(
+            preset(Release(6, 12), Scope::Boot),
+            ["pgtable-fixmap=once", "map-mem=nomap-image"]
+        );
+        assert_eq!(
+            preset(Release(7, 3), Scope::Boot),
+            ["pgtable-fixmap=once", "map-mem=alias-first"]
+        );
     }
 
     #[test]

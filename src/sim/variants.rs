@@ -252,8 +252,8 @@ pub const KEYS: &[Key] = &[
     Key {
         name: "bbml2-detect",
         default: "idreg-or-list",
-        values: "midr-list|idreg-or-list",
-        about: "how the kernel decides a named CPU (`cpu`) has BBML2_NOABORT: its MIDR on an allow-list (midr-list, 6.17 to 7.2: 5aa4b625762e) or ID_AA64MMFR2_EL1.BBM >= 3, else a longer allow-list (idreg-or-list, 7.3: BBM Level 3, 06468bc3c936 4955df16ff99 f8d0751426dd)",
+        values: "midr-list|idreg-or-list|idreg-or-list-qemu",
+        about: "how the kernel decides a named CPU (`cpu`) has BBML2_NOABORT: its MIDR on an allow-list (midr-list, 6.17 to 7.2: 5aa4b625762e) or ID_AA64MMFR2_EL1.BBM >= 3, else a longer allow-list (idreg-or-list, 7.3: BBM Level 3, 06468bc3c936 4955df16ff99 f8d0751426dd), or that list with QEMU's -cpu max on it (idreg-or-list-qemu: a 7.3 kernel built with tools/kernel/patches/qemu-bbml3.patch)",
     },
     Key {
         name: "granule",
@@ -465,7 +465,7 @@ impl Variants {
             "mprotect-mkwrite" => matches!(val, "exclusive" | "dirty-pte"),
             "rmap-api" => matches!(val, "folio" | "page"),
             "bbml2-elide" => matches!(val, "on" | "off"),
-            "bbml2-detect" => matches!(val, "midr-list" | "idreg-or-list"),
+            "bbml2-detect" => matches!(val, "midr-list" | "idreg-or-list" | "idreg-or-list-qemu"),
             "cpu" => crate::hw::cpu::by_name(val).is_some(),
             "mthp" | "shrink-underused" | "split-zeropage" | "khugepaged-mthp" => matches!(val, "on" | "off"),
             "inject" => matches!(val, "none" | "extra-fault" | "drop-flush"),
@@ -548,10 +548,10 @@ impl Variants {
     /// The kernel's cpufeature rule for BBML2_NOABORT.
     pub fn bbml2_detect(&self) -> crate::arch::arm64::cpufeature::Bbml2Detect {
         use crate::arch::arm64::cpufeature::Bbml2Detect;
-        if self.get("bbml2-detect") == "idreg-or-list" {
-            Bbml2Detect::IdRegOrList
-        } else {
-            Bbml2Detect::MidrList
+        match self.get("bbml2-detect") {
+            "idreg-or-list" => Bbml2Detect::IdRegOrList,
+            "idreg-or-list-qemu" => Bbml2Detect::IdRegOrListQemu,
+            _ => Bbml2Detect::MidrList,
         }
     }
     pub fn zap(&self) -> ZapVariant {

@@ -17,6 +17,10 @@ pub enum Bbml2Detect {
     /// the ID register first, 4955df16ff99): ID_AA64MMFR2_EL1.BBM >= 3, else a
     /// longer allow-list (f8d0751426dd).
     IdRegOrList,
+    /// 7.3's rule with QEMU's TCG `-cpu max` added to the list: a kernel built with
+    /// `tools/kernel/patches/qemu-bbml3.patch` (ours), so the QEMU guests run the
+    /// BBML3 paths (TCG raises no TLB-conflict abort; its BBM field reads 2).
+    IdRegOrListQemu,
 }
 
 /// One list entry: a part of an implementer, revisions (variant, revision) `from`
@@ -73,6 +77,9 @@ const LIST_7_3_MORE: &[Allowed] = &[
     from(IMP_ARM, 0xd90, 1, 1, false),
 ];
 
+/// The entry qemu-bbml3.patch adds: QEMU's `-cpu max` (implementer 0, part 0x051).
+const QEMU_MAX: &[Allowed] = &[all(0, 0x051)];
+
 fn listed(list: &[Allowed], m: u32) -> bool {
     let (imp, part, var, rev) = (m >> 24, (m >> 4) & 0xfff, (m >> 20) & 0xf, m & 0xf);
     list.iter()
@@ -89,6 +96,7 @@ pub fn supports_bbml2_noabort(f: &Features, detect: Bbml2Detect) -> bool {
     match detect {
         Bbml2Detect::MidrList => listed(LIST_7_2, f.midr),
         Bbml2Detect::IdRegOrList => f.bbm >= 3 || listed(LIST_7_2, f.midr) || listed(LIST_7_3_MORE, f.midr),
+        Bbml2Detect::IdRegOrListQemu => supports_bbml2_noabort(f, Bbml2Detect::IdRegOrList) || listed(QEMU_MAX, f.midr),
     }
 }
 
@@ -155,10 +163,27 @@ mod tests {
     #[test]
     fn qemu_max_has_neither_bbml2_nor_the_repeat_erratum() {
         let f = features("qemu-max");
+        assert_eq!(f.bbm, 2, "level 2: below the 3 that 7.3 accepts");
         for d in [Bbml2Detect::MidrList, Bbml2Detect::IdRegOrList] {
             assert!(!supports_bbml2_noabort(&f, d));
         }
         assert!(!repeat_tlbi_sync(&f));
+    }
+
+    #[test]
+    fn only_the_qemu_patch_lists_qemu_max() {
+        assert!(supports_bbml2_noabort(
+            &features("qemu-max"),
+            Bbml2Detect::IdRegOrListQemu
+        ));
+        assert!(!supports_bbml2_noabort(
+            &features("neoverse-n1"),
+            Bbml2Detect::IdRegOrListQemu
+        ));
+        assert!(supports_bbml2_noabort(
+            &features("cortex-a725"),
+            Bbml2Detect::IdRegOrListQemu
+        ));
     }
 
     #[test]

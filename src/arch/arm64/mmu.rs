@@ -133,6 +133,16 @@ pub struct LinearMapConfig {
     /// its main loop, then maps the linear alias with NO_CONT_MAPPINGS only, so
     /// blocks even where the rest of the linear map is pte-granular.
     pub kernel_image: Option<(u64, u64)>,
+    /// 7.3's map_mem (`map-mem=alias-first`): the kernel's linear alias first, with
+    /// map_mem's own flags ([_text, __init_begin) from `kernel_image`, then
+    /// `kernel_data`), then every memory range whole, over it; nothing is NOMAP. 6.12
+    /// and 6.1 (`nomap-image`) map the banks around the image, then its alias.
+    pub alias_first: bool,
+    /// The kernel's data and bss, [__init_end, __bss_stop), physical: 7.3's map_mem
+    /// maps it second (the guests give [_sdata, _end) from /proc/iomem's "Kernel
+    /// data": _sdata is __init_end, and _end lies past __bss_stop in the same pte
+    /// table on these kernels, so no table and no TLBI differs).
+    pub kernel_data: Option<(u64, u64)>,
     /// Five levels of tables (pgtable_l5_enabled(): a 52-bit VA kernel with 4K pages,
     /// CONFIG_ARM64_LPA2, on an LPA2 CPU, as Debian's 6.12 under QEMU's `-cpu max`).
     pub five_levels: bool,
@@ -146,6 +156,8 @@ impl Default for LinearMapConfig {
             debug_pagealloc: false,
             kfence: false,
             kernel_image: None,
+            alias_first: true,
+            kernel_data: None,
             five_levels: false,
         }
     }
@@ -183,17 +195,15 @@ pub fn page_kernel(m: &Machine) -> Attr {
 
 /// pgattr_change_is_safe: whether a live kernel entry may go from `old` to `new`
 /// without break-before-make. Creating or removing a mapping always may; otherwise the
-/// frame must stay, nothing contiguous may change, nG may not be cleared, and only
-/// PXN, RDONLY, DBM (PTE_WRITE) and nG may differ.
+/// frame must stay, nG may not be cleared, and only PXN, RDONLY, DBM (PTE_WRITE) and
+/// nG may differ: CONT may not change, though an entry written again as it was may
+/// keep it (7.3's map_mem maps the banks over the kernel's contiguous alias).
 pub fn pgattr_change_is_safe(old: Desc, new: Desc) -> bool {
     if !old.is_valid() || !new.is_valid() {
         return true;
     }
     let mutable = Attr::PXN | Attr::RDONLY | Attr::DBM | Attr::NG;
-    old.oa() == new.oa()
-        && !(old.has(Attr::CONT) || new.has(Attr::CONT))
-        && (!old.has(Attr::NG) || new.has(Attr::NG))
-        && (old.0 ^ new.0) & !mutable.bits() == 0
+    old.oa() == new.oa() && (!old.has(Attr::NG) || new.has(Attr::NG)) && (old.0 ^ new.0) & !mutable.bits() == 0
 }
 
 /// ARM64_MEMSTART_ALIGN: memstart_addr is DRAM's start rounded down to this, so the
@@ -268,6 +278,18 @@ impl InitMm {
     pub fn map_mem(&self, m: &mut Machine, mb: &mut Memblock) {
         let flags = self.cfg.map_mem_flags(m);
         let prot = page_kernel(m);
+        if self.cfg.alias_first {
+            let alias = [self.cfg.kernel_image, self.cfg.kernel_data].into_iter().flatten();
+            let banks = mb
+                .memory()
+                .iter()
+                .map(|r| (r.base.0, r.base.0 + r.size))
+                .collect::<Vec<_>>();
+            for (s, e) in alias.chain(banks) {
+                self.__create_pgd_mapping(m, mb, PhysAddr(s), self.phys_to_virt(PhysAddr(s)), e - s, prot, flags);
+            }
+            return;
+        }
         for r in mb.memory().to_vec() {
             // for_each_mem_range skips the NOMAP image: what lies either side of it.
             let (start, end) = (r.base.0, r.base.0 + r.size);
@@ -368,9 +390,12 @@ impl Mapper<'_> {
                 table,
                 index: g.index(addr, level),
             };
-            if blocks && (addr | phys) & (size - 1) == 0 && end - addr >= size {
+            // A table already there stays (7.3's `!pXd_table(old)`: map_mem maps the
+            // kernel's alias first, then the banks over it).
+            let free = |i: u64| !self.m.mem.read(table, entry.index + i as usize).is_table(level);
+            if blocks && (addr | phys) & (size - 1) == 0 && end - addr >= size && free(0) {
                 // pud_set_huge / pmd_set_huge for every whole block from here.
-                let n = (end - addr) / size;
+                let n = (0..(end - addr) / size).take_while(|&i| free(i)).count() as u64;
                 self.set_leaves(entry, n as usize, level, addr, phys, prot);
                 (addr, phys) = (addr + n * size, phys + n * size);
             } else {
@@ -477,7 +502,10 @@ impl Mapper<'_> {
                     let aligned = (addr | next | phys) & (span - 1) == 0;
                     (
                         next,
-                        if aligned && !self.flags.contains(MapFlags::NO_CONT_MAPPINGS) {
+                        if aligned
+                            && !self.flags.contains(MapFlags::NO_CONT_MAPPINGS)
+                            && !self.range_has_valid_noncont(pa, level, addr)
+                        {
                             prot | Attr::CONT
                         } else {
                             prot
@@ -502,6 +530,19 @@ impl Mapper<'_> {
             // The clear's TLBI sequence also publishes the entries written above.
             self.fixmap.clear(self.m, slot);
         }
+    }
+
+    /// pte_range_has_valid_noncont / pmd_range_has_valid_noncont (7.3): a run that
+    /// already holds a valid entry without CONT (the kernel's alias mapped first) gets
+    /// no CONT when mapped again.
+    fn range_has_valid_noncont(&self, table: PhysAddr, level: u8, addr: u64) -> bool {
+        let g = self.m.granule();
+        let t = self.m.mem.table_id(table.to_pfn(g)).expect("a populated table");
+        let first = g.index(addr, level);
+        (first..first + g.cont_entries_at(level)).any(|i| {
+            let d = self.m.mem.read(t, i);
+            d.is_valid() && !d.is_table(level) && !d.has(Attr::CONT)
+        })
     }
 
     /// early_pgtable_alloc: a page from memblock, which becomes a table of `level`.
@@ -911,6 +952,8 @@ mod tests {
         assert!(!pgattr_change_is_safe(live.with(Attr::NG), live));
         assert!(!pgattr_change_is_safe(live, live.with_oa(PhysAddr(0x8000_1000))));
         assert!(!pgattr_change_is_safe(live, live.with(Attr::CONT)));
+        assert!(!pgattr_change_is_safe(live.with(Attr::CONT), live));
+        assert!(pgattr_change_is_safe(live.with(Attr::CONT), live.with(Attr::CONT)));
         assert!(!pgattr_change_is_safe(live, live.with(Attr::UXN)));
     }
 

@@ -568,16 +568,20 @@ fn parse_windows(text: &str) -> Result<(Vec<Window>, Option<Window>), String> {
 pub struct MapMem {
     pub counters: Counters,
     pub tlbi_by_function: BTreeMap<String, i64>,
-    /// The physical range map_mem maps last, as the kernel image's linear alias:
-    /// [_stext, __init_begin), /proc/iomem's "Kernel code".
+    /// The kernel image's linear alias, which map_mem maps apart from the banks:
+    /// [_text, __init_begin), /proc/iomem's "Kernel code".
     pub kernel_code: Option<(u64, u64)>,
+    /// [_sdata, _end), /proc/iomem's "Kernel data": 7.3's map_mem maps its data and
+    /// bss, [__init_end = _sdata, __bss_stop), second.
+    pub kernel_data: Option<(u64, u64)>,
 }
 
-/// The "Kernel code" range of the guest's /proc/iomem lines, end exclusive.
-fn kernel_code(console: &str) -> Option<(u64, u64)> {
+/// The range of the guest's /proc/iomem line named `what` ("Kernel code", "Kernel
+/// data"), end exclusive.
+fn iomem_range(console: &str, what: &str) -> Option<(u64, u64)> {
     console.lines().find_map(|l| {
         let (range, name) = l.strip_prefix("@@FOLIOLAB-IOMEM ")?.split_once(" : ")?;
-        if name.trim() != "Kernel code" {
+        if name.trim() != what {
             return None;
         }
         let (a, b) = range.trim().split_once('-')?;
@@ -1144,7 +1148,8 @@ fn run_batch_on(
         guest: walls,
         reports,
         map_mem: boot.as_ref().map(|b| MapMem {
-            kernel_code: kernel_code(&console),
+            kernel_code: iomem_range(&console, "Kernel code"),
+            kernel_data: iomem_range(&console, "Kernel data"),
             ..map_mem_counters(b)
         }),
         programs,
