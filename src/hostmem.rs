@@ -91,7 +91,9 @@ impl<T: Copy> HugeBuf<T> {
         let size = std::mem::size_of::<T>();
         let base = self.ptr.as_ptr() as usize;
         let start = (base + range.start * size) & !(HOST_PAGE - 1);
-        let end = (base + range.end * size).next_multiple_of(HOST_PAGE).min(base + self.bytes);
+        let end = (base + range.end * size)
+            .next_multiple_of(HOST_PAGE)
+            .min(base + self.bytes);
         if start >= end {
             return;
         }

@@ -164,7 +164,10 @@ impl PhysMem {
 
     /// Drop the table storage of `pfn` (the frame no longer holds a table).
     pub fn release_table(&mut self, pfn: Pfn) {
-        let slot = self.slots.remove(&pfn.0).unwrap_or_else(|| panic!("{pfn:?} holds no table"));
+        let slot = self
+            .slots
+            .remove(&pfn.0)
+            .unwrap_or_else(|| panic!("{pfn:?} holds no table"));
         // A free slot names no frame, so a stale TableId never passes for a live one.
         self.frame_pfn[slot as usize] = Pfn(u64::MAX);
         self.free_slots.push(slot);
