@@ -81,6 +81,38 @@ impl<T: Copy> HugeBuf<T> {
     }
 }
 
+impl<T: Copy> HugeBuf<T> {
+    /// Have the host back the pages holding elements `range` now, writable, in one
+    /// call (MADV_POPULATE_WRITE) instead of one host fault per 4K page at the first
+    /// store to each. Where the host has no MADV_POPULATE_WRITE (before Linux 5.14),
+    /// a store to each page does it; the elements keep their values either way.
+    pub fn populate(&mut self, range: std::ops::Range<usize>) {
+        const HOST_PAGE: usize = 4096;
+        let size = std::mem::size_of::<T>();
+        let base = self.ptr.as_ptr() as usize;
+        let start = (base + range.start * size) & !(HOST_PAGE - 1);
+        let end = (base + range.end * size)
+            .next_multiple_of(HOST_PAGE)
+            .min(base + self.bytes);
+        if start >= end {
+            return;
+        }
+        // SAFETY: [start, end) lies inside the mapping this HugeBuf owns; populating
+        // only allocates host pages and changes no byte.
+        let ok = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE) } == 0;
+        if !ok {
+            for page in (start..end).step_by(HOST_PAGE) {
+                // SAFETY: an aligned byte inside the mapping; reading and storing back
+                // the value it holds leaves the contents as they were.
+                unsafe {
+                    let b = page as *mut u8;
+                    std::ptr::write_volatile(b, std::ptr::read_volatile(b));
+                }
+            }
+        }
+    }
+}
+
 impl<T: Copy> Deref for HugeBuf<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
@@ -297,6 +329,33 @@ pub fn fmt_bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn populating_backs_pages_at_once_and_keeps_their_contents() {
+        // SAFETY: all-zero bytes are a valid u64.
+        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(1 << 20, false) };
+        // SAFETY: advice on b's own mapping: 4K host pages whatever the host's THP
+        // settings, so a store backs exactly one page.
+        unsafe { libc::madvise(b.as_ptr() as *mut libc::c_void, 8 << 20, libc::MADV_NOHUGEPAGE) };
+        b[3] = 7;
+        // Host pages resident among the first 1 MiB (256 pages), by mincore.
+        let resident = |b: &HugeBuf<u64>| {
+            let mut vec = [0u8; 256];
+            // SAFETY: the range is inside b's mapping, page aligned, and `vec` has a
+            // byte for each of its pages.
+            let r = unsafe { libc::mincore(b.as_ptr() as *mut libc::c_void, 1 << 20, vec.as_mut_ptr()) };
+            assert_eq!(r, 0, "mincore");
+            vec.iter().filter(|&&v| v & 1 != 0).count()
+        };
+        assert_eq!(resident(&b), 1, "only the page stored to");
+        b.populate(0..(1 << 17));
+        assert_eq!(resident(&b), 256, "the whole megabyte, backed by the call");
+        assert_eq!((b[3], b[4], b[(1 << 17) - 1]), (7, 0, 0));
+        // Past the end of the mapping is clamped, an empty range does nothing.
+        b.populate((1 << 20) - 1..(1 << 20) + 1000);
+        b.populate(5..5);
+        assert_eq!(b[(1 << 20) - 1], 0);
+    }
 
     #[test]
     fn sizes_that_do_not_fit_are_refused_naming_both() {

@@ -269,7 +269,7 @@ impl Spec {
                 self.granule.name()
             ));
         }
-        let bytes = PhysMem::host_bytes_needed(self.granule, RAM_BASE + self.ram, tables, false);
+        let bytes = PhysMem::host_bytes_needed(self.granule, tables);
         crate::hostmem::Budget::new(what)
             .add(
                 "the linear map's page tables (a smaller --ram, rodata=off, or a larger granule)",

@@ -2,24 +2,34 @@
 //!
 //! RAM is a range of frames; only frames that hold translation tables have host
 //! storage, so a 1 TiB machine costs nothing until its tables exist. Table frames are
-//! found through a two-level sparse index (like SPARSEMEM sections):
+//! found through a map from frame to slot:
 //!
 //! ```text
-//!  pfn ──► sections[pfn >> SECTION_SHIFT] ──► slot[pfn & mask] ──► words[(slot - 1) << bits ..]
-//!          (lazily allocated)                  (0: no storage)     (one table page)
+//!  pfn ──► slots[pfn] ──► words[slot << bits ..]
+//!          (hash map)      (one table page)
 //! ```
 //! Every table's storage lives in one flat array and a TableId is the offset of its
-//! first word there, so a descriptor read is one indexed load: the walker's critical path.
+//! first word there, so a descriptor read is one indexed load: the walker's critical path
+//! (which remembers the TableIds it found, `WalkHint`, and so rarely asks the map).
 //! The array is reserved whole (`HugeBuf`) for the most tables the machine can hold, so
 //! a new table neither moves the others nor is zeroed by the model: the host hands out
-//! zeroed pages as slots are first used.
+//! zeroed pages as slots are first used, a chunk of them at a time (`POPULATE_BYTES`).
+//! The map costs a few bytes per table; an index by frame would cost host pages where
+//! tables lie (a 4K page of it per 1024 frames: a 1 GiB order-0 run's 512 pte tables,
+//! one every 512 frames, made the host fault in 256 pages of it for 2 KiB of entries).
 
 use super::addr::{Granule, Pfn, PhysAddr};
 use super::descriptor::Desc;
 use crate::hostmem::HugeBuf;
 
-const SECTION_SHIFT: u32 = 15;
-const SECTION_PFNS: usize = 1 << SECTION_SHIFT;
+/// Table storage the host is asked to back at once when a new slot needs it: 16 host
+/// pages, so a run that makes 512 tables makes 32 calls instead of 512 host faults,
+/// and a small run has the host clear at most 60 KiB it does not use.
+const POPULATE_BYTES: usize = 64 << 10;
+
+/// Host bytes the frame-to-slot map takes per table: a 16-byte entry and its control
+/// byte, at the map's lowest load (just grown, 7/16 full).
+const MAP_BYTES_PER_TABLE: u64 = 40;
 
 /// A handle to the storage of one table frame (the offset of its first word in
 /// `PhysMem::words`); valid until the frame's storage is released.
@@ -47,10 +57,13 @@ impl Default for TableId {
 pub struct PhysMem {
     granule: Granule,
     nr_frames: u64,
-    sections: Vec<Option<Box<[u32]>>>,
+    /// The slot of every frame that holds a table.
+    slots: super::IntMap<u32>,
     /// Descriptor words of every table slot, slot after slot: room for `max_slots`
     /// slots, the first `frame_pfn.len()` of them ever used.
     words: HugeBuf<u64>,
+    /// Words [0, populated) have host pages behind them.
+    populated: usize,
     max_slots: usize,
     /// log2 of the descriptors in one table.
     table_bits: u32,
@@ -71,18 +84,18 @@ pub struct PhysMem {
 impl PhysMem {
     pub fn new(granule: Granule, ram_bytes: u64) -> PhysMem {
         let nr_frames = ram_bytes >> granule.page_shift();
-        let nsec = (nr_frames as usize).div_ceil(SECTION_PFNS);
         let table_bits = granule.bits_per_level();
         // Every frame could hold a table, up to what a u32 TableId can name.
         let max_slots = nr_frames.min(Self::max_tables(granule)) as usize;
         PhysMem {
             granule,
             nr_frames,
-            sections: (0..nsec).map(|_| None).collect(),
+            slots: super::IntMap::default(),
             // SAFETY: all-zero bytes are a valid u64 (an invalid descriptor). The
             // reservation is address space; the host backs a page of it, zeroed, when
             // a table there is first used. Tables are mostly sparse, so 4K host pages.
             words: unsafe { HugeBuf::zeroed(max_slots << table_bits, false) },
+            populated: 0,
             max_slots,
             table_bits,
             frame_pfn: Vec::new(),
@@ -109,11 +122,6 @@ impl PhysMem {
     /// Give `pfn` zeroed table storage (the frame is about to hold a translation table).
     pub fn materialize_table(&mut self, pfn: Pfn) -> TableId {
         assert!(pfn.0 < self.nr_frames, "{pfn:?} beyond RAM");
-        let (s, i) = ((pfn.0 as usize) >> SECTION_SHIFT, (pfn.0 as usize) & (SECTION_PFNS - 1));
-        // Checked in debug builds only: reading the pfn's slot before storing to it
-        // would map the host's zero page there, and the store would fault again (one
-        // extra host fault per 4K of the map, 248 for a 1 GiB order-0 run).
-        debug_assert!(self.table_id(pfn).is_none(), "{pfn:?} already holds a table");
         let slot = match self.free_slots.pop() {
             Some(slot) => {
                 let id = self.id_of_slot(slot);
@@ -128,43 +136,41 @@ impl PhysMem {
                     "no table slot left (a TableId names at most 2^32 descriptors)"
                 );
                 self.frame_pfn.push(pfn);
-                let slot = (self.frame_pfn.len() - 1) as u32;
-                self.touch_for_write(self.id_of_slot(slot));
-                slot
+                self.populate_slots(self.frame_pfn.len());
+                (self.frame_pfn.len() - 1) as u32
             }
         };
-        self.sections[s].get_or_insert_with(|| vec![0u32; SECTION_PFNS].into_boxed_slice())[i] = slot + 1;
+        let old = self.slots.insert(pfn.0, slot);
+        assert!(old.is_none(), "{pfn:?} already holds a table");
         self.table_epoch += 1;
         self.desc_gen += 1;
         self.id_of_slot(slot)
     }
 
-    /// Store to every host page of a never-used slot, so the host backs it at once.
-    /// Reading it first (a pte_none check before the first set_pte) would otherwise map
-    /// the host's zero page, and the first descriptor write would fault a second time.
-    fn touch_for_write(&mut self, id: TableId) {
-        const HOST_PAGE_WORDS: usize = 4096 / 8;
-        let w = self.word(id, 0);
-        for word in self.words[w..w + (1 << self.table_bits)]
-            .iter_mut()
-            .step_by(HOST_PAGE_WORDS)
-        {
-            // SAFETY: a valid, aligned reference to a u64 of the slot; volatile only
-            // keeps the store of the zero it already holds from being dropped.
-            unsafe { std::ptr::write_volatile(word, 0) };
+    /// Have the host back the first `slots` slots' storage, writable, a chunk ahead.
+    /// Not left to the first access: reading a never-used slot (a pte_none check before
+    /// the first set_pte) would map the host's zero page, and the first descriptor
+    /// write would fault a second time.
+    fn populate_slots(&mut self, slots: usize) {
+        let need = slots << self.table_bits;
+        if need <= self.populated {
+            return;
         }
+        let chunk = POPULATE_BYTES / 8;
+        let to = need.next_multiple_of(chunk).min(self.words.len());
+        self.words.populate(self.populated..to);
+        self.populated = to;
     }
 
     /// Drop the table storage of `pfn` (the frame no longer holds a table).
     pub fn release_table(&mut self, pfn: Pfn) {
-        let (s, i) = ((pfn.0 as usize) >> SECTION_SHIFT, (pfn.0 as usize) & (SECTION_PFNS - 1));
-        let sec = self.sections[s].as_mut().expect("no table storage in section");
-        let slot = sec[i];
-        assert_ne!(slot, 0, "{pfn:?} holds no table");
-        sec[i] = 0;
+        let slot = self
+            .slots
+            .remove(&pfn.0)
+            .unwrap_or_else(|| panic!("{pfn:?} holds no table"));
         // A free slot names no frame, so a stale TableId never passes for a live one.
-        self.frame_pfn[slot as usize - 1] = Pfn(u64::MAX);
-        self.free_slots.push(slot - 1);
+        self.frame_pfn[slot as usize] = Pfn(u64::MAX);
+        self.free_slots.push(slot);
         self.table_epoch += 1;
         self.desc_gen += 1;
     }
@@ -178,11 +184,7 @@ impl PhysMem {
     /// The table storage of `pfn`, if it holds a table.
     #[inline]
     pub fn table_id(&self, pfn: Pfn) -> Option<TableId> {
-        let sec = self.sections.get((pfn.0 as usize) >> SECTION_SHIFT)?.as_ref()?;
-        match sec[(pfn.0 as usize) & (SECTION_PFNS - 1)] {
-            0 => None,
-            slot => Some(self.id_of_slot(slot - 1)),
-        }
+        self.slots.get(&pfn.0).map(|&slot| self.id_of_slot(slot))
     }
     #[inline]
     pub fn table_id_of(&self, pa: PhysAddr) -> Option<TableId> {
@@ -247,25 +249,19 @@ impl PhysMem {
         (u32::MAX as u64 - 1) >> granule.bits_per_level()
     }
 
-    /// Host bytes table storage needs for `tables` table frames on a `ram_bytes`
-    /// machine: a page of descriptors each, the index of their sections (each table in
-    /// a section of its own when `spread`, else packed together as memblock allocates
-    /// them) and the section list.
-    pub fn host_bytes_needed(granule: Granule, ram_bytes: u64, tables: u64, spread: bool) -> u64 {
-        let nsec = (ram_bytes >> granule.page_shift()).div_ceil(SECTION_PFNS as u64);
-        let sections = if spread {
-            tables.min(nsec)
-        } else {
-            tables.div_ceil(SECTION_PFNS as u64) + 1
-        };
-        (tables.saturating_mul(granule.page_size()))
-            .saturating_add(sections * SECTION_PFNS as u64 * 4)
-            .saturating_add(nsec * 16)
+    /// Host bytes table storage needs for `tables` table frames: a page of
+    /// descriptors each, its entry in the frame-to-slot map, and the chunk populated
+    /// ahead of the last.
+    pub fn host_bytes_needed(granule: Granule, tables: u64) -> u64 {
+        tables
+            .saturating_mul(granule.page_size() + MAP_BYTES_PER_TABLE)
+            .saturating_add(POPULATE_BYTES as u64)
     }
 
     /// Host bytes held by table storage (for memory reports).
     pub fn host_bytes(&self) -> usize {
-        (self.frame_pfn.len() << self.table_bits) * 8 + self.sections.iter().flatten().count() * SECTION_PFNS * 4
+        // The map's buckets are an eighth more than its capacity, 17 bytes each.
+        self.populated * 8 + self.slots.capacity() * 17 * 8 / 7
     }
 }
 
@@ -287,8 +283,8 @@ mod tests {
     #[test]
     fn table_storage_needs() {
         assert_eq!(PhysMem::max_tables(Granule::K4), (1 << 23) - 1);
-        let one = PhysMem::host_bytes_needed(Granule::K4, 1 << 30, 1, false);
-        assert_eq!(one, 4096 + 2 * (SECTION_PFNS as u64 * 4) + 8 * 16);
+        let one = PhysMem::host_bytes_needed(Granule::K4, 1);
+        assert_eq!(one, 4096 + MAP_BYTES_PER_TABLE + POPULATE_BYTES as u64);
     }
 
     #[test]

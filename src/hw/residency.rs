@@ -8,35 +8,11 @@
 //! every `PA >> span_shift` chunk its output range touches and under the run of
 //! descriptors it was filled from.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use super::addr::Granule;
 use super::memory::TableId;
 use super::tlb::TlbEntry;
 
-/// A multiplicative hasher: keys are already well spread integers and SipHash would
-/// dominate the cost of a probe.
-#[derive(Default)]
-struct MulHasher(u64);
-
-impl Hasher for MulHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 29)
-    }
-}
-
-type CountMap = HashMap<u64, u32, BuildHasherDefault<MulHasher>>;
+type CountMap = super::IntMap<u32>;
 
 fn inc(map: &mut CountMap, key: u64) {
     *map.entry(key).or_insert(0) += 1;

@@ -204,6 +204,13 @@ impl MemMap {
         debug_assert!(self.is_online(pfn), "page {pfn:?} in an offline section");
         &mut self.pages[pfn.0 as usize]
     }
+    /// The `nr` struct pages from `pfn`, for a loop over a folio's pages that needs no
+    /// bounds check per page.
+    #[inline]
+    pub fn pages_mut(&mut self, pfn: Pfn, nr: u64) -> &mut [Page] {
+        debug_assert!(self.is_online(pfn) && self.is_online(Pfn(pfn.0 + nr - 1)));
+        &mut self.pages[pfn.0 as usize..(pfn.0 + nr) as usize]
+    }
     #[inline]
     pub fn try_page(&self, pfn: Pfn) -> Option<&Page> {
         self.is_online(pfn).then(|| &self.pages[pfn.0 as usize])

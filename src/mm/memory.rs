@@ -511,8 +511,14 @@ impl Kernel {
 
     /// pte_range_none: every pte of [ptep, ptep + nr) is none.
     fn pte_range_none(&mut self, mm: MmId, ptep: PtePtr, nr: usize) -> bool {
-        let amm = self.arch_mm(mm);
-        (0..nr).all(|i| self.arch.ptep_get(amm, ptep.add(i)).pte_none())
+        let none = self.arch.ptes_none_prefix(ptep, nr);
+        if none < nr {
+            // The first pte that is not none, read as ptep_get reads it (a contpte
+            // block's read gathers the block), and what it says is no longer needed.
+            let amm = self.arch_mm(mm);
+            let _ = self.arch.ptep_get(amm, ptep.add(none));
+        }
+        none == nr
     }
 
     /// alloc_anon_folio: the largest allowed, suitable order whose aligned range is all

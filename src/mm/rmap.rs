@@ -97,10 +97,9 @@ impl Kernel {
         } else if order > 0 {
             self.memmap.large_mut(folio).nr_pages_mapped = nr as i32;
         }
-        for i in 0..nr {
-            let p = self.memmap.page_mut(Pfn(folio.0 + i));
+        for (p, index) in self.memmap.pages_mut(folio, nr).iter_mut().zip(index..) {
             p.flags.insert(PageFlags::ANON_EXCLUSIVE);
-            p.index = index + i;
+            p.index = index;
             if !pmd {
                 p.mapcount = 1;
             }
@@ -218,10 +217,9 @@ impl Kernel {
             return;
         }
         let mut last = 0;
-        for i in 0..nr {
-            let p = self.memmap.page_mut(Pfn(page.0 + i));
+        for p in self.memmap.pages_mut(page, nr) {
             p.mapcount -= 1;
-            debug_assert!(p.mapcount >= 0, "page {:?} mapcount underflow", Pfn(page.0 + i));
+            debug_assert!(p.mapcount >= 0, "page mapcount underflow in {page:?} + {nr}");
             if p.mapcount == 0 {
                 last += 1;
             }

@@ -270,7 +270,7 @@ pub fn host_bytes_for(cfg: &MachineConfig, frames: u64, mmaps: u64) -> u64 {
     let per_frame = std::mem::size_of::<Page>() as u64 + crate::mm::swap::Lruvec::HOST_BYTES_PER_PAGE;
     frames
         .saturating_mul(per_frame)
-        .saturating_add(PhysMem::host_bytes_needed(g, cfg.ram_bytes, tables, true))
+        .saturating_add(PhysMem::host_bytes_needed(g, tables))
 }
 
 /// Offsets and sizes are 4K multiples; a larger granule needs them aligned to it.

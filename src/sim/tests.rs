@@ -918,12 +918,13 @@ mod host_budget {
     #[test]
     fn order0_memory_is_estimated_above_what_it_was_measured_to_take() {
         // Issue 33: 24G touched nohugepage on ram=32G peaked at 859 MiB with the LRU in
-        // a hash map (the estimate was 272 MiB); with its links in struct page it peaks
-        // at 282 MiB (test build, measured with /usr/bin/time).
+        // a hash map (the estimate was 272 MiB); with its links in struct page it peaked
+        // at 282 MiB (test build, measured with /usr/bin/time), and with table slots found
+        // through a map instead of a per-frame index at 255 MiB (release build).
         let e = estimate("mmap a 24G nohugepage\ntouch a\n", &["ram=32G"]);
-        assert!(e > 282 << 20, "{e}");
+        assert!(e > 255 << 20, "{e}");
         // And stays within twice that.
-        assert!(e < 2 * (282 << 20), "{e}");
+        assert!(e < 2 * (255 << 20), "{e}");
     }
 
     #[test]

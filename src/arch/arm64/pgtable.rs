@@ -452,6 +452,17 @@ impl Arch {
         Pte(self.hw.mem.read(ptep.table, ptep.index))
     }
 
+    /// How many of the `nr` ptes from `ptep` are none before the first that is not,
+    /// each read and counted as `__ptep_get` reads it, in one pass over the table
+    /// (the first pte that is not none is left unread, for the caller's `ptep_get`).
+    #[inline]
+    pub fn ptes_none_prefix(&mut self, ptep: PtePtr, nr: usize) -> usize {
+        let ptes = &self.hw.mem.table(ptep.table)[ptep.index..ptep.index + nr];
+        let none = ptes.iter().take_while(|&&w| Pte(Desc(w)).pte_none()).count();
+        self.hw.ev.add(Event::PteRead, none as u64);
+        none
+    }
+
     /// __set_pte: store, then (for a valid kernel pte) DSB ISHST + ISB; user ptes rely
     /// on the fault path's barriers. The model counts only the store.
     #[inline]
