@@ -1117,21 +1117,24 @@ static int khugepaged_settle(void)
 	return -4;
 }
 
-/* Keeps khugepaged's mm list from ever being empty, as the host runner does
- * (src/native/khugepaged.rs): a child that registers its mm with an empty,
- * PROT_NONE, PMD-aligned MADV_HUGEPAGE range and sleeps until power-off. On
- * an empty list, the mm that joins it wakes khugepaged for a scan
- * (__khugepaged_enter), which runs at the runner's next sleep: a fork op's
- * wait, before the fork (measured on 6.12: shared.wl's parent scanned alone,
- * its collapse allocated before the fork and given up in the `khugepaged`
- * op's window, one share exceed instead of two). Never on the list, the
- * workers (forked from the orchestrator) register as the model's processes
- * do. With the list never empty, khugepaged sleeps until a sleep knob's write
- * (the `khugepaged` op). A separate process, so that no worker inherits the
- * registration (khugepaged_fork). */
+/* Keeps khugepaged's mm list from ever being empty, as the host runner means
+ * to (src/native/khugepaged.rs): a child that registers its mm and sleeps
+ * until power-off. On an empty list, the mm that joins it wakes khugepaged
+ * for a scan (__khugepaged_enter), which runs at the runner's next sleep: a
+ * fork op's wait, before the fork (measured on 6.12: shared.wl's parent
+ * scanned alone, its collapse allocated before the fork and given up in the
+ * `khugepaged` op's window, one share exceed instead of two). With the list
+ * never empty, khugepaged sleeps until a sleep knob's write (the `khugepaged`
+ * op). A separate process, so that no worker (forked from the orchestrator)
+ * inherits the registration (khugepaged_fork).
+ * MADV_HUGEPAGE registers an mm only for a VMA with an anon_vma
+ * (__thp_vma_allowable_orders outside a fault), so the VMA is one page more
+ * than a PMD range, that page (below the range) faulted in: a scan covers
+ * only the whole PMD range, which has no page table (SCAN_PMD_NULL, nothing
+ * counted). */
 static void khugepaged_anchor(void)
 {
-	size_t pmd = page_size() * (page_size() / 8);
+	size_t page = page_size(), pmd = page * (page / 8);
 	int ready[2];
 	pid_t pid;
 	char c;
@@ -1140,10 +1143,17 @@ static void khugepaged_anchor(void)
 		return;
 	pid = fork();
 	if (pid == 0) {
-		char *p = mmap(NULL, 2 * pmd, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		char *p = mmap(NULL, 3 * pmd, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
 
-		if (p != MAP_FAILED)
-			madvise((void *)(((uintptr_t)p + pmd - 1) & ~(uintptr_t)(pmd - 1)), pmd, MADV_HUGEPAGE);
+		if (p != MAP_FAILED) {
+			char *range = (char *)(((uintptr_t)p + page + pmd - 1) & ~(uintptr_t)(pmd - 1));
+
+			munmap(p, range - page - p);
+			munmap(range + pmd, p + 3 * pmd - range - pmd);
+			range[-1] = 1;
+			madvise(range - page, pmd + page, MADV_HUGEPAGE);
+		}
 		write(ready[1], "r", 1);
 		for (;;)
 			pause();
