@@ -30,7 +30,10 @@
  * measures what the guest's own background (kworkers, timers) moves. The
  * runner quiets khugepaged, vmstat's fold and proactive compaction at boot,
  * and never polls while an op runs (pidfd waits): anything that wakes inside
- * a window would preempt the op.
+ * a window would preempt the op. Kernel work that waits for the runner's first
+ * sleep is done before a window that sleeps: khugepaged's list is never empty
+ * (khugepaged_anchor), the thread is seen asleep after each THP knob write
+ * (khugepaged_settle), and zram's init free is waited for (await_init_free).
  *
  * /jobs lists what to do, a line each: "kallsyms" prints the kernel's text
  * symbols, "iomem" prints /proc/iomem (each line after "@@FOLIOLAB-IOMEM "),
