@@ -95,9 +95,18 @@ impl Kernel {
 
     /// khugepaged_enter_vma: register `mm` with khugepaged (MMF_VM_HUGEPAGE, the tail
     /// of its mm list) when the VMA (with its new flags) could be collapsed. Called by
-    /// MADV_HUGEPAGE and by a PMD-suitable anonymous fault.
+    /// MADV_HUGEPAGE and by a PMD-suitable anonymous fault (after anon_vma_prepare).
+    /// Outside a fault, __thp_vma_allowable_orders allows no order to an anonymous VMA
+    /// without an anon_vma (6.12 to 7.3): MADV_HUGEPAGE over a range never faulted in
+    /// registers nothing.
     pub fn khugepaged_enter_vma(&mut self, mm: MmId, vma: &Vma) {
-        if !self.khugepaged_mm.contains(&mm) && self.khugepaged_enabled() && self.khugepaged_orders(vma) != 0 {
+        // The caller's copy may predate the fault's anon_vma_prepare.
+        let anon_vma = self.mm(mm).vmas().get(&vma.start).is_some_and(|v| v.anon_vma.is_some());
+        if !self.khugepaged_mm.contains(&mm)
+            && anon_vma
+            && self.khugepaged_enabled()
+            && self.khugepaged_orders(vma) != 0
+        {
             self.khugepaged_mm.push(mm);
         }
     }
@@ -730,6 +739,18 @@ mod tests {
         let child = k.dup_mmap(mm).unwrap();
         assert_eq!(k.khugepaged_mm, vec![mm, child]);
         k.exit_mmap(child);
+        assert_eq!(k.khugepaged_mm, vec![mm]);
+    }
+
+    /// MADV_HUGEPAGE registers the mm for a VMA with an anon_vma only: not before its
+    /// first fault (the guest runner's anchor faults a page in for this).
+    #[test]
+    fn madvise_hugepage_registers_only_a_vma_with_an_anon_vma() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        k.do_mmap(mm, BASE, PMD, rw()).unwrap();
+        k.do_madvise(mm, BASE, BASE + PMD, Madv::HugePage).unwrap();
+        assert!(k.khugepaged_mm.is_empty());
+        let (k, mm) = khugepaged_range(false, &[], 1);
         assert_eq!(k.khugepaged_mm, vec![mm]);
     }
 

@@ -30,7 +30,10 @@
  * measures what the guest's own background (kworkers, timers) moves. The
  * runner quiets khugepaged, vmstat's fold and proactive compaction at boot,
  * and never polls while an op runs (pidfd waits): anything that wakes inside
- * a window would preempt the op.
+ * a window would preempt the op. Kernel work that waits for the runner's first
+ * sleep is done before a window that sleeps: khugepaged's list is never empty
+ * (khugepaged_anchor), the thread is seen asleep after each THP knob write
+ * (khugepaged_settle), and zram's init free is waited for (await_init_free).
  *
  * /jobs lists what to do, a line each: "kallsyms" prints the kernel's text
  * symbols, "iomem" prints /proc/iomem (each line after "@@FOLIOLAB-IOMEM "),
@@ -1033,6 +1036,8 @@ static int set_knob(const char *knob, const char *value)
 }
 
 #define KHUGEPAGED "/sys/kernel/mm/transparent_hugepage/khugepaged/"
+/* The `khugepaged` op's error when the thread is stopped (src/native/qemu reads it). */
+#define KHUGEPAGED_OFF "khugepaged is not running: no THP size it collapses to is enabled"
 
 static long long khugepaged_full_scans(void)
 {
@@ -1048,34 +1053,148 @@ static long long khugepaged_full_scans(void)
 	return atoll(b);
 }
 
+/* The khugepaged kthread (comm "khugepaged", a child of kthreadd), or 0 when
+ * it is stopped (no THP size it collapses to is enabled). */
+static pid_t khugepaged_pid(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	while (d && !found && (e = readdir(d))) {
+		char path[64], text[256], *c, state;
+		int fd, n, ppid;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", atoi(e->d_name));
+		fd = open(path, O_RDONLY);
+		n = fd < 0 ? 0 : read(fd, text, sizeof(text) - 1);
+		if (fd >= 0)
+			close(fd);
+		text[n > 0 ? n : 0] = 0;
+		c = strrchr(text, ')');
+		/* Not one that a stop has ended (kthread_stop returns as it exits). */
+		if (!strncmp(text + strcspn(text, "("), "(khugepaged)", 12) && c &&
+		    sscanf(c + 1, " %c %d", &state, &ppid) == 2 && ppid == 2 && state != 'Z' && state != 'X')
+			found = atoi(e->d_name);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+static char stat_of(pid_t pid, long long *minflt);
+
+/* Waits until khugepaged sleeps in its wait (its main loop, inlined into
+ * khugepaged or not), or does not exist: a sleep knob's write, or a THP knob's
+ * that starts the thread, runs a scan first, at the runner's next sleep. 0, or
+ * -4 with the reason in msg (a guard against a hang, not a tolerance). A
+ * thread being stopped is gone already (kthread_stop waits for its exit). */
+static int khugepaged_settle(void)
+{
+	pid_t pid = khugepaged_pid();
+	char path[64], wchan[64];
+
+	for (int i = 0; pid && i < 30000; i++) {
+		long long m;
+		int fd, n;
+		char state = stat_of(pid, &m);
+
+		if (!state || state == 'Z' || state == 'X')
+			return 0;
+		snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
+		fd = open(path, O_RDONLY);
+		n = fd < 0 ? 0 : read(fd, wchan, sizeof(wchan) - 1);
+		if (fd >= 0)
+			close(fd);
+		wchan[n > 0 ? n : 0] = 0;
+		if (state == 'S' && (!strcmp(wchan, "khugepaged") || !strcmp(wchan, "khugepaged_wait_work")))
+			return 0;
+		usleep(1000);
+	}
+	if (!pid)
+		return 0;
+	snprintf(msg, sizeof(msg), "khugepaged (pid %d) not back asleep in 30 s of the guest's clock (wchan '%s')",
+		 (int)pid, wchan);
+	return -4;
+}
+
+/* Keeps khugepaged's mm list from ever being empty, as the host runner means
+ * to (src/native/khugepaged.rs): a child that registers its mm and sleeps
+ * until power-off. On an empty list, the mm that joins it wakes khugepaged
+ * for a scan (__khugepaged_enter), which runs at the runner's next sleep: a
+ * fork op's wait, before the fork (measured on 6.12: shared.wl's parent
+ * scanned alone, its collapse allocated before the fork and given up in the
+ * `khugepaged` op's window, one share exceed instead of two). With the list
+ * never empty, khugepaged sleeps until a sleep knob's write (the `khugepaged`
+ * op). A separate process, so that no worker (forked from the orchestrator)
+ * inherits the registration (khugepaged_fork).
+ * MADV_HUGEPAGE registers an mm only for a VMA with an anon_vma
+ * (__thp_vma_allowable_orders outside a fault), so the VMA is one page more
+ * than a PMD range, that page (below the range) faulted in: a scan covers
+ * only the whole PMD range, which has no page table (SCAN_PMD_NULL, nothing
+ * counted). */
+static void khugepaged_anchor(void)
+{
+	size_t page = page_size(), pmd = page * (page / 8);
+	int ready[2];
+	pid_t pid;
+	char c;
+
+	if (pipe(ready))
+		return;
+	pid = fork();
+	if (pid == 0) {
+		char *p = mmap(NULL, 3 * pmd, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+
+		if (p != MAP_FAILED) {
+			char *range = (char *)(((uintptr_t)p + page + pmd - 1) & ~(uintptr_t)(pmd - 1));
+
+			munmap(p, range - page - p);
+			munmap(range + pmd, p + 3 * pmd - range - pmd);
+			range[-1] = 1;
+			madvise(range - page, pmd + page, MADV_HUGEPAGE);
+		}
+		write(ready[1], "r", 1);
+		for (;;)
+			pause();
+	}
+	if (pid > 0)
+		read(ready[0], &c, 1);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 /* The "khugepaged" op: one khugepaged_do_scan. Parked (scan_sleep_millisecs
  * at its maximum, pages_to_scan past any workload since boot, so every scan
- * ends at the list's head), khugepaged wakes for a write of
- * scan_sleep_millisecs (__sleep_millisecs_store), scans its whole mm list
- * once from the head (full_scans + 1), and parks again with the value
- * written, the same. The runner sleeps meanwhile (it is real-time: khugepaged
- * runs only while it blocks), polling full_scans every 10 ms of the guest's
- * clock, which -icount makes the same on every run. The scan khugepaged owes
- * once an mm joins its empty list (__khugepaged_enter's wake-up) also waits
- * for the runner's first sleep: this op's, unless an earlier op let the guest
- * idle (the guide's khugepaged section). */
+ * ends at the list's head, and the anchor's mm on the list), khugepaged wakes
+ * for a write of scan_sleep_millisecs (__sleep_millisecs_store), scans its
+ * whole mm list once from the head (full_scans + 1), and parks again with the
+ * value written, the same. The runner sleeps meanwhile (it is real-time:
+ * khugepaged runs only while it blocks), polling full_scans every 10 ms of the
+ * guest's clock, which -icount makes the same on every run, then until the
+ * thread sleeps again, so that the window holds the whole scan. No thread (no
+ * THP size it collapses to is enabled): the op does not apply. */
 static int khugepaged_scan(void)
 {
 	long long n0 = khugepaged_full_scans();
 	struct timespec ts = { 0, 10 * 1000 * 1000 };
 
+	if (!khugepaged_pid()) {
+		snprintf(msg, sizeof(msg), "%s", KHUGEPAGED_OFF);
+		return -4;
+	}
 	if (n0 < 0 || write_file(KHUGEPAGED "scan_sleep_millisecs", "4294967295"))
 		return -2;
-	msg[0] = 0;
 	for (int i = 0; i < 1000; i++) {
 		nanosleep(&ts, NULL);
 		if (khugepaged_full_scans() > n0)
-			return 0;
+			return khugepaged_settle();
 	}
-	/* A scan takes well under a second of the guest's clock: khugepaged found
-	 * no mm on its list, which it then waits for without scanning. */
-	snprintf(msg, sizeof(msg), "ok\nkhugepaged: no scan in 10 s of the guest's clock (no mm registered with it)");
-	return 0;
+	snprintf(msg, sizeof(msg), "khugepaged did not scan in 10 s of the guest's clock");
+	return -4;
 }
 
 static int by_name(const void *a, const void *b)
@@ -1086,9 +1205,84 @@ static int by_name(const void *a, const void *b)
 /* Whether this workload's `swapon` put zram0 to use (taken down after it). */
 static int swap_on;
 
+#define TRACING "/sys/kernel/tracing/"
+
+/* Both workqueue execution events of the trace buffer on ("1") or off ("0"). */
+static int work_events(const char *on)
+{
+	return write_file(TRACING "events/workqueue/workqueue_execute_start/enable", on) ||
+	       write_file(TRACING "events/workqueue/workqueue_execute_end/enable", on);
+}
+
+/* Whether trace line `line` is event `ev` of work function do_free_init. */
+static int free_init_event(const char *line, const char *ev)
+{
+	const char *f = strstr(line, ev);
+
+	f = f ? strstr(f, ": function ") : NULL;
+	return f && !strcmp(f + 11, "do_free_init");
+}
+
+/*
+ * Loading a module queues the free of its init sections: do_init_module puts
+ * them on a list that the work do_free_init frees after a grace period
+ * (synchronize_rcu, then execmem_free: a vfree of memory mapped with
+ * VM_FLUSH_RESET_PERMS, whose direct map reset (set_direct_map_*_noflush) and
+ * purge of the lazily freed vmap areas issue TLBI VMALLE1IS in
+ * flush_tlb_kernel_range). The work runs when the real-time runner first
+ * sleeps: unwaited for, inside the first op that waits (measured: swap.wl's
+ * `khugepaged` op, 4 VMALLE1IS on 7.3, 6 on 6.12, or none when an earlier
+ * workload of the batch had loaded zram). So the loads run under the
+ * workqueue's trace events, and the runner blocks on trace_pipe until a
+ * do_free_init that started after the last load has ended (the work is not
+ * reentrant: one that started before it ends first). 0, or -4 with the
+ * reason in msg.
+ */
+static int await_init_free(void)
+{
+	static char b[1 << 14];
+	size_t len = 0;
+	int fd = open(TRACING "trace_pipe", O_RDONLY), stage = 0;
+
+	if (fd < 0 || write_file(TRACING "trace_marker", "foliolab-loaded")) {
+		snprintf(msg, sizeof(msg), "tracefs for the modules' init free: %s", strerror(errno));
+		return -4;
+	}
+	while (stage < 3) {
+		ssize_t n = read(fd, b + len, sizeof(b) - 1 - len);
+		char *line = b, *e;
+
+		if (n <= 0) {
+			snprintf(msg, sizeof(msg), "trace_pipe: %s", n ? strerror(errno) : "end of file");
+			close(fd);
+			return -4;
+		}
+		len += n;
+		b[len] = 0;
+		while (stage < 3 && (e = strchr(line, '\n'))) {
+			*e = 0;
+			if (stage == 0 && strstr(line, "foliolab-loaded"))
+				stage = 1;
+			else if (stage == 1 && free_init_event(line, "workqueue_execute_start:"))
+				stage = 2;
+			else if (stage == 2 && free_init_event(line, "workqueue_execute_end:"))
+				stage = 3;
+			line = e + 1;
+		}
+		len -= line - b;
+		memmove(b, line, len);
+		/* A line longer than the buffer is no event of ours. */
+		if (len == sizeof(b) - 1)
+			len = 0;
+	}
+	close(fd);
+	return 0;
+}
+
 /*
  * The `swapon` step's preparation, outside its window: load zram and what it
  * needs (the initramfs's /modules, named in load order by scripts/setup-qemu),
+ * and wait for the deferred free of their init sections (await_init_free),
  * size zram0 and write a swap header (version 1, the last page, the magic at the
  * end of the first page). 0, or -4 with the reason in msg.
  */
@@ -1099,7 +1293,7 @@ static int zram_prepare(uint64_t size)
 	uint32_t version = 1, last = size / page - 1;
 	char value[32], *header;
 	struct dirent *e;
-	int n = 0, fd;
+	int n = 0, loaded = 0, fd, r = 0;
 	DIR *d = opendir("/modules");
 
 	if (!d) {
@@ -1110,16 +1304,30 @@ static int zram_prepare(uint64_t size)
 		if (e->d_name[0] != '.' && strlen(e->d_name) < NAME)
 			memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
 	qsort(names, n, NAME, by_name);
-	for (int i = 0; i < n; i++) {
+	if (work_events("1") || write_file(TRACING "trace", "")) {
+		closedir(d);
+		snprintf(msg, sizeof(msg), "the workqueue's trace events: %s", strerror(errno));
+		return -4;
+	}
+	for (int i = 0; i < n && !r; i++) {
 		fd = openat(dirfd(d), names[i], O_RDONLY);
 		if (fd < 0 || (syscall(SYS_finit_module, fd, "", 0) && errno != EEXIST)) {
-			closedir(d);
 			snprintf(msg, sizeof(msg), "loading %s: %s", names[i], strerror(errno));
-			return -4;
+			r = -4;
+		} else {
+			loaded += errno != EEXIST;
+			errno = 0;
 		}
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 	}
 	closedir(d);
+	if (!r && loaded)
+		r = await_init_free();
+	work_events("0");
+	write_file(TRACING "trace", "");
+	if (r)
+		return r;
 	snprintf(value, sizeof(value), "%llu", (unsigned long long)size);
 	if (write_file("/sys/block/zram0/disksize", value)) {
 		snprintf(msg, sizeof(msg), "zram0 disksize %s: %s", value, strerror(errno));
@@ -1312,7 +1520,9 @@ static const char *load(const char *path)
 		}
 	}
 	fclose(f);
-	return NULL;
+	/* A default that starts khugepaged (after a workload that stopped it) runs
+	 * its first scan now, not in the workload. */
+	return khugepaged_settle() ? msg : NULL;
 }
 
 static void emit_keys(void)
@@ -1395,6 +1605,8 @@ static void run_workload(void)
 			START_MARK();
 			r = set_knob(st->a, st->b) ? -2 : 0;
 			STOP_MARK();
+			if (!r)
+				r = khugepaged_settle();
 		} else if (!strcmp(st->kind, "shrink")) {
 			START_MARK();
 			r = write_file("/proc/sys/vm/drop_caches", "2") ? -2 : 0;
@@ -1646,6 +1858,8 @@ int main(int argc, char **argv)
 	write_file(KHUGEPAGED "pages_to_scan", "4294967295");
 	write_file(KHUGEPAGED "scan_sleep_millisecs", "4294967295");
 	write_file(KHUGEPAGED "alloc_sleep_millisecs", "4294967295");
+	khugepaged_anchor();
+	khugepaged_settle();
 	/* Nor may periodic kernel work run: a kworker or kcompactd that wakes inside
 	 * a window preempts the op, and a zap that breaks for need_resched reads its
 	 * pte again. vmstat's per-CPU fold every hour; no proactive compaction. */

@@ -102,6 +102,10 @@ impl Target {
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
 pub const NOT_APPLICABLE: &str = "not applicable on ";
 
+/// The guest runner's error for a `khugepaged` op when the thread is stopped
+/// (tools/qemu/runner.c's KHUGEPAGED_OFF).
+const KHUGEPAGED_OFF: &str = "khugepaged is not running: no THP size it collapses to is enabled";
+
 /// The workload's `memlimit`, if it has one.
 fn memlimit(stmts: &[Stmt]) -> Option<&Stmt> {
     stmts.iter().find_map(|s| match &s.op {
@@ -724,6 +728,11 @@ fn report(
                 "{NOT_APPLICABLE}{source}: its kernel has no /sys/kernel/mm/transparent_hugepage/{knob} (set at {})",
                 at(s)
             ),
+            // The workload's settings stopped the thread on this kernel (6.12 collapses
+            // to the PMD size only): there is no scan to compare.
+            (Some(s), None) if matches!(s.op, Op::Khugepaged) && e.ends_with(KHUGEPAGED_OFF) => {
+                format!("{NOT_APPLICABLE}{source}: {KHUGEPAGED_OFF} ({})", at(s))
+            }
             (Some(s), None) => format!("{}: {e}", at(s)),
             (None, _) => format!("{}: {e}", w.path),
         });
@@ -1389,10 +1398,11 @@ mod tests {
         assert!(!is_insns("kernel.insnsx") && !is_insns("kernel.do_anonymous_page"));
     }
 
-    /// A `set` the guest's sysfs has no file for makes the workload not applicable to
-    /// the target, the knob named; any other failure stays an error at its op.
+    /// A `set` the guest's sysfs has no file for, or a `khugepaged` op whose thread the
+    /// settings stopped, makes the workload not applicable to the target, the reason
+    /// named; any other failure stays an error at its op.
     #[test]
-    fn a_missing_knob_is_not_applicable() {
+    fn a_missing_knob_or_a_stopped_khugepaged_is_not_applicable() {
         let w = crate::workload::parse_str("k.wl", "set hugepages-16kB/enabled always\nmmap a 64K\ntouch a\n").unwrap();
         let mut st = Vec::new();
         steps(&w.stmts, &mut st);
@@ -1431,6 +1441,20 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e, "k.wl:1:1: step 0 (set): Invalid argument");
+        assert_eq!(not_applicable(&e), None);
+        // A `khugepaged` op with the thread stopped has no scan to compare; one that
+        // did not scan is the runner's error.
+        let w = crate::workload::parse_str("k.wl", "mmap a 2M hugepage\nkhugepaged\n").unwrap();
+        let mut st = Vec::new();
+        steps(&w.stmts, &mut st);
+        let stopped = format!("step 1 (khugepaged): {KHUGEPAGED_OFF}");
+        let e = report(&w, "qemu-arm64", &st, failed(&stopped), &[], KERNEL_FUNCTIONS).unwrap_err();
+        assert_eq!(
+            not_applicable(&e),
+            Some(format!("not applicable on qemu-arm64: {KHUGEPAGED_OFF} (k.wl:2:1)").as_str())
+        );
+        let stuck = "step 1 (khugepaged): khugepaged did not scan in 10 s of the guest's clock";
+        let e = report(&w, "qemu-arm64", &st, failed(stuck), &[], KERNEL_FUNCTIONS).unwrap_err();
         assert_eq!(not_applicable(&e), None);
     }
 }
