@@ -15,7 +15,14 @@ use foliolab::native::qemu::{self, Target};
 use foliolab::sim;
 use foliolab::workload::{parse_file, Workload};
 
-const WORKLOADS: [&str; 6] = ["collapse", "collapse_32m", "max_ptes_none", "mthp_64k", "shared", "swap"];
+const WORKLOADS: [&str; 6] = [
+    "collapse",
+    "collapse_32m",
+    "max_ptes_none",
+    "mthp_64k",
+    "shared",
+    "swap",
+];
 
 fn counter(r: &foliolab::report::Report, key: &str) -> i64 {
     r.counters.get(key).copied().unwrap_or_else(|| panic!("no {key}"))
@@ -25,8 +32,16 @@ fn counter(r: &foliolab::report::Report, key: &str) -> i64 {
 fn khugepaged_scans_on_the_guests_equal_the_models() {
     // Per target: the workloads that collapse a range, and those that do not apply.
     let cases: [(Target, &[&str], &[&str]); 4] = [
-        (Target::QemuArm64_73, &["collapse", "collapse_32m", "max_ptes_none", "mthp_64k", "swap"], &[]),
-        (Target::QemuArm64, &["collapse", "collapse_32m", "max_ptes_none", "swap"], &["mthp_64k"]),
+        (
+            Target::QemuArm64_73,
+            &["collapse", "collapse_32m", "max_ptes_none", "mthp_64k", "swap"],
+            &[],
+        ),
+        (
+            Target::QemuArm64,
+            &["collapse", "collapse_32m", "max_ptes_none", "swap"],
+            &["mthp_64k"],
+        ),
         (Target::QemuArm64_73_16k, &["collapse_32m"], &[]),
         (Target::QemuArm64_16k, &["collapse_32m"], &[]),
     ];

@@ -138,7 +138,10 @@ fn seed_003_does_not_use_costs_derived_from_its_own_series() {
         // A disagreeing metal cell says where its time goes per table, seed and model.
         if r["machine"] == "altra-metal 512G" && r["verdict"] == "disagrees" {
             let why = r["reason"].as_str().unwrap();
-            assert!(why.contains("per pte table") && why.contains("the model's Altra costs give"), "{why}");
+            assert!(
+                why.contains("per pte table") && why.contains("the model's Altra costs give"),
+                "{why}"
+            );
         }
     }
 }

@@ -12,8 +12,8 @@
 //! ```
 //!
 //! So a run parks it three ways: both sleep knobs at their maximum (saved and restored
-//! with the THP knobs), this process's mm registered with an empty MADV_HUGEPAGE range
-//! so the list is never empty and a workload's own registration wakes nothing, and
+//! with the THP knobs), this process's mm registered with a MADV_HUGEPAGE range (see
+//! `Registration`) so the list is never empty and a workload's own registration wakes nothing, and
 //! after every knob write the thread is seen back asleep in its wait before an op runs
 //! (a sleep knob write, or a THP enable that starts the thread, runs one scan first).
 //! `pages_collapsed` read at the start and end of a run proves it stayed parked.
@@ -98,47 +98,86 @@ pub fn pages_collapsed(thp: &Path) -> Option<u64> {
         .ok()
 }
 
-/// An empty, inaccessible, PMD-aligned MADV_HUGEPAGE range of this process: once PMD
-/// THP is enabled, `khugepaged_enter_vma` registers this mm, and it stays on
-/// khugepaged's list until the process exits. Never faulted, so never collapsed;
-/// PROT_NONE keeps it out of the runner's warm-up.
+/// An inaccessible MADV_HUGEPAGE range of this process holding one PMD range that has no
+/// page table: once PMD THP is enabled, `khugepaged_enter_vma` registers this mm, and it
+/// stays on khugepaged's list until the process exits.
+///
+/// ```text
+///   one page   PMD range (never touched: a scan finds no page table, SCAN_PMD_NULL)
+///   ├──┼───────────────────────────────────┤
+///   faulted     PMD-aligned
+/// ```
+///
+/// Outside a fault, `__thp_vma_allowable_orders` allows nothing to a VMA without an
+/// anon_vma (6.12, 6.18, 7.3), so a never-faulted range registers nothing: the page below
+/// the PMD range is written once, while the VMA is still writable, to give it one. Then
+/// PROT_NONE keeps the whole VMA out of the runner's warm-up, and MADV_DONTFORK out of
+/// the workers (they join the list at fork, by `khugepaged_fork`, as the mm is marked).
 pub struct Registration {
     addr: *mut libc::c_void,
     len: usize,
 }
 
+const PMD: usize = 2 << 20;
+
 impl Registration {
     pub fn new() -> Result<Registration, String> {
-        const PMD: usize = 2 << 20;
-        let len = 2 * PMD;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let err = |what: &str| {
+            format!(
+                "{what} for khugepaged registration: {}",
+                std::io::Error::last_os_error()
+            )
+        };
+        let reserve = 3 * PMD;
         // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
-        let addr = unsafe {
+        let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len,
-                libc::PROT_NONE,
+                reserve,
+                libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
             )
         };
-        if addr == libc::MAP_FAILED {
-            return Err(format!(
-                "mmap for khugepaged registration: {}",
-                std::io::Error::last_os_error()
-            ));
+        if p == libc::MAP_FAILED {
+            return Err(err("mmap"));
         }
-        Ok(Registration { addr, len })
+        let (base, aligned) = (p as usize, (p as usize + page + PMD - 1) & !(PMD - 1));
+        let (start, end) = (aligned - page, aligned + PMD);
+        // SAFETY: both trims lie inside the reservation just mapped; [start, end) keeps
+        // one page below a PMD-aligned range and the range itself. The write is to that
+        // page, mapped read-write above; mprotect and madvise change only this VMA.
+        unsafe {
+            if start > base {
+                libc::munmap(p, start - base);
+            }
+            if base + reserve > end {
+                libc::munmap(end as *mut libc::c_void, base + reserve - end);
+            }
+            std::ptr::write_volatile(start as *mut u8, 1);
+            if libc::mprotect(start as *mut libc::c_void, end - start, libc::PROT_NONE) != 0
+                || libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTFORK) != 0
+            {
+                let e = err("mprotect/madvise");
+                libc::munmap(start as *mut libc::c_void, end - start);
+                return Err(e);
+            }
+        }
+        Ok(Registration {
+            addr: start as *mut libc::c_void,
+            len: end - start,
+        })
     }
 
     /// Registers this mm if PMD THP is enabled now (a no-op once registered, or while
     /// it is not: the thread is stopped then and registration waits for the next write).
     pub fn register(&self) {
-        const PMD: usize = 2 << 20;
-        let aligned = (self.addr as usize + PMD - 1) & !(PMD - 1);
-        // SAFETY: [aligned, aligned + PMD) lies inside our own mapping; MADV_HUGEPAGE only
-        // sets a VMA flag. Failure (THP compiled out) leaves nothing to park against.
-        unsafe { libc::madvise(aligned as *mut libc::c_void, PMD, libc::MADV_HUGEPAGE) };
+        // SAFETY: the range is this value's own mapping; MADV_HUGEPAGE only sets a VMA
+        // flag. Failure (THP compiled out) leaves nothing to park against.
+        unsafe { libc::madvise(self.addr, self.len, libc::MADV_HUGEPAGE) };
     }
 }
 
@@ -174,12 +213,26 @@ mod tests {
     }
 
     #[test]
-    fn the_registration_range_is_inaccessible() {
+    fn the_registration_range_is_inaccessible_and_has_its_one_page() {
         let r = Registration::new().unwrap();
         r.register();
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let start = format!("{:x}-", r.addr as usize);
-        let line = maps.lines().find(|l| l.starts_with(&start)).unwrap();
-        assert!(line.contains(" ---p "), "{line}");
+        let is_header = |l: &str| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|t| t.contains('-') && !t.ends_with(':'))
+        };
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+        let header = lines.next().expect("the registration's VMA in smaps");
+        assert!(header.contains(" ---p "), "{header}");
+        let fields: Vec<&str> = lines.take_while(|l| !is_header(l)).collect();
+        // The faulted page, which gives the VMA its anon_vma, and no other.
+        assert!(fields.contains(&"Anonymous:             4 kB"), "{fields:#?}");
+        let flags = fields.iter().find(|l| l.starts_with("VmFlags:")).unwrap();
+        assert!(flags.contains(" dc"), "MADV_DONTFORK: {flags}");
+        assert!(flags.contains(" hg"), "MADV_HUGEPAGE: {flags}");
+        assert_eq!(r.len, PMD + 4096);
+        assert_eq!((r.addr as usize + 4096) % PMD, 0);
     }
 }

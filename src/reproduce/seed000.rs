@@ -77,7 +77,11 @@ fn workload(bench: &str, folio: &str, pmds: u64) -> String {
         _ => {
             w += &format!("mmap buf {size}M hugepage\ntouch buf\n");
             for i in 0..pmds {
-                w += &format!("madvise buf {}M 4K nohugepage\nmadvise buf {}M 4K hugepage\n", 2 * i, 2 * i);
+                w += &format!(
+                    "madvise buf {}M 4K nohugepage\nmadvise buf {}M 4K hugepage\n",
+                    2 * i,
+                    2 * i
+                );
             }
         }
     }
@@ -95,8 +99,14 @@ const KERNELS: &[(&str, &[(&str, &str)])] = &[
     // contpte_ptep_get reads all 16 entries of a block (the early exit is 093ae7a033cf,
     // 6.17), so `ptep_get=full-scan` whatever `--kernel` says.
     ("batched", &[("zap", "batched"), ("contpte", "off")]),
-    ("contpte-basic", &[("zap", "per-pte"), ("contpte", "on"), ("ptep_get", "full-scan")]),
-    ("contpte-batch", &[("zap", "batched"), ("contpte", "on"), ("ptep_get", "full-scan")]),
+    (
+        "contpte-basic",
+        &[("zap", "per-pte"), ("contpte", "on"), ("ptep_get", "full-scan")],
+    ),
+    (
+        "contpte-batch",
+        &[("zap", "batched"), ("contpte", "on"), ("ptep_get", "full-scan")],
+    ),
 ];
 
 /// Why a cell whose two kernels do the same counted work can still change.
@@ -136,7 +146,10 @@ fn time_differs(base: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> 
         .filter(|k| at(base, k) != at(after, k))
         .map(|k| format!("{k} {:+.0} ns", at(after, k) - at(base, k)))
         .collect();
-    format!("; the model's two kernels differ in modeled time in {}", differ.join(", "))
+    format!(
+        "; the model's two kernels differ in modeled time in {}",
+        differ.join(", ")
+    )
 }
 
 /// The seed's author on how far its machines' figures for this code can be trusted
@@ -323,9 +336,15 @@ mod tests {
     /// machines agree in the seed says only that what moves it is not modeled.
     #[test]
     fn a_disagreement_the_seeds_machines_split_on_says_so_with_the_authors_word() {
-        let (altra, m2) = (row("Ampere Altra order-9", 2.7, -14.0), row("Apple M2 VM order-9", -3.9, -15.0));
+        let (altra, m2) = (
+            row("Ampere Altra order-9", 2.7, -14.0),
+            row("Apple M2 VM order-9", -3.9, -15.0),
+        );
         let why = machines_split(&altra, &m2);
-        assert!(why.contains("opposite ways on Apple M2 VM order-9 (-3.9) and here (+2.7)"), "{why}");
+        assert!(
+            why.contains("opposite ways on Apple M2 VM order-9 (-3.9) and here (+2.7)"),
+            "{why}"
+        );
         assert!(why.contains("<20240129124649.189745-1-david@redhat.com>"), "{why}");
         let same = machines_split(&altra, &row("Apple M2 VM order-9", 3.9, -15.0));
         assert!(!same.contains("opposite") && same.contains("not modeled"), "{same}");

@@ -168,9 +168,11 @@ fn explain_metal(r: &mut Reproduction, tables: &BTreeMap<String, f64>) {
         "; split per pte table by the seed's own before and after, the metal machine's fixmap flush (before less after) is {metal_flush:.2} µs as on the 256G VM of the same cores ({vm_flush:.2}), but the rest of a table's time (512 descriptor writes, zeroing, allocation) is {metal_rest:.2} µs against the VM's {vm_rest:.2}, ×{:.2} (the model's Altra costs give {model_flush:.2} and {model_rest:.2} µs on both): the metal machine pays more for the same work per table, not for its TLBIs or barriers. Not costed, for want of a source: a table's 4 KiB written back to DRAM takes {write_back_us:.2} µs at Neoverse N1's single-core DRAM bandwidth, {N1_DRAM_GBPS} GB/s (Graviton2, Arm's ASCT learning path), the same on both machines and overlapped with the flush, which waits for no write-back; memblock places the tables top-down before the kernel knows its NUMA nodes (paging_init runs before bootmem_init), so on a two-socket machine every table would be in the far socket's memory, but the seed does not say how many sockets or NUMA nodes its metal machine has",
         metal_rest / vm_rest
     );
-    for row in r.rows.iter_mut().filter(|x| {
-        x.seed == SEED && x.machine == "altra-metal 512G" && x.verdict == super::Verdict::Disagrees
-    }) {
+    for row in r
+        .rows
+        .iter_mut()
+        .filter(|x| x.seed == SEED && x.machine == "altra-metal 512G" && x.verdict == super::Verdict::Disagrees)
+    {
         row.reason.get_or_insert_with(String::new).push_str(&why);
     }
 }
@@ -184,8 +186,14 @@ mod tests {
     #[test]
     fn a_columns_time_splits_into_the_flush_and_the_rest_per_table() {
         let (flush, rest) = per_table_us(1654.0, 1223.0, 262_144.0);
-        assert!((flush - 1.644).abs() < 1e-3 && (rest - 3.021).abs() < 1e-3, "{flush} {rest}");
+        assert!(
+            (flush - 1.644).abs() < 1e-3 && (rest - 3.021).abs() < 1e-3,
+            "{flush} {rest}"
+        );
         let (flush, rest) = per_table_us(656.0, 438.0, 131_072.0);
-        assert!((flush - 1.663).abs() < 1e-3 && (rest - 1.679).abs() < 1e-3, "{flush} {rest}");
+        assert!(
+            (flush - 1.663).abs() < 1e-3 && (rest - 1.679).abs() < 1e-3,
+            "{flush} {rest}"
+        );
     }
 }
