@@ -97,7 +97,7 @@ fn an_empty_repeat_does_not_spin() {
 
 #[test]
 fn a_run_the_host_cannot_hold_is_refused_naming_what_to_make_smaller() {
-    let text: String = (0..40).map(|i| format!("mmap a{i} 32G nohugepage\n")).collect();
+    let text: String = (0..200).map(|i| format!("mmap a{i} 32G nohugepage\n")).collect();
     let w = file("huge.wl", text.as_bytes());
     let e = error_line(&["run", &w, "--set", "ram=128T", "--no-store"]);
     assert!(e.starts_with(&format!("foliolab: running {w} needs up to ")), "{e}");
@@ -219,7 +219,7 @@ fn each_compares_sizes_by_value_and_names_the_failing_value() {
     let e = error_line(&["run", &w, "--each", "ram=1G,2Q", "--no-store"]);
     assert!(e.starts_with("foliolab: --each ram=2Q: invalid value '2Q'"), "{e}");
     // Mapped only: the 64M column runs, the 128T one is refused by the budget.
-    let text: String = (0..40).map(|i| format!("mmap a{i} 32G nohugepage\n")).collect();
+    let text: String = (0..200).map(|i| format!("mmap a{i} 32G nohugepage\n")).collect();
     let w = file("each-big.wl", text.as_bytes());
     let e = error_line(&["run", &w, "--each", "ram=64M,128T", "--no-store"]);
     assert!(e.ends_with(" (with --each ram=128T)"), "{e}");
