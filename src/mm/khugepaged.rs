@@ -100,10 +100,10 @@ impl Kernel {
     /// without an anon_vma (6.12 to 7.3): MADV_HUGEPAGE over a range never faulted in
     /// registers nothing.
     pub fn khugepaged_enter_vma(&mut self, mm: MmId, vma: &Vma) {
-        // The caller's copy may predate the fault's anon_vma_prepare.
-        let anon_vma = self.mm(mm).vmas().get(&vma.start).is_some_and(|v| v.anon_vma.is_some());
         if !self.khugepaged_mm.contains(&mm)
-            && anon_vma
+            // The VMA as it is now: the caller's copy may predate the fault's
+            // anon_vma_prepare.
+            && self.mm(mm).vmas().get(&vma.start).is_some_and(|v| v.anon_vma.is_some())
             && self.khugepaged_enabled()
             && self.khugepaged_orders(vma) != 0
         {
