@@ -148,6 +148,19 @@ pub struct Background {
     /// process's deferred split queue, not only the workload's.
     #[serde(default)]
     pub shrink: bool,
+    /// The global counters that moved inside the window of a `set` whose knob write
+    /// started khugepaged, when the scan it runs on starting collapsed ranges (of any
+    /// process on the host: its cursor is the host's, not the workload's), with their
+    /// deltas and the ranges collapsed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_scan: Option<StartScan>,
+}
+
+/// What khugepaged's scan on starting moved (see `Background::start_scan`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StartScan {
+    pub collapsed: u64,
+    pub counters: Counters,
 }
 
 #[cfg(test)]

@@ -135,11 +135,12 @@ fn insns_text(c: &crate::report::Counters, top: usize) -> String {
 /// layout, then what could not be read.
 pub fn text(r: &Report) -> String {
     let mut s = format!("{} ({})\n", r.workload, r.source);
-    // Instructions per function are hundreds of keys: the largest ten here.
+    // Instructions per function are hundreds of keys: the largest ten here. A
+    // process's major faults are shown when it took some.
     for (k, v) in r
         .counters
         .iter()
-        .filter(|(k, v)| (k.starts_with("proc.") || **v != 0) && !qemu::is_insns(k))
+        .filter(|(k, v)| ((k.starts_with("proc.") && !k.ends_with(".majflt")) || **v != 0) && !qemu::is_insns(k))
     {
         s += &format!("  {k:<48} {v:>12}\n");
     }

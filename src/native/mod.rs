@@ -179,7 +179,10 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         leaves,
         sockets: theirs,
     };
-    let mut keys: Vec<String> = names.iter().map(|n| format!("proc.{n}.minflt")).collect();
+    let mut keys: Vec<String> = names
+        .iter()
+        .flat_map(|n| [format!("proc.{n}.minflt"), format!("proc.{n}.majflt")])
+        .collect();
     keys.push(RUNNER_KEY.into());
     keys.extend(sources.keys().iter().cloned());
     let n = sources.keys().len();
@@ -202,6 +205,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         diagnostics: Vec::new(),
         notes: Vec::new(),
         op_time: Duration::ZERO,
+        start_scan: None,
         swap: None,
         memcg: None,
         flush,
@@ -272,6 +276,9 @@ struct Orchestrator<'a> {
     notes: Vec<String>,
     /// Time inside the ops' counter windows, when other processes' work is counted too.
     op_time: Duration,
+    /// What the windows of `set`s that started khugepaged moved, when its scan on
+    /// starting collapsed something.
+    start_scan: Option<crate::report::StartScan>,
     /// The workload's memory cgroup (`memlimit`), removed when the run ends (declared
     /// first: it goes before the swap device, see `cgroup::take_down`).
     memcg: Option<cgroup::MemCgroup>,
@@ -395,6 +402,7 @@ impl Orchestrator<'_> {
             window_ms: elapsed.as_secs_f64() * 1e3,
             counters,
             shrink: self.ctx.leaves.iter().any(|s| matches!(s.op, Op::Shrink)),
+            start_scan: self.start_scan.clone(),
         })
     }
 
@@ -410,28 +418,31 @@ impl Orchestrator<'_> {
             self.flushes_from = Some((w.count(), Instant::now()));
         }
         let start = Instant::now();
+        let mut collapsed = 0;
         self.sources.snapshot(&mut self.before).map_err(snap_err)?;
-        let (minflt, runner, ns) = match &s.op {
+        let (minflt, majflt, runner, ns) = match &s.op {
             Op::Set { knob, value } => {
+                collapsed = self.guard.collapsed_by_writes();
                 self.guard.set(knob, value)?;
-                (0, 0, 0)
+                collapsed = self.guard.collapsed_by_writes() - collapsed;
+                (0, 0, 0, 0)
             }
             Op::Shrink => {
                 let t = Instant::now();
                 std::fs::write(self.drop_caches, "2")
                     .map_err(|e| self.err(s, format!("shrink: writing {}: {e}", self.drop_caches.display())))?;
-                (0, 0, t.elapsed().as_nanos() as u64)
+                (0, 0, 0, t.elapsed().as_nanos() as u64)
             }
             Op::Swapon { size } => {
                 let t = Instant::now();
                 self.swap = Some(swap::ZramSwap::on(*size).map_err(|e| self.err(s, e))?);
-                (0, 0, t.elapsed().as_nanos() as u64)
+                (0, 0, 0, t.elapsed().as_nanos() as u64)
             }
             Op::Memlimit { size } => {
                 let t = Instant::now();
                 let pids: Vec<libc::pid_t> = self.pids.values().copied().collect();
                 self.memcg = Some(cgroup::MemCgroup::create(*size, &pids).map_err(|e| self.err(s, e))?);
-                (0, 0, t.elapsed().as_nanos() as u64)
+                (0, 0, 0, t.elapsed().as_nanos() as u64)
             }
             op => {
                 let parent_before = match op {
@@ -460,7 +471,7 @@ impl Orchestrator<'_> {
                     }
                     _ => {}
                 }
-                (r.minflt, runner, ns)
+                (r.minflt, r.majflt, runner, ns)
             }
         };
         self.sources.snapshot(&mut self.after).map_err(snap_err)?;
@@ -471,16 +482,30 @@ impl Orchestrator<'_> {
             }
         }
         let proc_key = format!("proc.{}.minflt", s.proc_name);
+        let maj_key = format!("proc.{}.majflt", s.proc_name);
         let deltas = self
             .sources
             .keys()
             .iter()
             .zip(self.after.iter().zip(&self.before))
             .map(|(k, (a, b))| (k, a - b));
+        if collapsed > 0 {
+            let scan = self.start_scan.get_or_insert_with(Default::default);
+            scan.collapsed += collapsed;
+            for (k, d) in self.sources.keys().iter().zip(self.after.iter().zip(&self.before)) {
+                if d.0 != d.1 {
+                    *scan.counters.entry(k.clone()).or_default() += d.0 - d.1;
+                }
+            }
+        }
         let phase = self.phases.last_mut().expect("a phase");
         *phase.time_ns.get_or_insert(0.0) += ns as f64;
         let phase = &mut phase.counters;
-        for (k, d) in deltas.chain([(&proc_key, minflt), (&RUNNER_KEY.to_string(), runner)]) {
+        for (k, d) in deltas.chain([
+            (&proc_key, minflt),
+            (&maj_key, majflt),
+            (&RUNNER_KEY.to_string(), runner),
+        ]) {
             *self.totals.get_mut(k).expect("known key") += d;
             *phase.get_mut(k).expect("known key") += d;
         }

@@ -39,12 +39,13 @@ impl Enc {
     pub fn ok() -> Enc {
         Enc(vec![0])
     }
-    /// An op done: its fault count, for fork the child's pid, the op's wall time in
+    /// An op done: its minor and major fault counts, for fork the child's pid, the op's wall time in
     /// nanoseconds, the defects the runner noticed in its own measurement (strays,
     /// lost samples) and the runner faults the kernel explains, one line each.
-    pub fn ok_op(minflt: i64, pid: i32, ns: u64, diagnostics: &[String], notes: &[String]) -> Vec<u8> {
+    pub fn ok_op(minflt: i64, majflt: i64, pid: i32, ns: u64, diagnostics: &[String], notes: &[String]) -> Vec<u8> {
         let mut e = Enc::ok();
         e.u64(minflt as u64);
+        e.u64(majflt as u64);
         e.u64(pid as u64);
         e.u64(ns);
         for lines in [diagnostics, notes] {
@@ -88,6 +89,7 @@ const KIND_SWAP: u64 = u64::MAX - 1;
 #[derive(Debug, PartialEq, Eq)]
 pub struct OpReply {
     pub minflt: i64,
+    pub majflt: i64,
     pub pid: i64,
     pub ns: u64,
     pub diagnostics: Vec<String>,
@@ -122,11 +124,13 @@ impl<'b> Dec<'b> {
     }
     /// An `ok_op` reply.
     pub fn op(&mut self) -> Result<OpReply, String> {
-        let (minflt, pid, ns) = (self.u64()? as i64, self.u64()? as i64, self.u64()?);
+        let (minflt, majflt) = (self.u64()? as i64, self.u64()? as i64);
+        let (pid, ns) = (self.u64()? as i64, self.u64()?);
         let diagnostics = self.lines()?;
         let notes = self.lines()?;
         Ok(OpReply {
             minflt,
+            majflt,
             pid,
             ns,
             diagnostics,
@@ -180,6 +184,7 @@ mod tests {
         }
         let op = Enc::ok_op(
             -3,
+            5,
             42,
             1234,
             &["fault at 0x1000".to_string()],
@@ -188,6 +193,7 @@ mod tests {
         let mut d = Dec::new(&op).unwrap();
         let want = OpReply {
             minflt: -3,
+            majflt: 5,
             pid: 42,
             ns: 1234,
             diagnostics: vec!["fault at 0x1000".to_string()],

@@ -62,7 +62,7 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                             }
                             sampler = Sampler::open().map_err(|e| e.to_string());
                             let ready = match &sampler {
-                                Ok(_) => Enc::ok_op(0, 0, 0, &[], &[]),
+                                Ok(_) => Enc::ok_op(0, 0, 0, 0, &[], &[]),
                                 Err(e) => Enc::err(e),
                             };
                             if send(&mut &ctx.sockets[name], &ready).is_err() {
@@ -72,11 +72,11 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                         }
                         match pid {
                             -1 => Enc::err(&format!("fork: {}", std::io::Error::last_os_error())),
-                            _ => Enc::ok_op(0, pid, 0, &[], &[]),
+                            _ => Enc::ok_op(0, 0, pid, 0, &[], &[]),
                         }
                     }
                     (Op::Exit, Ok(_)) => {
-                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, &[], &[]));
+                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, 0, &[], &[]));
                         return;
                     }
                     (op, Ok(sampler)) => {
@@ -85,19 +85,19 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                         let inside = |a: u64| spans.iter().any(|&(s, e)| (s..e).contains(&a));
                         tally.clear();
                         sampler.discard();
-                        let (before, from) = sampler.settled(minflt);
+                        let (before, from) = sampler.settled(faults);
                         tally.open(from);
                         let start = std::time::Instant::now();
                         let res = exec(op, addr, || sampler.drain(&mut tally, inside));
                         let ns = start.elapsed().as_nanos() as u64;
-                        let (after, until) = sampler.settled(minflt);
+                        let (after, until) = sampler.settled(faults);
                         tally.close(until);
                         sampler.drain(&mut tally, inside);
                         match res {
                             Ok(()) => {
                                 track(op, &mut regions);
-                                let a = attribute(after - before, &tally, &mut own);
-                                Enc::ok_op(a.count, 0, ns, &a.diagnostics, &a.notes)
+                                let a = attribute(after.0 - before.0, &tally, &mut own);
+                                Enc::ok_op(a.count, after.1 - before.1, 0, ns, &a.diagnostics, &a.notes)
                             }
                             Err(e) => Enc::err(&format!("{} failed: {e}", op.keyword())),
                         }
@@ -206,14 +206,15 @@ fn pin_to_cpu0() -> Result<(), String> {
     Ok(())
 }
 
-/// getrusage's minor-fault count of this process.
-fn minflt() -> i64 {
+/// getrusage's minor and major fault counts of this process.
+fn faults() -> (i64, i64) {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: ru is a valid rusage buffer; RUSAGE_SELF cannot fail.
-    unsafe {
+    let ru = unsafe {
         libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
-        ru.assume_init().ru_minflt
-    }
+        ru.assume_init()
+    };
+    (ru.ru_minflt, ru.ru_majflt)
 }
 
 fn check(rc: libc::c_int) -> std::io::Result<()> {

@@ -70,8 +70,9 @@ struct Sim<'w> {
     spinners: Vec<Thread>,
     /// Processes created so far (a new one runs on cpu `count % ncpus`).
     nr_procs: usize,
-    /// Faults of exited processes, by name (a name may be reused after exit).
-    exited_minflt: BTreeMap<String, u64>,
+    /// Minor and major faults of exited processes, by name (a name may be reused after
+    /// exit).
+    exited_faults: BTreeMap<String, (u64, u64)>,
     phases: Vec<Phase>,
     phase_label: String,
     phase_start: Counters,
@@ -121,7 +122,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         threads: BTreeMap::new(),
         spinners: Vec::new(),
         nr_procs: 1,
-        exited_minflt: BTreeMap::new(),
+        exited_faults: BTreeMap::new(),
         phases: Vec::new(),
         phase_label: "start".into(),
         phase_start: Counters::new(),
@@ -532,7 +533,11 @@ impl Sim<'_> {
                     return Ok(());
                 }
                 let p = self.procs.remove(&s.proc_name).expect("a live process");
-                *self.exited_minflt.entry(s.proc_name.clone()).or_default() += self.k.mm(p.mm).min_flt;
+                let (mm, f) = (
+                    self.k.mm(p.mm),
+                    self.exited_faults.entry(s.proc_name.clone()).or_default(),
+                );
+                *f = (f.0 + mm.min_flt, f.1 + mm.maj_flt);
                 self.k.exit_mmap(p.mm);
                 // exit_group: its threads go with it.
                 let cpus: Vec<usize> = self.tasks_of(&s.proc_name).chain([p.cpu]).collect();
@@ -699,11 +704,18 @@ impl Sim<'_> {
 
     fn counters(&self) -> Counters {
         let mut c = Counters::new();
-        for (name, n) in &self.exited_minflt {
-            c.insert(format!("proc.{name}.minflt"), *n as i64);
-        }
-        for (name, p) in &self.procs {
-            *c.entry(format!("proc.{name}.minflt")).or_default() += self.k.mm(p.mm).min_flt as i64;
+        // A process's major faults are shown only when it took some, as the output
+        // always did before the host measured them.
+        let faults = self.exited_faults.iter().map(|(name, &f)| (name, f)).chain(
+            self.procs
+                .iter()
+                .map(|(name, p)| (name, (self.k.mm(p.mm).min_flt, self.k.mm(p.mm).maj_flt))),
+        );
+        for (name, (min, maj)) in faults {
+            *c.entry(format!("proc.{name}.minflt")).or_default() += min as i64;
+            if maj != 0 {
+                *c.entry(format!("proc.{name}.majflt")).or_default() += maj as i64;
+            }
         }
         kernel_counters(&self.k, &mut c);
         c

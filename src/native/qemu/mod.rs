@@ -835,6 +835,8 @@ fn report(
             .filter(|(_, d)| *d != 0)
             .collect(),
         shrink: false,
+        // The guest has no other processes for the scan to collapse.
+        start_scan: None,
     });
     Ok(Report {
         source: source.into(),
