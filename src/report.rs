@@ -154,6 +154,10 @@ pub struct Background {
     /// deltas and the ranges collapsed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_scan: Option<StartScan>,
+    /// `mthp.<size>kB.nr_anon` before the first op, where other processes held folios
+    /// of that size.
+    #[serde(default, skip_serializing_if = "Counters::is_empty")]
+    pub held: Counters,
 }
 
 /// What khugepaged's scan on starting moved (see `Background::start_scan`).

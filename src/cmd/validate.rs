@@ -204,6 +204,12 @@ pub enum Rule {
     OthersMajflt {
         extra: i64,
     },
+    /// Other processes held `held` folios of the size this counter follows when the
+    /// run began; splitting, partially unmapping or freeing one moves it at any time.
+    OthersHold {
+        size_kb: u64,
+        held: i64,
+    },
     /// A `set` started khugepaged, and the scan it runs on starting collapsed
     /// `collapsed` ranges host-wide (from the host's own scan cursor, over every
     /// process's mm), moving this counter by `moved` inside that `set`'s window.
@@ -236,6 +242,44 @@ fn moved_by_shrink(key: &str) -> bool {
         key,
         "vmstat.thp_split_page" | "vmstat.thp_split_page_failed" | "vmstat.thp_underused_split_page"
     ) || (key.starts_with("mthp.") && matches!(stat, "split" | "split_failed" | "nr_anon" | "nr_anon_partially_mapped"))
+}
+
+/// The per-size mTHP stats that a folio's allocation, split, partial unmap, swap-out or
+/// free moves (whoever's it is), and the PMD size's vmstat twins.
+const FOLIO_LIFE: &[&str] = &[
+    "anon_fault_alloc",
+    "anon_fault_fallback",
+    "anon_fault_fallback_charge",
+    "split",
+    "split_failed",
+    "split_deferred",
+    "nr_anon",
+    "nr_anon_partially_mapped",
+    "swpout",
+    "swpout_fallback",
+    "zswpout",
+];
+const PMD_FOLIO_LIFE: &[&str] = &[
+    "vmstat.thp_fault_alloc",
+    "vmstat.thp_fault_fallback",
+    "vmstat.thp_fault_fallback_charge",
+    "vmstat.thp_split_page",
+    "vmstat.thp_split_page_failed",
+    "vmstat.thp_deferred_split_page",
+    "vmstat.thp_split_pmd",
+    "vmstat.thp_swpout",
+    "vmstat.thp_swpout_fallback",
+];
+
+/// The folio size `key` follows, in kB, where it is one of a folio's life counters:
+/// `mthp.<size>kB.<stat>`, or a PMD-size vmstat twin (the largest size the host has).
+fn folio_life_size(key: &str, host: &Report) -> Option<u64> {
+    let size = |k: &str| -> Option<u64> { k.strip_prefix("mthp.")?.split_once("kB.")?.0.parse().ok() };
+    if PMD_FOLIO_LIFE.contains(&key) {
+        return host.counters.keys().filter_map(|k| size(k)).max();
+    }
+    let (_, stat) = key.strip_prefix("mthp.")?.split_once("kB.")?;
+    FOLIO_LIFE.contains(&stat).then(|| size(key)).flatten()
 }
 
 /// Global counters that count a host-wide state change rather than the workload's work:
@@ -273,6 +317,10 @@ impl std::fmt::Display for Rule {
                 f,
                 "informational: moved {moved:+} in the window of a `set` that started khugepaged, whose first scan collapsed {collapsed} ranges host-wide"
             ),
+            Rule::OthersHold { size_kb, held } => write!(
+                f,
+                "informational: other processes held {held} {size_kb}kB folios as the run began: their faults, splits and frees move it"
+            ),
             Rule::OthersMajflt { extra } => write!(
                 f,
                 "informational: {extra:+} beyond the workload's own major faults (proc.*.majflt) and the model's outside a fault: other processes'"
@@ -298,6 +346,11 @@ pub fn rule(key: &str, host: &Report) -> Rule {
         return Rule::HostState {
             why: "shrink drops caches host-wide, splitting other processes' partially mapped folios too",
         };
+    }
+    if let (Some(b), Some(size_kb)) = (&host.background, folio_life_size(key, host)) {
+        if let Some(&held) = b.held.get(&format!("mthp.{size_kb}kB.nr_anon")) {
+            return Rule::OthersHold { size_kb, held };
+        }
     }
     if let Some(scan) = host.background.as_ref().and_then(|b| b.start_scan.as_ref()) {
         if let Some(&moved) = scan.counters.get(key) {
@@ -1005,6 +1058,56 @@ mod tests {
         h.background.as_mut().unwrap().shrink = true;
         assert!(matches!(rule("mthp.64kB.split", &h), Rule::HostState { .. }));
         assert!(compare(&m, &h).ok());
+    }
+
+    /// fork_cow.wl failed at load 7 with 64K split_deferred and nr_anon_partially_mapped
+    /// +4, none in the idle window, while other processes held thousands of 64K folios
+    /// (and three workloads at load 13 with one PMD THP more, others holding 446): a
+    /// size's life counters are informational when others hold folios of that size.
+    #[test]
+    fn a_sizes_life_counters_are_informational_while_others_hold_its_folios() {
+        let mut h = report(
+            "host",
+            &[
+                ("mthp.64kB.split_deferred", 4),
+                ("mthp.64kB.anon_fault_alloc", 16),
+                ("mthp.64kB.swpin", 0),
+                ("mthp.2048kB.split", 0),
+                ("vmstat.thp_split_pmd", 1),
+                ("vmstat.thp_collapse_alloc", 0),
+            ],
+            &[],
+        );
+        h.background = Some(crate::report::Background {
+            op_ms: 3.0,
+            window_ms: 200.0,
+            held: [("mthp.64kB.nr_anon".to_string(), 4862)].into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            rule("mthp.64kB.split_deferred", &h),
+            Rule::OthersHold {
+                size_kb: 64,
+                held: 4862
+            }
+        );
+        assert!(matches!(
+            rule("mthp.64kB.anon_fault_alloc", &h),
+            Rule::OthersHold { .. }
+        ));
+        // A swap-in, a collapse, or another size's counter stays exact.
+        assert_eq!(rule("mthp.64kB.swpin", &h), Rule::Exact);
+        assert_eq!(rule("vmstat.thp_split_pmd", &h), Rule::Exact);
+        let b = h.background.as_mut().unwrap();
+        b.held.insert("mthp.2048kB.nr_anon".into(), 446);
+        assert_eq!(
+            rule("vmstat.thp_split_pmd", &h),
+            Rule::OthersHold {
+                size_kb: 2048,
+                held: 446
+            }
+        );
+        assert_eq!(rule("vmstat.thp_collapse_alloc", &h), Rule::Exact);
     }
 
     /// pmd_2048k_always_knob.wl's `set` started khugepaged, whose first scan collapsed

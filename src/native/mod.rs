@@ -212,9 +212,21 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         flushes_from: None,
     };
     o.start_main()?;
+    // Other processes' folios of each size before the workload has any: their splits
+    // and frees move that size's counters whenever they happen.
+    o.sources.snapshot(&mut o.before).map_err(snap_err)?;
+    let held: Counters = o
+        .sources
+        .keys()
+        .iter()
+        .zip(&o.before)
+        .filter(|(k, n)| k.starts_with("mthp.") && k.ends_with(".nr_anon") && **n > 0)
+        .map(|(k, n)| (k.clone(), *n))
+        .collect();
     o.stmts(&w.stmts)?;
     o.check_flushes();
-    let background = o.background()?;
+    let mut background = o.background()?;
+    background.held = held;
     let layout = o.finish(&mut unavailable)?;
     // The proof that khugepaged stayed parked: it counts every collapse it makes. The
     // scan a `set` that starts the thread lets it make is the kernel's own, and said.
@@ -403,6 +415,7 @@ impl Orchestrator<'_> {
             counters,
             shrink: self.ctx.leaves.iter().any(|s| matches!(s.op, Op::Shrink)),
             start_scan: self.start_scan.clone(),
+            held: Counters::new(),
         })
     }
 

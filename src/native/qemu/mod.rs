@@ -835,8 +835,9 @@ fn report(
             .filter(|(_, d)| *d != 0)
             .collect(),
         shrink: false,
-        // The guest has no other processes for the scan to collapse.
-        start_scan: None,
+        // The guest has no other processes for the scan to collapse, or holding
+        // folios.
+        ..Default::default()
     });
     Ok(Report {
         source: source.into(),
