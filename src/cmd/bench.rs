@@ -47,8 +47,8 @@ const CASES: [Case; 2] = [
         target: 0.05,
         mthp_64k: false,
         unenforced: Some(
-            "printed, not enforced: the model sits near the line (CPU ratio 0.071-0.10 against the host's fastest, \
-             measured at load 0.8-19; the host's side is fastest on an idle machine), so the bench's own spread would decide",
+            "printed, not enforced: the model sits near the line (CPU ratio 0.065-0.09: model 0.033-0.035 s against the \
+             host's 0.40 s idle to 0.53 s at load 10), so the bench's own spread would decide",
         ),
     },
     Case {

@@ -12,7 +12,7 @@ use super::vmstat::{MthpStat, VmEvent};
 use super::{Kernel, ZapVariant};
 use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{ArchMm, PgProt, Pte, PtePtr};
-use crate::hw::{DescKind, Pfn};
+use crate::hw::{DescKind, Event, Pfn};
 use crate::kcount::KernelEvent;
 
 bitflags::bitflags! {
@@ -83,7 +83,10 @@ impl Kernel {
         if !vma.flags.intersects(allowed) {
             return Err(FaultError::Segv(addr));
         }
-        let ret = self.__handle_mm_fault(mm, &vma, addr, write);
+        let ret = match self.anon_write_to_none_pte(mm, &vma, addr, write) {
+            Some((pmd, ptep)) => self.do_anonymous_write(mm, &vma, pmd, addr, Some(ptep)),
+            None => self.__handle_mm_fault(mm, &vma, addr, write),
+        };
         self.stat.count_vm_event(VmEvent::PgFault);
         match ret {
             VmFault::Oom => Err(FaultError::Oom(addr)),
@@ -101,6 +104,46 @@ impl Kernel {
                 Ok(())
             }
         }
+    }
+
+    /// Where `__handle_mm_fault` is bound for do_anonymous_page's order-0 write (a write
+    /// to a none pte of an existing pte table, in a private VMA where no mTHP order is
+    /// allowed; the pmd is a table, so no PMD THP either): the pmd and pte, with the
+    /// reads the walk there makes counted (pmd_alloc's upper levels, the pmd read
+    /// twice, the pte once), as `do_anonymous_write` then goes on from them. A fault
+    /// per page of a touch takes this path, which finds the tables through the walk's
+    /// memo instead of walking to them four times. None, counting nothing, elsewhere.
+    #[inline]
+    fn anon_write_to_none_pte(&mut self, mm: MmId, vma: &Vma, addr: u64, write: bool) -> Option<(PmdPtr, PtePtr)> {
+        let g = self.arch.granule();
+        let below_pmd = (1u64 << g.pmd_order()) - 1;
+        if !write || vma.is_shmem() || self.thp_vma_allowable_orders(vma) & below_pmd != 0 {
+            return None;
+        }
+        #[cfg(test)]
+        if tests::GENERAL_FAULTS_ONLY.get() {
+            return None;
+        }
+        let pmd = self.pmd_if_remembered(mm, addr)?;
+        let d = self.arch.hw.mem.read(pmd.table, pmd.index);
+        if !d.is_table(2) {
+            return None;
+        }
+        let ptep = PtePtr {
+            table: self.table_of(2, d),
+            index: g.index(addr, 3),
+        };
+        if !Pte(self.arch.hw.mem.read(ptep.table, ptep.index)).pte_none() {
+            return None;
+        }
+        self.count_upper_reads(g);
+        #[cfg(test)]
+        tests::SHORTCUTS_TAKEN.set(tests::SHORTCUTS_TAKEN.get() + 1);
+        let ev = &mut self.arch.hw.ev;
+        // __handle_mm_fault's pmdp_get, handle_pte_fault's pte_offset_map and ptep_get.
+        ev.add(Event::PmdRead, 2);
+        ev.inc(Event::PteRead);
+        Some((pmd, ptep))
     }
 
     fn __handle_mm_fault(&mut self, mm: MmId, vma: &Vma, addr: u64, write: bool) -> VmFault {
@@ -586,6 +629,21 @@ impl Kernel {
             self.arch.set_ptes(amm, addr & !(ps - 1), ptep, entry, 1, None);
             return VmFault::Done;
         }
+        self.do_anonymous_write(mm, vma, pmd, addr, None)
+    }
+
+    /// do_anonymous_page's write fault once pte_alloc has the table: a new folio mapped
+    /// at `addr`. `known` is `addr`'s pte when the caller has it (the table's entry
+    /// read again then is only counted).
+    fn do_anonymous_write(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, known: Option<PtePtr>) -> VmFault {
+        let amm = self.arch_mm(mm);
+        let ps = self.arch.granule().page_size();
+        if known.is_some() {
+            // do_anonymous_page's start, to the point the general path reaches here.
+            self.arch.kc.inc(KernelEvent::DoAnonymousPage);
+            // pte_alloc's pmdp_get: the table is there.
+            self.arch.hw.ev.inc(Event::PmdRead);
+        }
         self.anon_vma_prepare(mm, vma);
         let Some(folio) = self.alloc_anon_folio(mm, vma, pmd, addr) else {
             return VmFault::Oom;
@@ -593,7 +651,13 @@ impl Kernel {
         let order = self.memmap.folio_order(folio);
         let nr = 1usize << order;
         let start = addr & !((ps << order) - 1);
-        let ptep = self.pte_offset_map(pmd, start).unwrap();
+        let ptep = match known {
+            Some(p) if nr == 1 => {
+                self.arch.hw.ev.inc(Event::PmdRead);
+                p
+            }
+            _ => self.pte_offset_map(pmd, start).unwrap(),
+        };
         // Under the PTL: the range must still be none.
         let raced = if nr == 1 {
             !self.arch.ptep_get(amm, ptep).pte_none()
@@ -1265,12 +1329,110 @@ impl Kernel {
 mod tests {
     use super::*;
     use crate::hw::MachineConfig;
+    use crate::mm::madvise::Madv;
     use crate::report::PageKind;
     use crate::sim::tests::{assert_clean, boot_with};
     use crate::sim::user_access;
 
     const BASE: u64 = 0x1000_0000_0000;
     const K4: u64 = 4096;
+
+    thread_local! {
+        /// Set: every fault takes `__handle_mm_fault` (the shortcut's reference).
+        pub(super) static GENERAL_FAULTS_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// Faults that took `anon_write_to_none_pte`'s shortcut on this thread.
+        pub(super) static SHORTCUTS_TAKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// One step of `shortcut_case`: (op, region slot, first page, pages, arg).
+    type Step = (u8, u64, u64, u64, u8);
+
+    /// Run `steps` on a fresh kernel, every fault by the general path when `general`:
+    /// its counters, each region's pages (kind and frame) and the shortcuts taken.
+    fn shortcut_case(steps: &[Step], general: bool) -> (crate::report::Counters, Vec<Option<(PageKind, Pfn)>>, u64) {
+        GENERAL_FAULTS_ONLY.set(general);
+        SHORTCUTS_TAKEN.set(0);
+        let (mut k, mm) = boot_with(MachineConfig::default(), &[]);
+        let slot = |s: u64| BASE + s * (64 << 20);
+        let mut live = [0u64; 3];
+        for &(op, s, first, pages, arg) in steps {
+            let (s, start) = (s % 3, slot(s % 3));
+            match op % 6 {
+                0 => {
+                    if live[s as usize] == 0 {
+                        let mut flags = rw();
+                        flags.set(VmFlags::NOHUGEPAGE, arg % 3 == 1);
+                        flags.set(VmFlags::HUGEPAGE, arg % 3 == 2);
+                        k.do_mmap(mm, start, pages * K4, flags).unwrap();
+                        live[s as usize] = pages;
+                    }
+                }
+                1 | 2 if live[s as usize] > 0 => {
+                    let n = live[s as usize];
+                    let (first, write) = (first % n, op % 6 == 1 || arg % 2 == 0);
+                    for p in first..(first + pages).min(n) {
+                        user_access(&mut k, mm, 0, start + p * K4, write).unwrap();
+                    }
+                }
+                3 if live[s as usize] > 0 => {
+                    let n = live[s as usize];
+                    let first = first % n;
+                    let len = pages.min(n - first) * K4;
+                    let advice = [Madv::DontNeed, Madv::Free, Madv::PageOut][arg as usize % 3];
+                    // Refused advice (PageOut without swap) is an outcome both runs share.
+                    let _ = k.do_madvise(mm, start + first * K4, start + first * K4 + len, advice);
+                }
+                4 => {
+                    let size = ["hugepages-64kB/enabled", "hugepages-16kB/enabled", "enabled"][arg as usize % 3];
+                    k.knobs.set(size, ["always", "never", "madvise"][pages as usize % 3]).unwrap();
+                }
+                5 if live[s as usize] > 0 => {
+                    k.do_munmap(mm, start, start + live[s as usize] * K4);
+                    live[s as usize] = 0;
+                }
+                _ => {}
+            }
+        }
+        assert_clean(&k);
+        let mut c = crate::report::Counters::new();
+        crate::sim::kernel_counters(&k, &mut c);
+        c.insert("min_flt".into(), k.mm(mm).min_flt as i64);
+        let pages = (0..3)
+            .flat_map(|s| (0..live[s as usize]).map(move |p| slot(s) + p * K4))
+            .map(|a| Some((k.page_kind(mm, a)?, k.page_table_pfn(mm, a)?)))
+            .collect();
+        (c, pages, SHORTCUTS_TAKEN.get())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 64, ..Default::default() })]
+        /// The order-0 anonymous write fault's shortcut leaves every counter, page and
+        /// frame as the general fault path does, over mixed mappings, THP settings,
+        /// reads, writes, madvise and munmap.
+        #[test]
+        fn the_order0_write_fault_shortcut_leaves_what_the_general_path_does(
+            steps in proptest::collection::vec((0..6u8, 0..3u64, 0..600u64, 1..600u64, 0..6u8), 1..24)
+        ) {
+            let (c, pages, _) = shortcut_case(&steps, true);
+            let (fc, fpages, _) = shortcut_case(&steps, false);
+            proptest::prop_assert_eq!(c, fc);
+            proptest::prop_assert_eq!(pages, fpages);
+        }
+    }
+
+    #[test]
+    fn a_touch_of_an_order0_region_takes_the_shortcut_for_all_but_two_faults_a_table() {
+        // 1024 pages over two pte tables: the first fault of each allocates it, and its
+        // pmd's write makes the second walk there again before the path is remembered.
+        let steps = [(0, 0, 0, 1024, 1), (1, 0, 0, 1024, 0)];
+        let (c, pages, taken) = shortcut_case(&steps, false);
+        assert_eq!(taken, 1020);
+        assert_eq!((c, pages), {
+            let (c, p, taken) = shortcut_case(&steps, true);
+            assert_eq!(taken, 0);
+            (c, p)
+        });
+    }
 
     fn rw() -> VmFlags {
         VmFlags::READ | VmFlags::WRITE

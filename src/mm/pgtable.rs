@@ -101,18 +101,12 @@ impl Kernel {
 
     #[inline(always)]
     fn walk_to_pmd_in(&mut self, g: Granule, mm: MmId, addr: u64, alloc: bool) -> Option<PmdPtr> {
+        if let Some(pmd) = self.pmd_if_remembered(mm, addr) {
+            self.count_upper_reads(g);
+            return Some(pmd);
+        }
         let root = self.mm(mm).pgd_table;
         let key = path_key(g, addr, 2);
-        if let Some(table) = self.pgtable_hint.remembered_path(&self.arch.hw.mem, root, key) {
-            // The upper entries read as they did when the path was remembered: tables.
-            for level in g.start_level()..2 {
-                self.arch.hw.ev.inc(read_event(level));
-            }
-            return Some(PmdPtr {
-                table,
-                index: g.index(addr, 2),
-            });
-        }
         let mut table = root;
         for level in g.start_level()..2 {
             let p = PmdPtr {
@@ -138,6 +132,28 @@ impl Kernel {
             table,
             index: g.index(addr, 2),
         })
+    }
+
+    /// The pmd entry for `addr` when the walk's memo has the path to its table (no
+    /// descriptor above it written since): found without reading or counting anything.
+    #[inline(always)]
+    pub(super) fn pmd_if_remembered(&mut self, mm: MmId, addr: u64) -> Option<PmdPtr> {
+        let g = self.arch.granule();
+        let root = self.mm(mm).pgd_table;
+        let table = (self.pgtable_hint).remembered_path(&self.arch.hw.mem, root, path_key(g, addr, 2))?;
+        Some(PmdPtr {
+            table,
+            index: g.index(addr, 2),
+        })
+    }
+
+    /// The reads of a walk to a pmd along a remembered path: its upper entries, which
+    /// read as they did when the path was remembered (tables).
+    #[inline(always)]
+    pub(super) fn count_upper_reads(&mut self, g: Granule) {
+        for level in g.start_level()..2 {
+            self.arch.hw.ev.inc(read_event(level));
+        }
     }
 
     /// walk_page_range at pmd granularity: call `f(kernel, pmd, value, addr, next)` for
