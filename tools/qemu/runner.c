@@ -102,7 +102,7 @@ struct step {
 	uint64_t addr, len, stride, step;
 	uint64_t to, to_len;	/* mremap: the new address and size */
 	int write, hugepage, nohugepage, populate, ro, whole;
-	int shared;	/* mmap: MAP_SHARED (shmem) */
+	int shared;	/* mmap: MAP_SHARED (shmem: 1; memfd_secret: 2) */
 	int node;	/* migrate's target NUMA node */
 };
 
@@ -419,8 +419,41 @@ static int advice(const char *a)
 static void *mp_pages[MAX_MIGRATE];
 static int mp_nodes[MAX_MIGRATE], mp_status[MAX_MIGRATE];
 
+/* memfd_secret(2)'s number (asm-generic: arm64's; glibc 2.36 has no wrapper). */
+#define NR_MEMFD_SECRET 447
+
+/*
+ * `mmap R SIZE secret`: memfd_secret, ftruncate to the size, a MAP_SHARED mapping
+ * of it at the placed address, close (the mapping keeps the file, so the pages
+ * are freed, and put back in the linear map, when the last of it is unmapped).
+ */
+static int secret_mmap(const struct step *st)
+{
+	int fd = syscall(NR_MEMFD_SECRET, 0);
+	void *p;
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, st->len)) {
+		close(fd);
+		return -1;
+	}
+	p = mmap((void *)st->addr, st->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -1;
+	if ((uint64_t)p != st->addr) {
+		munmap(p, st->len);
+		errno = EEXIST;
+		return -1;
+	}
+	return 0;
+}
+
 static int exec_op(const struct step *st, struct sampler *s, struct tally *t)
 {
+	if (!strcmp(st->kind, "mmap") && st->shared == 2)
+		return secret_mmap(st);
 	if (!strcmp(st->kind, "mmap")) {
 		int prot = st->ro ? PROT_READ : PROT_READ | PROT_WRITE;
 		int flags = (st->shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS |

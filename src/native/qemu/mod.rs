@@ -446,6 +446,7 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
                 populate,
                 ro,
                 shared,
+                secret,
                 addr,
                 ..
             } => {
@@ -453,8 +454,12 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
                 regions.entry(p).or_default().insert(region, (addr, *size));
                 let f = |b: &bool| u8::from(*b);
                 // `shared` goes last, and only when set: the runner reads a missing
-                // field as 0, so every other line stays as it was.
-                let shared = if *shared { " 1" } else { "" };
+                // field as 0, so every other line stays as it was. 2: memfd_secret.
+                let shared = match (shared, secret) {
+                    (_, true) => " 2",
+                    (true, _) => " 1",
+                    _ => "",
+                };
                 format!(
                     "mmap {p} {region} {addr:x} {size:x} {} {} {} {}{shared}",
                     f(hugepage),
