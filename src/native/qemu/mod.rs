@@ -235,6 +235,10 @@ const MM_NAME_PARTS: &[&str] = &[
     "wp_",
     "reclaim",
     "free_pgtables",
+    // arch/arm64/mm/pageattr.c: set_direct_map_*_noflush and update_range_prot, whose
+    // inlined lazy-MMU leave issues a restored page's DSB ISHST + ISB in 7.3.
+    "direct_map",
+    "range_prot",
 ];
 
 /// Functions that match `MM_NAME_PARTS` but are context switching (arch/arm64/mm's
