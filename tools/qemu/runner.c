@@ -61,6 +61,7 @@
 #include <sys/mman.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/klog.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <sys/reboot.h>
@@ -1862,6 +1863,33 @@ static void program(char *line)
 	put(console, buf, strlen(buf));
 }
 
+/*
+ * The capabilities the kernel found on the CPU ("CPU features: detected: ..."
+ * in its log, which "quiet" keeps off the console): one "@@FOLIOLAB-CPUFEATURE"
+ * line each, so the host's model can take the kernel's verdict (BBM Level 3).
+ */
+static void cpu_features(void)
+{
+	static char log[1 << 17];
+	const char *tag = "CPU features: detected: ";
+	int n = klogctl(3 /* SYSLOG_ACTION_READ_ALL */, log, sizeof(log) - 1);
+	char *at = log;
+
+	if (n <= 0)
+		return;
+	log[n] = 0;
+	while ((at = strstr(at, tag))) {
+		size_t len = strcspn(at, "\n");
+		char out[256];
+		int m = snprintf(out, sizeof(out), "@@FOLIOLAB-CPUFEATURE %.*s\n", (int)(len - strlen(tag)),
+				 at + strlen(tag));
+
+		if (m > 0 && m < (int)sizeof(out))
+			put(console, out, m);
+		at += len;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *broken;
@@ -1912,6 +1940,7 @@ int main(int argc, char **argv)
 		sched_setscheduler(0, SCHED_FIFO, &sp);
 	}
 	put(console, "@@FOLIOLAB-BEGIN\n", 17);
+	cpu_features();
 	jobs = fopen("/jobs", "r");
 	while (jobs && fgets(line, sizeof(line), jobs)) {
 		char path[400];

@@ -261,7 +261,14 @@ pub struct Batch {
     pub map_mem: Option<MapMem>,
     /// The programs' runs, after the workloads', in order.
     pub programs: Vec<ProgramRun>,
+    /// The capabilities the guest's kernel detected on its CPU, as its log names them
+    /// ("CPU features: detected: BBM Level 3"; tools/qemu/runner.c reads the log).
+    pub cpu_features: Vec<String>,
 }
+
+/// The capability 7.3's cpufeature.c reports when it finds BBM Level 3
+/// (BBML2_NOABORT): contpte_convert without its TLBI, the linear map in blocks.
+pub const BBML3_FEATURE: &str = "BBM Level 3";
 
 /// A static aarch64 program the runner runs after the workloads (its `program` job):
 /// one that marks its own windows, as tools/seed004/bench.c does.
@@ -1171,6 +1178,11 @@ fn run_batch_on(
             ..map_mem_counters(b)
         }),
         programs,
+        cpu_features: console
+            .lines()
+            .filter_map(|l| l.strip_prefix("@@FOLIOLAB-CPUFEATURE "))
+            .map(|f| f.trim().to_string())
+            .collect(),
     })
 }
 
