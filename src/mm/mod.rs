@@ -216,8 +216,7 @@ impl Kernel {
             })
             .collect();
         let mut arch = Arch::new(hw);
-        // The reserved frames stand for the kernel image, whose alias map_mem maps first.
-        arch.linear = crate::arch::arm64::pageattr::LinearMap::new(false, nr << g.page_shift(), RESERVED_FRAMES);
+        arch.linear = crate::arch::arm64::pageattr::LinearMap::new(false, nr << g.page_shift());
         Kernel {
             arch,
             node_zones,

@@ -11,10 +11,13 @@
 //! cut it. No TLBI: BBML3 lets a live block be repainted in place.
 //!
 //! The model keeps the linear map's shape, not its descriptors: which blocks of the
-//! machine's RAM have been split so far, from map_mem's blocks over it (the kernel
-//! image's alias at the start of DRAM, `image` pages, is mapped first, so the pmd
-//! and pud holding it are tables from boot, as 7.3's map_mem leaves them). The pte
-//! table a split allocates is not taken from the model's page allocator.
+//! machine's RAM have been split so far, from map_mem's blocks over it. The kernel
+//! image sits in the first GiB of DRAM and 7.3's map_mem maps its alias first, so
+//! that pud is a table from boot; the image's own pmds are not the page allocator's,
+//! so every pmd of the model's RAM starts as a block. Which blocks a workload's pages
+//! fall in is the model's allocator's doing: a real kernel's pages lie elsewhere, in
+//! blocks earlier work (an earlier workload of the same boot) may have split
+//! already. The pte table a split allocates is not taken from the model's allocator.
 
 use super::pgtable::Arch;
 use crate::hw::{Event, Granule, Machine, Pfn};
@@ -27,8 +30,6 @@ pub struct LinearMap {
     pub on_demand: bool,
     /// RAM's end, physical: a block wholly below it was mapped as one.
     ram_end: u64,
-    /// Pages at the start of RAM the kernel image's alias maps first (pte-mapped).
-    image: u64,
     split_pud: BTreeSet<u64>,
     split_contpmd: BTreeSet<u64>,
     split_pmd: BTreeSet<u64>,
@@ -39,47 +40,46 @@ pub struct LinearMap {
 }
 
 impl LinearMap {
-    pub fn new(on_demand: bool, ram_end: u64, image_pages: u64) -> LinearMap {
+    pub fn new(on_demand: bool, ram_end: u64) -> LinearMap {
         LinearMap {
             on_demand,
             ram_end,
-            image: image_pages,
             ..LinearMap::default()
         }
     }
 
-    /// Whether [start, start + size) was mapped whole by map_mem (inside RAM, clear of
-    /// the kernel image's alias, which map_mem mapped first with its own tables).
-    fn whole(&self, g: Granule, start: u64, size: u64) -> bool {
-        start >= self.image * g.page_size() && start + size <= self.ram_end
+    /// Whether [start, start + size) was mapped whole by map_mem (inside RAM).
+    fn whole(&self, start: u64, size: u64) -> bool {
+        start + size <= self.ram_end
     }
 
-    /// A pud block covers `pa` (4K pages: 1G blocks).
+    /// A pud block covers `pa` (4K pages: 1G blocks); not the first, the image's.
     fn pud_leaf(&self, g: Granule, pa: u64) -> bool {
         let size = 1u64 << g.pud_shift();
-        g.block_allowed_at(1) && !self.split_pud.contains(&(pa / size)) && self.whole(g, pa & !(size - 1), size)
+        let first = pa < size;
+        g.block_allowed_at(1) && !first && !self.split_pud.contains(&(pa / size)) && self.whole(pa & !(size - 1), size)
     }
 
     /// A pmd block covers `pa`: from map_mem or a split pud.
     fn pmd_leaf(&self, g: Granule, pa: u64) -> bool {
         let size = 1u64 << g.pmd_shift();
         let from_pud = self.split_pud.contains(&(pa >> g.pud_shift()));
-        !self.split_pmd.contains(&(pa / size)) && (from_pud || self.whole(g, pa & !(size - 1), size))
+        !self.split_pmd.contains(&(pa / size)) && (from_pud || self.whole(pa & !(size - 1), size))
     }
 
     /// The pmd covering `pa` has the contiguous bit.
     fn pmd_cont(&self, g: Granule, pa: u64) -> bool {
         let size = (g.cont_entries_at(2) as u64) << g.pmd_shift();
         let from_pud = self.split_pud.contains(&(pa >> g.pud_shift()));
-        !self.split_contpmd.contains(&(pa / size)) && (from_pud || self.whole(g, pa & !(size - 1), size))
+        !self.split_contpmd.contains(&(pa / size)) && (from_pud || self.whole(pa & !(size - 1), size))
     }
 
     /// The pte mapping `pa` has the contiguous bit: split_pmd's table is contiguous
-    /// throughout, map_mem's where a whole run lies clear of the image.
+    /// throughout, map_mem's where a whole run lies in RAM.
     fn pte_cont(&self, g: Granule, pa: u64) -> bool {
         let size = (g.cont_entries_at(3) as u64) << g.page_shift();
         let from_pmd = self.split_pmd.contains(&(pa >> g.pmd_shift()));
-        !self.split_contpte.contains(&(pa / size)) && (from_pmd || self.whole(g, pa & !(size - 1), size))
+        !self.split_contpte.contains(&(pa / size)) && (from_pmd || self.whole(pa & !(size - 1), size))
     }
 
     /// queue_pte_barriers in lazy MMU mode: a valid kernel entry was written.
@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn pte_mapped_the_linear_map_changes_one_pte_without_barriers_or_tlbis() {
         let mut m = machine();
-        let mut lm = LinearMap::new(false, 4 * G, 16);
+        let mut lm = LinearMap::new(false, 4 * G);
         assert_eq!(invalidate(&mut lm, &mut m, G + 5 * M + 12 * K), [0, 0, 0]);
         let before = m.ev.clone();
         lm.set_direct_map_default_noflush(&mut m, G + 5 * M + 12 * K);
@@ -244,9 +244,9 @@ mod tests {
     #[test]
     fn blocks_split_on_the_first_change_inside_them_and_never_flush() {
         let mut m = machine();
-        let mut lm = LinearMap::new(true, 4 * G, 16);
-        // A page inside the first pud (a table: the image's alias) and a contiguous
-        // pmd run: split_contpmd and split_pmd queue, split_pmd's own DSB ISHST, then
+        let mut lm = LinearMap::new(true, 4 * G);
+        // A page inside the first pud (a table: the image's) and a contiguous pmd
+        // run: split_contpmd and split_pmd queue, split_pmd's own DSB ISHST, then
         // split_contpte; the mode's end owes one DSB ISHST + ISB.
         assert_eq!(invalidate(&mut lm, &mut m, 40 * M + 12 * K), [2, 1, 0]);
         // The same 64K run again: split already.
