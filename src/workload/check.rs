@@ -574,27 +574,26 @@ impl Checker<'_> {
     }
 }
 
+/// The refusal of an op the model does not have for shared (shmem) mappings.
+fn shared_not_modeled(op: &Op, region: &str) -> String {
+    not_modeled_on(op, region, "of the shared", "touch, madvise dontneed and pageout, munmap, fork and exit")
+}
+
 /// The refusal of an op the model does not have for memfd_secret mappings.
 fn secret_not_modeled(op: &Op, region: &str) -> String {
+    not_modeled_on(op, region, "the secret", "touch, munmap and exit")
+}
+
+/// "`op` `kind` region 'R' is not modeled (... mappings have `has`)".
+fn not_modeled_on(op: &Op, region: &str, kind: &str, has: &str) -> String {
     let what = match op {
         Op::Madvise { advice, .. } => format!("madvise {}", advice.name()),
         Op::Fork { .. } => "fork of a process with".to_string(),
         op => op.keyword().to_string(),
     };
+    let mappings = kind.rsplit(' ').next().unwrap_or(kind);
     format!(
-        "{what} the secret region '{}' is not modeled (secret mappings have touch, munmap and exit)",
-        Echo(region)
-    )
-}
-
-/// The refusal of an op the model does not have for shared (shmem) mappings.
-fn shared_not_modeled(op: &Op, region: &str) -> String {
-    let what = match op {
-        Op::Madvise { advice, .. } => format!("madvise {}", advice.name()),
-        op => op.keyword().to_string(),
-    };
-    format!(
-        "{what} of the shared region '{}' is not modeled (shared mappings have touch, madvise dontneed and pageout, munmap, fork and exit)",
+        "{what} {kind} region '{}' is not modeled ({mappings} mappings have {has})",
         Echo(region)
     )
 }

@@ -420,6 +420,19 @@ static int advice(const char *a)
 static void *mp_pages[MAX_MIGRATE];
 static int mp_nodes[MAX_MIGRATE], mp_status[MAX_MIGRATE];
 
+/* An mmap's outcome: 0 at the step's address, else -1 (EEXIST: unmapped again). */
+static int placed(void *p, const struct step *st)
+{
+	if (p == MAP_FAILED)
+		return -1;
+	if ((uint64_t)p != st->addr) {
+		munmap(p, st->len);
+		errno = EEXIST;
+		return -1;
+	}
+	return 0;
+}
+
 /* memfd_secret(2)'s number (asm-generic: arm64's; glibc 2.36 has no wrapper). */
 #define NR_MEMFD_SECRET 447
 
@@ -441,14 +454,7 @@ static int secret_mmap(const struct step *st)
 	}
 	p = mmap((void *)st->addr, st->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
 	close(fd);
-	if (p == MAP_FAILED)
-		return -1;
-	if ((uint64_t)p != st->addr) {
-		munmap(p, st->len);
-		errno = EEXIST;
-		return -1;
-	}
-	return 0;
+	return placed(p, st);
 }
 
 static int exec_op(const struct step *st, struct sampler *s, struct tally *t)
@@ -461,13 +467,8 @@ static int exec_op(const struct step *st, struct sampler *s, struct tally *t)
 			    MAP_FIXED_NOREPLACE | (st->populate ? MAP_POPULATE : 0);
 		void *p = mmap((void *)st->addr, st->len, prot, flags, -1, 0);
 
-		if (p == MAP_FAILED)
+		if (placed(p, st))
 			return -1;
-		if ((uint64_t)p != st->addr) {
-			munmap(p, st->len);
-			errno = EEXIST;
-			return -1;
-		}
 		if (st->hugepage)
 			return madvise(p, st->len, MADV_HUGEPAGE);
 		if (st->nohugepage)
