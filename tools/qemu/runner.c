@@ -61,7 +61,6 @@
 #include <sys/mman.h>
 #include <poll.h>
 #include <sched.h>
-#include <sys/klog.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <sys/reboot.h>
@@ -1868,27 +1867,34 @@ static void program(char *line)
  * The capabilities the kernel found on the CPU ("CPU features: detected: ..."
  * in its log, which "quiet" keeps off the console): one "@@FOLIOLAB-CPUFEATURE"
  * line each, so the host's model can take the kernel's verdict (BBM Level 3).
+ * /dev/kmsg gives a record a read, into a buffer on the stack: the runner's
+ * memory, which every later window shares, stays as it was.
  */
 static void cpu_features(void)
 {
-	static char log[1 << 17];
 	const char *tag = "CPU features: detected: ";
-	int n = klogctl(3 /* SYSLOG_ACTION_READ_ALL */, log, sizeof(log) - 1);
-	char *at = log;
+	int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK);
+	char rec[1024];
+	ssize_t n;
 
-	if (n <= 0)
+	if (fd < 0)
 		return;
-	log[n] = 0;
-	while ((at = strstr(at, tag))) {
-		size_t len = strcspn(at, "\n");
-		char out[256];
-		int m = snprintf(out, sizeof(out), "@@FOLIOLAB-CPUFEATURE %.*s\n", (int)(len - strlen(tag)),
-				 at + strlen(tag));
+	while ((n = read(fd, rec, sizeof(rec) - 1)) > 0 || (n < 0 && errno == EPIPE)) {
+		char *at, out[256];
+		int m;
 
+		if (n <= 0)
+			continue;
+		rec[n] = 0;
+		at = strstr(rec, tag);
+		if (!at)
+			continue;
+		m = snprintf(out, sizeof(out), "@@FOLIOLAB-CPUFEATURE %.*s\n", (int)strcspn(at + strlen(tag), "\n"),
+			     at + strlen(tag));
 		if (m > 0 && m < (int)sizeof(out))
 			put(console, out, m);
-		at += len;
 	}
+	close(fd);
 }
 
 int main(int argc, char **argv)
