@@ -842,11 +842,11 @@ mod tests {
         fails(
             "mmap s 16K secret\nmadvise s 0 4K dontneed",
             2,
-            1,
+            9,
             "madvise dontneed the secret region 's' is not modeled",
         );
         fails("mmap s 16K secret\nfork c", 2, 1, "fork of a process with the secret region 's'");
-        fails("mmap s 16K secret\nmprotect s 0 4K r", 2, 1, "mprotect the secret region");
+        fails("mmap s 16K secret\nmprotect s 0 4K r", 2, 10, "mprotect the secret region");
         fails("mmap s 16K shared secret", 1, 19, "'secret' and 'shared' conflict");
         fails("mmap s 16K secret ro", 1, 19, "'secret' and 'ro' conflict");
     }
