@@ -102,6 +102,7 @@ pub fn run_guest_batch(
     Vec<Result<Report, String>>,
     std::time::Duration,
     Vec<Option<std::time::Duration>>,
+    Vec<String>,
 ) {
     let misfit: Vec<Option<String>> = workloads
         .iter()
@@ -114,7 +115,7 @@ pub fn run_guest_batch(
         .map(|(w, _)| w.clone())
         .collect();
     let source = guest.source.clone();
-    let (results, share, guest) = match crate::native::qemu::run_guest(guest, &fit) {
+    let (results, share, guest, features) = match crate::native::qemu::run_guest(guest, &fit) {
         Ok(b) => {
             eprintln!(
                 "{}: one boot ran {} workloads in {:.1} s",
@@ -123,11 +124,12 @@ pub fn run_guest_batch(
                 b.wall.as_secs_f64()
             );
             let share = b.wall / fit.len().max(1) as u32;
-            (b.reports, share, b.guest)
+            (b.reports, share, b.guest, b.cpu_features)
         }
         Err(e) => (
             fit.iter().map(|_| Err(e.to_string())).collect(),
             std::time::Duration::ZERO,
+            Vec::new(),
             Vec::new(),
         ),
     };
@@ -146,7 +148,7 @@ pub fn run_guest_batch(
                 .unwrap_or_else(|| Err("the batch has no result for it".into())),
         })
         .collect();
-    (all, share, times)
+    (all, share, times, features)
 }
 
 /// A guest kernel's runner: every workload runs in one boot, up front
@@ -160,14 +162,55 @@ fn batched_runner(
     Box<Runner<'static>>,
     std::time::Duration,
     Vec<Option<std::time::Duration>>,
+    Vec<String>,
 ) {
-    let (results, share, times) = run_guest_batch(guest, workloads, page);
+    let (results, share, times, features) = run_guest_batch(guest, workloads, page);
     let mut all = results.into_iter();
     let runner = Box::new(move |w: &Workload| {
         all.next()
             .unwrap_or_else(|| Err(format!("{}: the batch has no result for it", w.path)))
     });
-    (runner, share, times)
+    (runner, share, times, features)
+}
+
+/// The model's BBM Level 3 rule as the guest's kernel decided it: when the kernel's
+/// verdict on its CPU (`BBML3_FEATURE` among the capabilities its log says it
+/// detected) differs from the verdict of the rule `v` takes for that CPU, the
+/// `bbml2-detect` setting whose verdict is the kernel's, and a note saying so. None
+/// when they agree, or when the user set `bbml2-detect` (theirs stands).
+pub fn bbml2_rule_from_guest(
+    features: &[String],
+    v: &crate::sim::Variants,
+    sets: &[String],
+) -> Option<(String, String)> {
+    use crate::arch::arm64::cpufeature::{supports_bbml2_noabort, Bbml2Detect};
+    if sets.iter().any(|s| s.starts_with("bbml2-detect=")) {
+        return None;
+    }
+    let feature = crate::native::qemu::BBML3_FEATURE;
+    let guest = features.iter().any(|f| f == feature);
+    let cpu = v.machine().features;
+    if supports_bbml2_noabort(&cpu, v.bbml2_detect()) == guest {
+        return None;
+    }
+    let rules = [
+        (Bbml2Detect::IdRegOrList, "idreg-or-list"),
+        (Bbml2Detect::IdRegOrListQemu, "idreg-or-list-qemu"),
+        (Bbml2Detect::MidrList, "midr-list"),
+    ];
+    let (_, name) = rules.into_iter().find(|&(r, _)| supports_bbml2_noabort(&cpu, r) == guest)?;
+    let set = format!("bbml2-detect={name}");
+    let said = if guest {
+        format!("detected {feature}")
+    } else {
+        format!("did not detect {feature}")
+    };
+    let note = format!(
+        "the guest's kernel {said} (its log's \"CPU features: detected:\" lines), unlike the model's rule for cpu={} ({}): the model takes {set}",
+        v.get("cpu"),
+        v.get("bbml2-detect")
+    );
+    Some((set, note))
 }
 
 /// `runner`, with every report it makes recorded in the results store as `kind`, with
@@ -411,6 +454,10 @@ pub struct Comparison {
     /// time here and the guest's under QEMU TCG (wall time, boot not counted).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_ms: Option<SideTimes>,
+    /// What the run took from the target into the model (e.g. its kernel's BBM Level 3
+    /// verdict), the same for every workload of the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Serialize, Clone, Copy)]
@@ -691,6 +738,9 @@ pub fn table(c: &Comparison) -> String {
             keys[..keys.len().min(3)].join(" ")
         );
     }
+    for n in &c.notes {
+        s += &format!("   note: {n}\n");
+    }
     s
 }
 
@@ -774,7 +824,9 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         return seeds_main(a.json, db);
     }
     let guest = crate::native::qemu::resolve(a.target, a.image.as_deref())?;
-    let v = guest_variants(guest.as_ref(), a.kernel, &a.sets)?;
+    let mut v = guest_variants(guest.as_ref(), a.kernel, &a.sets)?;
+    // What the run learnt about the guest's kernel and took into the model.
+    let mut notes = Vec::new();
     // Every workload is checked before anything runs: bad input is exit 2, up front.
     let workloads = a
         .workloads
@@ -788,7 +840,12 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
             if let Some(why) = crate::native::qemu::guest_missing(k) {
                 return Err(crate::native::qemu::QemuError::NotSetUp(why).into());
             }
-            let (r, share, times) = batched_runner(k, &workloads, v.machine().granule.page_size());
+            let (r, share, times, features) = batched_runner(k, &workloads, v.machine().granule.page_size());
+            if let Some((set, note)) = bbml2_rule_from_guest(&features, &v, &a.sets) {
+                let sets = crate::sim::kernels::overlay(a.sets.clone(), &[set]);
+                v = guest_variants(Some(k), a.kernel, &sets)?;
+                notes.push(note);
+            }
             (r, Some(share), times)
         }
     };
@@ -810,6 +867,9 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
         &mut *recorded(model, "run", db, None),
         &mut *recorded(host, "native", db, wall),
     );
+    for c in results.iter_mut() {
+        c.notes.clone_from(&notes);
+    }
     for ((c, m), g) in results.iter_mut().zip(model_times.borrow().iter()).zip(&guest_times) {
         c.time_ms = g.map(|g| SideTimes {
             model: m.as_secs_f64() * 1e3,

@@ -22,6 +22,7 @@ pub mod mremap;
 pub mod page_alloc;
 pub mod pgtable;
 pub mod rmap;
+pub mod secretmem;
 pub mod shmem;
 pub mod swap;
 pub mod swap_state;
@@ -214,8 +215,10 @@ impl Kernel {
                 Buddy::new(g, Pfn(start), Pfn(end))
             })
             .collect();
+        let mut arch = Arch::new(hw);
+        arch.linear = crate::arch::arm64::pageattr::LinearMap::new(false, nr << g.page_shift());
         Kernel {
-            arch: Arch::new(hw),
+            arch,
             node_zones,
             node_span,
             numa_node: 0,

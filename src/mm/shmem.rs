@@ -31,6 +31,8 @@ pub struct ShmemInode {
     /// The order of each large swap entry (a large folio written out whole), by its
     /// first index: the xarray's multi-index entry, here one slot per index.
     pub swap_orders: BTreeMap<u64, u32>,
+    /// A secretmem inode (`secretmem.rs`), not shmem's: its own fault and free_folio.
+    pub secret: bool,
 }
 
 /// The shmem "superblock": its inodes by number, and each cached folio's inode
@@ -56,6 +58,10 @@ impl Shmem {
     pub fn nr_cached(&self) -> usize {
         self.mapping_of.len()
     }
+    /// Makes `ino` a secretmem inode (memfd_secret's file).
+    pub fn set_secret(&mut self, ino: u32) {
+        self.inode_mut(ino).secret = true;
+    }
     /// The live inodes, by number.
     pub fn inodes(&self) -> impl Iterator<Item = (u32, &ShmemInode)> {
         (self.inodes.iter().enumerate()).filter_map(|(i, n)| n.as_ref().map(|n| (i as u32, n)))
@@ -74,7 +80,7 @@ impl Kernel {
 
     /// shmem_add_to_page_cache: the cache takes a reference per page and the folio
     /// its index; a large folio fills every index of its (aligned) range.
-    fn shmem_add_to_page_cache(&mut self, folio: Pfn, ino: u32, index: u64) {
+    pub(super) fn shmem_add_to_page_cache(&mut self, folio: Pfn, ino: u32, index: u64) {
         let nr = self.memmap.folio_nr_pages(folio);
         self.folio_ref_add(folio, nr as i32);
         for i in 0..nr {
@@ -96,6 +102,7 @@ impl Kernel {
         let index = self.memmap.page(folio).index;
         let nr = self.memmap.folio_nr_pages(folio);
         let inode = self.shmem.inode_mut(ino);
+        let secret = inode.secret;
         for i in 0..nr {
             match radswap {
                 Some(slot) => inode.mapping.i_pages.insert(index + i, CacheEntry::Swap(slot + i)),
@@ -106,6 +113,10 @@ impl Kernel {
             inode.swap_orders.insert(index, self.memmap.folio_order(folio));
         }
         inode.mapping.nrpages -= nr;
+        // filemap_free_folio: the mapping's free_folio before the cache's references go.
+        if secret {
+            self.secretmem_free_folio(folio);
+        }
         self.folio_put_refs(folio, nr as i32);
     }
 

@@ -361,6 +361,12 @@ impl Orchestrator<'_> {
     }
 
     fn err(&self, s: &Stmt, msg: String) -> NativeError {
+        // A feature this host's kernel lacks (memfd_secret): the workload does not
+        // apply here, which `validate` reads from the message's start.
+        if msg.starts_with(qemu::NOT_APPLICABLE) {
+            let at = format!("{}:{}:{}", self.w.path, s.pos.line, s.pos.col);
+            return NativeError::Host(format!("{msg} ({at})"));
+        }
         NativeError::Op {
             path: self.w.path.clone(),
             line: s.pos.line,

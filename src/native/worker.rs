@@ -99,6 +99,10 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                                 let a = attribute(after.0 - before.0, &tally, &mut own);
                                 Enc::ok_op(a.count, after.1 - before.1, 0, ns, &a.diagnostics, &a.notes)
                             }
+                            // A feature this host's kernel lacks: the workload does not apply.
+                            Err(e) if e.to_string().starts_with(super::qemu::NOT_APPLICABLE) => {
+                                Enc::err(&e.to_string())
+                            }
                             Err(e) => Enc::err(&format!("{} failed: {e}", op.keyword())),
                         }
                     }
@@ -217,6 +221,41 @@ fn faults() -> (i64, i64) {
     (ru.ru_minflt, ru.ru_majflt)
 }
 
+/// `mmap R SIZE secret`: memfd_secret(2), ftruncate to SIZE, mmap(MAP_SHARED |
+/// MAP_FIXED_NOREPLACE) at `addr`, close (the mapping keeps the file). A kernel
+/// without secretmem (CONFIG_SECRETMEM off, `secretmem.enable=0`, or no control of
+/// its direct map) refuses the call: the workload does not apply on this host.
+fn memfd_secret_mmap(addr: u64, size: u64) -> std::io::Result<()> {
+    // SAFETY: memfd_secret takes a flags word and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_memfd_secret, 0) } as libc::c_int;
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::other(format!(
+            "{}host: memfd_secret(2) refused: {e} (no secretmem in this kernel: CONFIG_SECRETMEM, secretmem.enable, or a direct map it cannot change)",
+            super::qemu::NOT_APPLICABLE
+        )));
+    }
+    // SAFETY: fd is ours; the address lies in the workload's own placement slot,
+    // which holds nothing of this program (MAP_FIXED_NOREPLACE refuses otherwise).
+    unsafe {
+        let r = check(libc::ftruncate(fd, size as libc::off_t)).and_then(|()| {
+            let prot = libc::PROT_READ | libc::PROT_WRITE;
+            let flags = libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE;
+            let p = libc::mmap(addr as *mut _, size as usize, prot, flags, fd, 0);
+            if p == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            if p as u64 != addr {
+                libc::munmap(p, size as usize);
+                return Err(std::io::Error::other(format!("kernel placed it at {p:?}, not {addr:#x}")));
+            }
+            Ok(())
+        });
+        libc::close(fd);
+        r
+    }
+}
+
 fn check(rc: libc::c_int) -> std::io::Result<()> {
     if rc == 0 {
         Ok(())
@@ -263,9 +302,13 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
                 populate,
                 ro,
                 shared,
+                secret,
                 addr,
                 ..
             } => {
+                if secret {
+                    return memfd_secret_mmap(addr, size);
+                }
                 let prot = if ro {
                     libc::PROT_READ
                 } else {

@@ -310,6 +310,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "linmap-split",
+        before: "pte",
+        after: "on-demand",
+        release: Release(6, 18),
+        commit: "a166563e7ec3 a660194dd101 e5efd56fa157",
+        what: "with BBML2_NOABORT (BBM Level 3 in 7.3) rodata=full keeps the linear map in blocks and splits it when a page's permissions change (split_kernel_leaf_mapping from set_direct_map_*: memfd_secret's faults); no TLBI for the split",
+    },
+    Change {
+        scope: Scope::Run,
         key: "swap-alloc",
         before: "free-first",
         after: "nonfull-first",
@@ -453,12 +462,6 @@ pub const NOT_MODELED: &[Unmodeled] = &[
         since: "7.3",
         commit: "ids not found: Kairui Song, <20260218-swap-table-p3-v3-0-f4e34be021a7@tencent.com> and phase IV; 7.3.4's source has neither si->swap_map nor si->zeromap, 6.18's both, and no 7.0 to 7.2 source was read",
         why: "the model keeps a swap_map byte and a zeromap flag per slot and does not count their accesses one for one with the kernel's (__swap_duplicate's, swap_entries_free's and swap_zeromap_batch's loops), so no event shows the merge; no count the guests report changes with it",
-    },
-    Unmodeled {
-        what: "the linear map kept in blocks under rodata=full with BBML2_NOABORT, split at run time (split_kernel_leaf_mapping on set_memory_*, set_direct_map_*, vmalloc permission changes)",
-        since: "6.18",
-        commit: "a166563e7ec3 a660194dd101 e5efd56fa157",
-        why: "`boot` models the linear map's creation with and without BBML3 (7.3's map_mem exact on a 7.3 guest built with tools/kernel/patches/qemu-bbml3.patch and without: `boot --set bbml2=on`), but no workload op changes a kernel page's permissions, so no run splits it. Measured instead with tools/bbml2/secretmem.c (memfd_secret) on that guest: each secret page's first fault issues one TLBI VAALE1IS (flush_tlb_kernel_range), with or without BBML3; with it, the splits add no TLBI either: the first fault runs split_pmd (a new pte table), and the splits add DSB ISHST and ISB only (1 page: 2 and 1 more; 4 or 16 pages: 3 and 2); freeing them back (set_direct_map_default_noflush) flushes nothing",
     },
 ];
 
@@ -646,7 +649,7 @@ mod tests {
     #[test]
     fn the_unmodeled_changes_say_why() {
         let t = table();
-        for what in ["split at run time", "swap_map"] {
+        for what in ["swap_map"] {
             let line = t
                 .lines()
                 .find(|l| l.contains(what))

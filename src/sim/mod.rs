@@ -165,6 +165,9 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     // The release uses BBML2_NOABORT, and its cpufeature code finds it on this CPU.
     k.arch.bbml2_elide = v.get("bbml2-elide") == "on"
         && crate::arch::arm64::cpufeature::supports_bbml2_noabort(&k.arch.hw.cfg.features, v.bbml2_detect());
+    // rodata=full keeps the linear map in blocks only on such a CPU (force_pte_mapping).
+    k.arch.linear.on_demand = v.get("linmap-split") == "on-demand"
+        && crate::arch::arm64::cpufeature::supports_bbml2_noabort(&k.arch.hw.cfg.features, v.bbml2_detect());
     k.arch.wp_flush_local = v.get("wp-flush") == "local";
     k.arch.contpte_access_raw = v.get("contpte-access") == "raw";
     k.prot_flush_elide = v.prot_flush_elide();
@@ -363,6 +366,7 @@ impl Sim<'_> {
                 populate,
                 ro,
                 shared,
+                secret,
                 addr,
                 ..
             } => {
@@ -375,10 +379,18 @@ impl Sim<'_> {
                 if *shared {
                     flags |= VmFlags::SHARED;
                 }
-                self.syscall(1 + (*hugepage || *nohugepage) as u64);
-                self.k
-                    .do_mmap(mm, *addr, *size, flags)
-                    .map_err(|e| self.fail(s.pos, e))?;
+                if *secret {
+                    // memfd_secret, ftruncate, mmap, close.
+                    self.syscall(4);
+                    self.k
+                        .secretmem_mmap(mm, *addr, *size)
+                        .map_err(|e| self.fail(s.pos, e))?;
+                } else {
+                    self.syscall(1 + (*hugepage || *nohugepage) as u64);
+                    self.k
+                        .do_mmap(mm, *addr, *size, flags)
+                        .map_err(|e| self.fail(s.pos, e))?;
+                }
                 // MAP_POPULATE faults the mapping in inside mmap(), before the
                 // madvise that `hugepage`/`nohugepage` makes right after it.
                 if *populate {

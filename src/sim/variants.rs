@@ -250,6 +250,12 @@ pub const KEYS: &[Key] = &[
         about: "the kernel uses BBML2_NOABORT (the `bbml2` CPU feature) to skip contpte_convert's TLBI (on, 6.17+: 83bbd6be7d17) or does break-before-make on any CPU (off)",
     },
     Key {
+        name: "linmap-split",
+        default: "on-demand",
+        values: "on-demand|pte",
+        about: "under rodata=full on a CPU the kernel finds BBML2_NOABORT / BBM Level 3 on (`cpu`, `bbml2-detect`), the linear map is kept in blocks and split when a page's permissions change (on-demand, 6.18+: a166563e7ec3 a660194dd101 e5efd56fa157) or is pte-mapped from boot (pte): what set_direct_map_* (memfd_secret's pages) cost",
+    },
+    Key {
         name: "bbml2-detect",
         default: "idreg-or-list",
         values: "midr-list|idreg-or-list|idreg-or-list-qemu",
@@ -465,6 +471,7 @@ impl Variants {
             "mprotect-mkwrite" => matches!(val, "exclusive" | "dirty-pte"),
             "rmap-api" => matches!(val, "folio" | "page"),
             "bbml2-elide" => matches!(val, "on" | "off"),
+            "linmap-split" => matches!(val, "on-demand" | "pte"),
             "bbml2-detect" => matches!(val, "midr-list" | "idreg-or-list" | "idreg-or-list-qemu"),
             "cpu" => crate::hw::cpu::by_name(val).is_some(),
             "mthp" | "shrink-underused" | "split-zeropage" | "khugepaged-mthp" => matches!(val, "on" | "off"),

@@ -104,6 +104,9 @@ pub enum Op {
         ro: bool,
         /// MAP_SHARED (shared anonymous memory, shmem) instead of MAP_PRIVATE.
         shared: bool,
+        /// memfd_secret(2) memory: a MAP_SHARED mapping of a secretmem file, whose
+        /// pages leave the kernel's linear map while they are in it.
+        secret: bool,
         index: u32,
         addr: u64,
     },

@@ -49,6 +49,8 @@ struct Region {
     maps: Vec<(u64, u64, Prot)>,
     /// A shared (shmem) mapping: only the ops the model has for it are allowed.
     shared: bool,
+    /// A memfd_secret mapping: touch, munmap and exit only.
+    secret: bool,
     /// Where the region starts in its 64G placement slot (its skew, until a move).
     slot_off: u64,
     /// The op and line that may have split the region's VMA by flags the maps above
@@ -327,6 +329,7 @@ impl Checker<'_> {
                 size,
                 ro,
                 shared,
+                secret,
                 skew,
                 ..
             } => {
@@ -350,6 +353,7 @@ impl Checker<'_> {
                         line: stmt.pos.line,
                         maps: vec![(0, *size, prot)],
                         shared: *shared,
+                        secret: *secret,
                         slot_off: *skew,
                         vma_split: None,
                     },
@@ -394,6 +398,9 @@ impl Checker<'_> {
                         ..
                     }
                 );
+                if reg.secret {
+                    return Err(self.err(at.name, secret_not_modeled(&stmt.op, region)));
+                }
                 if reg.shared && !modeled {
                     return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
                 }
@@ -418,6 +425,9 @@ impl Checker<'_> {
             }
             Op::Mlock { region, range: None } | Op::Munlock { region, range: None } => {
                 let reg = self.region(proc, name, region, None, at)?.0;
+                if reg.secret {
+                    return Err(self.err(at.name, secret_not_modeled(&stmt.op, region)));
+                }
                 if reg.shared {
                     return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
                 }
@@ -427,6 +437,9 @@ impl Checker<'_> {
             }
             Op::Mremap { region, size, moves } => {
                 let reg = self.region(proc, name, region, None, at)?.0;
+                if reg.secret {
+                    return Err(self.err(at.name, secret_not_modeled(&stmt.op, region)));
+                }
                 if reg.shared {
                     return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
                 }
@@ -475,6 +488,9 @@ impl Checker<'_> {
             }
             // move_pages(2) gives pages with nothing mapped a status, not an error.
             Op::Migrate { region, range, .. } => {
+                if self.region(proc, name, region, *range, at)?.0.secret {
+                    return Err(self.err(at.name, secret_not_modeled(&stmt.op, region)));
+                }
                 if self.region(proc, name, region, *range, at)?.0.shared {
                     return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
                 }
@@ -488,6 +504,9 @@ impl Checker<'_> {
                 }
             }
             Op::Fork { child } => {
+                if let Some((region, _)) = proc.regions.iter().find(|(_, r)| r.secret) {
+                    return Err(self.err(stmt.pos, secret_not_modeled(&stmt.op, region)));
+                }
                 let copy = Proc {
                     exited: None,
                     ..proc.clone()
@@ -557,12 +576,24 @@ impl Checker<'_> {
 
 /// The refusal of an op the model does not have for shared (shmem) mappings.
 fn shared_not_modeled(op: &Op, region: &str) -> String {
+    not_modeled_on(op, region, "of the shared", "touch, madvise dontneed and pageout, munmap, fork and exit")
+}
+
+/// The refusal of an op the model does not have for memfd_secret mappings.
+fn secret_not_modeled(op: &Op, region: &str) -> String {
+    not_modeled_on(op, region, "the secret", "touch, munmap and exit")
+}
+
+/// "`op` `kind` region 'R' is not modeled (... mappings have `has`)".
+fn not_modeled_on(op: &Op, region: &str, kind: &str, has: &str) -> String {
     let what = match op {
         Op::Madvise { advice, .. } => format!("madvise {}", advice.name()),
+        Op::Fork { .. } => "fork of a process with".to_string(),
         op => op.keyword().to_string(),
     };
+    let mappings = kind.rsplit(' ').next().unwrap_or(kind);
     format!(
-        "{what} of the shared region '{}' is not modeled (shared mappings have touch, madvise dontneed and pageout, munmap, fork and exit)",
+        "{what} {kind} region '{}' is not modeled ({mappings} mappings have {has})",
         Echo(region)
     )
 }
@@ -806,6 +837,21 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_region_takes_touch_munmap_and_exit_only() {
+        ok("mmap s 16K secret\ntouch s\ntouch s 0 4K read\nmunmap s 0 4K\nexit");
+        fails(
+            "mmap s 16K secret\nmadvise s 0 4K dontneed",
+            2,
+            9,
+            "madvise dontneed the secret region 's' is not modeled",
+        );
+        fails("mmap s 16K secret\nfork c", 2, 1, "fork of a process with the secret region 's'");
+        fails("mmap s 16K secret\nmprotect s 0 4K r", 2, 10, "mprotect the secret region");
+        fails("mmap s 16K shared secret", 1, 19, "'secret' and 'shared' conflict");
+        fails("mmap s 16K secret ro", 1, 19, "'secret' and 'ro' conflict");
+    }
+
+    #[test]
     fn a_shared_region_takes_only_the_ops_modeled_for_shmem() {
         ok("mmap a 8K shared\ntouch a\nmadvise a 0 8K pageout\nmadvise a 0 4K dontneed\nfork c\n@c munmap a 0 4K\nexit");
         fails(
@@ -837,6 +883,7 @@ mod tests {
             line: 1,
             maps: vec![(0, 64, Prot::Rw)],
             shared: false,
+            secret: false,
             slot_off: 0,
             vma_split: None,
         };

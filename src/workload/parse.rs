@@ -594,8 +594,8 @@ impl Parser<'_> {
         let region = self.region(a, at)?;
         let t = self.arg(a, "a size")?;
         let size = self.region_size(t)?;
-        let (mut skew, mut flags) = (None, [None::<Pos>; 5]);
-        const FLAGS: [&str; 5] = ["hugepage", "nohugepage", "populate", "ro", "shared"];
+        let (mut skew, mut flags) = (None, [None::<Pos>; 6]);
+        const FLAGS: [&str; 6] = ["hugepage", "nohugepage", "populate", "ro", "shared", "secret"];
         while let Some(t) = a.next() {
             if let Some(v) = t.text.strip_prefix("skew=") {
                 let s = self.size(t, v, "skew")?;
@@ -618,7 +618,7 @@ impl Parser<'_> {
                 return Err(self.err(
                     t.pos,
                     format!(
-                        "unexpected '{}' (expected skew=S, hugepage, nohugepage, populate, ro or shared)",
+                        "unexpected '{}' (expected skew=S, hugepage, nohugepage, populate, ro, shared or secret)",
                         Echo(t.text)
                     ),
                 ));
@@ -630,6 +630,14 @@ impl Parser<'_> {
         }
         if let (Some(_), Some(p)) = (flags[0], flags[1]) {
             return Err(self.err(p, "'hugepage' and 'nohugepage' conflict"));
+        }
+        // A secretmem mapping is shared by nature; its faults are secretmem_fault's alone.
+        if let Some(p) = flags[5] {
+            if let Some(other) = (0..5).find(|&i| flags[i].is_some()) {
+                let q = flags[other].unwrap();
+                let at = if (q.line, q.col) > (p.line, p.col) { q } else { p };
+                return Err(self.err(at, format!("'secret' and '{}' conflict", FLAGS[other])));
+            }
         }
         let index = self.next_index;
         if index > MAX_MMAP_INDEX {
@@ -643,7 +651,7 @@ impl Parser<'_> {
         }
         self.next_index += 1;
         let skew = skew.unwrap_or(0);
-        let [hugepage, nohugepage, populate, ro, shared] = flags.map(|f| f.is_some());
+        let [hugepage, nohugepage, populate, ro, shared, secret] = flags.map(|f| f.is_some());
         let addr = PLACEMENT_BASE + index as u64 * PLACEMENT_STRIDE + skew;
         Ok(Op::Mmap {
             region,
@@ -654,6 +662,7 @@ impl Parser<'_> {
             populate,
             ro,
             shared,
+            secret,
             index,
             addr,
         })
@@ -874,6 +883,7 @@ mod tests {
                 populate: true,
                 ro: false,
                 shared: false,
+                secret: false,
                 index: 0,
                 addr: 0x1000_0000_1000
             }

@@ -4,6 +4,7 @@ pub mod cpufeature;
 pub mod fixmap;
 pub mod mmu;
 pub mod page;
+pub mod pageattr;
 pub mod pgtable;
 pub mod tlb;
 pub mod tlbflush;

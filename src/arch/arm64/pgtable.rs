@@ -417,6 +417,8 @@ pub struct Arch {
     pub cpu: usize,
     /// The x86 flavour's state (kept, and unused, under arm64's).
     pub x86: X86Tlb,
+    /// The kernel's linear map as set_direct_map_* see it (`pageattr.rs`).
+    pub linear: super::pageattr::LinearMap,
 }
 
 impl Arch {
@@ -434,6 +436,7 @@ impl Arch {
             tlb_flush: TlbFlavour::Arm64,
             cpu: 0,
             x86: X86Tlb::new(hw.cpus.len()),
+            linear: super::pageattr::LinearMap::default(),
             hw,
         }
     }

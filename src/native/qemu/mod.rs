@@ -235,6 +235,10 @@ const MM_NAME_PARTS: &[&str] = &[
     "wp_",
     "reclaim",
     "free_pgtables",
+    // arch/arm64/mm/pageattr.c: set_direct_map_*_noflush and update_range_prot, whose
+    // inlined lazy-MMU leave issues a restored page's DSB ISHST + ISB in 7.3.
+    "direct_map",
+    "range_prot",
 ];
 
 /// Functions that match `MM_NAME_PARTS` but are context switching (arch/arm64/mm's
@@ -257,7 +261,14 @@ pub struct Batch {
     pub map_mem: Option<MapMem>,
     /// The programs' runs, after the workloads', in order.
     pub programs: Vec<ProgramRun>,
+    /// The capabilities the guest's kernel detected on its CPU, as its log names them
+    /// ("CPU features: detected: BBM Level 3"; tools/qemu/runner.c reads the log).
+    pub cpu_features: Vec<String>,
 }
+
+/// The capability 7.3's cpufeature.c reports when it finds BBM Level 3
+/// (BBML2_NOABORT): contpte_convert without its TLBI, the linear map in blocks.
+pub const BBML3_FEATURE: &str = "BBM Level 3";
 
 /// A static aarch64 program the runner runs after the workloads (its `program` job):
 /// one that marks its own windows, as tools/seed004/bench.c does.
@@ -446,6 +457,7 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
                 populate,
                 ro,
                 shared,
+                secret,
                 addr,
                 ..
             } => {
@@ -453,8 +465,12 @@ fn flatten(w: &Workload, granule: Granule, offset: u64, steps: &[&Stmt]) -> Stri
                 regions.entry(p).or_default().insert(region, (addr, *size));
                 let f = |b: &bool| u8::from(*b);
                 // `shared` goes last, and only when set: the runner reads a missing
-                // field as 0, so every other line stays as it was.
-                let shared = if *shared { " 1" } else { "" };
+                // field as 0, so every other line stays as it was. 2: memfd_secret.
+                let shared = match (shared, secret) {
+                    (_, true) => " 2",
+                    (true, _) => " 1",
+                    _ => "",
+                };
                 format!(
                     "mmap {p} {region} {addr:x} {size:x} {} {} {} {}{shared}",
                     f(hugepage),
@@ -1165,6 +1181,11 @@ fn run_batch_on(
             ..map_mem_counters(b)
         }),
         programs,
+        cpu_features: console
+            .lines()
+            .filter_map(|l| l.strip_prefix("@@FOLIOLAB-CPUFEATURE "))
+            .map(|f| f.trim().to_string())
+            .collect(),
     })
 }
 
