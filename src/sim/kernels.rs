@@ -414,7 +414,7 @@ pub const CHANGES: &[Change] = &[
         after: "on",
         release: Release(7, 2),
         commit: "(mainline id not found)",
-        what: "khugepaged collapses anon ranges to mTHP orders too (Nico Pache, \"mm/khugepaged: introduce mTHP collapse support\" and its series, v18 2026-05; collapse_scan_pmd's present-pte bitmap, mthp_collapse, collapse_max_ptes_none per order, per-order collapse stats); read in 7.2.12's and 7.3.4's source",
+        what: "khugepaged collapses anon ranges to mTHP orders too (Nico Pache, \"mm/khugepaged: introduce mTHP collapse support\" and its series, v18 2026-05; collapse_scan_pmd's present-pte bitmap, mthp_collapse, collapse_max_ptes_none per order, per-order collapse stats); in 7.2.13's and 7.3.4's source; the 7.0 guest's khugepaged stops under a 64K-only setting (no mTHP collapse yet), the 7.2 guest's collapses 64K blocks as 7.3's (workloads/khugepaged/mthp_64k.wl); 7.1 not read",
     },
     Change {
         scope: Scope::Run,
