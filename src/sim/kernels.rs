@@ -215,8 +215,8 @@ pub const CHANGES: &[Change] = &[
         before: "split",
         after: "whole",
         release: Release(6, 12),
-        commit: "(id not found)",
-        what: "shmem_writeout writes a large folio whole with THP_SWAP instead of always splitting it first (Baolin Wang's \"support large folio swap-out for shmem\"; in 6.12's source)",
+        commit: "809bc86517cc",
+        what: "shmem_writeout writes a large folio whole with THP_SWAP instead of always splitting it first (Baolin Wang, \"mm: shmem: support large folio swap out\", the id later Fixes: tags name; in 6.12's source and on the 6.12 guest)",
     },
     Change {
         scope: Scope::Run,
@@ -395,8 +395,8 @@ pub const CHANGES: &[Change] = &[
         before: "split",
         after: "unsplit",
         release: Release(7, 1),
-        commit: "(id not found)",
-        what: "arm64's TLB-flush helpers in C (tlbf_t flags, __do_flush_tlb_range): a range too large for TLBIs returns after flush_tlb_mm, without __flush_tlb_range's second DSB ISH. In 7.2.12's and 7.3.4's source; 7.0.y's backport of c2ff4764e03e had to drop its TLBF_NONE, so after 7.0",
+        commit: "11f6dd8dd283 0477fc56960d 15397e3c3850",
+        what: "arm64's TLB-flush helpers in C (tlbf_t flags, __do_flush_tlb_range; \"arm64: mm: Refactor __flush_tlb_range() to take flags\" and the rest of arm64's for-next/tlbflush, into mainline with the 7.1 merge window's arm64 pull, c43267e6794a): a range too large for TLBIs returns after flush_tlb_mm, without __flush_tlb_range's second DSB ISH. In 7.2.13's and 7.3.4's source; which commit of the series dropped the DSB was not read (the mainline mirror could not be fetched). No guest shows it: QEMU's range TLBIs reach 8 GiB",
     },
     Change {
         scope: Scope::Run,
@@ -404,8 +404,8 @@ pub const CHANGES: &[Change] = &[
         before: "uncounted",
         after: "counted",
         release: Release(7, 0),
-        commit: "(id not found)",
-        what: "shmem_writeout counts the split of a large folio it cannot swap out whole (no THP_SWAP, or no run of slots) as swpout_fallback (thp_swpout_fallback for PMD size) (\"mm/shmem: add mTHP swpout fallback statistics in shmem_writeout()\", in mm's tree in December 2025 and in 7.3.4's source)",
+        commit: "(mainline id not found)",
+        what: "shmem_writeout counts the split of a large folio it cannot swap out whole (no THP_SWAP, or no run of slots) as swpout_fallback (thp_swpout_fallback for PMD size) (\"mm/shmem: add mTHP swpout fallback statistics in shmem_writeout()\", in mm-unstable from December 2025, so the 7.0 merge window at the earliest; in 7.2.13's and 7.3.4's source, counted on the 7.2 guest; 7.0's guest has no swap and 7.0's source was not read)",
     },
     Change {
         scope: Scope::Run,
@@ -423,7 +423,7 @@ pub const CHANGES: &[Change] = &[
         after: "on",
         release: Release(7, 2),
         commit: "(mainline id not found)",
-        what: "khugepaged collapses anon ranges to mTHP orders too (Nico Pache, \"mm/khugepaged: introduce mTHP collapse support\" and its series, v18 2026-05; collapse_scan_pmd's present-pte bitmap, mthp_collapse, collapse_max_ptes_none per order, per-order collapse stats); read in 7.2.12's and 7.3.4's source",
+        what: "khugepaged collapses anon ranges to mTHP orders too (Nico Pache, \"mm/khugepaged: introduce mTHP collapse support\" and its series, v18 2026-05; collapse_scan_pmd's present-pte bitmap, mthp_collapse, collapse_max_ptes_none per order, per-order collapse stats); in 7.2.13's and 7.3.4's source; the 7.0 guest's khugepaged stops under a 64K-only setting (no mTHP collapse yet), the 7.2 guest's collapses 64K blocks as 7.3's (workloads/khugepaged/mthp_64k.wl); 7.1 not read",
     },
     Change {
         scope: Scope::Run,
@@ -439,9 +439,9 @@ pub const CHANGES: &[Change] = &[
         key: "map-mem",
         before: "nomap-image",
         after: "alias-first",
-        release: Release(7, 3),
+        release: Release(7, 2),
         commit: "(mainline id not found)",
-        what: "map_mem no longer marks the kernel image NOMAP: it maps [_text, __init_begin) and the data/bss first with its own flags (so rodata's later permission change splits no block), then every bank whole over them, keeping a table where one is (`!pXd_table(old)`) and CONT off a run holding a valid non-CONT entry; read in 7.3.4's source, the release it first came in not read (7.0 to 7.2 keep 6.12's order here)",
+        what: "map_mem no longer marks the kernel image NOMAP: it maps [_text, __init_begin) and the data/bss first with its own flags (so rodata's later permission change splits no block), then every bank whole over them, keeping a table where one is (`!pXd_table(old)`) and CONT off a run holding a valid non-CONT entry; in 7.2.13's and 7.3.4's source, and the 7.2 guest's map_mem is the model's under it, the 7.0 guest's under nomap-image (7.1 not read: its preset keeps 7.0's)",
     },
 ];
 
@@ -458,9 +458,15 @@ pub struct Unmodeled {
 /// The changes of 6.18 to 7.3 in arm64 mm read in the source and not modeled.
 pub const NOT_MODELED: &[Unmodeled] = &[
     Unmodeled {
+        what: "try_to_unmap_one discards a lazyfree PMD-mapped THP whole (unmap_huge_pmd_locked: no pmd split; a folio written since MADV_FREE is marked swap-backed and kept) instead of splitting the pmd and discarding its ptes; gone again in 7.3",
+        since: "7.0 (to 7.2)",
+        commit: "ids not found: the folio_test_lazyfree branch under `if (!pvmw.pte)` in 7.2.13's mm/rmap.c, absent from 6.12.117's and 7.3.4's; the 7.0 and 7.2 guests discard (free_pageout_pmd: 2 faults and no thp_split_pmd, the read mapping the huge zero page), the 6.18 host and the 6.12 and 7.3 guests split",
+        why: "the model splits the pmd as 6.18 and 7.3 do: `free_pageout_pmd` and `free_write_pageout_pmd` FAIL on the 7.0 and 7.2 guests until it is keyed (the discard's flush and counters not yet written)",
+    },
+    Unmodeled {
         what: "swap_map and the zeromap merged into the swap table (the swap count and the zero flag in each slot's table entry; swap table phases III and IV)",
-        since: "7.3",
-        commit: "ids not found: Kairui Song, <20260218-swap-table-p3-v3-0-f4e34be021a7@tencent.com> and phase IV; 7.3.4's source has neither si->swap_map nor si->zeromap, 6.18's both, and no 7.0 to 7.2 source was read",
+        since: "7.2",
+        commit: "mainline ids not found (the mainline mirror could not be fetched; mm-unstable has phase IV's \"mm, swap: merge zeromap into swap table\" from May 2026): Kairui Song, <20260218-swap-table-p3-v3-0-f4e34be021a7@tencent.com> (phase III) and <20260517-swap-table-p4-v5-0-88ae43e064c7@tencent.com> (phase IV); 7.2.13's and 7.3.4's source have neither si->swap_map nor si->zeromap (7.2's swap_zeromap_folio_set writes the table: __swap_table_set_zero), 6.18's both; 7.0's and 7.1's source not read (phase III, posted in February 2026, may be 7.1's)",
         why: "the model keeps a swap_map byte and a zeromap flag per slot and does not count their accesses one for one with the kernel's (__swap_duplicate's, swap_entries_free's and swap_zeromap_batch's loops), so no event shows the merge; no count the guests report changes with it",
     },
 ];
@@ -608,10 +614,14 @@ mod tests {
             preset(Release(6, 12), Scope::Boot),
             ["pgtable-fixmap=once", "map-mem=nomap-image"]
         );
+        // The 7.0 guest maps the image NOMAP as 6.12 does; the 7.2 guest alias-first.
         assert_eq!(
-            preset(Release(7, 3), Scope::Boot),
-            ["pgtable-fixmap=once", "map-mem=alias-first"]
+            preset(Release(7, 0), Scope::Boot),
+            ["pgtable-fixmap=once", "map-mem=nomap-image"]
         );
+        for k in [Release(7, 2), Release(7, 3)] {
+            assert_eq!(preset(k, Scope::Boot), ["pgtable-fixmap=once", "map-mem=alias-first"]);
+        }
     }
 
     #[test]
@@ -649,7 +659,7 @@ mod tests {
     #[test]
     fn the_unmodeled_changes_say_why() {
         let t = table();
-        for what in ["swap_map"] {
+        for what in ["swap_map", "lazyfree PMD-mapped THP whole"] {
             let line = t
                 .lines()
                 .find(|l| l.contains(what))

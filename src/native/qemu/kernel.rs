@@ -48,6 +48,8 @@ impl GuestKernel {
             Target::QemuArm64 => ("qemu-arm64", "arm64", Granule::K4, Release(6, 12), 52),
             Target::QemuArm64_16k => ("qemu-arm64-16k", "arm64-16k", Granule::K16, Release(6, 12), 52),
             Target::QemuArm64_61 => ("qemu-arm64-6.1", "arm64-6.1", Granule::K4, Release(6, 1), 48),
+            Target::QemuArm64_70 => ("qemu-arm64-7.0", "arm64-7.0", Granule::K4, Release(7, 0), 52),
+            Target::QemuArm64_72 => ("qemu-arm64-7.2", "arm64-7.2", Granule::K4, Release(7, 2), 52),
             Target::QemuArm64_73 => ("qemu-arm64-7.3", "arm64-7.3", Granule::K4, Release(7, 3), 52),
             Target::QemuArm64_73_16k => ("qemu-arm64-7.3-16k", "arm64-7.3-16k", Granule::K16, Release(7, 3), 52),
         };
@@ -165,11 +167,15 @@ impl GuestKernel {
     /// its first call is force_pte_mapping()'s cpu_supports_bbml3 (capabilities are
     /// not final yet; kfence's early pool, mapped before it, is off with
     /// KFENCE_SAMPLE_INTERVAL=0, as Debian and tools/kernel/base.config build it).
-    /// 7.0 to 7.2 were not read: they keep 6.12's bounds.
+    /// 7.2 maps the alias first too, and its force_pte_mapping() calls the same check
+    /// under its older name, cpu_supports_bbml2_noabort (7.2.13's source; the 7.2
+    /// guest has no memblock_mark_nomap window). 7.0 keeps 6.12's bounds (the 7.0
+    /// guest's window is 6.12's); 7.1 was not read.
     pub(super) fn map_mem_bounds(&self) -> (&'static str, &'static str) {
         match self.release {
             Release(6, 1) => ("memblock_mark_nomap", "memblock_clear_nomap"),
             r if r >= Release(7, 3) => ("cpu_supports_bbml3", "memblock_allow_resize"),
+            Release(7, 2) => ("cpu_supports_bbml2_noabort", "memblock_allow_resize"),
             _ => ("memblock_mark_nomap", "memblock_allow_resize"),
         }
     }

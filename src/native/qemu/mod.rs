@@ -46,6 +46,13 @@ pub enum Target {
     /// Linux 6.1 arm64 (Debian 12's own kernel), 4K pages.
     #[value(name = "qemu-arm64-6.1")]
     QemuArm64_61,
+    /// Linux 7.0 arm64 (Debian 13 backports' 7.0.13), 4K pages, without zram (the
+    /// archive no longer has its modules).
+    #[value(name = "qemu-arm64-7.0")]
+    QemuArm64_70,
+    /// Linux 7.2 arm64 (Debian 13 backports' 7.2.12), 4K pages.
+    #[value(name = "qemu-arm64-7.2")]
+    QemuArm64_72,
     /// Linux 7.3 arm64 (Debian 13 backports'), 4K pages.
     #[value(name = "qemu-arm64-7.3")]
     QemuArm64_73,
@@ -73,6 +80,8 @@ impl Target {
             Target::QemuArm64 => "qemu-arm64",
             Target::QemuArm64_16k => "qemu-arm64-16k",
             Target::QemuArm64_61 => "qemu-arm64-6.1",
+            Target::QemuArm64_70 => "qemu-arm64-7.0",
+            Target::QemuArm64_72 => "qemu-arm64-7.2",
             Target::QemuArm64_73 => "qemu-arm64-7.3",
             Target::QemuArm64_73_16k => "qemu-arm64-7.3-16k",
         }
@@ -101,6 +110,10 @@ impl Target {
 /// How a workload's error starts when it wrote a knob the target's kernel lacks: the
 /// workload does not apply there (e.g. `hugepages-16kB/enabled` with 16K base pages).
 pub const NOT_APPLICABLE: &str = "not applicable on ";
+
+/// How the guest runner's error starts when a `swapon` finds no zram device
+/// (tools/qemu/runner.c's zram_prepare).
+const NO_ZRAM: &str = "zram0 disksize";
 
 /// The guest runner's error for a `khugepaged` op when the thread is stopped
 /// (tools/qemu/runner.c's KHUGEPAGED_OFF).
@@ -216,6 +229,9 @@ const MM_NAME_PARTS: &[&str] = &[
     "fault",
     "madvise",
     "mprotect",
+    // change_protection (mm/mprotect.c): Debian's 7.0 inlines mprotect's
+    // flush_tlb_range there, out of any function named above.
+    "protection",
     "mlock",
     "huge",
     "thp",
@@ -748,6 +764,15 @@ fn report(
             // to the PMD size only): there is no scan to compare.
             (Some(s), None) if matches!(s.op, Op::Khugepaged) && e.ends_with(KHUGEPAGED_OFF) => {
                 format!("{NOT_APPLICABLE}{source}: {KHUGEPAGED_OFF} ({})", at(s))
+            }
+            // No zram0 after the modules the cache has were loaded: neither built in
+            // nor a module of it there (scripts/setup-qemu: Debian's 7.0.x and 7.1.x
+            // modules are gone from the archive), so nothing to swap to.
+            (Some(s), None) if matches!(s.op, Op::Swapon { .. })
+                && e.contains(NO_ZRAM)
+                && e.ends_with("No such file or directory") =>
+            {
+                format!("{NOT_APPLICABLE}{source}: its kernel has no zram ({e}, at {})", at(s))
             }
             (Some(s), None) => format!("{}: {e}", at(s)),
             (None, _) => format!("{}: {e}", w.path),
