@@ -213,7 +213,12 @@ fn validate_takes_the_guest_kernels_bbm_level_3_verdict_by_itself() {
         return;
     };
     for (w, c) in WORKLOADS.iter().zip(validate(&key, &[])) {
-        let bad: Vec<_> = c["rows"].as_array().unwrap().iter().filter(|r| r["ok"] != true).collect();
+        let bad: Vec<_> = c["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["ok"] != true)
+            .collect();
         assert!(bad.is_empty(), "{w} on {key}: {bad:?}");
         let notes = c["notes"].to_string();
         assert!(

@@ -198,7 +198,9 @@ pub fn bbml2_rule_from_guest(
         (Bbml2Detect::IdRegOrListQemu, "idreg-or-list-qemu"),
         (Bbml2Detect::MidrList, "midr-list"),
     ];
-    let (_, name) = rules.into_iter().find(|&(r, _)| supports_bbml2_noabort(&cpu, r) == guest)?;
+    let (_, name) = rules
+        .into_iter()
+        .find(|&(r, _)| supports_bbml2_noabort(&cpu, r) == guest)?;
     let set = format!("bbml2-detect={name}");
     let said = if guest {
         format!("detected {feature}")

@@ -1396,7 +1396,9 @@ mod tests {
                 }
                 4 => {
                     let size = ["hugepages-64kB/enabled", "hugepages-16kB/enabled", "enabled"][arg as usize % 3];
-                    k.knobs.set(size, ["always", "never", "madvise"][pages as usize % 3]).unwrap();
+                    k.knobs
+                        .set(size, ["always", "never", "madvise"][pages as usize % 3])
+                        .unwrap();
                 }
                 5 if live[s as usize] > 0 => {
                     k.do_munmap(mm, start, start + live[s as usize] * K4);

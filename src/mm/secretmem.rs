@@ -18,7 +18,11 @@ impl Kernel {
     /// the file (secretmem_mmap_prepare: VM_DONTDUMP, secretmem_vm_ops).
     pub fn secretmem_mmap(&mut self, mm: MmId, addr: u64, len: u64) -> Result<(), VmaError> {
         self.do_mmap(mm, addr, len, VmFlags::READ | VmFlags::WRITE | VmFlags::SHARED)?;
-        let ino = self.mm(mm).find_vma(addr).and_then(|v| v.file).expect("a shared VMA has a file");
+        let ino = self
+            .mm(mm)
+            .find_vma(addr)
+            .and_then(|v| v.file)
+            .expect("a shared VMA has a file");
         self.shmem.set_secret(ino);
         Ok(())
     }

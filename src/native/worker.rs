@@ -247,7 +247,9 @@ fn memfd_secret_mmap(addr: u64, size: u64) -> std::io::Result<()> {
             }
             if p as u64 != addr {
                 libc::munmap(p, size as usize);
-                return Err(std::io::Error::other(format!("kernel placed it at {p:?}, not {addr:#x}")));
+                return Err(std::io::Error::other(format!(
+                    "kernel placed it at {p:?}, not {addr:#x}"
+                )));
             }
             Ok(())
         });

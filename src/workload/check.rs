@@ -576,7 +576,12 @@ impl Checker<'_> {
 
 /// The refusal of an op the model does not have for shared (shmem) mappings.
 fn shared_not_modeled(op: &Op, region: &str) -> String {
-    not_modeled_on(op, region, "of the shared", "touch, madvise dontneed and pageout, munmap, fork and exit")
+    not_modeled_on(
+        op,
+        region,
+        "of the shared",
+        "touch, madvise dontneed and pageout, munmap, fork and exit",
+    )
 }
 
 /// The refusal of an op the model does not have for memfd_secret mappings.
@@ -845,8 +850,18 @@ mod tests {
             9,
             "madvise dontneed the secret region 's' is not modeled",
         );
-        fails("mmap s 16K secret\nfork c", 2, 1, "fork of a process with the secret region 's'");
-        fails("mmap s 16K secret\nmprotect s 0 4K r", 2, 10, "mprotect the secret region");
+        fails(
+            "mmap s 16K secret\nfork c",
+            2,
+            1,
+            "fork of a process with the secret region 's'",
+        );
+        fails(
+            "mmap s 16K secret\nmprotect s 0 4K r",
+            2,
+            10,
+            "mprotect the secret region",
+        );
         fails("mmap s 16K shared secret", 1, 19, "'secret' and 'shared' conflict");
         fails("mmap s 16K secret ro", 1, 19, "'secret' and 'ro' conflict");
     }

@@ -154,7 +154,11 @@ impl LinearMap {
             return;
         }
         let end = pa + m.granule().page_size();
-        let at = if pa.trailing_zeros() < end.trailing_zeros() { pa } else { end };
+        let at = if pa.trailing_zeros() < end.trailing_zeros() {
+            pa
+        } else {
+            end
+        };
         self.split_locked(m, at);
         self.leave(m);
     }

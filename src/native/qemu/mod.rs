@@ -768,9 +768,10 @@ fn report(
             // No zram0 after the modules the cache has were loaded: neither built in
             // nor a module of it there (scripts/setup-qemu: Debian's 7.0.x and 7.1.x
             // modules are gone from the archive), so nothing to swap to.
-            (Some(s), None) if matches!(s.op, Op::Swapon { .. })
-                && e.contains(NO_ZRAM)
-                && e.ends_with("No such file or directory") =>
+            (Some(s), None)
+                if matches!(s.op, Op::Swapon { .. })
+                    && e.contains(NO_ZRAM)
+                    && e.ends_with("No such file or directory") =>
             {
                 format!("{NOT_APPLICABLE}{source}: its kernel has no zram ({e}, at {})", at(s))
             }
