@@ -534,6 +534,39 @@ pub fn zap_huge_pmd(k: &mut Kernel, tlb: &mut MmuGather, mm: MmId, pmd: PmdPtr, 
     }
 }
 
+/// unmap_huge_pmd_locked (__discard_anon_folio_pmd_locked), try_to_unmap_one's
+/// `folio_test_lazyfree` branch under `if (!pvmw.pte)` in Debian's 7.0 and 7.2
+/// (`lazyfree-pmd=discard`): a lazyfree THP is discarded at its pmd, never split. A
+/// folio written since MADV_FREE (its pmd dirty) is marked swap-backed and kept
+/// mapped; else the pmd is cleared and flushed (pmdp_huge_clear_flush: one range TLBI
+/// at once, none deferred to the batch) and, unless someone else holds a reference,
+/// the pmd's rmap, deposited table, rss and reference go; otherwise the pmd is put
+/// back. False keeps the folio mapped (walk_abort). The source checks the dirt a
+/// second time after the clear, for a CPU that wrote meanwhile: none runs between
+/// here. Reclaim never passes TTU_IGNORE_MLOCK, so a locked VMA never gets here
+/// and its mlock_drain_local is not needed.
+pub fn unmap_huge_pmd_locked(k: &mut Kernel, mm: MmId, pmd: PmdPtr, haddr: u64, folio: Pfn) -> bool {
+    let orig = k.pxd_get(2, pmd);
+    if pmd_to_pte(orig).pte_dirty() {
+        k.memmap.folio_set(folio, PageFlags::DIRTY);
+    }
+    if k.memmap.folio_test(folio, PageFlags::DIRTY) {
+        k.memmap.folio_set(folio, PageFlags::SWAPBACKED);
+        return false;
+    }
+    k.pxd_set(2, haddr, pmd, Desc::ZERO);
+    flush_pmd_tlb_range(k, mm, haddr);
+    if k.memmap.folio_ref_count(folio) != k.memmap.folio_mapcount(folio) + 1 {
+        k.pxd_set(2, haddr, pmd, orig);
+        return false;
+    }
+    k.folio_remove_rmap_pmd(folio, mm);
+    zap_deposited_table(k, mm, haddr);
+    k.mm_mut(mm).rss_anon -= 1 << k.arch.granule().pmd_order();
+    k.folio_put(folio);
+    true
+}
+
 /// deferred_split_folio: queue a large anon folio for the split shrinker; the first
 /// time it is seen partially mapped, mark it and count split_deferred.
 pub fn deferred_split_folio(k: &mut Kernel, folio: Pfn, partially_mapped: bool) {

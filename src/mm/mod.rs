@@ -103,6 +103,9 @@ pub struct Kernel {
     /// try_to_unmap_one unmaps a lazyfree large folio one pte at a time (6.12); since
     /// 354dffd29575 (6.15) it takes the folio's ptes in one batch.
     pub lazyfree_unmap_per_pte: bool,
+    /// try_to_unmap_one discards a lazyfree PMD-mapped THP at its pmd
+    /// (unmap_huge_pmd_locked; Debian's 7.0 and 7.2) instead of splitting the pmd.
+    pub lazyfree_pmd_discard: bool,
     /// __collapse_huge_page_copy_succeeded clears the old ptes one at a time (6.12);
     /// since 4ea3594a4741 (6.17) a folio's ptes at once.
     pub collapse_copy_per_pte: bool,
@@ -246,6 +249,7 @@ impl Kernel {
             mremap_batch: mremap::MremapBatch::Hinted,
             huge_zero_wp_split: false,
             lazyfree_unmap_per_pte: false,
+            lazyfree_pmd_discard: false,
             collapse_copy_per_pte: false,
             mlock_walk_per_pte: false,
             collapse_ro_refuse: false,

@@ -6,7 +6,7 @@
 use super::folio::PageFlags;
 use super::huge_memory::{
     __split_huge_pmd, deferred_split_folio, pmdp_clear_flush_young, set_pmd_migration_entry,
-    split_huge_pmd_locked_freeze,
+    split_huge_pmd_locked_freeze, unmap_huge_pmd_locked,
 };
 use super::mm_types::{MmId, VmFlags, Vma};
 use super::pgtable::PmdPtr;
@@ -435,15 +435,20 @@ impl Kernel {
 
     /// TTU_SPLIT_HUGE_PMD: split `mm`'s pmd mapping of `folio`, if it has one.
     fn split_folio_pmd(&mut self, folio: Pfn, mm: MmId) {
+        if let Some((pmd, haddr)) = self.folio_pmd(folio, mm) {
+            let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
+            __split_huge_pmd(self, mm, &vma, pmd, haddr);
+        }
+    }
+
+    /// `mm`'s pmd mapping `folio` whole and its address, if it has one (what
+    /// page_vma_mapped_walk finds with `pvmw.pte` NULL).
+    fn folio_pmd(&mut self, folio: Pfn, mm: MmId) -> Option<(PmdPtr, u64)> {
         let g = self.arch.granule();
         let haddr = self.memmap.page(folio).index << g.page_shift();
-        if let Some(pmd) = self.pmd_offset(mm, haddr) {
-            let d = self.pxd_get(2, pmd);
-            if pmd_trans_huge(d) && d.pfn(g) == folio {
-                let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
-                __split_huge_pmd(self, mm, &vma, pmd, haddr);
-            }
-        }
+        let pmd = self.pmd_offset(mm, haddr)?;
+        let d = self.pxd_get(2, pmd);
+        (pmd_trans_huge(d) && d.pfn(g) == folio).then_some((pmd, haddr))
     }
 
     /// try_to_unmap_one for a swap-backed anon folio: pte by pte (folio_unmap_pte_batch
@@ -761,7 +766,8 @@ impl Kernel {
 
     /// try_to_unmap_one for a lazyfree anon folio in one mm: a pmd mapping is split
     /// first (the 6.18 host declines to discard a lazyfree THP at the pmd and splits it:
-    /// measured, thp_split_pmd +1, no folio split); then each run of ptes
+    /// measured, thp_split_pmd +1, no folio split), or with `lazyfree_pmd_discard`
+    /// (7.0 to 7.2) discarded or kept whole by unmap_huge_pmd_locked; then each run of ptes
     /// (folio_unmap_pte_batch; one pte at a time with `lazyfree_unmap_per_pte`, 6.12)
     /// is cleared and, while the folio is clean and nobody else
     /// holds a reference, discarded; a re-dirtied folio is mapped back and becomes
@@ -775,8 +781,18 @@ impl Kernel {
             !self.memmap.folio_test(folio, PageFlags::SWAPBACKED),
             "a swap-backed folio is unmapped by try_to_unmap_swap"
         );
-        if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
-            self.split_folio_pmd(folio, mm);
+        if let Some((pmd, haddr)) = self.folio_pmd(folio, mm) {
+            let vma = self.mm(mm).find_vma(haddr).expect("a pmd outside any VMA");
+            if vma.flags.contains(VmFlags::LOCKED) {
+                return false;
+            }
+            if self.lazyfree_pmd_discard {
+                // walk_done on a discard, walk_abort when the folio is kept.
+                return unmap_huge_pmd_locked(self, mm, pmd, haddr, folio);
+            }
+            if flags.contains(TtuFlags::SPLIT_HUGE_PMD) {
+                __split_huge_pmd(self, mm, &vma, pmd, haddr);
+            }
         }
         let mut i = 0;
         let mut first = true;

@@ -992,6 +992,40 @@ mod tests {
         assert!(k.memmap.folio_test(folio, PageFlags::SWAPBACKED));
     }
 
+    /// Two lazyfree PMD THPs, the first written again since MADV_FREE, paged out
+    /// (free_write_pageout_pmd). Split (6.18, 7.3): both pmds are split, the written
+    /// folio stays mapped by ptes, the clean one's ptes are discarded in one batch.
+    /// Discard (7.0, 7.2: unmap_huge_pmd_locked): no split; the written folio is
+    /// marked swap-backed and stays pmd-mapped, the clean one goes with its pmd's one
+    /// flush (a TLBI and a DSB ISH, none deferred) and no pte rmap.
+    #[test]
+    fn lazyfree_pmd_discard_frees_a_clean_thp_at_its_pmd_and_keeps_a_written_one_whole() {
+        for discard in [false, true] {
+            let (mut k, mm) = boot(MachineConfig::default(), &[]);
+            k.lazyfree_pmd_discard = discard;
+            written(&mut k, mm, 4 << 20, VmFlags::HUGEPAGE);
+            k.do_madvise(mm, BASE, BASE + (4 << 20), Madv::Free).unwrap();
+            user_access(&mut k, mm, 0, BASE, true).unwrap();
+            let (ev, kc) = (k.arch.hw.ev.clone(), k.arch.kc.clone());
+            k.do_madvise(mm, BASE, BASE + (4 << 20), Madv::PageOut).unwrap();
+            assert_clean(&k);
+            let d = |e| k.arch.hw.ev.get(e) - ev.get(e);
+            let got = (
+                k.stat.event(VmEvent::ThpSplitPmd),
+                k.arch.kc.get(KernelEvent::FolioRemoveRmapPtes) - kc.get(KernelEvent::FolioRemoveRmapPtes),
+                d(Event::TlbiTotal),
+                d(Event::DsbIsh),
+            );
+            let want = if discard { (0, 0, 1, 1) } else { (2, 1, 4, 6) };
+            assert_eq!(got, want, "discard {discard}");
+            assert_eq!(k.stat.event(VmEvent::PgLazyFreed), 512);
+            assert_eq!(k.page_kind(mm, BASE + (2 << 20)), None);
+            let folio = k.memmap.folio_of(k.page_table_pfn(mm, BASE).unwrap());
+            assert!(k.memmap.folio_test(folio, PageFlags::SWAPBACKED));
+            assert_eq!(k.memmap.large(folio).entire_mapcount, i32::from(discard));
+        }
+    }
+
     /// Seed 001's counts: 4 MiB of lazyfree memory, two reclaim_pages batches (one per
     /// pmd). Deferred: one TLBI per page issued without waiting, a DSB ISH each time 31
     /// folios are to be freed and at the batch's end (17 per pmd of order-0 folios, 2 of

@@ -400,6 +400,15 @@ pub const CHANGES: &[Change] = &[
     },
     Change {
         scope: Scope::Run,
+        key: "lazyfree-pmd",
+        before: "split",
+        after: "discard",
+        release: Release(7, 0),
+        commit: "(mainline id not found)",
+        what: "try_to_unmap_one discards a lazyfree PMD-mapped THP at its pmd (the folio_test_lazyfree branch under `if (!pvmw.pte)`, unmap_huge_pmd_locked: one pmd clear and flush, no thp_split_pmd; a folio written since MADV_FREE is marked swap-backed and kept pmd-mapped) instead of splitting the pmd and discarding its ptes; in 7.2.13's source, on the 7.0 and 7.2 guests (free_pageout_pmd: 2 faults, the read mapping the huge zero page); 6.12.117's source has unmap_huge_pmd_locked with no caller; 7.1 not read",
+    },
+    Change {
+        scope: Scope::Run,
         key: "shmem-split-stat",
         before: "uncounted",
         after: "counted",
@@ -424,6 +433,15 @@ pub const CHANGES: &[Change] = &[
         release: Release(7, 2),
         commit: "(mainline id not found)",
         what: "khugepaged collapses anon ranges to mTHP orders too (Nico Pache, \"mm/khugepaged: introduce mTHP collapse support\" and its series, v18 2026-05; collapse_scan_pmd's present-pte bitmap, mthp_collapse, collapse_max_ptes_none per order, per-order collapse stats); in 7.2.13's and 7.3.4's source; the 7.0 guest's khugepaged stops under a 64K-only setting (no mTHP collapse yet), the 7.2 guest's collapses 64K blocks as 7.3's (workloads/khugepaged/mthp_64k.wl); 7.1 not read",
+    },
+    Change {
+        scope: Scope::Run,
+        key: "lazyfree-pmd",
+        before: "discard",
+        after: "split",
+        release: Release(7, 3),
+        commit: "(mainline id not found)",
+        what: "the pmd discard of a lazyfree THP removed again: try_to_unmap_one splits the pmd (\"mm/rmap: don't discard lazyfree THPs at PMD level\", in stable 7.3.2 by Debian's 7.3.3-1 changelog; absent from 7.3.4's source, which keeps unmap_huge_pmd_locked uncalled; the 7.3 guest and the 6.18 host split)",
     },
     Change {
         scope: Scope::Run,
@@ -457,12 +475,6 @@ pub struct Unmodeled {
 
 /// The changes of 6.18 to 7.3 in arm64 mm read in the source and not modeled.
 pub const NOT_MODELED: &[Unmodeled] = &[
-    Unmodeled {
-        what: "try_to_unmap_one discards a lazyfree PMD-mapped THP whole (unmap_huge_pmd_locked: no pmd split; a folio written since MADV_FREE is marked swap-backed and kept) instead of splitting the pmd and discarding its ptes; gone again in 7.3",
-        since: "7.0 (to 7.2)",
-        commit: "ids not found: the folio_test_lazyfree branch under `if (!pvmw.pte)` in 7.2.13's mm/rmap.c, absent from 6.12.117's and 7.3.4's; the 7.0 and 7.2 guests discard (free_pageout_pmd: 2 faults and no thp_split_pmd, the read mapping the huge zero page), the 6.18 host and the 6.12 and 7.3 guests split",
-        why: "the model splits the pmd as 6.18 and 7.3 do: `free_pageout_pmd` and `free_write_pageout_pmd` FAIL on the 7.0 and 7.2 guests until it is keyed (the discard's flush and counters not yet written)",
-    },
     Unmodeled {
         what: "swap_map and the zeromap merged into the swap table (the swap count and the zero flag in each slot's table entry; swap table phases III and IV)",
         since: "7.2",
@@ -659,12 +671,28 @@ mod tests {
     #[test]
     fn the_unmodeled_changes_say_why() {
         let t = table();
-        for what in ["swap_map", "lazyfree PMD-mapped THP whole"] {
+        for what in ["swap_map"] {
             let line = t
                 .lines()
                 .find(|l| l.contains(what))
                 .unwrap_or_else(|| panic!("{what}: {t}"));
             assert!(line.contains("): not modeled: "), "{line}");
+        }
+    }
+
+    #[test]
+    fn only_7_0_to_7_2_discard_a_lazyfree_thp_at_its_pmd() {
+        for (k, want) in [
+            (Release(6, 12), "split"),
+            (Release(6, 18), "split"),
+            (Release(7, 0), "discard"),
+            (Release(7, 1), "discard"),
+            (Release(7, 2), "discard"),
+            (Release(7, 3), "split"),
+        ] {
+            let p = preset(k, Scope::Run);
+            let got: Vec<_> = p.iter().filter_map(|s| s.strip_prefix("lazyfree-pmd=")).collect();
+            assert_eq!(got, [want], "{k}");
         }
     }
 

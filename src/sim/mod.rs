@@ -176,6 +176,7 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.mremap_batch = v.mremap_batch();
     k.huge_zero_wp_split = v.huge_zero_wp_split();
     k.lazyfree_unmap_per_pte = v.lazyfree_unmap_per_pte();
+    k.lazyfree_pmd_discard = v.lazyfree_pmd_discard();
     k.collapse_copy_per_pte = v.collapse_copy_per_pte();
     k.mlock_walk_per_pte = v.mlock_walk_per_pte();
     k.collapse_ro_refuse = v.collapse_ro_refuse();

@@ -106,6 +106,12 @@ pub const KEYS: &[Key] = &[
         about: "try_to_unmap_one discards a lazyfree large folio's ptes in one batch with one range TLBI (batched, 6.15+: 354dffd29575, 2f4ab3ac10e1) or pte by pte, each unfolding its contpte block and removing its rmap, which queues the folio for deferred split (per-pte, 6.12)",
     },
     Key {
+        name: "lazyfree-pmd",
+        default: "split",
+        values: "split|discard",
+        about: "try_to_unmap_one splits a lazyfree THP's pmd and discards its ptes (split: 6.12.117, 6.18, 7.3.4) or discards the THP at the pmd, unmap_huge_pmd_locked: one pmd clear and flush, no thp_split_pmd, and a folio written since MADV_FREE marked swap-backed and kept pmd-mapped (discard: Debian's 7.0 and 7.2; removed by \"mm/rmap: don't discard lazyfree THPs at PMD level\", stable 7.3.2)",
+    },
+    Key {
         name: "collapse-copy",
         default: "batched",
         values: "batched|per-pte",
@@ -453,6 +459,7 @@ impl Variants {
             "mremap-batch" => matches!(val, "batched" | "per-pte" | "lookup-all"),
             "huge-zero-wp" => matches!(val, "thp" | "split"),
             "lazyfree-unmap" | "collapse-copy" | "mlock-walk" => matches!(val, "batched" | "per-pte"),
+            "lazyfree-pmd" => matches!(val, "split" | "discard"),
             "collapse-ro" => matches!(val, "allow" | "refuse"),
             "split-list" => matches!(val, "in-order" | "reversed"),
             "swap-alloc" => matches!(val, "nonfull-first" | "free-first"),
@@ -611,6 +618,11 @@ impl Variants {
     /// 354dffd29575 (6.15).
     pub fn lazyfree_unmap_per_pte(&self) -> bool {
         self.get("lazyfree-unmap") == "per-pte"
+    }
+    /// try_to_unmap_one discards a lazyfree THP at its pmd (unmap_huge_pmd_locked), as
+    /// Debian's 7.0 and 7.2 do.
+    pub fn lazyfree_pmd_discard(&self) -> bool {
+        self.get("lazyfree-pmd") == "discard"
     }
     /// __collapse_huge_page_copy_succeeded clears the old ptes one by one, as before
     /// 4ea3594a4741 (6.17).
