@@ -1076,8 +1076,13 @@ fn run_batch_on(
         .arg("-initrd")
         .arg(&initrd)
         // nokaslr: the kallsyms addresses hold; norandmaps: the runner's own
-        // mappings sit at the same addresses on every boot.
-        .args(["-append", "console=ttyAMA0 rdinit=/init quiet nokaslr norandmaps"])
+        // mappings sit at the same addresses on every boot. damon_stat.enabled=N:
+        // DAMON_STAT (Debian's 7.2 and 7.3 start it at boot) has kdamond sample
+        // random physical pages, each under a folio reference and the anon_vma's
+        // read lock; an exit contending for that lock wakes the SCHED_FIFO runner
+        // with kdamond's reference still held, so the next reuse check copies
+        // (fork_pmd_thp on 7.2, decided by the boot's random numbers).
+        .args(["-append", "console=ttyAMA0 rdinit=/init quiet nokaslr norandmaps damon_stat.enabled=N"])
         .arg("-plugin")
         .arg(format!(
             "file={},syms={},out={}{}",
