@@ -1082,7 +1082,10 @@ fn run_batch_on(
         // read lock; an exit contending for that lock wakes the SCHED_FIFO runner
         // with kdamond's reference still held, so the next reuse check copies
         // (fork_pmd_thp on 7.2, decided by the boot's random numbers).
-        .args(["-append", "console=ttyAMA0 rdinit=/init quiet nokaslr norandmaps damon_stat.enabled=N"])
+        .args([
+            "-append",
+            "console=ttyAMA0 rdinit=/init quiet nokaslr norandmaps damon_stat.enabled=N",
+        ])
         .arg("-plugin")
         .arg(format!(
             "file={},syms={},out={}{}",
