@@ -241,21 +241,33 @@ fn memfd_secret_mmap(addr: u64, size: u64) -> std::io::Result<()> {
         let r = check(libc::ftruncate(fd, size as libc::off_t)).and_then(|()| {
             let prot = libc::PROT_READ | libc::PROT_WRITE;
             let flags = libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE;
-            let p = libc::mmap(addr as *mut _, size as usize, prot, flags, fd, 0);
-            if p == libc::MAP_FAILED {
-                return Err(std::io::Error::last_os_error());
-            }
-            if p as u64 != addr {
-                libc::munmap(p, size as usize);
-                return Err(std::io::Error::other(format!(
-                    "kernel placed it at {p:?}, not {addr:#x}"
-                )));
-            }
-            Ok(())
+            mmap_at(addr, size, prot, flags, fd)
         });
         libc::close(fd);
         r
     }
+}
+
+/// mmap(2) at exactly `addr` (MAP_FIXED_NOREPLACE in `flags`), undone if the kernel
+/// put it anywhere else.
+///
+/// # Safety
+/// `addr..addr + size` must be the workload's own placement slot, holding nothing of
+/// this program.
+unsafe fn mmap_at(addr: u64, size: u64, prot: libc::c_int, flags: libc::c_int, fd: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: the caller vouches for the range; MAP_FIXED_NOREPLACE refuses to replace.
+    let p = unsafe { libc::mmap(addr as *mut _, size as usize, prot, flags, fd, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    if p as u64 != addr {
+        // SAFETY: p..p+size is the mapping just made.
+        unsafe { libc::munmap(p, size as usize) };
+        return Err(std::io::Error::other(format!(
+            "kernel placed it at {p:?}, not {addr:#x}"
+        )));
+    }
+    Ok(())
 }
 
 fn check(rc: libc::c_int) -> std::io::Result<()> {
@@ -321,16 +333,8 @@ fn exec(op: &Op, region: impl Fn(&str) -> (u64, u64), mut chunk_done: impl FnMut
                 if populate {
                     flags |= libc::MAP_POPULATE;
                 }
-                let p = libc::mmap(addr as *mut _, size as usize, prot, flags, -1, 0);
-                if p == libc::MAP_FAILED {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if p as u64 != addr {
-                    libc::munmap(p, size as usize);
-                    return Err(std::io::Error::other(format!(
-                        "kernel placed it at {p:?}, not {addr:#x}"
-                    )));
-                }
+                mmap_at(addr, size, prot, flags, -1)?;
+                let p = addr as *mut libc::c_void;
                 match (hugepage, nohugepage) {
                     (true, _) => check(libc::madvise(p, size as usize, libc::MADV_HUGEPAGE)),
                     (_, true) => check(libc::madvise(p, size as usize, libc::MADV_NOHUGEPAGE)),
