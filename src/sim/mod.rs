@@ -769,12 +769,15 @@ impl Sim<'_> {
                 let mut b = RunBuilder::default();
                 let mut i = 0;
                 while i < size / ps {
-                    if let Some(end) = self.k.hole_end(mm, addr + i * ps) {
-                        i = (end - addr).div_ceil(ps);
-                        continue;
-                    }
-                    if let Some(kind) = self.k.page_kind(mm, addr + i * ps) {
-                        b.push(i, kind);
+                    // A mapped page walks once; only an unmapped one asks for its hole.
+                    match self.k.page_kind(mm, addr + i * ps) {
+                        Some(kind) => b.push(i, kind),
+                        None => {
+                            if let Some(end) = self.k.hole_end(mm, addr + i * ps) {
+                                i = (end - addr).div_ceil(ps);
+                                continue;
+                            }
+                        }
                     }
                     i += 1;
                 }
