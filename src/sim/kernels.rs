@@ -546,21 +546,21 @@ pub fn table() -> String {
         let _ = write!(s, "  {:<val_w$}", k.to_string());
     }
     let _ = writeln!(s, "  {:<5}  {:<commit_w$}  change", "since", "commit");
-    // A cell from the row's release on is the preset's value, which a later row of
-    // the same key may have changed again.
+    // Every cell is the preset's value, so a key that changed twice shows on both its
+    // rows what each release really has (not the row's own before/after outside its span).
     let presets: Vec<[Vec<String>; 2]> = KERNELS
         .iter()
         .map(|&k| [preset(k, Scope::Run), preset(k, Scope::Boot)])
         .collect();
     for (c, r) in CHANGES.iter().zip(&rows) {
         let _ = write!(s, "{:<key_w$}", r[0]);
-        for (&k, p) in KERNELS.iter().zip(&presets) {
+        for p in &presets {
             let set = &p[usize::from(c.scope == Scope::Boot)];
-            let now = set
+            let value = set
                 .iter()
                 .find_map(|s| s.strip_prefix(c.key)?.strip_prefix('='))
-                .unwrap_or(c.after);
-            let _ = write!(s, "  {:<val_w$}", if k >= c.release { now } else { c.before });
+                .expect("a preset sets every key of its scope");
+            let _ = write!(s, "  {value:<val_w$}");
         }
         let _ = writeln!(s, "  {:<5}  {:<commit_w$}  {}", r[1], r[2], r[3]);
     }
@@ -599,6 +599,27 @@ mod tests {
             crate::sim::Variants::from_sets(&preset(k, Scope::Run)).unwrap();
             let mut spec = crate::cmd::boot::Spec::new(crate::hw::Granule::K4, 1 << 30);
             spec.set_all(&preset(k, Scope::Boot)).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_key_changed_twice_shows_each_releases_own_value_on_both_rows() {
+        let t = table();
+        let rows: Vec<Vec<&str>> = t
+            .lines()
+            .filter(|l| l.starts_with("lazyfree-pmd "))
+            .map(|l| l.split_whitespace().skip(1).take(KERNELS.len()).collect())
+            .collect();
+        assert_eq!(rows.len(), 2, "{t}");
+        for row in &rows {
+            for (&k, cell) in KERNELS.iter().zip(row) {
+                let want = if k >= Release(7, 0) && k < Release(7, 3) {
+                    "discard"
+                } else {
+                    "split"
+                };
+                assert_eq!(*cell, want, "lazyfree-pmd under {k}: {row:?}");
+            }
         }
     }
 
