@@ -249,6 +249,12 @@ pub enum Rule {
     OthersMajflt {
         extra: i64,
     },
+    /// The same for every fault: the host's global pgfault exceeds the workload's own
+    /// (its processes' `minflt` and `majflt`, judged exactly, and the runner's) by
+    /// `extra` more than the model's does: other processes faulted in an op's window.
+    OthersFaults {
+        extra: i64,
+    },
     /// Other processes held `held` folios of the size this counter follows when the
     /// run began; splitting, partially unmapping or freeing one moves it at any time.
     OthersHold {
@@ -382,6 +388,10 @@ impl std::fmt::Display for Rule {
             } => write!(
                 f,
                 "informational: other processes allocated {moved} {size_kb}kB folios in {window_ms:.0} ms idle under the workload's settings: their faults, splits and frees move it"
+            ),
+            Rule::OthersFaults { extra } => write!(
+                f,
+                "informational: {extra:+} beyond the workload's own faults (proc.*.minflt, proc.*.majflt) and the model's outside them: other processes'"
             ),
             Rule::OthersMajflt { extra } => write!(
                 f,
@@ -603,8 +613,12 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
     let keys: std::collections::BTreeSet<&String> = model.counters.keys().chain(host.counters.keys()).collect();
     let is_majflt = |k: &str| k.starts_with("proc.") && k.ends_with(".majflt");
     let majflt_measured = host.counters.keys().any(|k| is_majflt(k));
-    let own_majflt =
-        |c: &crate::report::Counters| -> i64 { c.iter().filter(|(k, _)| is_majflt(k)).map(|(_, n)| n).sum() };
+    let own = |c: &crate::report::Counters, minor: bool| -> i64 {
+        c.iter()
+            .filter(|(k, _)| is_majflt(k) || (minor && k.starts_with("proc.") && k.ends_with(".minflt")))
+            .map(|(_, n)| n)
+            .sum()
+    };
     for key in keys {
         if is_majflt(key) && !majflt_measured {
             c.not_compared.insert(
@@ -643,15 +657,12 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
             "vmstat.pgfault" => h - host.counters.get(crate::native::RUNNER_KEY).copied().unwrap_or(0),
             _ => h,
         };
+        // A global fault count beyond the workload's own, which are judged exactly by
+        // process, by more than the model's own surplus is only another process's.
+        let beyond = |minor: bool| (h - own(&host.counters, minor)) - (m - own(&model.counters, minor));
         let rule = match key.as_str() {
-            "vmstat.pgmajfault" if majflt_measured => {
-                let extra = (h - own_majflt(&host.counters)) - (m - own_majflt(&model.counters));
-                if extra > 0 {
-                    Rule::OthersMajflt { extra }
-                } else {
-                    rule(key, host)
-                }
-            }
+            "vmstat.pgmajfault" if majflt_measured && beyond(false) > 0 => Rule::OthersMajflt { extra: beyond(false) },
+            "vmstat.pgfault" if majflt_measured && beyond(true) > 0 => Rule::OthersFaults { extra: beyond(true) },
             _ => rule(key, host),
         };
         c.rows.push(Row {
@@ -1113,6 +1124,43 @@ mod tests {
         let (g, p, not) = judge(&swap, &[("vmstat.pgmajfault", 16)]);
         assert_eq!((g, p), (Some((Rule::Exact, true)), None));
         assert!(not["proc.main.majflt"].starts_with("host: not measured"));
+    }
+
+    /// mthp_64k_skew4k_alone.wl failed with pgfault +126 and an idle window that saw
+    /// none, every process of the workload's faults exact: the surplus is others'. A
+    /// count short of the workload's own still fails.
+    #[test]
+    fn faults_beyond_the_workloads_own_are_another_processes() {
+        let judge = |m: &[(&str, i64)], h: &[(&str, i64)]| {
+            let mut h = report("host", h, &[]);
+            h.background = Some(crate::report::Background {
+                op_ms: 3.0,
+                window_ms: 201.0,
+                ..Default::default()
+            });
+            let c = compare(&report("model", m, &[]), &h);
+            c.rows
+                .iter()
+                .find(|r| r.counter == "vmstat.pgfault")
+                .map(|r| (r.rule.clone(), r.ok))
+        };
+        let model = [("vmstat.pgfault", 79), ("proc.main.minflt", 79)];
+        let host = |pgfault| {
+            [
+                ("vmstat.pgfault", pgfault),
+                ("proc.main.minflt", 79),
+                ("proc.main.majflt", 0),
+            ]
+        };
+        assert_eq!(
+            judge(&model, &host(205)),
+            Some((Rule::OthersFaults { extra: 126 }, true))
+        );
+        assert_eq!(judge(&model, &host(79)), Some((Rule::Exact, true)));
+        assert_eq!(judge(&model, &host(78)), Some((Rule::Exact, false)));
+        // Without per-process major faults (a guest's report) the count is judged as is.
+        let guest = [("vmstat.pgfault", 205), ("proc.main.minflt", 79)];
+        assert_eq!(judge(&model, &guest), Some((Rule::Exact, false)));
     }
 
     /// A global counter is exact when the host's idle window saw it still, and only
