@@ -47,6 +47,10 @@ fn reproduce_is_deterministic() {
         if v == "disagrees" || v == "not-modeled" {
             assert!(r["reason"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
         }
+        // A seed no real kernel measures says why (002: a build's time on the seed's
+        // machine); one `validate --seeds` measures points to it or shows its run.
+        let real = r["real_kernel"]["source"].as_str().unwrap();
+        assert_eq!(r["seed"] == "002", real.starts_with("none: "), "{r}");
         // An absent value is never a disagreement.
         if r["model_value"].is_null() {
             assert_eq!(v, "not-modeled", "{r}");

@@ -66,6 +66,28 @@ pub struct RealKernel {
 /// A cell no stored real-kernel measurement has.
 pub const NOT_MEASURED: &str = "not measured: run `foliolab validate --seeds`";
 
+/// Why a seed's tables have no real-kernel cell at all: `validate --seeds` measures
+/// seeds 001, 003 and 004 on kernels built with and without their change, and for the
+/// rest checks only the counts of their workloads on the guests.
+fn no_real_kernel(seed: &str) -> Option<&'static str> {
+    match seed {
+        "000" => Some(
+            "none: the table is the seed's microbenchmark time on its machines, which a kernel under QEMU does not \
+             give; `foliolab validate --seeds` checks the counts of its workloads (seed000-*.wl) on the 6.1 and 6.12 \
+             guests against the model",
+        ),
+        "002" => Some(
+            "none: the table is a kernel build's time on the seed's machine; `foliolab validate --seeds` checks the \
+             counts of its fault workloads (seed002-*.wl) on the 6.1 and 6.12 guests against the model",
+        ),
+        "upstream" => Some(
+            "none: each row's figures are its mail's, on hardware; the suite on the 7.x guests (`foliolab validate \
+             --target qemu-arm64-7.3 tests/validation/*.wl`) counts these changes' events against the model",
+        ),
+        _ => None,
+    }
+}
+
 impl Default for RealKernel {
     fn default() -> Self {
         RealKernel {
@@ -688,6 +710,11 @@ pub fn reproduce(seeds: &[String], software: &Profile, kernel: Release) -> Resul
     }
     for notes in r.notes.values_mut() {
         *notes = fold_machine_notes(std::mem::take(notes));
+    }
+    for row in &mut r.rows {
+        if let Some(why) = no_real_kernel(&row.seed) {
+            row.real_kernel.source = why.into();
+        }
     }
     r.summary = Summary::of(&r.rows);
     r.elapsed_s = start.elapsed().as_secs_f64();
