@@ -294,6 +294,17 @@ impl Watch {
         self.check()
     }
 
+    /// Counts `n` units of work at once: one check when they reach `EVERY`, where `n`
+    /// ticks would make it at one of them.
+    #[inline(always)]
+    pub fn tick_n(&mut self, n: u64) -> Result<(), String> {
+        self.n = self.n.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+        if self.n < Self::EVERY {
+            return Ok(());
+        }
+        self.check()
+    }
+
     /// Every `EVERY`th tick: the resident set against the limit.
     #[cold]
     #[inline(never)]
@@ -405,6 +416,14 @@ mod tests {
         );
         let mut w = Watch::new(mem_available());
         assert!((0..Watch::EVERY).all(|_| w.tick().is_ok()));
+        let mut w = Watch {
+            limit: Some(1 << 20),
+            n: 0,
+            statm: std::fs::File::open("/proc/self/statm").ok(),
+        };
+        assert!(w.tick_n(u64::from(Watch::EVERY) - 1).is_ok(), "short of EVERY: no read");
+        assert!(w.tick_n(1).is_err(), "reaching it reads");
+        assert!(w.tick_n(u64::MAX).is_err(), "a run past it reads once");
     }
 
     #[test]

@@ -221,6 +221,17 @@ impl PhysMem {
         self.desc_gen += 1;
         self.words[w] = d.0;
     }
+    /// Write `nr` level-3 entries from `index`, the `i`th `word(i)`: what `nr` calls of
+    /// `write_leaf` leave, in one pass over the table.
+    #[inline]
+    pub fn write_leaf_run(&mut self, id: TableId, index: usize, nr: usize, word: impl Fn(usize) -> u64) {
+        debug_assert!(index + nr <= 1 << self.table_bits);
+        let w = self.word(id, index);
+        self.desc_gen += nr as u64;
+        for (i, slot) in self.words[w..w + nr].iter_mut().enumerate() {
+            *slot = word(i);
+        }
+    }
     /// Changes whenever a descriptor above level 3 may have.
     #[inline]
     pub fn upper_gen(&self) -> u64 {

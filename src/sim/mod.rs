@@ -435,8 +435,8 @@ impl Sim<'_> {
                     a += stride;
                     if a < end {
                         let n = self.access_run(cpu, a, end, *stride, *write);
-                        for _ in 0..n {
-                            self.watch.tick().map_err(|e| self.fail(s.pos, e))?;
+                        if n > 0 {
+                            self.watch.tick_n(n).map_err(|e| self.fail(s.pos, e))?;
                         }
                         a += n * stride;
                     }
@@ -708,8 +708,22 @@ impl Sim<'_> {
             return 0;
         };
         if write {
-            for i in 0..n {
-                page_written(&mut self.k, e.translate(addr + i * stride));
+            let shift = self.k.arch.granule().page_shift();
+            if stride.is_multiple_of(1 << shift) {
+                // The run lies in one entry's span, so its pages are every `step`th
+                // from the first's: marked in one pass over their struct pages.
+                let step = stride >> shift;
+                let first = crate::hw::Pfn(e.translate(addr) >> shift);
+                let pages = self.k.memmap.pages_mut(first, (n - 1) * step + 1);
+                for p in pages.iter_mut().step_by(step as usize) {
+                    if !p.nonzero {
+                        p.nonzero = true;
+                    }
+                }
+            } else {
+                for i in 0..n {
+                    page_written(&mut self.k, e.translate(addr + i * stride));
+                }
             }
         }
         n

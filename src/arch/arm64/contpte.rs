@@ -13,7 +13,7 @@
 use super::contpte_insns::{Call, MEASURED_CONT_PTES};
 use super::pgtable::{Arch, ArchMm, PgProt, Pte, PtePtr, PtepGetVariant};
 use super::tlbflush;
-use crate::hw::{Event, Pfn};
+use crate::hw::{Desc, Event, Pfn};
 use crate::kcount::KernelEvent;
 
 /// contpte_align_down: the first pte of the block holding `ptep`.
@@ -226,7 +226,8 @@ pub fn contpte_ptep_get(arch: &mut Arch, ptep: PtePtr, orig: Pte) -> Pte {
     let mem = &arch.hw.mem;
     let at = Some((start, mem.desc_gen()));
     let out = arch.ptep_get_insn_memo.call(arch.ptep_get_cc, variant, orig, at, || {
-        std::array::from_fn(|i| Pte(mem.read(start.table, start.index + i)))
+        let block = &mem.table(start.table)[start.index..start.index + MEASURED_CONT_PTES];
+        std::array::from_fn(|i| Pte(Desc(block[i])))
     });
     arch.hw.ev.add(Event::PteRead, u64::from(out.reads));
     arch.hw.ev.add(Event::ContptePtepGetReads, u64::from(out.reads));

@@ -31,7 +31,7 @@
 
 use super::contpte::scan;
 use super::pgtable::{Pte, PtePtr, PtepGetVariant};
-use crate::hw::descriptor::Desc;
+use crate::hw::descriptor::{Attr, Desc};
 use std::sync::OnceLock;
 
 /// The compiler whose code of the variants the counts are of (`contpte-insns`).
@@ -225,8 +225,32 @@ fn pte_bits(p: Pte) -> u64 {
     p.pte_dirty() as u64 | (p.pte_young() as u64) << 1 | (measured_dirty(p).is_none() as u64) << 2
 }
 
-/// The block's part of a call's key (`state_key`).
+/// The descriptor bits `pte_bits` reads: PTE_DIRTY, PTE_WRITE, PTE_RDONLY, PTE_AF.
+const TESTED: u64 = Attr::SW_DIRTY.bits() | Attr::DBM.bits() | Attr::RDONLY.bits() | Attr::AF.bits();
+
+/// A one in each pte's 3-bit field of the key: a field's value times this, in all.
+const EVERY_FIELD: u64 = {
+    let mut k = 0;
+    let mut i = 0;
+    while i < MEASURED_CONT_PTES {
+        k |= 1 << (6 + 3 * i);
+        i += 1;
+    }
+    k
+};
+
+/// The block's part of a call's key (`state_key`). A run's blocks mostly hold ptes
+/// alike in every bit a call tests; such a block's part is its first pte's, repeated.
 fn block_bits(block: &[Pte; MEASURED_CONT_PTES]) -> u64 {
+    let first = block[0].0 .0;
+    if block.iter().fold(0, |d, p| d | (p.0 .0 ^ first)) & TESTED == 0 {
+        return pte_bits(block[0]) * EVERY_FIELD;
+    }
+    block_bits_each(block)
+}
+
+/// The block's part of the key, pte by pte.
+fn block_bits_each(block: &[Pte; MEASURED_CONT_PTES]) -> u64 {
     block
         .iter()
         .enumerate()
@@ -250,9 +274,9 @@ const MEMO_SLOTS: usize = 64;
 #[derive(Debug)]
 pub struct Memo {
     slots: Box<[(u64, Outcome); MEMO_SLOTS]>,
-    /// The last block read: where and at which descriptor generation, its ptes and its
-    /// part of the key (the calls of one walk step read one block many times).
-    last: Option<(Option<(PtePtr, u64)>, [Pte; MEASURED_CONT_PTES], u64)>,
+    /// The last block read: where and at which descriptor generation, and its part of
+    /// the key (the calls of one walk step read one block many times).
+    last: Option<(Option<(PtePtr, u64)>, u64)>,
 }
 
 impl Default for Memo {
@@ -270,7 +294,7 @@ impl Memo {
     /// block `read` returns, scanned (by `contpte::scan`, the model's loop) the first
     /// time its state is seen in its slot. `at` is where the block is and the
     /// descriptor generation (`PhysMem::desc_gen`): the block is read again only when
-    /// either differs from the last call's (None: always).
+    /// either differs from the last call's (None: always), or to scan it.
     #[inline]
     pub fn call(
         &mut self,
@@ -278,19 +302,22 @@ impl Memo {
         v: PtepGetVariant,
         orig: Pte,
         at: Option<(PtePtr, u64)>,
-        read: impl FnOnce() -> [Pte; MEASURED_CONT_PTES],
+        read: impl Fn() -> [Pte; MEASURED_CONT_PTES],
     ) -> Outcome {
-        let hit = at.is_some() && self.last.as_ref().is_some_and(|l| l.0 == at);
-        if !hit {
-            let block = read();
-            self.last = Some((at, block, block_bits(&block)));
-        }
-        let (_, block, bits) = self.last.as_ref().expect("read above");
-        let key = state_key(cc, v, orig, *bits);
+        let bits = match self.last {
+            Some((l, bits)) if at.is_some() && l == at => bits,
+            _ => {
+                let bits = block_bits(&read());
+                self.last = Some((at, bits));
+                bits
+            }
+        };
+        let key = state_key(cc, v, orig, bits);
         let slot = &mut self.slots[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize];
         if slot.0 == key {
             return slot.1;
         }
+        let block = read();
         let mut reads = 0;
         let (_, call) = scan(v, MEASURED_CONT_PTES, orig, |i| {
             reads += 1;
@@ -309,7 +336,10 @@ impl Memo {
 
 /// One compiler's measured instructions per call.
 pub struct InsnTable {
-    variants: [Index; 4],
+    cc: Compiler,
+    /// Each variant's index, built the first time a call of it is counted: a run uses
+    /// one variant, and building mod1's trace index scans every sweep block.
+    variants: [OnceLock<Index>; 4],
 }
 
 /// The sweep's block: pte 0 old and clean as measured (`pte_old_clean`), the young
@@ -339,41 +369,49 @@ fn cell(v: &serde_json::Value, y: usize, d: usize) -> u32 {
 }
 
 impl InsnTable {
-    fn parse(cc: Compiler) -> InsnTable {
+    /// Variant `v`'s (named `name`) index, from `cc`'s table.
+    fn index(cc: Compiler, v: PtepGetVariant, name: &str) -> Index {
         let j: serde_json::Value = serde_json::from_str(cc.json()).expect("seed 004 table");
         let old_clean = u64::from_str_radix(j["pte_old_clean"].as_str().unwrap().trim_start_matches("0x"), 16)
             .expect("pte_old_clean");
         let sweep = &j["sweep"];
-        let variants = VARIANTS.map(|(v, name)| {
-            let only = &sweep["only"][name];
-            if v != PtepGetVariant::Mod1 && *only == sweep["from"][name] {
-                return Index::First(Box::new(std::array::from_fn(|y| {
-                    std::array::from_fn(|d| cell(only, y, d))
-                })));
-            }
-            let mut t = Vec::new();
-            for (layout, from) in [("only", false), ("from", true)] {
-                for y in 0..=MEASURED_CONT_PTES {
-                    for d in 0..=MEASURED_CONT_PTES {
-                        let block = sweep_block(from, y, d, old_clean);
-                        t.push((sweep_call(v, &block).key(), cell(&sweep[layout][name], y, d)));
-                    }
+        let only = &sweep["only"][name];
+        if v != PtepGetVariant::Mod1 && *only == sweep["from"][name] {
+            return Index::First(Box::new(std::array::from_fn(|y| {
+                std::array::from_fn(|d| cell(only, y, d))
+            })));
+        }
+        let mut t = Vec::new();
+        for (layout, from) in [("only", false), ("from", true)] {
+            for y in 0..=MEASURED_CONT_PTES {
+                for d in 0..=MEASURED_CONT_PTES {
+                    let block = sweep_block(from, y, d, old_clean);
+                    t.push((sweep_call(v, &block).key(), cell(&sweep[layout][name], y, d)));
                 }
             }
-            t.sort_unstable();
-            t.dedup();
-            Index::Trace(t)
-        });
-        InsnTable { variants }
+        }
+        t.sort_unstable();
+        t.dedup();
+        Index::Trace(t)
+    }
+
+    /// Variant `v`'s index, built once.
+    fn variant(&self, v: PtepGetVariant) -> &Index {
+        let (v, name) = VARIANTS[slot(v)];
+        self.variants[slot(v)].get_or_init(|| InsnTable::index(self.cc, v, name))
     }
 
     /// `cc`'s table, parsed once.
     pub fn get(cc: Compiler) -> &'static InsnTable {
         static GCC: OnceLock<InsnTable> = OnceLock::new();
         static CLANG: OnceLock<InsnTable> = OnceLock::new();
+        let table = || InsnTable {
+            cc,
+            variants: Default::default(),
+        };
         match cc {
-            Compiler::Gcc => GCC.get_or_init(|| InsnTable::parse(cc)),
-            Compiler::Clang => CLANG.get_or_init(|| InsnTable::parse(cc)),
+            Compiler::Gcc => GCC.get_or_init(table),
+            Compiler::Clang => CLANG.get_or_init(table),
         }
     }
 
@@ -383,7 +421,7 @@ impl InsnTable {
         if !call.ok {
             return None;
         }
-        match &self.variants[slot(v)] {
+        match self.variant(v) {
             Index::First(t) => Some(t[call.young as usize][call.dirty as usize]),
             Index::Trace(t) => {
                 let key = call.key();
@@ -406,12 +444,10 @@ mod tests {
     #[test]
     fn gccs_table_indexes_by_first_positions_all_but_mod1_and_clangs_traces_full_scan_too() {
         let by_first = |cc| {
-            InsnTable::get(cc)
-                .variants
+            VARIANTS
                 .iter()
-                .zip(VARIANTS)
-                .filter(|(i, _)| matches!(i, Index::First(_)))
-                .map(|(_, (_, n))| n)
+                .filter(|(v, _)| matches!(InsnTable::get(cc).variant(*v), Index::First(_)))
+                .map(|(_, n)| *n)
                 .collect::<Vec<_>>()
         };
         assert_eq!(by_first(Compiler::Gcc), ["full-scan", "mod2", "early-exit"]);
@@ -421,8 +457,8 @@ mod tests {
     #[test]
     fn equal_traces_have_equal_measured_counts() {
         for cc in COMPILERS {
-            for idx in &InsnTable::get(cc).variants {
-                if let Index::Trace(t) = idx {
+            for (v, _) in VARIANTS {
+                if let Index::Trace(t) = InsnTable::get(cc).variant(v) {
                     for w in t.windows(2) {
                         assert_ne!(w[0].0, w[1].0, "{cc:?}: one trace, two counts: {:?}", w);
                     }
@@ -469,6 +505,23 @@ mod tests {
     /// A memoized call is the scan: the same orig_pte out, reads and count, over
     /// blocks and orig_ptes of every encoding the model can hold (measured or not),
     /// drawn from few kinds so that states repeat and hit the memo across calls.
+    #[test]
+    fn a_block_of_alike_ptes_has_the_key_part_each_pte_gives() {
+        const BASE: u64 = 0x78000080000bc3;
+        for extra in [0, 1 << 10, 1 << 55, 1 << 51, 1 << 7, 1 << 12, 1 << 52] {
+            for flip in [BASE, BASE & !(1 << 7), BASE & !(1 << 51)] {
+                let mut block = [Pte(Desc(flip | extra)); MEASURED_CONT_PTES];
+                // Consecutive pfns differ in bits no call tests.
+                for (i, p) in block.iter_mut().enumerate() {
+                    p.0 .0 += (i as u64) << 12;
+                }
+                assert_eq!(block_bits(&block), block_bits_each(&block), "{:#x}", flip | extra);
+                block[9] = Pte(Desc(block[9].0 .0 ^ 1 << 10));
+                assert_eq!(block_bits(&block), block_bits_each(&block), "one pte unlike the rest");
+            }
+        }
+    }
+
     #[test]
     fn a_memoized_call_gives_what_the_scan_gives() {
         const BASE: u64 = 0x78000080000bc3;

@@ -461,7 +461,8 @@ impl Arch {
     #[inline]
     pub fn ptes_none_prefix(&mut self, ptep: PtePtr, nr: usize) -> usize {
         let ptes = &self.hw.mem.table(ptep.table)[ptep.index..ptep.index + nr];
-        let none = ptes.iter().take_while(|&&w| Pte(Desc(w)).pte_none()).count();
+        // pte_none is an all-zero descriptor.
+        let none = ptes.iter().position(|&w| w != 0).unwrap_or(nr);
         self.hw.ev.add(Event::PteRead, none as u64);
         none
     }
@@ -479,6 +480,15 @@ impl Arch {
     #[inline]
     pub fn __set_ptes(&mut self, addr: u64, ptep: PtePtr, pte: Pte, nr: usize) {
         let g = self.granule();
+        if nr > 1 && !self.hw.checks {
+            // Nothing to check between the stores: written and counted as `nr` calls
+            // of __set_pte would, in one pass.
+            self.hw.ev.add(Event::PteWrite, nr as u64);
+            self.hw
+                .mem
+                .write_leaf_run(ptep.table, ptep.index, nr, |i| pte.pte_advance_pfn(i as u64, g).0 .0);
+            return;
+        }
         let ps = g.page_size();
         for i in 0..nr {
             self.__set_pte(addr + i as u64 * ps, ptep.add(i), pte.pte_advance_pfn(i as u64, g));
@@ -621,13 +631,34 @@ impl Arch {
     }
 
     /// clear_full_ptes: clear `nr` ptes of one folio without gathering their state.
+    #[inline]
     pub fn clear_full_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, full: bool) {
         self.contpte_try_unfold_range(mm, addr, ptep, nr, KernelEvent::ContpteClearFullPtes);
         let _ = full;
+        if nr == 1 {
+            self.__ptep_get_and_clear(addr, ptep);
+            return;
+        }
+        if !self.hw.checks {
+            self.clear_ptes_unchecked(ptep, nr);
+            return;
+        }
         let ps = self.granule().page_size();
         for i in 0..nr {
             self.__ptep_get_and_clear(addr + i as u64 * ps, ptep.add(i));
         }
+    }
+
+    /// `nr` ptes read and cleared, counted as `nr` calls of __ptep_get_and_clear would,
+    /// in one pass (with nothing to check between them). Out of line: the order-0
+    /// zap, one pte at a time, keeps its loop inlined.
+    #[inline(never)]
+    fn clear_ptes_unchecked(&mut self, ptep: PtePtr, nr: usize) {
+        self.hw.ev.add(Event::PteRead, nr as u64);
+        self.hw.ev.add(Event::PteWrite, nr as u64);
+        self.hw
+            .mem
+            .write_leaf_run(ptep.table, ptep.index, nr, |_| Pte::NONE.0 .0);
     }
 
     /// get_and_clear_full_ptes: clear `nr` ptes, returning the first with the young and
