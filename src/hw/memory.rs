@@ -224,7 +224,7 @@ impl PhysMem {
     /// Write `nr` level-3 entries from `index`, the `i`th `word(i)`: what `nr` calls of
     /// `write_leaf` leave, in one pass over the table.
     #[inline]
-    pub fn write_leaf_run(&mut self, id: TableId, index: usize, nr: usize, word: impl Fn(usize) -> u64) {
+    pub fn write_leaf_run(&mut self, id: TableId, index: usize, nr: usize, mut word: impl FnMut(usize) -> u64) {
         debug_assert!(index + nr <= 1 << self.table_bits);
         let w = self.word(id, index);
         self.desc_gen += nr as u64;

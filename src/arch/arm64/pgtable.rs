@@ -461,8 +461,13 @@ impl Arch {
     #[inline]
     pub fn ptes_none_prefix(&mut self, ptep: PtePtr, nr: usize) -> usize {
         let ptes = &self.hw.mem.table(ptep.table)[ptep.index..ptep.index + nr];
-        // pte_none is an all-zero descriptor.
-        let none = ptes.iter().position(|&w| w != 0).unwrap_or(nr);
+        // pte_none is an all-zero descriptor; a new folio's range is all none, which
+        // one OR over the range tells.
+        let none = if ptes.iter().fold(0, |a, &w| a | w) == 0 {
+            nr
+        } else {
+            ptes.iter().position(|&w| w != 0).unwrap_or(nr)
+        };
         self.hw.ev.add(Event::PteRead, none as u64);
         none
     }
@@ -484,9 +489,13 @@ impl Arch {
             // Nothing to check between the stores: written and counted as `nr` calls
             // of __set_pte would, in one pass.
             self.hw.ev.add(Event::PteWrite, nr as u64);
-            self.hw
-                .mem
-                .write_leaf_run(ptep.table, ptep.index, nr, |i| pte.pte_advance_pfn(i as u64, g).0 .0);
+            let (mut next, step) = (pte.raw(), 1 << g.page_shift());
+            self.hw.mem.write_leaf_run(ptep.table, ptep.index, nr, |_| {
+                // pte_advance_pfn by one page each.
+                let w = next;
+                next += step;
+                w
+            });
             return;
         }
         let ps = g.page_size();
