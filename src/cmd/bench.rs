@@ -47,8 +47,8 @@ const CASES: [Case; 2] = [
         target: 0.05,
         mthp_64k: false,
         unenforced: Some(
-            "printed, not enforced: the model sits near the line (CPU ratio 0.065-0.09: model 0.033-0.035 s against the \
-             host's 0.40 s idle to 0.53 s at load 10), so the bench's own spread would decide",
+            "printed, not enforced: the model sits near the line (CPU ratio 0.078 at load 1: model 0.032-0.033 s against \
+             the host's 0.41-0.42 s; 0.09-0.095 against its fastest on record, 0.357 s), so the bench's own spread would decide",
         ),
     },
     Case {
@@ -57,8 +57,8 @@ const CASES: [Case; 2] = [
         target: 0.03,
         mthp_64k: true,
         unenforced: Some(
-            "printed, not enforced: the model sits on the line (CPU ratio 0.057-0.066 against the host's fastest, \
-             measured at load 0.8-19), so the bench's own spread would decide",
+            "printed, not enforced: the model sits on the line (CPU ratio 0.050-0.072 in four benches of one binary at \
+             load 1, host 0.164-0.189 s), so the bench's own spread would decide",
         ),
     },
 ];
