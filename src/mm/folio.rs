@@ -170,8 +170,8 @@ impl MemMap {
             // read only on list members, tails and heads, all written before.
             pages: unsafe { HugeBuf::zeroed(nr_pages as usize, true) },
             // SAFETY: all-zero bytes are LruFlags::empty(), every page's state until
-            // its folio is added to an LRU list; a byte per page is sparse, so 4K host
-            // pages back it, only where folios are added.
+            // its folio is added to an LRU list. 4K host pages back it, a section's
+            // worth (64 KiB) at once when the section comes online.
             lru: unsafe { HugeBuf::zeroed(nr_pages as usize, false) },
             online: vec![false; n],
             large: Vec::new(),
@@ -184,11 +184,20 @@ impl MemMap {
     /// Bring the sections covering [start, end) online (done before pages there are used).
     /// Their struct pages and LRU flags are left the zeros they were created as (see
     /// `new`), so the host backs a page of them only when the model first uses it
-    /// instead of the model writing a whole section at once.
+    /// instead of the model writing a whole section at once. A new section's LRU flags
+    /// are backed in one call (`HugeBuf::populate`) rather than by a host fault per
+    /// 4 KiB as folios are added: a 1 GiB touch took 130 host faults there.
     pub fn online(&mut self, start: Pfn, end: Pfn) {
         let first = (start.0 >> SECTION_SHIFT) as usize;
         let last = ((end.0 - 1) >> SECTION_SHIFT) as usize;
-        self.online[first..=last].fill(true);
+        for s in first..=last {
+            if !self.online[s] {
+                self.online[s] = true;
+                let from = s << SECTION_SHIFT;
+                self.lru
+                    .populate(from..(from + SECTION_PAGES).min(self.nr_pages as usize));
+            }
+        }
     }
     #[inline]
     fn is_online(&self, pfn: Pfn) -> bool {

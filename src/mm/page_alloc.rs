@@ -87,7 +87,10 @@ impl Buddy {
         }
     }
 
-    /// Move the next largest aligned block of untouched RAM onto the free lists.
+    /// Move the next largest aligned block of untouched RAM onto the free lists. Out of
+    /// line: once per block, it stays out of the allocation's fast path.
+    #[cold]
+    #[inline(never)]
     fn grow(&mut self, mm: &mut MemMap) -> bool {
         let pfn = self.untouched;
         if pfn >= self.end {
