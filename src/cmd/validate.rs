@@ -423,8 +423,6 @@ pub fn rule(key: &str, host: &Report) -> Rule {
         if let Some(&held) = b.held.get(&format!("mthp.{size_kb}kB.nr_anon")) {
             return Rule::OthersHold { size_kb, held };
         }
-    }
-    if let (Some(b), Some(size_kb)) = (&host.background, folio_life_size(key, host)) {
         if let Some(&moved) = b
             .counters
             .get(&format!("mthp.{size_kb}kB.anon_fault_alloc"))
@@ -659,11 +657,17 @@ pub fn compare(model: &Report, host: &Report) -> Comparison {
         };
         // A global fault count beyond the workload's own, which are judged exactly by
         // process, by more than the model's own surplus is only another process's.
-        let beyond = |minor: bool| (h - own(&host.counters, minor)) - (m - own(&model.counters, minor));
-        let rule = match key.as_str() {
-            "vmstat.pgmajfault" if majflt_measured && beyond(false) > 0 => Rule::OthersMajflt { extra: beyond(false) },
-            "vmstat.pgfault" if majflt_measured && beyond(true) > 0 => Rule::OthersFaults { extra: beyond(true) },
-            _ => rule(key, host),
+        let minor = key == "vmstat.pgfault";
+        let extra = match key.as_str() {
+            "vmstat.pgmajfault" | "vmstat.pgfault" if majflt_measured => {
+                (h - own(&host.counters, minor)) - (m - own(&model.counters, minor))
+            }
+            _ => 0,
+        };
+        let rule = match (extra > 0, minor) {
+            (false, _) => rule(key, host),
+            (true, false) => Rule::OthersMajflt { extra },
+            (true, true) => Rule::OthersFaults { extra },
         };
         c.rows.push(Row {
             counter: key.clone(),

@@ -715,8 +715,7 @@ impl Kernel {
         let shift = g.page_shift();
         let nr_pages = (FAULT_AROUND_BYTES >> shift).max(1);
         // secretmem_vm_ops has no map_pages: no fault-around.
-        let secret = vma.file.is_some_and(|ino| self.shmem.inode(ino).secret);
-        if nr_pages > 1 && !secret {
+        if nr_pages > 1 && !self.vma_is_secretmem(vma) {
             let pte_off = g.index(addr, 3) as u64;
             let pgoff = vma.linear_page_index(addr, shift);
             let vma_off = pgoff - vma.pgoff;
@@ -745,15 +744,14 @@ impl Kernel {
         let g = self.arch.granule();
         let ps = g.page_size();
         let index = vma.linear_page_index(addr, g.page_shift());
-        let fault = match vma.file {
-            Some(ino) if self.shmem.inode(ino).secret => {
-                // vmf_can_call_fault: no map_pages, so the fault taken under the
-                // per-VMA lock ends in VM_FAULT_RETRY and arm64's do_page_fault runs
-                // handle_mm_fault again under mmap_lock (one minflt all the same).
-                self.arch.kc.inc(KernelEvent::HandleMmFault);
-                self.secretmem_fault(vma, index)
-            }
-            _ => self.shmem_fault(vma, addr, index),
+        let fault = if self.vma_is_secretmem(vma) {
+            // vmf_can_call_fault: no map_pages, so the fault taken under the per-VMA
+            // lock ends in VM_FAULT_RETRY and arm64's do_page_fault runs
+            // handle_mm_fault again under mmap_lock (one minflt all the same).
+            self.arch.kc.inc(KernelEvent::HandleMmFault);
+            self.secretmem_fault(vma, index)
+        } else {
+            self.shmem_fault(vma, addr, index)
         };
         let (folio, page, ret) = match fault {
             Ok(r) => r,

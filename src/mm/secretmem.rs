@@ -14,6 +14,11 @@ use super::Kernel;
 use crate::hw::Pfn;
 
 impl Kernel {
+    /// vma_is_secretmem: a mapping of a memfd_secret file.
+    pub fn vma_is_secretmem(&self, vma: &Vma) -> bool {
+        vma.file.is_some_and(|ino| self.shmem.inode(ino).secret)
+    }
+
     /// memfd_secret, ftruncate to `len` and mmap(MAP_SHARED | MAP_FIXED_NOREPLACE) of
     /// the file (secretmem_mmap_prepare: VM_DONTDUMP, secretmem_vm_ops).
     pub fn secretmem_mmap(&mut self, mm: MmId, addr: u64, len: u64) -> Result<(), VmaError> {

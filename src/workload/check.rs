@@ -59,6 +59,18 @@ struct Region {
 }
 
 impl Region {
+    /// Why `op` on this region is refused: a secret region takes no op but touch,
+    /// munmap and exit, a shared one only those shmem has (`shmem_has_it`).
+    fn not_modeled(&self, op: &Op, region: &str, shmem_has_it: bool) -> Option<String> {
+        if self.secret {
+            Some(secret_not_modeled(op, region))
+        } else if self.shared && !shmem_has_it {
+            Some(shared_not_modeled(op, region))
+        } else {
+            None
+        }
+    }
+
     /// Sets `r` to `prot`, or unmaps it.
     fn set(&mut self, r: Range, prot: Option<Prot>) {
         let (s, e) = (r.off, r.off + r.len);
@@ -398,11 +410,8 @@ impl Checker<'_> {
                         ..
                     }
                 );
-                if reg.secret {
-                    return Err(self.err(at.name, secret_not_modeled(&stmt.op, region)));
-                }
-                if reg.shared && !modeled {
-                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                if let Some(why) = reg.not_modeled(&stmt.op, region, modeled) {
+                    return Err(self.err(at.name, why));
                 }
                 if let Some((bad, _)) = reg.first_bad(r, |_| true) {
                     return Err(self.err(
@@ -425,11 +434,8 @@ impl Checker<'_> {
             }
             Op::Mlock { region, range: None } | Op::Munlock { region, range: None } => {
                 let reg = self.region(proc, name, region, None, at)?.0;
-                if reg.secret {
-                    return Err(self.err(at.name, secret_not_modeled(&stmt.op, region)));
-                }
-                if reg.shared {
-                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                if let Some(why) = reg.not_modeled(&stmt.op, region, false) {
+                    return Err(self.err(at.name, why));
                 }
                 if matches!(stmt.op, Op::Mlock { .. }) {
                     reg.vma_split = Some(("mlock", stmt.pos.line));
@@ -437,11 +443,8 @@ impl Checker<'_> {
             }
             Op::Mremap { region, size, moves } => {
                 let reg = self.region(proc, name, region, None, at)?.0;
-                if reg.secret {
-                    return Err(self.err(at.name, secret_not_modeled(&stmt.op, region)));
-                }
-                if reg.shared {
-                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                if let Some(why) = reg.not_modeled(&stmt.op, region, false) {
+                    return Err(self.err(at.name, why));
                 }
                 let whole = |m: &[(u64, u64, Prot)]| match m {
                     [(0, end, p)] if *end == reg.size => Some(*p),
@@ -488,11 +491,12 @@ impl Checker<'_> {
             }
             // move_pages(2) gives pages with nothing mapped a status, not an error.
             Op::Migrate { region, range, .. } => {
-                if self.region(proc, name, region, *range, at)?.0.secret {
-                    return Err(self.err(at.name, secret_not_modeled(&stmt.op, region)));
-                }
-                if self.region(proc, name, region, *range, at)?.0.shared {
-                    return Err(self.err(at.name, shared_not_modeled(&stmt.op, region)));
+                if let Some(why) = self
+                    .region(proc, name, region, *range, at)?
+                    .0
+                    .not_modeled(&stmt.op, region, false)
+                {
+                    return Err(self.err(at.name, why));
                 }
             }
             Op::Munmap { region, range } => {
