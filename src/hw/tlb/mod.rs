@@ -435,11 +435,18 @@ impl Tlb {
             self.l2_pending.push(i as u32);
         }
         if self.l2.is_empty() {
-            self.l2 = vec![TlbEntry::EMPTY; self.l2_tag.len()];
+            self.alloc_l2();
         }
         self.l2[i] = e;
         self.l2_stamp[i] = slot.stamp;
         evicted
+    }
+
+    /// The L2 entry array, at the first entry that reaches L2.
+    #[cold]
+    #[inline(never)]
+    fn alloc_l2(&mut self) {
+        self.l2 = vec![TlbEntry::EMPTY; self.l2_tag.len()];
     }
 
     fn take_l2(&mut self, i: usize) -> Slot {
