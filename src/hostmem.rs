@@ -23,6 +23,8 @@ pub struct HugeBuf<T: Copy> {
     len: usize,
     /// Bytes mapped at `ptr` (a whole number of host pages).
     bytes: usize,
+    /// Elements [0, populated) were backed by `populate_to`.
+    populated: usize,
 }
 
 // SAFETY: HugeBuf owns its elements exclusively, like Box<[T]>.
@@ -77,6 +79,7 @@ impl<T: Copy> HugeBuf<T> {
             ptr: NonNull::new(start as *mut T).expect("mmap returned null"),
             len,
             bytes,
+            populated: 0,
         }
     }
 }
@@ -110,6 +113,26 @@ impl<T: Copy> HugeBuf<T> {
                 }
             }
         }
+    }
+}
+
+impl<T: Copy> HugeBuf<T> {
+    /// For an array used from its start up, as slots are handed out: have the host
+    /// back elements [0, `need`) now, `chunk` bytes beyond what was backed at a time
+    /// (`populate`), so a run that uses n chunks makes n calls instead of a host fault
+    /// per 4K page.
+    pub fn populate_to(&mut self, need: usize, chunk: usize) {
+        if need <= self.populated {
+            return;
+        }
+        let per = (chunk / std::mem::size_of::<T>()).max(1);
+        let to = need.next_multiple_of(per).min(self.len);
+        self.populate(self.populated..to);
+        self.populated = to;
+    }
+    /// Elements `populate_to` has backed (for memory reports).
+    pub fn populated(&self) -> usize {
+        self.populated
     }
 }
 
@@ -366,6 +389,21 @@ mod tests {
         b.populate((1 << 20) - 1..(1 << 20) + 1000);
         b.populate(5..5);
         assert_eq!(b[(1 << 20) - 1], 0);
+    }
+
+    #[test]
+    fn populating_to_a_need_backs_whole_chunks_beyond_it_once() {
+        // SAFETY: all-zero bytes are a valid u64.
+        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(10_000, false) };
+        b.populate_to(1, 4096);
+        assert_eq!(b.populated(), 512, "the first chunk of 4 KiB");
+        b[511] = 9;
+        b.populate_to(512, 4096);
+        assert_eq!(b.populated(), 512, "within what was backed: nothing");
+        b.populate_to(513, 4096);
+        assert_eq!((b.populated(), b[511]), (1024, 9), "the next chunk, contents kept");
+        b.populate_to(9_999, 4096);
+        assert_eq!(b.populated(), 10_000, "the last chunk ends at the array's end");
     }
 
     #[test]

@@ -62,8 +62,6 @@ pub struct PhysMem {
     /// Descriptor words of every table slot, slot after slot: room for `max_slots`
     /// slots, the first `frame_pfn.len()` of them ever used.
     words: HugeBuf<u64>,
-    /// Words [0, populated) have host pages behind them.
-    populated: usize,
     max_slots: usize,
     /// log2 of the descriptors in one table.
     table_bits: u32,
@@ -95,7 +93,6 @@ impl PhysMem {
             // reservation is address space; the host backs a page of it, zeroed, when
             // a table there is first used. Tables are mostly sparse, so 4K host pages.
             words: unsafe { HugeBuf::zeroed(max_slots << table_bits, false) },
-            populated: 0,
             max_slots,
             table_bits,
             frame_pfn: Vec::new(),
@@ -152,14 +149,7 @@ impl PhysMem {
     /// the first set_pte) would map the host's zero page, and the first descriptor
     /// write would fault a second time.
     fn populate_slots(&mut self, slots: usize) {
-        let need = slots << self.table_bits;
-        if need <= self.populated {
-            return;
-        }
-        let chunk = POPULATE_BYTES / 8;
-        let to = need.next_multiple_of(chunk).min(self.words.len());
-        self.words.populate(self.populated..to);
-        self.populated = to;
+        self.words.populate_to(slots << self.table_bits, POPULATE_BYTES);
     }
 
     /// Drop the table storage of `pfn` (the frame no longer holds a table).
@@ -272,7 +262,7 @@ impl PhysMem {
     /// Host bytes held by table storage (for memory reports).
     pub fn host_bytes(&self) -> usize {
         // The map's buckets are an eighth more than its capacity, 17 bytes each.
-        self.populated * 8 + self.slots.capacity() * 17 * 8 / 7
+        self.words.populated() * 8 + self.slots.capacity() * 17 * 8 / 7
     }
 }
 

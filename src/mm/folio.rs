@@ -154,9 +154,20 @@ pub struct MemMap {
     pages: HugeBuf<Page>,
     lru: HugeBuf<LruFlags>,
     online: Vec<bool>,
-    large: Vec<LargeFolio>,
-    large_free: Vec<u32>,
+    /// One slot per large folio that can exist (order >= 1: half the frames), handed
+    /// out from the front, so no growing array is moved (and its new pages faulted in
+    /// by the host) as folios come; `large_used` slots have been handed out.
+    large: HugeBuf<LargeFolio>,
+    large_used: usize,
+    /// Slots of freed folios, most recent first, chained through their `mm_id[0]`
+    /// (NIL ends it), so freeing 16,384 folios grows no list either.
+    large_free: u32,
+    large_live: usize,
 }
+
+/// Large-folio slots the host is asked to back at once: 2,340 slots, a 64K run of
+/// 1 GiB (16,384 folios) makes 7 calls instead of 112 host faults.
+const LARGE_POPULATE_BYTES: usize = 64 << 10;
 
 impl MemMap {
     pub fn new(nr_pages: u64) -> MemMap {
@@ -174,8 +185,12 @@ impl MemMap {
             // worth (64 KiB) at once when the section comes online.
             lru: unsafe { HugeBuf::zeroed(nr_pages as usize, false) },
             online: vec![false; n],
-            large: Vec::new(),
-            large_free: Vec::new(),
+            // SAFETY: every field of LargeFolio is an integer. A slot is written whole
+            // (`LargeFolio::default()`) when it is handed out.
+            large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1), false) },
+            large_used: 0,
+            large_free: NIL,
+            large_live: 0,
         }
     }
     pub fn nr_pages(&self) -> u64 {
@@ -313,12 +328,15 @@ impl MemMap {
     pub fn release_large(&mut self, folio: Pfn) {
         let p = self.page(folio);
         if p.flags.contains(PageFlags::HEAD) {
-            self.large_free.push(p.head);
+            let slot = p.head;
+            self.large[slot as usize].mm_id[0] = self.large_free;
+            self.large_free = slot;
+            self.large_live -= 1;
         }
     }
     /// Large folios alive (for leak checks).
     pub fn nr_large(&self) -> usize {
-        self.large.len() - self.large_free.len()
+        self.large_live
     }
     #[inline]
     pub fn folio_ref_count(&self, folio: Pfn) -> i32 {
@@ -327,6 +345,24 @@ impl MemMap {
     #[inline]
     pub fn folio_ref_add(&mut self, folio: Pfn, n: i32) {
         self.page_mut(folio).refcount += n;
+    }
+
+    /// A large folio's counts slot, reset: the most recently freed, else the next never
+    /// used. Out of line, so order 0's `prep_new_folio` stays as short as it was.
+    #[inline(never)]
+    fn new_large_slot(&mut self) -> u32 {
+        let slot = if self.large_free != NIL {
+            let slot = self.large_free;
+            self.large_free = self.large[slot as usize].mm_id[0];
+            slot
+        } else {
+            self.large_used += 1;
+            self.large.populate_to(self.large_used, LARGE_POPULATE_BYTES);
+            self.large_used as u32 - 1
+        };
+        self.large_live += 1;
+        self.large[slot as usize] = LargeFolio::default();
+        slot
     }
 
     /// prep_compound_page / post_alloc_hook: turn a freshly allocated block into a
@@ -341,16 +377,7 @@ impl MemMap {
             head.flags = PageFlags::INUSE;
         }
         if order > 0 {
-            let slot = match self.large_free.pop() {
-                Some(slot) => {
-                    self.large[slot as usize] = LargeFolio::default();
-                    slot
-                }
-                None => {
-                    self.large.push(LargeFolio::default());
-                    (self.large.len() - 1) as u32
-                }
-            };
+            let slot = self.new_large_slot();
             let head = self.page_mut(pfn);
             head.flags |= PageFlags::HEAD;
             head.order = order as u8;

@@ -364,29 +364,60 @@ fn sweep_call(v: PtepGetVariant, block: &[Pte; MEASURED_CONT_PTES]) -> Call {
     scan(v, MEASURED_CONT_PTES, block[0], |i| block[i]).1
 }
 
-fn cell(v: &serde_json::Value, y: usize, d: usize) -> u32 {
-    v[y][d].as_u64().expect("a measured count") as u32
+/// The parts of a seed 004 table a count is looked up in, read straight into arrays
+/// (the rest of the file, its provenance and scenarios, is skipped unparsed).
+#[derive(serde::Deserialize)]
+struct Table {
+    pte_old_clean: String,
+    sweep: Sweep,
+}
+
+/// The sweep's two layouts, young and dirty from a position ("from") or only there.
+#[derive(serde::Deserialize)]
+struct Sweep {
+    only: Grids,
+    from: Grids,
+}
+
+/// `[first young][first dirty]` instructions (16: none), per variant.
+type Grid = [[u32; MEASURED_CONT_PTES + 1]; MEASURED_CONT_PTES + 1];
+
+#[derive(serde::Deserialize)]
+struct Grids {
+    #[serde(rename = "full-scan")]
+    full_scan: Grid,
+    mod1: Grid,
+    mod2: Grid,
+    #[serde(rename = "early-exit")]
+    early_exit: Grid,
+}
+
+impl Grids {
+    fn of(&self, v: PtepGetVariant) -> &Grid {
+        match v {
+            PtepGetVariant::FullScan => &self.full_scan,
+            PtepGetVariant::Mod1 => &self.mod1,
+            PtepGetVariant::Mod2 => &self.mod2,
+            PtepGetVariant::EarlyExit => &self.early_exit,
+        }
+    }
 }
 
 impl InsnTable {
-    /// Variant `v`'s (named `name`) index, from `cc`'s table.
-    fn index(cc: Compiler, v: PtepGetVariant, name: &str) -> Index {
-        let j: serde_json::Value = serde_json::from_str(cc.json()).expect("seed 004 table");
-        let old_clean = u64::from_str_radix(j["pte_old_clean"].as_str().unwrap().trim_start_matches("0x"), 16)
-            .expect("pte_old_clean");
-        let sweep = &j["sweep"];
-        let only = &sweep["only"][name];
-        if v != PtepGetVariant::Mod1 && *only == sweep["from"][name] {
-            return Index::First(Box::new(std::array::from_fn(|y| {
-                std::array::from_fn(|d| cell(only, y, d))
-            })));
+    /// Variant `v`'s index, from `cc`'s table.
+    fn index(cc: Compiler, v: PtepGetVariant) -> Index {
+        let j: Table = serde_json::from_str(cc.json()).expect("seed 004 table");
+        let old_clean = u64::from_str_radix(j.pte_old_clean.trim_start_matches("0x"), 16).expect("pte_old_clean");
+        let only = j.sweep.only.of(v);
+        if v != PtepGetVariant::Mod1 && only == j.sweep.from.of(v) {
+            return Index::First(Box::new(*only));
         }
         let mut t = Vec::new();
-        for (layout, from) in [("only", false), ("from", true)] {
+        for (grid, from) in [(only, false), (j.sweep.from.of(v), true)] {
             for y in 0..=MEASURED_CONT_PTES {
                 for d in 0..=MEASURED_CONT_PTES {
                     let block = sweep_block(from, y, d, old_clean);
-                    t.push((sweep_call(v, &block).key(), cell(&sweep[layout][name], y, d)));
+                    t.push((sweep_call(v, &block).key(), grid[y][d]));
                 }
             }
         }
@@ -397,8 +428,7 @@ impl InsnTable {
 
     /// Variant `v`'s index, built once.
     fn variant(&self, v: PtepGetVariant) -> &Index {
-        let (v, name) = VARIANTS[slot(v)];
-        self.variants[slot(v)].get_or_init(|| InsnTable::index(self.cc, v, name))
+        self.variants[slot(v)].get_or_init(|| InsnTable::index(self.cc, v))
     }
 
     /// `cc`'s table, parsed once.

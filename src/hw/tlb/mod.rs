@@ -246,7 +246,9 @@ pub struct Tlb {
     /// Per span shift, its index in `spans` (NO_CLASS where the granule has no such leaf).
     class_of: [u8; 64],
     l1: L1,
-    /// Per L2 slot, its entry (meaningful while the slot's tag is non-zero).
+    /// Per L2 slot, its entry (meaningful while the slot's tag is non-zero); empty
+    /// until the first entry reaches L2, so the CPUs a run never schedules on do not
+    /// have the host clear 40 KiB each (their tags and stamps are zero-allocated).
     l2: Vec<TlbEntry>,
     /// Per L2 slot, `l2_tag_of` its entry (0 when empty): a lookup scans a set's tags,
     /// one cache line, and reads an entry only on a tag match.
@@ -277,7 +279,7 @@ impl Tlb {
             l2_classes: ClassCounts::default(),
             class_of,
             l1: L1::new(cfg.l1_entries, &shifts),
-            l2: vec![TlbEntry::EMPTY; cfg.l2_sets * cfg.l2_ways],
+            l2: Vec::new(),
             l2_tag: vec![0; cfg.l2_sets * cfg.l2_ways],
             l2_stamp: vec![0; cfg.l2_sets * cfg.l2_ways],
             l2_pending: Vec::new(),
@@ -432,9 +434,19 @@ impl Tlb {
         if e.pending {
             self.l2_pending.push(i as u32);
         }
+        if self.l2.is_empty() {
+            self.alloc_l2();
+        }
         self.l2[i] = e;
         self.l2_stamp[i] = slot.stamp;
         evicted
+    }
+
+    /// The L2 entry array, at the first entry that reaches L2.
+    #[cold]
+    #[inline(never)]
+    fn alloc_l2(&mut self) {
+        self.l2 = vec![TlbEntry::EMPTY; self.l2_tag.len()];
     }
 
     fn take_l2(&mut self, i: usize) -> Slot {
@@ -488,7 +500,7 @@ impl Tlb {
         idx.clear();
         match *scope {
             TlbiScope::Va { first, last, .. } => idx.extend(self.l2_overlapping(first, last)),
-            TlbiScope::Asid(_) | TlbiScope::All => idx.extend((0..self.l2.len()).filter(|&i| self.l2_tag[i] != 0)),
+            TlbiScope::Asid(_) | TlbiScope::All => idx.extend((0..self.l2_tag.len()).filter(|&i| self.l2_tag[i] != 0)),
         }
         for &i in &idx {
             let e = &mut self.l2[i];
