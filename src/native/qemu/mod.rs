@@ -1084,7 +1084,7 @@ fn run_batch_on(
         Vec::new()
     };
     let start = Instant::now();
-    let (qemu_bin, machine, console_dev) = kernel.qemu();
+    let (qemu_bin, machine, console) = kernel.qemu();
     let mut qemu = Command::new(qemu_bin)
         .args(machine)
         .args(["-smp", "1", "-m", &format!("{}M", ram >> 20)])
@@ -1123,7 +1123,7 @@ fn run_batch_on(
         // (fork_pmd_thp on 7.2, decided by the boot's random numbers).
         .arg("-append")
         .arg(format!(
-            "console={console_dev} rdinit=/init quiet nokaslr norandmaps damon_stat.enabled=N"
+            "{console} rdinit=/init quiet nokaslr norandmaps damon_stat.enabled=N"
         ))
         .arg("-plugin")
         .arg(format!(
