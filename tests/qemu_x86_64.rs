@@ -33,11 +33,18 @@ fn qemu_x86_64_guest_agrees_with_the_model_and_counts_its_tlb_work() {
         assert_eq!(g.source, "qemu-x86_64");
         // Judged as the host is: the model's arm64 TLB keys are the model's only.
         assert!(
-            !g.counters.keys().any(|k| k.starts_with("arch.tlbi") || k.starts_with("arch.dsb")),
+            !g.counters
+                .keys()
+                .any(|k| k.starts_with("arch.tlbi") || k.starts_with("arch.dsb")),
             "{}: arm64 keys on x86-64",
             w.path
         );
-        for k in ["arch.x86.invlpg", "arch.x86.invpcid", "arch.x86.cr3_write", "arch.x86.cr4_write"] {
+        for k in [
+            "arch.x86.invlpg",
+            "arch.x86.invpcid",
+            "arch.x86.cr3_write",
+            "arch.x86.cr4_write",
+        ] {
             assert!(g.counters.contains_key(k), "{}: no {k}", w.path);
         }
         // Instructions per function sum to the window's total.

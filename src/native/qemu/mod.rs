@@ -959,6 +959,12 @@ pub fn run_programs(kernel: &GuestKernel, programs: &[Program]) -> Result<Vec<Pr
 /// Boots `kernel` with `ram` bytes of RAM and no workload: what its map_mem did
 /// (the default rodata=full).
 pub fn boot_map_mem(kernel: &GuestKernel, ram: u64) -> Result<MapMem, QemuError> {
+    if kernel.map_mem_bounds().is_none() {
+        return Err(QemuError::Run(format!(
+            "{}: no map_mem to measure (the model's linear map is arm64's)",
+            kernel.source
+        )));
+    }
     run_batch_on(kernel, &[], ram, &[])?
         .map_mem
         .ok_or_else(|| QemuError::Run("the plugin saw no map_mem window at boot".into()))
@@ -1005,6 +1011,11 @@ fn run_batch_on(
     let (source, granule) = (kernel.source.as_str(), kernel.granule);
     if let Some(why) = guest_missing(kernel) {
         return Err(QemuError::NotSetUp(why));
+    }
+    if kernel.arch != Arch::Arm64 && !programs.is_empty() {
+        return Err(QemuError::Run(format!(
+            "{source} runs workloads only: --program takes a static aarch64 program"
+        )));
     }
     for w in workloads {
         if let Some(s) = crate::workload::model_only(&w.stmts).or_else(|| memlimit(&w.stmts)) {
@@ -1521,6 +1532,7 @@ mod tests {
             failed("step 0 (set): No such file or directory"),
             &[],
             KERNEL_FUNCTIONS,
+            Arch::Arm64,
         )
         .unwrap_err();
         assert_eq!(
@@ -1537,6 +1549,7 @@ mod tests {
             failed("step 0 (set): Invalid argument"),
             &[],
             KERNEL_FUNCTIONS,
+            Arch::Arm64,
         )
         .unwrap_err();
         assert_eq!(e, "k.wl:1:1: step 0 (set): Invalid argument");
