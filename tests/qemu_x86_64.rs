@@ -5,17 +5,9 @@
 
 use foliolab::cmd::validate::{compare, table, target_variants};
 use foliolab::native::qemu::{self, Target, INSNS_KEY};
-use foliolab::report::Report;
+use foliolab::report::{Counters, Report};
 use foliolab::sim;
 use foliolab::workload::parse_file;
-
-fn phase(r: &Report, label: &str, key: &str) -> i64 {
-    let p = r.phases.iter().find(|p| p.label == label).expect("the phase");
-    p.counters
-        .get(key)
-        .copied()
-        .unwrap_or_else(|| panic!("{label}: no {key}"))
-}
 
 #[test]
 fn qemu_x86_64_guest_agrees_with_the_model_and_counts_its_tlb_work() {
@@ -63,10 +55,10 @@ fn qemu_x86_64_guest_agrees_with_the_model_and_counts_its_tlb_work() {
     // 64 MiB of 64K folios, a write per page, then munmap: 16,384 pages are past
     // tlb_single_page_flush_ceiling (33), so flush_tlb_mm_range flushes the whole mm
     // once, by a CR3 write (flush_tlb_local), and invalidates no page by INVLPG.
-    let r = &guest[1];
-    assert_eq!(phase(r, "faults", "proc.main.minflt"), 1024);
-    assert_eq!(phase(r, "faults", "arch.x86.cr3_write"), 0);
-    assert_eq!(phase(r, "munmap", "arch.x86.cr3_write"), 1);
-    assert_eq!(phase(r, "munmap", "arch.x86.invlpg"), 0);
-    assert_eq!(phase(r, "munmap", "kernel.folio_remove_rmap_ptes"), 1024);
+    let phase = |label: &str| -> &Counters { &guest[1].phases.iter().find(|p| p.label == label).unwrap().counters };
+    assert_eq!(phase("faults")["proc.main.minflt"], 1024);
+    assert_eq!(phase("faults")["arch.x86.cr3_write"], 0);
+    assert_eq!(phase("munmap")["arch.x86.cr3_write"], 1);
+    assert_eq!(phase("munmap")["arch.x86.invlpg"], 0);
+    assert_eq!(phase("munmap")["kernel.folio_remove_rmap_ptes"], 1024);
 }

@@ -412,6 +412,21 @@ fn counted_profile(name: &str, c: &Counted, what: &str, wall_note: &str) -> crat
     p
 }
 
+/// A line per held-out workload: measured, predicted, error.
+fn held_out_rows(rows: &[HeldOut]) -> String {
+    rows.iter()
+        .map(|h| {
+            format!(
+                "  {:<48} {:>13.3} ms {:>13.3} ms {:>+7.1}%\n",
+                h.workload,
+                h.measured_ns / 1e6,
+                h.predicted_ns / 1e6,
+                h.error * 100.0
+            )
+        })
+        .collect()
+}
+
 fn text(o: &Outcome, what: &str) -> String {
     let mut s = format!(
         "host profile for {what}\nwritten to {}\n\ncosts (ns per count):\n",
@@ -431,15 +446,7 @@ fn text(o: &Outcome, what: &str) -> String {
         );
     }
     s += "\nheld out (never fitted), whole workload:\n";
-    for h in &o.held_out {
-        s += &format!(
-            "  {:<48} {:>13.3} ms {:>13.3} ms {:>+7.1}%\n",
-            h.workload,
-            h.measured_ns / 1e6,
-            h.predicted_ns / 1e6,
-            h.error * 100.0
-        );
-    }
+    s += &held_out_rows(&o.held_out);
     s += &format!(
         "\nheld-out time error over {} workloads: median {:.1}%, worst {:.1}%\n",
         o.held_out.len(),
@@ -459,16 +466,11 @@ fn text(o: &Outcome, what: &str) -> String {
                     .map_or("fitted apart".to_string(), |n| format!("{n:.0} insns"));
                 s += &format!("  {f:<38} {insns:>14} {:>10.2} ns\n", c.costs_ns[*f]);
             }
-            s += &format!("  ns per instruction {:.4}\n\nheld out, counted instructions:\n", c.ns_per_insn);
-            for h in &c.held_out {
-                s += &format!(
-                    "  {:<48} {:>13.3} ms {:>13.3} ms {:>+7.1}%\n",
-                    h.workload,
-                    h.measured_ns / 1e6,
-                    h.predicted_ns / 1e6,
-                    h.error * 100.0
-                );
-            }
+            s += &format!(
+                "  ns per instruction {:.4}\n\nheld out, counted instructions:\n",
+                c.ns_per_insn
+            );
+            s += &held_out_rows(&c.held_out);
             s += &format!(
                 "\nheld-out time error over {} workloads: wall-time fit median {:.1}%, worst {:.1}%; \
                  counted instructions median {:.1}%, worst {:.1}%\n",

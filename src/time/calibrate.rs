@@ -326,7 +326,10 @@ mod tests {
             .collect();
         let (costs, k) = fit_counted(&timed, &fit_insns(&soft_only));
         assert!((k - ns_per_insn).abs() < 1e-6, "{k}");
-        assert!((costs[0] - 225.0).abs() < 1e-3 && (costs[zero] - zero_ns).abs() < 1e-3, "{costs:?}");
+        assert!(
+            (costs[0] - 225.0).abs() < 1e-3 && (costs[zero] - zero_ns).abs() < 1e-3,
+            "{costs:?}"
+        );
     }
 
     #[test]
