@@ -429,8 +429,13 @@ fn held_out_rows(rows: &[HeldOut]) -> String {
 
 fn text(o: &Outcome, what: &str) -> String {
     let mut s = format!(
-        "host profile for {what}\nwritten to {}\n\ncosts (ns per count):\n",
-        o.profile
+        "host profile for {what}\nwritten to {}\n\ncosts (ns per count), the wall-time split{}:\n",
+        o.profile,
+        if o.counted.is_some() {
+            " (the profile's are the counted instructions', below)"
+        } else {
+            " (the profile's)"
+        }
     );
     for (f, means) in FEATURES {
         s += &format!("  {f:<38} {:>10.2}  {means}\n", o.costs_ns[*f]);
@@ -513,4 +518,59 @@ fn host_clock_ghz() -> f64 {
                 .and_then(|(_, v)| v.trim().parse::<f64>().ok())
         })
         .map_or(0.0, |mhz| mhz / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(error: f64) -> HeldOut {
+        HeldOut {
+            workload: "w.wl".into(),
+            measured_ns: 1e6,
+            predicted_ns: 1e6 * (1.0 + error),
+            error,
+        }
+    }
+
+    /// The text states both fits' held-out errors when the guest counted, and why not
+    /// when it did not.
+    #[test]
+    fn the_text_prints_both_fits_held_out_errors() {
+        let zero = || FEATURES.iter().map(|(f, _)| (f.to_string(), 0.0)).collect();
+        let mut o = Outcome {
+            profile: "p.toml".into(),
+            costs_ns: zero(),
+            fit: Vec::new(),
+            held_out: vec![held(0.5)],
+            median_error: 0.5,
+            worst_error: 0.5,
+            counted: Some(Counted {
+                guest: "6.18.15+deb13-cloud-amd64".into(),
+                phases: 3,
+                insns_per_count: [("vmstat.pgfault".to_string(), 2500.0)].into(),
+                ns_per_insn: 0.25,
+                costs_ns: zero(),
+                fit: Vec::new(),
+                held_out: vec![held(-0.25)],
+                median_error: 0.25,
+                worst_error: 0.25,
+            }),
+            counted_not_measured: None,
+        };
+        let t = text(&o, "a CPU");
+        assert!(
+            t.contains("wall-time fit median 50.0%, worst 50.0%; counted instructions median 25.0%, worst 25.0%"),
+            "{t}"
+        );
+        assert!(t.contains("2500 insns") && t.contains("fitted apart"), "{t}");
+        o.counted = None;
+        o.counted_not_measured = Some("qemu-system-x86_64 is not installed".into());
+        let t = text(&o, "a CPU");
+        assert!(
+            t.ends_with("counted instructions: not measured: qemu-system-x86_64 is not installed\n"),
+            "{t}"
+        );
+        assert!(t.contains("the wall-time split (the profile's)"), "{t}");
+    }
 }
