@@ -11,7 +11,11 @@
 #include <stdint.h>
 
 typedef uint64_t qemu_plugin_id_t;
-typedef struct qemu_info_t qemu_info_t;
+/* The leading member of QEMU's qemu_info_t, the only one the plugins read: the
+ * guest architecture ("aarch64", "x86_64"). */
+typedef struct qemu_info_t {
+	const char *target_name;
+} qemu_info_t;
 struct qemu_plugin_tb;
 struct qemu_plugin_insn;
 

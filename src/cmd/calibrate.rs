@@ -8,9 +8,19 @@
 //! Every workload runs three times on the host, and each phase's time is the fastest.
 //! There is no PMD THP calibration workload: a PMD fault's time on the host is mostly
 //! its direct compaction, which depends on the host's fragmentation, not the workload.
+//!
+//! Where `--target qemu-x86_64` is set up (`scripts/setup-qemu --x86_64`), the fitted
+//! workloads also run in one boot of the host's release under QEMU, whose counted
+//! kernel instructions give each software feature's instructions per count; the
+//! profile's costs are then those at one fitted ns per instruction, page zeroing and
+//! copying fitted apart (src/time/calibrate.rs). Both fits' held-out errors are
+//! printed: the wall-time split, and the counted instructions.
 
 use crate::report::Report;
-use crate::time::calibrate::{fit, host_profile, median_and_worst, predict, samples, Sample, FEATURES, MIN_FIT_NS};
+use crate::time::calibrate::{
+    fit, fit_counted, fit_insns, host_profile, insns_samples, median_and_worst, predict, samples, Sample, FEATURES,
+    MEMORY_BOUND, MIN_FIT_NS,
+};
 use crate::workload::{parse_str, Workload};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -69,9 +79,33 @@ struct HeldOut {
     error: f64,
 }
 
+/// The wall-time fit's costs, its fitted phases and its held-out errors; `counted`,
+/// when the x86-64 guest is set up, the costs from counted instructions (the profile's
+/// then) and theirs; else `counted_not_measured` says why not.
 #[derive(Serialize)]
 struct Outcome {
     profile: String,
+    costs_ns: std::collections::BTreeMap<String, f64>,
+    fit: Vec<Fitted>,
+    held_out: Vec<HeldOut>,
+    median_error: f64,
+    worst_error: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counted: Option<Counted>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counted_not_measured: Option<String>,
+}
+
+/// Costs from instructions counted on `qemu-x86_64`.
+#[derive(Serialize)]
+struct Counted {
+    /// The guest kernel's release.
+    guest: String,
+    /// Phases the instruction regression used (the fitted ones the guest ran).
+    phases: usize,
+    /// Kernel instructions per count of each software feature.
+    insns_per_count: std::collections::BTreeMap<String, f64>,
+    ns_per_insn: f64,
     costs_ns: std::collections::BTreeMap<String, f64>,
     fit: Vec<Fitted>,
     held_out: Vec<HeldOut>,
@@ -99,6 +133,69 @@ fn both(w: &Workload) -> Result<(Report, Report), String> {
         }
     }
     Ok((model, host))
+}
+
+/// Each fitted workload's phases on `qemu-x86_64`, each with its software instructions
+/// (`insns_samples`), the model's counts under the guest's variants as the guest
+/// measures them (`as_guest_measures`); or why the guest cannot run. Workloads the
+/// guest cannot run (`memlimit`) have none.
+fn guest_insns(train: &[Workload]) -> Result<(String, Vec<Sample>), String> {
+    use crate::native::qemu::{self, Target};
+    let kernel = Target::QemuX86_64.guest_kernel().ok_or("no x86-64 guest")?;
+    if let Some(why) = qemu::guest_missing(&kernel) {
+        return Err(format!("{why} (scripts/setup-qemu --x86_64)"));
+    }
+    let v = super::validate::target_variants(Target::QemuX86_64, None, &[])?;
+    let (reports, ..) = super::validate::run_guest_batch(&kernel, train, 4096);
+    let mut out = Vec::new();
+    for (w, r) in train.iter().zip(reports) {
+        let Ok(g) = r else { continue };
+        let m = crate::sim::run(w, &v).map_err(|e| e.to_string())?;
+        let m = qemu::as_guest_measures(m, w, &v)?;
+        out.extend(insns_samples(&m, &g));
+    }
+    let release = match &kernel.provenance {
+        qemu::Provenance::Debian(r) => r.clone(),
+        _ => kernel.label(),
+    };
+    Ok((release, out))
+}
+
+/// Each held-out workload's time against `costs`' prediction.
+fn held_out_errors(held: &[(Report, Report)], costs: &[f64]) -> Vec<HeldOut> {
+    held.iter()
+        .filter_map(|(m, h)| {
+            let measured: f64 = h.phases.iter().filter_map(|p| p.time_ns).sum();
+            let predicted: f64 = samples(m, h).iter().map(|s| predict(costs, &s.counts)).sum();
+            (measured > 0.0).then(|| HeldOut {
+                workload: h.workload.clone(),
+                measured_ns: measured,
+                predicted_ns: predicted,
+                error: (predicted - measured) / measured,
+            })
+        })
+        .collect()
+}
+
+/// Each fitted phase's time against `costs`' prediction.
+fn fit_errors(fitted: &[Sample], costs: &[f64]) -> Vec<Fitted> {
+    fitted
+        .iter()
+        .map(|s| {
+            let p = predict(costs, &s.counts);
+            Fitted {
+                workload: s.workload.clone(),
+                phase: s.phase.clone(),
+                measured_ns: s.ns,
+                predicted_ns: p,
+                error: (p - s.ns) / s.ns,
+            }
+        })
+        .collect()
+}
+
+fn by_feature(v: &[f64]) -> std::collections::BTreeMap<String, f64> {
+    FEATURES.iter().zip(v).map(|((f, _), &c)| (f.to_string(), c)).collect()
 }
 
 /// The profile entries of x86's shootdown, measured here; if the host cannot measure
@@ -191,6 +288,8 @@ pub fn main(a: Args) -> super::CmdResult {
             held.push(w);
         }
     }
+    // The guest first: its boot is not timed, the host's runs are.
+    let guest = guest_insns(&train);
     let mut progress = crate::sim::progress::Progress::counting((train.len() + held.len()) as u64, "workloads");
     let mut fitted: Vec<Sample> = Vec::new();
     for w in &train {
@@ -199,38 +298,48 @@ pub fn main(a: Args) -> super::CmdResult {
         progress.op();
     }
     let costs = fit(&fitted);
-    let mut held_out = Vec::new();
+    let mut held_runs = Vec::new();
     for w in &held {
-        let (m, h) = both(w)?;
-        let s = samples(&m, &h);
-        let measured: f64 = h.phases.iter().filter_map(|p| p.time_ns).sum();
-        let predicted: f64 = s.iter().map(|s| predict(&costs, &s.counts)).sum();
-        if measured > 0.0 {
-            held_out.push(HeldOut {
-                workload: w.path.clone(),
-                measured_ns: measured,
-                predicted_ns: predicted,
-                error: (predicted - measured) / measured,
-            });
-        }
+        held_runs.push(both(w)?);
         progress.op();
     }
     drop(progress);
-    let fit_rows: Vec<Fitted> = fitted
-        .iter()
-        .map(|s| {
-            let p = predict(&costs, &s.counts);
-            Fitted {
-                workload: s.workload.clone(),
-                phase: s.phase.clone(),
-                measured_ns: s.ns,
-                predicted_ns: p,
-                error: (p - s.ns) / s.ns,
-            }
-        })
-        .collect();
+    let held_out = held_out_errors(&held_runs, &costs);
+    let fit_rows = fit_errors(&fitted, &costs);
     let (fit_median, fit_worst) = median_and_worst(&fit_rows.iter().map(|f| f.error).collect::<Vec<_>>());
     let (median, worst) = median_and_worst(&held_out.iter().map(|h| h.error).collect::<Vec<_>>());
+    // The instruction regression on the fitted phases the guest ran.
+    let (counted, counted_not_measured) = match guest {
+        Err(why) => (None, Some(why)),
+        Ok((release, insns)) => {
+            let insns: Vec<Sample> = insns
+                .into_iter()
+                .filter(|i| fitted.iter().any(|f| f.workload == i.workload && f.phase == i.phase))
+                .collect();
+            let per_count = fit_insns(&insns);
+            let (costs, ns_per_insn) = fit_counted(&fitted, &per_count);
+            let held_out = held_out_errors(&held_runs, &costs);
+            let (median_error, worst_error) = median_and_worst(&held_out.iter().map(|h| h.error).collect::<Vec<_>>());
+            let insns_per_count = FEATURES
+                .iter()
+                .zip(&per_count)
+                .filter(|((f, _), _)| !MEMORY_BOUND.contains(f))
+                .map(|((f, _), &n)| (f.to_string(), n))
+                .collect();
+            let c = Counted {
+                guest: release,
+                phases: insns.len(),
+                insns_per_count,
+                ns_per_insn,
+                costs_ns: by_feature(&costs),
+                fit: fit_errors(&fitted, &costs),
+                held_out,
+                median_error,
+                worst_error,
+            };
+            (Some(c), None)
+        }
+    };
     let what = host_description();
     let note = format!(
         "weighted NNLS over {} timed phases (of at least {} us) of {} workloads (fit error median {:.1}%, worst {:.1}%); held out {} workloads: median {:.1}%, worst {:.1}%",
@@ -243,7 +352,10 @@ pub fn main(a: Args) -> super::CmdResult {
         median * 100.0,
         worst * 100.0
     );
-    let mut profile = host_profile(&a.name, &costs, &what, host_clock_ghz(), &note);
+    let mut profile = match &counted {
+        None => host_profile(&a.name, &costs, &what, host_clock_ghz(), &note),
+        Some(c) => counted_profile(&a.name, c, &what, &note),
+    };
     let (shootdown, shootdown_line) = shootdown_costs(&what);
     put_costs(&mut profile, shootdown);
     eprintln!("{shootdown_line}");
@@ -257,15 +369,13 @@ pub fn main(a: Args) -> super::CmdResult {
     std::fs::write(&path, toml::to_string(&profile)?).map_err(|e| format!("{}: {e}", path.display()))?;
     let outcome = Outcome {
         profile: path.display().to_string(),
-        costs_ns: FEATURES
-            .iter()
-            .zip(&costs)
-            .map(|((f, _), &c)| (f.to_string(), c))
-            .collect(),
+        costs_ns: by_feature(&costs),
         fit: fit_rows,
         held_out,
         median_error: median,
         worst_error: worst,
+        counted,
+        counted_not_measured,
     };
     if a.json {
         super::emit(&(serde_json::to_string_pretty(&outcome)? + "\n"))?;
@@ -275,10 +385,57 @@ pub fn main(a: Args) -> super::CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The profile of the counted instructions' costs: each software cost's note names its
+/// instructions per count and the ns per instruction, beside the wall-time fit's note.
+fn counted_profile(name: &str, c: &Counted, what: &str, wall_note: &str) -> crate::time::Profile {
+    let costs: Vec<f64> = FEATURES.iter().map(|(f, _)| c.costs_ns[*f]).collect();
+    let note = format!(
+        "kernel instructions per count by a weighted NNLS over {} phases counted on Debian's {} x86-64 under QEMU \
+         (foliolab validate --target qemu-x86_64), at {:.4} ns per instruction, page zeroing and copying \
+         fitted apart, by a weighted NNLS on host time; held out: median {:.1}%, worst {:.1}% (the wall-time \
+         split alone: {wall_note})",
+        c.phases,
+        c.guest,
+        c.ns_per_insn,
+        c.median_error * 100.0,
+        c.worst_error * 100.0
+    );
+    let mut p = host_profile(name, &costs, what, host_clock_ghz(), &note);
+    for cost in &mut p.cost {
+        if let (Some(n), Some(text)) = (
+            cost.events.first().and_then(|e| c.insns_per_count.get(e)),
+            cost.note.as_mut(),
+        ) {
+            *text = format!("{n:.0} instructions; {text}");
+        }
+    }
+    p
+}
+
+/// A line per held-out workload: measured, predicted, error.
+fn held_out_rows(rows: &[HeldOut]) -> String {
+    rows.iter()
+        .map(|h| {
+            format!(
+                "  {:<48} {:>13.3} ms {:>13.3} ms {:>+7.1}%\n",
+                h.workload,
+                h.measured_ns / 1e6,
+                h.predicted_ns / 1e6,
+                h.error * 100.0
+            )
+        })
+        .collect()
+}
+
 fn text(o: &Outcome, what: &str) -> String {
     let mut s = format!(
-        "host profile for {what}\nwritten to {}\n\ncosts (ns per count):\n",
-        o.profile
+        "host profile for {what}\nwritten to {}\n\ncosts (ns per count), the wall-time split{}:\n",
+        o.profile,
+        if o.counted.is_some() {
+            " (the profile's are the counted instructions', below)"
+        } else {
+            " (the profile's)"
+        }
     );
     for (f, means) in FEATURES {
         s += &format!("  {f:<38} {:>10.2}  {means}\n", o.costs_ns[*f]);
@@ -294,21 +451,45 @@ fn text(o: &Outcome, what: &str) -> String {
         );
     }
     s += "\nheld out (never fitted), whole workload:\n";
-    for h in &o.held_out {
-        s += &format!(
-            "  {:<48} {:>13.3} ms {:>13.3} ms {:>+7.1}%\n",
-            h.workload,
-            h.measured_ns / 1e6,
-            h.predicted_ns / 1e6,
-            h.error * 100.0
-        );
-    }
-    s + &format!(
+    s += &held_out_rows(&o.held_out);
+    s += &format!(
         "\nheld-out time error over {} workloads: median {:.1}%, worst {:.1}%\n",
         o.held_out.len(),
         o.median_error * 100.0,
         o.worst_error * 100.0
-    )
+    );
+    match (&o.counted, &o.counted_not_measured) {
+        (Some(c), _) => {
+            s += &format!(
+                "\ncounted instructions (qemu-x86_64, {}; {} phases): the profile's costs\n",
+                c.guest, c.phases
+            );
+            for (f, _) in FEATURES {
+                let insns = c
+                    .insns_per_count
+                    .get(*f)
+                    .map_or("fitted apart".to_string(), |n| format!("{n:.0} insns"));
+                s += &format!("  {f:<38} {insns:>14} {:>10.2} ns\n", c.costs_ns[*f]);
+            }
+            s += &format!(
+                "  ns per instruction {:.4}\n\nheld out, counted instructions:\n",
+                c.ns_per_insn
+            );
+            s += &held_out_rows(&c.held_out);
+            s += &format!(
+                "\nheld-out time error over {} workloads: wall-time fit median {:.1}%, worst {:.1}%; \
+                 counted instructions median {:.1}%, worst {:.1}%\n",
+                c.held_out.len(),
+                o.median_error * 100.0,
+                o.worst_error * 100.0,
+                c.median_error * 100.0,
+                c.worst_error * 100.0
+            );
+        }
+        (None, Some(why)) => s += &format!("counted instructions: not measured: {why}\n"),
+        (None, None) => {}
+    }
+    s
 }
 
 /// The CPU model and kernel release, as the profile names its source.
@@ -337,4 +518,59 @@ fn host_clock_ghz() -> f64 {
                 .and_then(|(_, v)| v.trim().parse::<f64>().ok())
         })
         .map_or(0.0, |mhz| mhz / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(error: f64) -> HeldOut {
+        HeldOut {
+            workload: "w.wl".into(),
+            measured_ns: 1e6,
+            predicted_ns: 1e6 * (1.0 + error),
+            error,
+        }
+    }
+
+    /// The text states both fits' held-out errors when the guest counted, and why not
+    /// when it did not.
+    #[test]
+    fn the_text_prints_both_fits_held_out_errors() {
+        let zero = || FEATURES.iter().map(|(f, _)| (f.to_string(), 0.0)).collect();
+        let mut o = Outcome {
+            profile: "p.toml".into(),
+            costs_ns: zero(),
+            fit: Vec::new(),
+            held_out: vec![held(0.5)],
+            median_error: 0.5,
+            worst_error: 0.5,
+            counted: Some(Counted {
+                guest: "6.18.15+deb13-cloud-amd64".into(),
+                phases: 3,
+                insns_per_count: [("vmstat.pgfault".to_string(), 2500.0)].into(),
+                ns_per_insn: 0.25,
+                costs_ns: zero(),
+                fit: Vec::new(),
+                held_out: vec![held(-0.25)],
+                median_error: 0.25,
+                worst_error: 0.25,
+            }),
+            counted_not_measured: None,
+        };
+        let t = text(&o, "a CPU");
+        assert!(
+            t.contains("wall-time fit median 50.0%, worst 50.0%; counted instructions median 25.0%, worst 25.0%"),
+            "{t}"
+        );
+        assert!(t.contains("2500 insns") && t.contains("fitted apart"), "{t}");
+        o.counted = None;
+        o.counted_not_measured = Some("qemu-system-x86_64 is not installed".into());
+        let t = text(&o, "a CPU");
+        assert!(
+            t.ends_with("counted instructions: not measured: qemu-system-x86_64 is not installed\n"),
+            "{t}"
+        );
+        assert!(t.contains("the wall-time split (the profile's)"), "{t}");
+    }
 }

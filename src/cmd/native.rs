@@ -15,8 +15,8 @@ pub struct Args {
     /// 004's benchmark, tools/seed004/bench.c); its windows' counters are printed.
     #[arg(long, conflicts_with = "workloads")]
     pub program: Vec<String>,
-    /// Where to run: this host's kernel, or Linux 6.12 arm64 under QEMU (4K or 16K
-    /// pages; set up by scripts/setup-qemu).
+    /// Where to run: this host's kernel, an arm64 kernel under QEMU (4K or 16K pages),
+    /// or Linux 6.18 x86-64 under QEMU (qemu-x86_64; set up by scripts/setup-qemu).
     #[arg(long, value_enum, default_value = "host")]
     pub target: Target,
     /// With a QEMU target: boot this kernel instead of Debian's, a key from

@@ -41,7 +41,8 @@ pub struct Args {
     /// Print the comparisons as JSON.
     #[arg(long)]
     pub json: bool,
-    /// The kernel to compare with: this host's, or Linux 6.12 or 6.1 arm64 under QEMU.
+    /// The kernel to compare with: this host's, an arm64 kernel under QEMU, or
+    /// Linux 6.18 x86-64 under QEMU (qemu-x86_64).
     #[arg(long, value_enum, default_value = "host")]
     pub target: crate::native::qemu::Target,
     /// With a QEMU target: boot this kernel instead of Debian's, a key from

@@ -12,6 +12,19 @@
 //!   phase i:  t_i  ~  sum_f  count_{i,f} * cost_f        (cost_f >= 0)
 //!   fit:      minimise  sum_i ((sum_f count_{i,f} cost_f - t_i) / t_i)^2
 //! ```
+//!
+//! With counted instructions (`--target qemu-x86_64` set up): the same phases run on
+//! the host's release under QEMU, whose plugin counts the kernel's instructions per
+//! function per op exactly. The software features' instructions per count come from
+//! a regression of each phase's kernel instructions (less the page zeroing and
+//! copying functions', which QEMU counts per byte moved) on the model's counts, the
+//! same weighted NNLS; the host's time is then those instructions at one fitted cost
+//! per instruction, plus page zeroing and copying fitted apart (memory-bound):
+//!
+//! ```text
+//!   guest:  insns_i  ~  sum_f  count_{i,f} * insns_f      (software features)
+//!   host:   t_i  ~  ns_per_insn * sum_f count_{i,f} insns_f + zero_ns * zero_i + copy_ns * copy_i
+//! ```
 
 use super::profile::{Cost, Features, Profile, Quality, Tlb};
 use crate::report::Report;
@@ -40,6 +53,77 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("kernel.syscall", "a system call made by an op"),
 ];
 
+/// The features whose time is the memory moved, fitted on host time alone: their
+/// instructions under QEMU are its count of `rep stos`/`rep movs` iterations, one per
+/// byte, which says nothing of the host's time.
+pub const MEMORY_BOUND: &[&str] = &["arch.page.zero", "arch.page.copy"];
+
+/// The x86-64 kernel's page zeroing and copying functions (arch/x86/lib), whose
+/// instructions the instruction regression leaves out (`MEMORY_BOUND`).
+pub const MEMORY_BOUND_FUNCTIONS: &[&str] = &[
+    "clear_page_erms",
+    "clear_page_rep",
+    "clear_page_orig",
+    "copy_page",
+    "copy_mc_enhanced_fast_string",
+    "copy_mc_fragile",
+];
+
+/// A phase's kernel instructions less the memory-bound functions' (`MEMORY_BOUND_FUNCTIONS`):
+/// the software the features other than `MEMORY_BOUND` stand for.
+pub fn software_insns(c: &crate::report::Counters) -> Option<f64> {
+    let total = *c.get(crate::native::qemu::INSNS_KEY)?;
+    let moved: i64 = MEMORY_BOUND_FUNCTIONS
+        .iter()
+        .filter_map(|f| c.get(&format!("{}.{f}", crate::native::qemu::INSNS_KEY)))
+        .sum();
+    Some((total - moved) as f64)
+}
+
+/// The software features' instructions per count: the weighted NNLS of `insns`, each
+/// phase's software instructions in place of its time, on the model's counts of the
+/// features other than `MEMORY_BOUND` (0 for those).
+pub fn fit_insns(insns: &[Sample]) -> Vec<f64> {
+    let soft: Vec<Sample> = insns
+        .iter()
+        .map(|s| Sample {
+            counts: FEATURES
+                .iter()
+                .zip(&s.counts)
+                .map(|((f, _), &n)| if MEMORY_BOUND.contains(f) { 0.0 } else { n })
+                .collect(),
+            ..s.clone()
+        })
+        .collect();
+    fit(&soft)
+}
+
+/// The costs in ns per count when the software features cost `per_count` instructions
+/// each: one ns per instruction and the `MEMORY_BOUND` features' own costs, fitted
+/// by the weighted NNLS on the host's times of `timed`. Returns the costs and the ns
+/// per instruction.
+pub fn fit_counted(timed: &[Sample], per_count: &[f64]) -> (Vec<f64>, f64) {
+    let bound: Vec<usize> = MEMORY_BOUND
+        .iter()
+        .map(|m| FEATURES.iter().position(|(f, _)| f == m).expect("a feature"))
+        .collect();
+    let reduced: Vec<Sample> = timed
+        .iter()
+        .map(|s| Sample {
+            counts: std::iter::once(predict(per_count, &s.counts))
+                .chain(bound.iter().map(|&b| s.counts[b]))
+                .collect(),
+            ..s.clone()
+        })
+        .collect();
+    let x = fit(&reduced);
+    let mut costs: Vec<f64> = per_count.iter().map(|n| n * x[0]).collect();
+    for (j, &b) in bound.iter().enumerate() {
+        costs[b] = x[1 + j];
+    }
+    (costs, x[0])
+}
+
 /// Phases shorter than this are left out of the fit: a phase of a few system calls
 /// takes microseconds, and its time there is mostly cold caches and TLB misses of the
 /// runner's own code, which no count of the model stands for.
@@ -57,18 +141,29 @@ pub struct Sample {
 /// The phases of a model report and a host report of one workload, paired by
 /// position (both run the same ops, so they have the same marks).
 pub fn samples(model: &Report, host: &Report) -> Vec<Sample> {
+    paired(model, host, |p| p.time_ns)
+}
+
+/// The phases of a model report and a `qemu-x86_64` report of one workload, each with
+/// its software instructions (`software_insns`) in place of a time.
+pub fn insns_samples(model: &Report, guest: &Report) -> Vec<Sample> {
+    paired(model, guest, |p| software_insns(&p.counters))
+}
+
+/// The model's counts of each phase, with `measure` of the other report's phase.
+fn paired(model: &Report, other: &Report, measure: impl Fn(&crate::report::Phase) -> Option<f64>) -> Vec<Sample> {
     model
         .phases
         .iter()
-        .zip(&host.phases)
+        .zip(&other.phases)
         .filter_map(|(m, h)| {
-            let ns = h.time_ns?;
+            let ns = measure(h)?;
             let counts: Vec<f64> = FEATURES
                 .iter()
                 .map(|(f, _)| m.counters.get(*f).copied().unwrap_or(0) as f64)
                 .collect();
             (ns > 0.0 && counts.iter().any(|&c| c > 0.0)).then(|| Sample {
-                workload: host.workload.clone(),
+                workload: other.workload.clone(),
                 phase: h.label.clone(),
                 counts,
                 ns,
@@ -77,20 +172,20 @@ pub fn samples(model: &Report, host: &Report) -> Vec<Sample> {
         .collect()
 }
 
-/// The fitted cost of each feature in ns (0 for a feature no sample counts).
+/// The fitted cost of each feature (each of the samples' counts: `FEATURES`, or
+/// `fit_counted`'s reduced ones) in ns (0 for a feature no sample counts).
 pub fn fit(samples: &[Sample]) -> Vec<f64> {
-    let used: Vec<usize> = (0..FEATURES.len())
-        .filter(|&f| samples.iter().any(|s| s.counts[f] > 0.0))
-        .collect();
+    let n = samples.first().map_or(FEATURES.len(), |s| s.counts.len());
+    let used: Vec<usize> = (0..n).filter(|&f| samples.iter().any(|s| s.counts[f] > 0.0)).collect();
     if samples.is_empty() || used.is_empty() {
-        return vec![0.0; FEATURES.len()];
+        return vec![0.0; n];
     }
     let a = Array2::from_shape_fn((samples.len(), used.len()), |(i, j)| {
         samples[i].counts[used[j]] / samples[i].ns
     });
     let b = Array1::from_elem(samples.len(), 1.0);
     let (x, _) = nnls::nnls(a.view(), b.view());
-    let mut costs = vec![0.0; FEATURES.len()];
+    let mut costs = vec![0.0; n];
     for (j, &f) in used.iter().enumerate() {
         costs[f] = x[j];
     }
@@ -197,6 +292,44 @@ mod tests {
             assert!((got - want).abs() < 1e-6 * want, "{costs:?}");
         }
         assert!(costs[3..].iter().all(|&c| c == 0.0));
+    }
+
+    /// Instructions made from known per-count figures give those back, the memory-bound
+    /// features none; host times made from them at one ns per instruction, plus zeroing
+    /// at its own cost, give that ns per instruction and the zeroing cost.
+    #[test]
+    fn counted_instructions_give_costs_at_one_ns_per_instruction() {
+        let per = [900.0, 2500.0, 0.0, 0.0, 40.0];
+        let zero = FEATURES.iter().position(|(f, _)| *f == "arch.page.zero").unwrap();
+        let rows = [
+            [1000.0, 1000.0, 1000.0, 0.0, 0.0],
+            [1000.0, 1000.0, 16000.0, 0.0, 512.0],
+            [1000.0, 0.0, 0.0, 0.0, 0.0],
+            [500.0, 250.0, 8000.0, 0.0, 4096.0],
+        ];
+        assert_eq!(zero, 2);
+        // The guest counts zeroing's instructions too: they must not go to any feature.
+        let insns: Vec<Sample> = rows
+            .iter()
+            .map(|r| sample(r, predict(&per, r) + 4096.0 * r[zero]))
+            .collect();
+        let got = fit_insns(&insns);
+        assert_eq!(got[zero], 0.0);
+        let soft_only: Vec<Sample> = rows.iter().map(|r| sample(r, predict(&per, r))).collect();
+        for (g, w) in fit_insns(&soft_only).iter().zip(per) {
+            assert!((g - w).abs() < 1e-6 * w.max(1.0), "{g} {w}");
+        }
+        let (ns_per_insn, zero_ns) = (0.25, 700.0);
+        let timed: Vec<Sample> = rows
+            .iter()
+            .map(|r| sample(r, ns_per_insn * predict(&per, r) + zero_ns * r[zero]))
+            .collect();
+        let (costs, k) = fit_counted(&timed, &fit_insns(&soft_only));
+        assert!((k - ns_per_insn).abs() < 1e-6, "{k}");
+        assert!(
+            (costs[0] - 225.0).abs() < 1e-3 && (costs[zero] - zero_ns).abs() < 1e-3,
+            "{costs:?}"
+        );
     }
 
     #[test]

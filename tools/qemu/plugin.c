@@ -1,19 +1,27 @@
 /*
  * QEMU TCG plugin (API version 1, as QEMU 7.2 ships it) for foliolab's
- * qemu-arm64 target. Between a start marker (HINT #120) and a stop marker
- * (HINT #121) that the guest runner executes around each op, it counts, in
- * kernel mode only (PC in the upper half):
- *   - TLBI (SYS, op0=1, CRn=8) by kind, DSB by option, ISB, each under the
- *     kernel function that contains its PC;
+ * qemu-arm64 and qemu-x86_64 targets. Between a start marker (HINT #120 on
+ * arm64; on x86-64 the NOP "nopl 0x464c4f00+120(%rax)", 0f 1f 80 and the
+ * displacement, which no compiler emits) and a stop marker (#121, or +121)
+ * that the guest runner executes around each op, it counts, in kernel mode
+ * only (PC in the upper half; on x86-64 at or above 1 << 63):
+ *   - on arm64: TLBI (SYS, op0=1, CRn=8) by kind, DSB by option, ISB; on
+ *     x86-64: INVLPG, INVPCID (its type is in a register: not told apart),
+ *     and moves to CR3 (an address-space switch, and a flush of its
+ *     non-global entries without PCID's no-flush bit) and to CR4 (toggling
+ *     PGE flushes the global entries too); each under the kernel function
+ *     that contains its PC;
  *   - entries of the kernel functions listed in the symbol file with a '*';
  *   - instructions executed, in kernel mode per function (the symbol whose
  *     range holds the PC: an inlined function counts under its caller), and in
  *     user mode in all.
- * A pause marker (HINT #122) stops the counting until the stop marker (a
+ * A pause marker (#122) stops the counting until the stop marker (a
  * fork's child that runs before its parent has closed the window); outside a
  * window it does nothing. An abort marker (HINT #123) closes the window, or
  * writes an empty one if none is open (an op whose process died before or
- * after opening it), so windows and ops stay paired one to one.
+ * after opening it), so windows and ops stay paired one to one. (Marker
+ * numbers below are HINT's on arm64, the NOP's displacement less 0x464c4f00
+ * on x86-64.)
  * At each stop marker it appends to the output file one line per counter
  * that moved, "<window> <event> <function> <count>", then "<window> end";
  * instructions are the events "insns" (kernel, per function) and "user.insns"
@@ -62,6 +70,13 @@
 #define PAUSE 122
 #define ABORT 123
 #define KERNEL_VA 0xffff000000000000ull
+/* The x86-64 marker: nopl disp32(%rax) with disp32 = MARK_X86 + the number. */
+#define MARK_X86 0x464c4f00u
+#define KERNEL_VA_X86 0x8000000000000000ull
+
+/* The guest is x86-64 (qemu-system-x86_64), else arm64. */
+static int x86;
+static uint64_t kernel_va = KERNEL_VA;
 
 struct sym {
 	uint64_t addr;
@@ -199,6 +214,52 @@ static const char *classify(uint32_t op, char *buf, size_t len)
 	if ((op & 0xfffff0ffu) == 0xd50330dfu)
 		return "isb";
 	return NULL;
+}
+
+/* The x86-64 event an instruction is, or NULL: past its legacy prefixes and
+ * REX, 0f 01 /7 with a memory operand (INVLPG; register forms are SWAPGS and
+ * RDTSCP), 0f 22 /3 and /4 (MOV to CR3, CR4), 66 0f 38 82 (INVPCID). */
+static const char *classify_x86(const uint8_t *b, size_t n)
+{
+	size_t i = 0;
+	int opsize = 0;
+
+	static const uint8_t legacy[] = { 0x66, 0x67, 0xf0, 0xf2, 0xf3, 0x2e, 0x36, 0x3e, 0x26, 0x64, 0x65 };
+
+	for (; i < n && memchr(legacy, b[i], sizeof(legacy)); i++)
+		opsize |= b[i] == 0x66;
+	if (i < n && (b[i] & 0xf0) == 0x40)
+		i++;
+	if (i + 3 > n || b[i] != 0x0f)
+		return NULL;
+	if (b[i + 1] == 0x01 && (b[i + 2] >> 6) != 3 && ((b[i + 2] >> 3) & 7) == 7)
+		return "x86.invlpg";
+	if (b[i + 1] == 0x22 && ((b[i + 2] >> 3) & 7) == 3)
+		return "x86.cr3_write";
+	if (b[i + 1] == 0x22 && ((b[i + 2] >> 3) & 7) == 4)
+		return "x86.cr4_write";
+	if (opsize && i + 4 <= n && b[i + 1] == 0x38 && b[i + 2] == 0x82)
+		return "x86.invpcid";
+	return NULL;
+}
+
+/* The marker number (START ... ABORT) an instruction is, or 0. */
+static int marker_of(const uint8_t *b, size_t n)
+{
+	uint32_t op, disp;
+
+	if (!x86 && n == sizeof(op)) {
+		memcpy(&op, b, sizeof(op));
+		for (int m = START; m <= ABORT; m++)
+			if (op == HINT(m))
+				return m;
+	}
+	if (x86 && n == 7 && b[0] == 0x0f && b[1] == 0x1f && b[2] == 0x80) {
+		memcpy(&disp, b + 3, sizeof(disp));
+		if (disp >= MARK_X86 + START && disp <= MARK_X86 + ABORT)
+			return (int)(disp - MARK_X86);
+	}
+	return 0;
 }
 
 static void on_event(unsigned int vcpu, void *udata)
@@ -347,7 +408,7 @@ static size_t insn_sym(uint64_t pc)
 {
 	const struct sym *s;
 
-	if (pc < KERNEL_VA)
+	if (pc < kernel_va)
 		return USER;
 	s = lookup(pc);
 	return s ? (size_t)(s - syms) : nsyms;
@@ -403,24 +464,24 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	runs(tb, 0, n, 1);
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+		static const qemu_plugin_vcpu_udata_cb_t on_marker[] = {
+			[START] = on_start, [STOP] = on_stop, [PAUSE] = on_pause, [ABORT] = on_abort
+		};
 		uint64_t pc = qemu_plugin_insn_vaddr(insn);
+		const uint8_t *bytes = qemu_plugin_insn_data(insn);
+		size_t size = qemu_plugin_insn_size(insn);
+		int mark = marker_of(bytes, size);
 		uint32_t op = 0;
 		char buf[24];
 		const char *event;
 		const struct sym *s;
 		struct counter *c;
 
-		if (qemu_plugin_insn_size(insn) == sizeof(op))
-			memcpy(&op, qemu_plugin_insn_data(insn), sizeof(op));
-		if (op == HINT(START))
-			marker(tb, i, n, on_start);
-		if (op == HINT(STOP))
-			marker(tb, i, n, on_stop);
-		if (op == HINT(PAUSE))
-			marker(tb, i, n, on_pause);
-		if (op == HINT(ABORT))
-			marker(tb, i, n, on_abort);
-		if (pc < KERNEL_VA)
+		if (size == sizeof(op))
+			memcpy(&op, bytes, sizeof(op));
+		if (mark)
+			marker(tb, i, n, on_marker[mark]);
+		if (pc < kernel_va)
 			continue;
 		s = lookup(pc);
 		if (s && s->mark == '*' && s->addr == pc && (c = counter("call", s->name)))
@@ -429,7 +490,7 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 			marker(tb, i, n, on_boot_open);
 		if (s && s->mark == '>' && s->addr == pc)
 			marker(tb, i, n, on_boot_close);
-		event = classify(op, buf, sizeof(buf));
+		event = x86 ? classify_x86(bytes, size) : classify(op, buf, sizeof(buf));
 		if (event && (c = counter(event, s ? s->name : "?")))
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_event, QEMU_PLUGIN_CB_NO_REGS, c);
 	}
@@ -449,7 +510,9 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
 {
 	const char *sym_path = NULL, *out_path = NULL;
 
-	(void)info;
+	x86 = info && info->target_name && !strcmp(info->target_name, "x86_64");
+	if (x86)
+		kernel_va = KERNEL_VA_X86;
 	for (int i = 0; i < argc; i++) {
 		if (!strncmp(argv[i], "syms=", 5))
 			sym_path = argv[i] + 5;

@@ -72,10 +72,20 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The plugin's window markers (plugin.c): open, close, and close-or-empty. */
-#define START_MARK() __asm__ volatile("hint #120" ::: "memory")
-#define STOP_MARK() __asm__ volatile("hint #121" ::: "memory")
-#define ABORT_MARK() __asm__ volatile("hint #123" ::: "memory")
+/* The plugin's window markers (plugin.c): open (120), close (121), pause (122)
+ * and close-or-empty (123). On arm64 HINT #n, on x86-64 a 7-byte NOP whose
+ * displacement is MARK_X86 + n (nopl disp32(%rax), 0f 1f 80 disp32), which no
+ * compiler emits. MARK is the marker as assembler text. */
+#if defined(__aarch64__)
+#define MARK(n) "hint #" #n
+#elif defined(__x86_64__)
+#define MARK(n) "nopl 0x464c4f00+" #n "(%%rax)"
+#else
+#error "the runner is built for aarch64 or x86-64"
+#endif
+#define START_MARK() __asm__ volatile(MARK(120) ::: "memory")
+#define STOP_MARK() __asm__ volatile(MARK(121) ::: "memory")
+#define ABORT_MARK() __asm__ volatile(MARK(123) ::: "memory")
 
 /* glibc 2.36's headers predate it; the value is the kernel's uapi one. */
 #ifndef MADV_COLLAPSE
@@ -432,7 +442,8 @@ static int placed(void *p, const struct step *st)
 	return 0;
 }
 
-/* memfd_secret(2)'s number (asm-generic: arm64's; glibc 2.36 has no wrapper). */
+/* memfd_secret(2)'s number (asm-generic's, arm64's, and x86-64's too; glibc 2.36
+ * has no wrapper). */
 #define NR_MEMFD_SECRET 447
 
 /*
@@ -726,21 +737,39 @@ static void layout(int fd)
  * The stub runs from an anonymous page, which fork copies (a file-backed text
  * page it leaves to fault in the child, before the child could pause).
  */
+#if defined(__aarch64__)
+#define FORK_STUB_BODY \
+	"\tmov x8, #" "220" "\n"	/* __NR_clone */ \
+	"\tmov x0, #" "17" "\n"	/* SIGCHLD */ \
+	"\tmov x1, #0\n\tmov x2, #0\n\tmov x3, #0\n\tmov x4, #0\n" \
+	"\thint #120\n" \
+	"\tsvc #0\n" \
+	"\tcbz x0, 1f\n" \
+	"\thint #121\n" \
+	"\tret\n" \
+	"1:\thint #122\n" \
+	"\tret\n"
+#else
+/* clone(SIGCHLD, 0, 0, 0, 0); ret only reads the stack fork made copy-on-write. */
+#define FORK_STUB_BODY \
+	"\tmov $56, %eax\n"	/* __NR_clone */ \
+	"\tmov $17, %edi\n"	/* SIGCHLD */ \
+	"\txor %esi, %esi\n\txor %edx, %edx\n\txor %r10d, %r10d\n\txor %r8d, %r8d\n" \
+	"\tnopl 0x464c4f00+120(%rax)\n" \
+	"\tsyscall\n" \
+	"\ttest %rax, %rax\n" \
+	"\tjz 1f\n" \
+	"\tnopl 0x464c4f00+121(%rax)\n" \
+	"\tret\n" \
+	"1:\tnopl 0x464c4f00+122(%rax)\n" \
+	"\tret\n"
+#endif
 __asm__(".pushsection .rodata.fork_stub,\"a\"\n"
 	".balign 4\n"
 	".globl fork_stub_start\n.hidden fork_stub_start\n"
 	".globl fork_stub_end\n.hidden fork_stub_end\n"
 	"fork_stub_start:\n"
-	"\tmov x8, #" "220" "\n"	/* __NR_clone */
-	"\tmov x0, #" "17" "\n"	/* SIGCHLD */
-	"\tmov x1, #0\n\tmov x2, #0\n\tmov x3, #0\n\tmov x4, #0\n"
-	"\thint #120\n"
-	"\tsvc #0\n"
-	"\tcbz x0, 1f\n"
-	"\thint #121\n"
-	"\tret\n"
-	"1:\thint #122\n"
-	"\tret\n"
+	FORK_STUB_BODY
 	"fork_stub_end:\n"
 	".popsection\n");
 extern const char fork_stub_start[], fork_stub_end[];
@@ -781,10 +810,17 @@ static void regions_dontfork(int dontfork)
 static __attribute__((noreturn)) void exit_in_window(void)
 {
 	syscall(SYS_set_tid_address, NULL);
-	__asm__ volatile("hint #120\n\t"
+#if defined(__aarch64__)
+	__asm__ volatile(MARK(120) "\n\t"
 			 "mov x0, #0\n\t"
 			 "mov x8, #94\n\t"	/* __NR_exit_group */
 			 "svc #0" ::: "memory");
+#else
+	__asm__ volatile(MARK(120) "\n\t"
+			 "xor %%edi, %%edi\n\t"
+			 "mov $231, %%eax\n\t"	/* __NR_exit_group */
+			 "syscall" ::: "memory");
+#endif
 	__builtin_unreachable();
 }
 

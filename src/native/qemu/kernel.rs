@@ -21,9 +21,19 @@ pub enum Provenance {
     Dir(PathBuf),
 }
 
+/// The guest's architecture: which QEMU, machine, console and runner boot it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Arm64,
+    /// x86-64 (`qemu-x86_64`): the host's architecture, whose kernel the model is
+    /// judged against as the host's is (no arm64 keys).
+    X86_64,
+}
+
 /// A guest kernel the QEMU runner can boot.
 #[derive(Clone, Debug)]
 pub struct GuestKernel {
+    pub arch: Arch,
     /// The reports' `source`: the target's name, or `qemu-arm64:KEY`.
     pub source: String,
     pub image: PathBuf,
@@ -45,6 +55,7 @@ impl GuestKernel {
     pub fn debian(target: Target) -> Option<GuestKernel> {
         let (source, flavour, granule, release, va_bits) = match target {
             Target::Host => return None,
+            Target::QemuX86_64 => return Some(GuestKernel::debian_x86_64()),
             Target::QemuArm64 => ("qemu-arm64", "arm64", Granule::K4, Release(6, 12), 52),
             Target::QemuArm64_16k => ("qemu-arm64-16k", "arm64-16k", Granule::K16, Release(6, 12), 52),
             Target::QemuArm64_61 => ("qemu-arm64-6.1", "arm64-6.1", Granule::K4, Release(6, 1), 48),
@@ -56,6 +67,7 @@ impl GuestKernel {
         let dir = cache_dir().join(flavour);
         let full = std::fs::read_to_string(dir.join("release")).unwrap_or_default();
         Some(GuestKernel {
+            arch: Arch::Arm64,
             source: source.into(),
             image: dir.join("Image"),
             symbols: dir.join("kallsyms"),
@@ -65,6 +77,25 @@ impl GuestKernel {
             va_bits,
             provenance: Provenance::Debian(full.trim().to_string()),
         })
+    }
+
+    /// Debian 13 backports' 6.18 x86-64 cloud kernel (`qemu-x86_64`): the host's
+    /// release, 4K pages, four-level tables (the guest's CPU is QEMU's `max` without
+    /// LA57, as the host's has none).
+    fn debian_x86_64() -> GuestKernel {
+        let dir = cache_dir().join("x86_64");
+        let full = std::fs::read_to_string(dir.join("release")).unwrap_or_default();
+        GuestKernel {
+            arch: Arch::X86_64,
+            source: "qemu-x86_64".into(),
+            image: dir.join("vmlinuz"),
+            symbols: dir.join("kallsyms"),
+            modules: Some(dir.join("modules")),
+            release: Release(6, 18),
+            granule: Granule::K4,
+            va_bits: 48,
+            provenance: Provenance::Debian(full.trim().to_string()),
+        }
     }
 
     /// `--image KEY|DIR`: a cached build by key (or a unique prefix of one), or a
@@ -96,6 +127,7 @@ impl GuestKernel {
                 }
             };
             return Ok(GuestKernel {
+                arch: Arch::Arm64,
                 source,
                 image,
                 symbols,
@@ -171,12 +203,42 @@ impl GuestKernel {
     /// under its older name, cpu_supports_bbml2_noabort (7.2.13's source; the 7.2
     /// guest has no memblock_mark_nomap window). 7.0 keeps 6.12's bounds (the 7.0
     /// guest's window is 6.12's); 7.1 was not read.
-    pub(super) fn map_mem_bounds(&self) -> (&'static str, &'static str) {
-        match self.release {
+    /// None on x86-64, whose boot has no map_mem (the model's is arm64's).
+    pub(super) fn map_mem_bounds(&self) -> Option<(&'static str, &'static str)> {
+        if self.arch == Arch::X86_64 {
+            return None;
+        }
+        Some(match self.release {
             Release(6, 1) => ("memblock_mark_nomap", "memblock_clear_nomap"),
             r if r >= Release(7, 3) => ("cpu_supports_bbml3", "memblock_allow_resize"),
             Release(7, 2) => ("cpu_supports_bbml2_noabort", "memblock_allow_resize"),
             _ => ("memblock_mark_nomap", "memblock_allow_resize"),
+        })
+    }
+
+    /// The QEMU that runs the guest, its machine and CPU, and the command line's
+    /// own part (the console): arm64's `virt` with `-cpu max`; x86-64's `pc` with
+    /// `-cpu max` less LA57 (four-level tables, as the host has) and no network (no
+    /// option ROM to load). Debian's x86-64 kernel boots with THP `always` (as arm64's
+    /// does), under which the runner's own memory at boot, before it sets the spec's
+    /// `madvise`, took a PMD THP that it later unmapped in part: a shrink split it
+    /// (shrink_64k). It boots with `madvise`, the value the runner sets anyway.
+    pub(super) fn qemu(&self) -> (&'static str, &'static [&'static str], &'static str) {
+        match self.arch {
+            Arch::Arm64 => ("qemu-system-aarch64", &["-M", "virt", "-cpu", "max"], "console=ttyAMA0"),
+            Arch::X86_64 => (
+                "qemu-system-x86_64",
+                &["-M", "pc", "-cpu", "max,la57=off", "-net", "none"],
+                "console=ttyS0 transparent_hugepage=madvise",
+            ),
+        }
+    }
+
+    /// The guest runner's file in the cache: tools/qemu/runner.c built for the arch.
+    pub(super) fn runner(&self) -> &'static str {
+        match self.arch {
+            Arch::Arm64 => "runner",
+            Arch::X86_64 => "runner-x86_64",
         }
     }
 
@@ -200,8 +262,19 @@ impl GuestKernel {
     /// `cpu=qemu-max`, the MIDR the guest boots on, from which the kernel decides
     /// BBML2_NOABORT (no) and the repeat-TLBI erratum (no) as it does on hardware.
     /// The kernel's behaviour is its preset's (`release`).
+    ///
+    /// x86-64 (judged as the host is, on the model's generic software): `contpte=off`,
+    /// for x86 has no contiguous bit (arm64's contpte blocks, which a PMD split folds,
+    /// break a zap's batches: fork_pmd_thp's exit calls folio_remove_rmap_ptes 3 times
+    /// on x86, 4 on arm64); and `lazyfree-pmd=discard`, the behaviour of the build
+    /// rather than of its release: Debian's 6.18.15 still discards a lazyfree PMD THP
+    /// at its pmd (free_pageout_pmd, free_write_pageout_pmd), as 7.0 to 7.2 do, while
+    /// the host's 6.18.44 splits it, the stable removal having reached 6.18.y since.
     pub fn machine_sets(&self) -> Vec<String> {
         let mut sets = Vec::new();
+        if self.arch == Arch::X86_64 {
+            return vec!["contpte=off".into(), "lazyfree-pmd=discard".into()];
+        }
         if self.granule == Granule::K16 {
             sets.push("granule=16K".to_string());
         }
@@ -300,7 +373,10 @@ mod tests {
         let k = GuestKernel::debian(Target::QemuArm64_61).unwrap();
         assert_eq!(k.machine_sets(), ["cpu=qemu-max", "tlbi-range=on"]);
         assert!(k.boot_sets().is_empty());
-        assert_eq!(k.map_mem_bounds(), ("memblock_mark_nomap", "memblock_clear_nomap"));
+        assert_eq!(
+            k.map_mem_bounds(),
+            Some(("memblock_mark_nomap", "memblock_clear_nomap"))
+        );
         let k = GuestKernel::debian(Target::QemuArm64_73).unwrap();
         assert_eq!((k.release, k.granule), (Release(7, 3), Granule::K4));
         assert_eq!(k.machine_sets(), ["cpu=qemu-max", "tlbi-range=on", "lpa2=on"]);
@@ -312,5 +388,15 @@ mod tests {
         );
         assert_eq!(k.va_offset(), 1 << 47);
         assert!(GuestKernel::debian(Target::Host).is_none());
+        // The x86-64 guest is judged as the host is: no arm64 machine, no map_mem.
+        let k = GuestKernel::debian(Target::QemuX86_64).unwrap();
+        assert_eq!(
+            (k.arch, k.release, k.granule),
+            (Arch::X86_64, Release(6, 18), Granule::K4)
+        );
+        assert_eq!(k.machine_sets(), ["contpte=off", "lazyfree-pmd=discard"]);
+        assert!(k.boot_sets().is_empty());
+        assert_eq!(k.map_mem_bounds(), None);
+        assert_eq!((k.qemu().0, k.runner()), ("qemu-system-x86_64", "runner-x86_64"));
     }
 }

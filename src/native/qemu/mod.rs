@@ -32,7 +32,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod kernel;
-pub use kernel::{GuestKernel, Provenance};
+pub use kernel::{Arch, GuestKernel, Provenance};
 
 /// A QEMU guest to run workloads on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -59,6 +59,10 @@ pub enum Target {
     /// Linux 7.3 arm64, 16K pages.
     #[value(name = "qemu-arm64-7.3-16k")]
     QemuArm64_73_16k,
+    /// Linux 6.18 x86-64 (Debian 13 backports' cloud kernel, the host's release), 4K
+    /// pages: judged as the host is, with exact counts and instructions per function.
+    #[value(name = "qemu-x86_64")]
+    QemuX86_64,
 }
 
 impl Target {
@@ -84,6 +88,7 @@ impl Target {
             Target::QemuArm64_72 => "qemu-arm64-7.2",
             Target::QemuArm64_73 => "qemu-arm64-7.3",
             Target::QemuArm64_73_16k => "qemu-arm64-7.3-16k",
+            Target::QemuX86_64 => "qemu-x86_64",
         }
     }
 
@@ -209,6 +214,24 @@ const ARCH_KEYS: &[&str] = &[
     "arch.isb",
 ];
 
+/// The x86-64 guest's TLB work the plugin counts (tools/qemu/plugin.c): INVLPG,
+/// INVPCID, and moves to CR3 and CR4. Keys of no model (the model's TLB is arm64's),
+/// reported as the host's own counters would be: never compared.
+const X86_KEYS: &[&str] = &[
+    "arch.x86.invlpg",
+    "arch.x86.invpcid",
+    "arch.x86.cr3_write",
+    "arch.x86.cr4_write",
+];
+
+/// The architectural counters a guest of `arch` always reports.
+fn arch_keys(arch: Arch) -> &'static [&'static str] {
+    match arch {
+        Arch::Arm64 => ARCH_KEYS,
+        Arch::X86_64 => X86_KEYS,
+    }
+}
+
 /// Barriers and TLBIs in functions whose names carry one of these are the mm's (mm/,
 /// arch/arm64/mm, the TLB flush helpers inlined into their callers); the rest
 /// (interrupts, the scheduler, the console) go under `unattributed.`, not compared.
@@ -326,7 +349,7 @@ fn program_runs(
             let mine: Vec<Counters> = next
                 .by_ref()
                 .take(announced)
-                .map(|w| window_counters(w, counted))
+                .map(|w| window_counters(w, counted, Arch::Arm64))
                 .collect();
             if mine.len() != announced {
                 return Err(format!(
@@ -381,6 +404,12 @@ pub fn resolve(target: Target, image: Option<&str>) -> Result<Option<GuestKernel
             "--image {image} runs under QEMU: give --target qemu-arm64 (or qemu-arm64-16k)"
         )));
     }
+    if target.guest_kernel().is_some_and(|k| k.arch == Arch::X86_64) {
+        return Err(QemuError::Run(format!(
+            "--image {image}: built kernels are arm64; --target {} boots Debian's only",
+            target.source()
+        )));
+    }
     let k = GuestKernel::image(image)?;
     if k.granule != target.granule() {
         return Err(QemuError::Run(format!(
@@ -402,13 +431,13 @@ pub fn missing(target: Target) -> Option<String> {
 /// or the kernel's own files missing.
 pub fn guest_missing(kernel: &GuestKernel) -> Option<String> {
     let cache = cache_dir();
-    for tool in ["qemu-system-aarch64", "cpio"] {
+    for tool in [kernel.qemu().0, "cpio"] {
         let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
         if !found {
             return Some(format!("{tool} is not installed"));
         }
     }
-    ["plugin.so", "runner"]
+    ["plugin.so", kernel.runner()]
         .iter()
         .map(|f| cache.join(f))
         .find(|p| !p.is_file())
@@ -679,14 +708,18 @@ fn map_mem_counters(w: &Window) -> MapMem {
 /// names), `unattributed.arch.*` for the rest, `kernel.<function>` for entries, and
 /// the instructions (`add_insns`) of every function, the mm's or not.
 /// `counted` are the `KERNEL_FUNCTIONS` the guest's kernel has.
-fn window_counters(w: &Window, counted: &[&str]) -> Counters {
+fn window_counters(w: &Window, counted: &[&str], arch: Arch) -> Counters {
     // Instructions uncounted (FOLIOLAB_QEMU_INSNS=off) are absent, not zero.
     let insns: &[&str] = if count_insns() {
         &[INSNS_KEY, USER_INSNS_KEY]
     } else {
         &[]
     };
-    let mut c: Counters = ARCH_KEYS.iter().chain(insns).map(|k| (k.to_string(), 0)).collect();
+    let mut c: Counters = arch_keys(arch)
+        .iter()
+        .chain(insns)
+        .map(|k| (k.to_string(), 0))
+        .collect();
     c.extend(counted.iter().map(|f| (format!("kernel.{f}"), 0)));
     for ((event, function), &n) in w {
         if add_insns(&mut c, event, function, n) {
@@ -745,6 +778,7 @@ fn report(
     g: GuestResult,
     windows: &[Window],
     counted: &[&str],
+    arch: Arch,
 ) -> Result<Report, String> {
     let at = |s: &Stmt| format!("{}:{}:{}", w.path, s.pos.line, s.pos.col);
     if let Some(e) = &g.error {
@@ -812,13 +846,13 @@ fn report(
                 *w.entry(k.clone()).or_default() -= n;
             }
         }
-        per_window.push(window_counters(&w, counted));
+        per_window.push(window_counters(&w, counted, arch));
     }
     let idle = g
         .background
         .as_ref()
         .and_then(|_| next.next())
-        .map(|w| window_counters(w, counted));
+        .map(|w| window_counters(w, counted, arch));
     let mut all_keys = Counters::new();
     for c in &per_window {
         all_keys.extend(c.keys().map(|k| (k.clone(), 0)));
@@ -925,6 +959,12 @@ pub fn run_programs(kernel: &GuestKernel, programs: &[Program]) -> Result<Vec<Pr
 /// Boots `kernel` with `ram` bytes of RAM and no workload: what its map_mem did
 /// (the default rodata=full).
 pub fn boot_map_mem(kernel: &GuestKernel, ram: u64) -> Result<MapMem, QemuError> {
+    if kernel.map_mem_bounds().is_none() {
+        return Err(QemuError::Run(format!(
+            "{}: no map_mem to measure (the model's linear map is arm64's)",
+            kernel.source
+        )));
+    }
     run_batch_on(kernel, &[], ram, &[])?
         .map_mem
         .ok_or_else(|| QemuError::Run("the plugin saw no map_mem window at boot".into()))
@@ -971,6 +1011,11 @@ fn run_batch_on(
     let (source, granule) = (kernel.source.as_str(), kernel.granule);
     if let Some(why) = guest_missing(kernel) {
         return Err(QemuError::NotSetUp(why));
+    }
+    if kernel.arch != Arch::Arm64 && !programs.is_empty() {
+        return Err(QemuError::Run(format!(
+            "{source} runs workloads only: --program takes a static aarch64 program"
+        )));
     }
     for w in workloads {
         if let Some(s) = crate::workload::model_only(&w.stmts).or_else(|| memlimit(&w.stmts)) {
@@ -1035,7 +1080,7 @@ fn run_batch_on(
         std::fs::copy(modules.join(&n), dir.join("root/modules").join(&n)).map_err(|e| run_err("modules", e))?;
         files.push(format!("modules/{n}"));
     }
-    std::fs::copy(cache.join("runner"), dir.join("root/init")).map_err(|e| run_err("runner", e))?;
+    std::fs::copy(cache.join(kernel.runner()), dir.join("root/init")).map_err(|e| run_err("runner", e))?;
     let initrd = dir.join("initrd.cpio");
     cpio(&dir.join("root"), &files, &initrd)?;
     let syms = dir.join("syms");
@@ -1050,17 +1095,10 @@ fn run_batch_on(
         Vec::new()
     };
     let start = Instant::now();
-    let mut qemu = Command::new("qemu-system-aarch64")
-        .args([
-            "-M",
-            "virt",
-            "-cpu",
-            "max",
-            "-smp",
-            "1",
-            "-m",
-            &format!("{}M", ram >> 20),
-        ])
+    let (qemu_bin, machine, console) = kernel.qemu();
+    let mut qemu = Command::new(qemu_bin)
+        .args(machine)
+        .args(["-smp", "1", "-m", &format!("{}M", ram >> 20)])
         .args(&numa)
         .args([
             "-nographic",
@@ -1094,10 +1132,10 @@ fn run_batch_on(
         // read lock; an exit contending for that lock wakes the SCHED_FIFO runner
         // with kdamond's reference still held, so the next reuse check copies
         // (fork_pmd_thp on 7.2, decided by the boot's random numbers).
-        .args([
-            "-append",
-            "console=ttyAMA0 rdinit=/init quiet nokaslr norandmaps damon_stat.enabled=N",
-        ])
+        .arg("-append")
+        .arg(format!(
+            "{console} rdinit=/init quiet nokaslr norandmaps damon_stat.enabled=N"
+        ))
         .arg("-plugin")
         .arg(format!(
             "file={},syms={},out={}{}",
@@ -1110,7 +1148,7 @@ fn run_batch_on(
         .stdout(std::process::Stdio::piped())
         .stderr(file("stderr")?)
         .spawn()
-        .map_err(|e| run_err("qemu-system-aarch64", e))?;
+        .map_err(|e| run_err(qemu_bin, e))?;
     // The console, read as it comes, with the time each workload started and ended.
     let stdout = qemu.stdout.take().expect("piped stdout");
     let reader = std::thread::spawn(move || {
@@ -1133,7 +1171,7 @@ fn run_batch_on(
     let limit = boot_limit(&all_steps) + PROGRAM_LIMIT * programs.len() as u32;
     let pid = qemu.id();
     let status = loop {
-        match qemu.try_wait().map_err(|e| run_err("qemu-system-aarch64", e))? {
+        match qemu.try_wait().map_err(|e| run_err(qemu_bin, e))? {
             Some(status) => break Some(status),
             None if cpu_time(pid).unwrap_or_else(|| start.elapsed()) > limit
                 || start.elapsed() > limit * WALL_PER_CPU_LIMIT =>
@@ -1206,7 +1244,7 @@ fn run_batch_on(
             + usize::from(g.background.is_some());
         let mine = windows.get(used..used + n).unwrap_or(&[]);
         used += n;
-        reports.push(report(w, source, st, g, mine, &counted));
+        reports.push(report(w, source, st, g, mine, &counted, kernel.arch));
     }
     let programs =
         program_runs(programs, &console, windows.get(used..).unwrap_or(&[]), &counted).map_err(QemuError::Run)?;
@@ -1363,7 +1401,8 @@ fn boot_limit(steps: &[Vec<&Stmt>]) -> Duration {
 /// The plugin's symbol file: every text symbol, `*` before the counted functions,
 /// `<` and `>` before the boot window's bounds. Returns the `KERNEL_FUNCTIONS` (and
 /// probe functions) the kernel has.
-fn write_syms(kallsyms: &Path, out: &Path, (open, close): (&str, &str)) -> Result<Vec<String>, QemuError> {
+fn write_syms(kallsyms: &Path, out: &Path, bounds: Option<(&str, &str)>) -> Result<Vec<String>, QemuError> {
+    let (open, close) = bounds.map_or((None, None), |(o, c)| (Some(o), Some(c)));
     let probes = probe_functions();
     let text =
         std::fs::read_to_string(kallsyms).map_err(|e| QemuError::NotSetUp(format!("{}: {e}", kallsyms.display())))?;
@@ -1379,8 +1418,8 @@ fn write_syms(kallsyms: &Path, out: &Path, (open, close): (&str, &str)) -> Resul
                 counted.push(name.to_string());
                 "*"
             }
-            _ if name == open => "<",
-            _ if name == close => ">",
+            _ if Some(name) == open => "<",
+            _ if Some(name) == close => ">",
             _ => "",
         };
         let _ = writeln!(s, "{addr} {star}{name}");
@@ -1443,6 +1482,7 @@ mod tests {
         assert_eq!(Target::QemuArm64_61.kernel(), Release(6, 1));
         let bounds = |t: Target| t.guest_kernel().unwrap().map_mem_bounds();
         assert_ne!(bounds(Target::QemuArm64_61), bounds(Target::QemuArm64));
+        assert_eq!(bounds(Target::QemuX86_64), None);
     }
 
     /// Instructions go to `kernel.insns` and per function, or to `user.insns`, in op
@@ -1453,7 +1493,7 @@ mod tests {
                     0 insns do_anonymous_page 300\n0 insns handle_mm_fault 50\n0 user.insns - 9\n\
                     0 call do_anonymous_page 1\n0 end\nwindows 1 errors 0\n";
         let (ops, boot) = parse_windows(text).unwrap();
-        let c = window_counters(&ops[0], &["do_anonymous_page"]);
+        let c = window_counters(&ops[0], &["do_anonymous_page"], Arch::Arm64);
         assert_eq!(c["kernel.insns"], 350);
         assert_eq!(c["kernel.insns.do_anonymous_page"], 300);
         assert_eq!(c["kernel.insns.handle_mm_fault"], 50);
@@ -1492,6 +1532,7 @@ mod tests {
             failed("step 0 (set): No such file or directory"),
             &[],
             KERNEL_FUNCTIONS,
+            Arch::Arm64,
         )
         .unwrap_err();
         assert_eq!(
@@ -1508,6 +1549,7 @@ mod tests {
             failed("step 0 (set): Invalid argument"),
             &[],
             KERNEL_FUNCTIONS,
+            Arch::Arm64,
         )
         .unwrap_err();
         assert_eq!(e, "k.wl:1:1: step 0 (set): Invalid argument");
@@ -1518,13 +1560,22 @@ mod tests {
         let mut st = Vec::new();
         steps(&w.stmts, &mut st);
         let stopped = format!("step 1 (khugepaged): {KHUGEPAGED_OFF}");
-        let e = report(&w, "qemu-arm64", &st, failed(&stopped), &[], KERNEL_FUNCTIONS).unwrap_err();
+        let e = report(
+            &w,
+            "qemu-arm64",
+            &st,
+            failed(&stopped),
+            &[],
+            KERNEL_FUNCTIONS,
+            Arch::Arm64,
+        )
+        .unwrap_err();
         assert_eq!(
             not_applicable(&e),
             Some(format!("not applicable on qemu-arm64: {KHUGEPAGED_OFF} (k.wl:2:1)").as_str())
         );
         let stuck = "step 1 (khugepaged): khugepaged did not scan in 10 s of the guest's clock";
-        let e = report(&w, "qemu-arm64", &st, failed(stuck), &[], KERNEL_FUNCTIONS).unwrap_err();
+        let e = report(&w, "qemu-arm64", &st, failed(stuck), &[], KERNEL_FUNCTIONS, Arch::Arm64).unwrap_err();
         assert_eq!(not_applicable(&e), None);
         // memfd_secret off (6.1 without secretmem.enable=y) refuses a secret mapping
         // only; the same error on an anonymous mmap stays an error.
@@ -1533,7 +1584,16 @@ mod tests {
             let w = crate::workload::parse_str("s.wl", src).unwrap();
             let mut st = Vec::new();
             steps(&w.stmts, &mut st);
-            let e = report(&w, "qemu-arm64-6.1", &st, failed(enosys), &[], KERNEL_FUNCTIONS).unwrap_err();
+            let e = report(
+                &w,
+                "qemu-arm64-6.1",
+                &st,
+                failed(enosys),
+                &[],
+                KERNEL_FUNCTIONS,
+                Arch::Arm64,
+            )
+            .unwrap_err();
             let reason = not_applicable(&e).map(str::to_string);
             assert_eq!(reason.is_some(), na, "{e}");
             if na {
