@@ -40,12 +40,4 @@ fn main() {
         "cargo:rustc-env=FOLIOLAB_BUILD={}+{hex}",
         std::env::var("CARGO_PKG_VERSION").expect("set by cargo")
     );
-    // The command line links as a position-dependent executable: as a PIE the dynamic
-    // loader applied 5,000 relocations at every start, and the host copied the pages
-    // they write (21 of a bare `foliolab --version`'s 183 host faults, 70,000 of its
-    // 1.1 M instructions); a short run's start-up counts against the model in
-    // `foliolab bench`. Libraries (the Python extension) stay position-independent.
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        println!("cargo:rustc-link-arg-bins=-no-pie");
-    }
 }
