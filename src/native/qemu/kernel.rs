@@ -271,10 +271,10 @@ impl GuestKernel {
     /// at its pmd (free_pageout_pmd, free_write_pageout_pmd), as 7.0 to 7.2 do, while
     /// the host's 6.18.44 splits it, the stable removal having reached 6.18.y since.
     pub fn machine_sets(&self) -> Vec<String> {
-        let mut sets = Vec::new();
         if self.arch == Arch::X86_64 {
             return vec!["contpte=off".into(), "lazyfree-pmd=discard".into()];
         }
+        let mut sets = Vec::new();
         if self.granule == Granule::K16 {
             sets.push("granule=16K".to_string());
         }
