@@ -81,6 +81,21 @@ fn qemu_arm64_guest_agrees_with_the_model_and_the_measured_counts() {
     ] {
         assert_eq!(phase(r, "munmap", &format!("kernel.{f}")), 1024, "{f}");
     }
+    // fork_cow's child exits in "child-writes": its window less its twin's. A twin
+    // that held pipes the worker does not would release them at its exit, and those
+    // functions would go negative (-376 in __fput before the twin closed them first).
+    let exits = &guest[2]
+        .phases
+        .iter()
+        .find(|p| p.label == "child-writes")
+        .unwrap()
+        .counters;
+    for (f, n) in insns(exits, &["__fput", "pipe_release", "free_pipe_info", "evict"]) {
+        assert!(
+            n >= 0,
+            "kernel.insns.{f} = {n}: the twin tore down files the worker did not"
+        );
+    }
 }
 
 #[test]

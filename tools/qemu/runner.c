@@ -847,11 +847,18 @@ static int64_t exit_twin(void)
 	if (twin == 0) {
 		char c;
 
+		/* The twin exits holding the worker's files and no others: it
+		 * closes the two pipes (the last references to them once the
+		 * worker has closed its ends) before its window, not at exit. */
+		close(fds[0]);
+		close(go[1]);
 		warm_up_as(1);
 		(void)minflt();	/* getrusage's own stack, faulted in before the count */
 		faults = minflt();
 		if (write(fds[1], &faults, sizeof(faults)) != sizeof(faults) || read(go[0], &c, 1) != 1)
 			_exit(1);
+		close(fds[1]);
+		close(go[0]);
 		exit_in_window();
 	}
 	close(fds[1]);
