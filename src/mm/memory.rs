@@ -677,7 +677,9 @@ impl Kernel {
 
     /// map_anon_folio_pte_nopf: map a new exclusive anon folio by its ptes from
     /// `start` (a fault, or a khugepaged mTHP collapse), writable and dirty in a
-    /// writable VMA.
+    /// writable VMA. Inline: its callers are the fault and a collapse, and the fault
+    /// takes it for every page of an order-0 touch.
+    #[inline(always)]
     pub fn map_anon_folio_pte_nopf(&mut self, mm: MmId, vma: &Vma, folio: Pfn, ptep: PtePtr, start: u64) {
         let nr = self.memmap.folio_nr_pages(folio) as usize;
         let mut entry = Pte::pfn_pte(folio, vm_page_prot(vma), self.arch.granule());

@@ -405,6 +405,7 @@ impl Kernel {
     }
 
     /// The struct page set-up and counting of a new folio.
+    #[inline(always)]
     fn prep_new_folio(&mut self, pfn: Pfn, order: u32) -> Pfn {
         self.memmap.prep_new_folio(pfn, order);
         self.arch.kc.inc(KernelEvent::FolioAlloc);

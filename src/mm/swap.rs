@@ -230,18 +230,21 @@ impl Kernel {
     }
 
     /// lruvec_add_folio: onto the head of the list its flags say.
+    #[inline]
     pub fn lruvec_add_folio(&mut self, folio: Pfn) {
         let lru = self.folio_lru_list(folio);
         self.lruvec.add(&mut self.memmap, folio, lru);
     }
 
     /// lruvec_del_folio.
+    #[inline]
     pub fn lruvec_del_folio(&mut self, folio: Pfn) {
         self.lruvec.del(&mut self.memmap, folio);
     }
 
     /// folio_add_lru_vma / folio_add_lru: a new folio waits in the lru_add batch,
     /// which moves to the lists when full, or at once for a large folio.
+    #[inline]
     pub fn folio_add_lru(&mut self, folio: Pfn) {
         self.lruvec.fbatch.push(folio);
         if self.lruvec.fbatch.len() == PAGEVEC_SIZE || self.memmap.folio_order(folio) > 0 {
