@@ -417,7 +417,8 @@ impl Machine {
 
     /// `access` retried after the kernel handled its fault. Its TLB lookup is counted
     /// as the miss it must be, without probing: a faulting access leaves no entry for
-    /// its address, and only EL0 accesses fill TLBs.
+    /// its address, and only EL0 accesses fill TLBs. Inline into its one caller.
+    #[inline]
     pub fn access_retry(&mut self, cpu: usize, va: VirtAddr, write: bool) -> Result<PhysAddr, AccessFault> {
         debug_assert!(
             {

@@ -634,7 +634,9 @@ impl Kernel {
 
     /// do_anonymous_page's write fault once pte_alloc has the table: a new folio mapped
     /// at `addr`. `known` is `addr`'s pte when the caller has it (the table's entry
-    /// read again then is only counted).
+    /// read again then is only counted). Inline into its two callers: the order-0 fault
+    /// of a touch comes here for every page.
+    #[inline(always)]
     fn do_anonymous_write(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, known: Option<PtePtr>) -> VmFault {
         let amm = self.arch_mm(mm);
         let ps = self.arch.granule().page_size();

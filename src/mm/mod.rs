@@ -370,6 +370,7 @@ impl Kernel {
 
     /// get_page_from_freelist over the zonelist of the running CPU's node: that node
     /// first, then the others in node order.
+    #[inline]
     pub(crate) fn alloc_pages_local(&mut self, order: u32) -> Option<Pfn> {
         let local = self.numa_node;
         if let Some(pfn) = self.node_zones[local].alloc(&mut self.memmap, order) {

@@ -87,7 +87,7 @@ impl Kernel {
 
     /// folio_add_new_anon_rmap: map a new exclusive anon folio at `addr` in `mm`, by
     /// ptes or (pmd) as a whole.
-    #[inline]
+    #[inline(always)]
     pub fn folio_add_new_anon_rmap(&mut self, folio: Pfn, mm: MmId, addr: u64, pmd: bool) {
         let order = self.memmap.folio_order(folio);
         let nr = 1u64 << order;
