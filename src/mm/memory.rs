@@ -566,6 +566,7 @@ impl Kernel {
 
     /// alloc_anon_folio: the largest allowed, suitable order whose aligned range is all
     /// none and can be allocated; order 0 otherwise. Returns (folio, order) or None (OOM).
+    #[inline]
     fn alloc_anon_folio(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> Option<Pfn> {
         let g = self.arch.granule();
         let ps = g.page_size();

@@ -388,6 +388,7 @@ impl Kernel {
     /// up (OOM). The allocator hands out pages down to the last (the min watermark's
     /// reserve is not modelled); free memory of the node under its low watermark
     /// afterwards runs kswapd.
+    #[inline]
     pub fn folio_alloc(&mut self, order: u32) -> Option<Pfn> {
         let pfn = match self.alloc_pages_local(order) {
             Some(pfn) => pfn,
