@@ -417,7 +417,8 @@ impl Machine {
 
     /// `access` retried after the kernel handled its fault. Its TLB lookup is counted
     /// as the miss it must be, without probing: a faulting access leaves no entry for
-    /// its address, and only EL0 accesses fill TLBs.
+    /// its address, and only EL0 accesses fill TLBs. Inline into its one caller.
+    #[inline]
     pub fn access_retry(&mut self, cpu: usize, va: VirtAddr, write: bool) -> Result<PhysAddr, AccessFault> {
         debug_assert!(
             {
@@ -454,10 +455,12 @@ impl Machine {
 
     #[inline(always)]
     fn access_from(&mut self, cpu: usize, va: VirtAddr, write: bool, probe: bool) -> Result<PhysAddr, AccessFault> {
-        let (root, asid) = self.cpus[cpu].ttbr0.expect("no user address space on this cpu");
         self.sync_checks();
+        // The CPU indexed once for the lookup and the walk, beside the other fields.
+        let c = &mut self.cpus[cpu];
+        let (root, asid) = c.ttbr0.expect("no user address space on this cpu");
         let hit = if probe {
-            self.cpus[cpu].tlb.lookup(asid, va.0, &mut self.res)
+            c.tlb.lookup(asid, va.0, &mut self.res)
         } else {
             None
         };
@@ -472,10 +475,10 @@ impl Machine {
                 return Ok(PhysAddr(e.translate(va.0)));
             }
             // A write through a read-only entry re-walks: hardware dirty update or a fault.
-            self.cpus[cpu].tlb.drop_entry(asid, va.0, &mut self.res);
+            c.tlb.drop_entry(asid, va.0, &mut self.res);
         }
         self.ev.inc(Event::TlbMiss);
-        let t = walk_hinted(&self.mem, &mut self.ev, &mut self.cpus[cpu].walk_hint, root, va)
+        let t = walk_hinted(&self.mem, &mut self.ev, &mut c.walk_hint, root, va)
             .map_err(|WalkFault { level }| AccessFault::Translation { level })?;
         // Permission faults take priority: hardware updates AF and dirty state only for
         // an access that completes.

@@ -366,23 +366,28 @@ impl MemMap {
     }
 
     /// prep_compound_page / post_alloc_hook: turn a freshly allocated block into a
-    /// folio of `order` with one reference.
+    /// folio of `order` with one reference. Inline to the head page, all an order-0
+    /// folio (every page of an order-0 fault) needs.
+    #[inline]
     pub fn prep_new_folio(&mut self, pfn: Pfn, order: u32) {
-        {
-            let head = self.page_mut(pfn);
-            *head = Page {
-                refcount: 1,
-                ..Page::default()
-            };
-            head.flags = PageFlags::INUSE;
-        }
+        *self.page_mut(pfn) = Page {
+            refcount: 1,
+            flags: PageFlags::INUSE,
+            ..Page::default()
+        };
         if order > 0 {
-            let slot = self.new_large_slot();
-            let head = self.page_mut(pfn);
-            head.flags |= PageFlags::HEAD;
-            head.order = order as u8;
-            head.head = slot;
+            self.prep_compound_page(pfn, order);
         }
+    }
+
+    /// prep_compound_page: a large folio's head record and tail pages.
+    #[inline(never)]
+    fn prep_compound_page(&mut self, pfn: Pfn, order: u32) {
+        let slot = self.new_large_slot();
+        let head = self.page_mut(pfn);
+        head.flags |= PageFlags::HEAD;
+        head.order = order as u8;
+        head.head = slot;
         let tail = Page {
             flags: PageFlags::TAIL | PageFlags::INUSE,
             head: pfn.0 as u32,

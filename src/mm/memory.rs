@@ -566,6 +566,7 @@ impl Kernel {
 
     /// alloc_anon_folio: the largest allowed, suitable order whose aligned range is all
     /// none and can be allocated; order 0 otherwise. Returns (folio, order) or None (OOM).
+    #[inline]
     fn alloc_anon_folio(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> Option<Pfn> {
         let g = self.arch.granule();
         let ps = g.page_size();
@@ -634,7 +635,9 @@ impl Kernel {
 
     /// do_anonymous_page's write fault once pte_alloc has the table: a new folio mapped
     /// at `addr`. `known` is `addr`'s pte when the caller has it (the table's entry
-    /// read again then is only counted).
+    /// read again then is only counted). Inline into its two callers: the order-0 fault
+    /// of a touch comes here for every page.
+    #[inline(always)]
     fn do_anonymous_write(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64, known: Option<PtePtr>) -> VmFault {
         let amm = self.arch_mm(mm);
         let ps = self.arch.granule().page_size();
@@ -677,7 +680,9 @@ impl Kernel {
 
     /// map_anon_folio_pte_nopf: map a new exclusive anon folio by its ptes from
     /// `start` (a fault, or a khugepaged mTHP collapse), writable and dirty in a
-    /// writable VMA.
+    /// writable VMA. Inline: its callers are the fault and a collapse, and the fault
+    /// takes it for every page of an order-0 touch.
+    #[inline(always)]
     pub fn map_anon_folio_pte_nopf(&mut self, mm: MmId, vma: &Vma, folio: Pfn, ptep: PtePtr, start: u64) {
         let nr = self.memmap.folio_nr_pages(folio) as usize;
         let mut entry = Pte::pfn_pte(folio, vm_page_prot(vma), self.arch.granule());

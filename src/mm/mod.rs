@@ -370,6 +370,7 @@ impl Kernel {
 
     /// get_page_from_freelist over the zonelist of the running CPU's node: that node
     /// first, then the others in node order.
+    #[inline]
     pub(crate) fn alloc_pages_local(&mut self, order: u32) -> Option<Pfn> {
         let local = self.numa_node;
         if let Some(pfn) = self.node_zones[local].alloc(&mut self.memmap, order) {
@@ -387,6 +388,7 @@ impl Kernel {
     /// up (OOM). The allocator hands out pages down to the last (the min watermark's
     /// reserve is not modelled); free memory of the node under its low watermark
     /// afterwards runs kswapd.
+    #[inline]
     pub fn folio_alloc(&mut self, order: u32) -> Option<Pfn> {
         let pfn = match self.alloc_pages_local(order) {
             Some(pfn) => pfn,
@@ -405,6 +407,7 @@ impl Kernel {
     }
 
     /// The struct page set-up and counting of a new folio.
+    #[inline(always)]
     fn prep_new_folio(&mut self, pfn: Pfn, order: u32) -> Pfn {
         self.memmap.prep_new_folio(pfn, order);
         self.arch.kc.inc(KernelEvent::FolioAlloc);

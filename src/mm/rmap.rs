@@ -87,6 +87,7 @@ impl Kernel {
 
     /// folio_add_new_anon_rmap: map a new exclusive anon folio at `addr` in `mm`, by
     /// ptes or (pmd) as a whole.
+    #[inline(always)]
     pub fn folio_add_new_anon_rmap(&mut self, folio: Pfn, mm: MmId, addr: u64, pmd: bool) {
         let order = self.memmap.folio_order(folio);
         let nr = 1u64 << order;
@@ -202,6 +203,9 @@ impl Kernel {
     /// folio_remove_rmap_ptes: drop `nr` pte mappings from `page` in `mm`. A large anon
     /// folio left with some pages mapped and some not is queued for deferred split.
     /// Before the folio rmap API (`rmap-api=page`), a call per page: page_remove_rmap.
+    /// Inline to the order-0 case, which every order-0 zap takes; a large folio's
+    /// bookkeeping goes out of line.
+    #[inline]
     pub fn folio_remove_rmap_ptes(&mut self, folio: Pfn, page: Pfn, nr: u64, mm: MmId) {
         if self.rmap_page_api {
             self.arch.kc.add(KernelEvent::PageRemoveRmap, nr);
@@ -216,6 +220,13 @@ impl Kernel {
             self.memmap.page_mut(folio).mapcount -= 1;
             return;
         }
+        self.folio_remove_rmap_ptes_large(folio, page, nr, mm);
+    }
+
+    /// `folio_remove_rmap_ptes`' part for a large folio: the pages' mapcounts, the
+    /// large mapcount, `_nr_pages_mapped`, and the deferred split.
+    #[inline(never)]
+    fn folio_remove_rmap_ptes_large(&mut self, folio: Pfn, page: Pfn, nr: u64, mm: MmId) {
         let mut last = 0;
         for p in self.memmap.pages_mut(page, nr) {
             p.mapcount -= 1;

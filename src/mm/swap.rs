@@ -114,7 +114,9 @@ impl Lruvec {
         (t != NIL).then_some(Pfn(t as u64))
     }
 
-    /// lruvec_add_folio: at the head of `lru`, counting the folio's pages.
+    /// lruvec_add_folio: at the head of `lru`, counting the folio's pages. Inline, as
+    /// the list's few stores are less than a call.
+    #[inline(always)]
     fn add(&mut self, mm: &mut MemMap, folio: Pfn, lru: LruList) {
         let l = lru as usize;
         let old_head = self.head[l];
@@ -140,7 +142,9 @@ impl Lruvec {
         LruList::of(f.contains(LruFlags::ON_FILE), f.contains(LruFlags::ON_ACTIVE))
     }
 
-    /// lruvec_del_folio: off its list (PG_lru cleared); its other flags stay.
+    /// lruvec_del_folio: off its list (PG_lru cleared); its other flags stay. Inline,
+    /// as `add`.
+    #[inline(always)]
     pub fn del(&mut self, mm: &mut MemMap, folio: Pfn) {
         let l = Self::list_of(mm, folio) as usize;
         mm.lru_mut(folio)
@@ -230,18 +234,21 @@ impl Kernel {
     }
 
     /// lruvec_add_folio: onto the head of the list its flags say.
+    #[inline]
     pub fn lruvec_add_folio(&mut self, folio: Pfn) {
         let lru = self.folio_lru_list(folio);
         self.lruvec.add(&mut self.memmap, folio, lru);
     }
 
     /// lruvec_del_folio.
+    #[inline]
     pub fn lruvec_del_folio(&mut self, folio: Pfn) {
         self.lruvec.del(&mut self.memmap, folio);
     }
 
     /// folio_add_lru_vma / folio_add_lru: a new folio waits in the lru_add batch,
     /// which moves to the lists when full, or at once for a large folio.
+    #[inline]
     pub fn folio_add_lru(&mut self, folio: Pfn) {
         self.lruvec.fbatch.push(folio);
         if self.lruvec.fbatch.len() == PAGEVEC_SIZE || self.memmap.folio_order(folio) > 0 {

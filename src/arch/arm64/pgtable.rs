@@ -626,7 +626,9 @@ impl Arch {
 
     /// The unfold every batched setter starts with: a single pte unfolds its block;
     /// a range goes out of line (`entry`: contpte_clear_full_ptes and friends) and
-    /// unfolds only the blocks it covers in part.
+    /// unfolds only the blocks it covers in part. Inline: every order-0 fault and zap
+    /// passes here, where a call cost more than the checks.
+    #[inline]
     fn contpte_try_unfold_range(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, entry: KernelEvent) {
         if !self.cont_active(mm) {
             return;
@@ -640,7 +642,7 @@ impl Arch {
     }
 
     /// clear_full_ptes: clear `nr` ptes of one folio without gathering their state.
-    #[inline]
+    #[inline(always)]
     pub fn clear_full_ptes(&mut self, mm: ArchMm, addr: u64, ptep: PtePtr, nr: usize, full: bool) {
         self.contpte_try_unfold_range(mm, addr, ptep, nr, KernelEvent::ContpteClearFullPtes);
         let _ = full;

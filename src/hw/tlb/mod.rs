@@ -344,8 +344,14 @@ impl Tlb {
         self.l2_classes.present().find_map(|class| {
             let shift = self.spans[class];
             let want = l2_tag_of(va, shift, class as u8);
-            self.l2_set(va, shift)
-                .find(|&i| self.l2_tag[i] == want && self.l2[i].asid.is_none_or(|a| a == asid))
+            // The set's tags as one slice: one bounds check, not one a way.
+            let set = self.l2_set(va, shift);
+            let base = set.start;
+            self.l2_tag[set]
+                .iter()
+                .enumerate()
+                .find(|&(w, &t)| t == want && self.l2[base + w].asid.is_none_or(|a| a == asid))
+                .map(|(w, _)| base + w)
         })
     }
 
@@ -403,7 +409,9 @@ impl Tlb {
         (self.l1.insert(slot), evicted)
     }
 
-    /// Put `slot` in its L2 set, evicting that set's LRU entry when full.
+    /// Put `slot` in its L2 set, evicting that set's LRU entry when full. Inline, so
+    /// L1's victim is read where it lies rather than passed whole through the stack.
+    #[inline(always)]
     fn place_l2(&mut self, slot: Slot, res: &mut Residency) -> bool {
         let e = slot.entry;
         let shift = u32::from(e.span_shift);
