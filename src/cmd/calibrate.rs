@@ -13,13 +13,13 @@
 //! workloads also run in one boot of the host's release under QEMU, whose counted
 //! kernel instructions give each software feature's instructions per count; the
 //! profile's costs are then those at one fitted ns per instruction, page zeroing and
-//! copying fitted apart (src/time/calibrate.rs). Both fits' held-out errors are
+//! copying (and any feature no counted phase has) fitted apart (src/time/calibrate.rs). Both fits' held-out errors are
 //! printed: the wall-time split, and the counted instructions.
 
 use crate::report::Report;
 use crate::time::calibrate::{
-    fit, fit_counted, fit_insns, host_profile, insns_samples, median_and_worst, predict, samples, Sample, FEATURES,
-    MEMORY_BOUND, MIN_FIT_NS,
+    fit, fit_counted, fit_insns, fitted_apart, host_profile, insns_samples, median_and_worst, predict, samples, Sample,
+    FEATURES, MIN_FIT_NS,
 };
 use crate::workload::{parse_str, Workload};
 use serde::Serialize;
@@ -103,7 +103,7 @@ struct Counted {
     guest: String,
     /// Phases the instruction regression used (the fitted ones the guest ran).
     phases: usize,
-    /// Kernel instructions per count of each software feature.
+    /// Kernel instructions per count of each software feature not fitted apart.
     insns_per_count: std::collections::BTreeMap<String, f64>,
     ns_per_insn: f64,
     costs_ns: std::collections::BTreeMap<String, f64>,
@@ -317,14 +317,16 @@ pub fn main(a: Args) -> super::CmdResult {
                 .filter(|i| fitted.iter().any(|f| f.workload == i.workload && f.phase == i.phase))
                 .collect();
             let per_count = fit_insns(&insns);
-            let (costs, ns_per_insn) = fit_counted(&fitted, &per_count);
+            let apart = fitted_apart(&insns);
+            let (costs, ns_per_insn) = fit_counted(&fitted, &per_count, &apart);
             let held_out = held_out_errors(&held_runs, &costs);
             let (median_error, worst_error) = median_and_worst(&held_out.iter().map(|h| h.error).collect::<Vec<_>>());
             let insns_per_count = FEATURES
                 .iter()
                 .zip(&per_count)
-                .filter(|((f, _), _)| !MEMORY_BOUND.contains(f))
-                .map(|((f, _), &n)| (f.to_string(), n))
+                .enumerate()
+                .filter(|(i, _)| !apart.contains(i))
+                .map(|(_, ((f, _), &n))| (f.to_string(), n))
                 .collect();
             let c = Counted {
                 guest: release,
@@ -392,7 +394,7 @@ fn counted_profile(name: &str, c: &Counted, what: &str, wall_note: &str) -> crat
     let note = format!(
         "kernel instructions per count by a weighted NNLS over {} phases counted on Debian's {} x86-64 under QEMU \
          (foliolab validate --target qemu-x86_64), at {:.4} ns per instruction, page zeroing and copying \
-         fitted apart, by a weighted NNLS on host time; held out: median {:.1}%, worst {:.1}% (the wall-time \
+         (and features no counted phase has) fitted apart, by a weighted NNLS on host time; held out: median {:.1}%, worst {:.1}% (the wall-time \
          split alone: {wall_note})",
         c.phases,
         c.guest,

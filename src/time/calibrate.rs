@@ -1,7 +1,8 @@
 //! Calibration: this host's own costs for the generic mm software, measured.
 //!
 //! The fault path, the zap loop, rmap, folio allocation and freeing, page zeroing and
-//! copying are the same C code on x86_64 and arm64, and this host runs it. Timed
+//! copying, swap-out and swap-in, reclaim's scan, collapse and shmem's page cache are
+//! the same C code on x86_64 and arm64, and this host runs it. Timed
 //! workloads (each phase's wall time, measured around every op by the process that
 //! ran it) are set against the model's counts of the same phases, and a non-negative
 //! least-squares fit, weighted so that every phase counts by its relative error, gives
@@ -19,11 +20,12 @@
 //! a regression of each phase's kernel instructions (less the page zeroing and
 //! copying functions', which QEMU counts per byte moved) on the model's counts, the
 //! same weighted NNLS; the host's time is then those instructions at one fitted cost
-//! per instruction, plus page zeroing and copying fitted apart (memory-bound):
+//! per instruction, plus page zeroing and copying fitted apart (memory-bound), and
+//! so is any feature no counted phase has (`fitted_apart`):
 //!
 //! ```text
 //!   guest:  insns_i  ~  sum_f  count_{i,f} * insns_f      (software features)
-//!   host:   t_i  ~  ns_per_insn * sum_f count_{i,f} insns_f + zero_ns * zero_i + copy_ns * copy_i
+//!   host:   t_i  ~  ns_per_insn * sum_f count_{i,f} insns_f + sum_a count_{i,a} * cost_a   (a apart)
 //! ```
 
 use super::profile::{Cost, Features, Profile, Quality, Tlb};
@@ -51,6 +53,26 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("kernel.folio_remove_rmap_ptes", "a folio_remove_rmap_ptes call"),
     ("kernel.folio_free", "a folio freed to the buddy allocator"),
     ("kernel.syscall", "a system call made by an op"),
+    (
+        "vmstat.pswpout",
+        "a page written to swap (swap_writeout: zram compresses and stores it)",
+    ),
+    (
+        "vmstat.pswpin",
+        "a page read from swap (swap_read_folio: zram decompresses it)",
+    ),
+    (
+        "vmstat.pgscan_anon",
+        "an anonymous page scanned by reclaim (taken off the LRU, its references checked through the rmap)",
+    ),
+    (
+        "vmstat.thp_collapse_alloc",
+        "a collapse's own work beyond the pages it copies (lru_add_drain_all, the scan, isolation, the pmd's flush)",
+    ),
+    (
+        "kernel.shmem_fault",
+        "a shmem fault: shmem_get_folio's page-cache lookup or insert, its charge and LRU add",
+    ),
 ];
 
 /// The features whose time is the memory moved, fitted on host time alone: their
@@ -98,27 +120,32 @@ pub fn fit_insns(insns: &[Sample]) -> Vec<f64> {
     fit(&soft)
 }
 
+/// The features the guest's instructions cannot price, fitted on host time apart: the
+/// `MEMORY_BOUND` ones, and any no counted phase has (the guest cannot run `memlimit`,
+/// so reclaim's scan is timed on the host only).
+pub fn fitted_apart(insns: &[Sample]) -> Vec<usize> {
+    (0..FEATURES.len())
+        .filter(|&f| MEMORY_BOUND.contains(&FEATURES[f].0) || insns.iter().all(|s| s.counts[f] == 0.0))
+        .collect()
+}
+
 /// The costs in ns per count when the software features cost `per_count` instructions
-/// each: one ns per instruction and the `MEMORY_BOUND` features' own costs, fitted
-/// by the weighted NNLS on the host's times of `timed`. Returns the costs and the ns
-/// per instruction.
-pub fn fit_counted(timed: &[Sample], per_count: &[f64]) -> (Vec<f64>, f64) {
-    let bound: Vec<usize> = MEMORY_BOUND
-        .iter()
-        .map(|m| FEATURES.iter().position(|(f, _)| f == m).expect("a feature"))
-        .collect();
+/// each: one ns per instruction and the `apart` features' own costs (`fitted_apart`),
+/// fitted by the weighted NNLS on the host's times of `timed`. Returns the costs and
+/// the ns per instruction.
+pub fn fit_counted(timed: &[Sample], per_count: &[f64], apart: &[usize]) -> (Vec<f64>, f64) {
     let reduced: Vec<Sample> = timed
         .iter()
         .map(|s| Sample {
             counts: std::iter::once(predict(per_count, &s.counts))
-                .chain(bound.iter().map(|&b| s.counts[b]))
+                .chain(apart.iter().map(|&b| s.counts[b]))
                 .collect(),
             ..s.clone()
         })
         .collect();
     let x = fit(&reduced);
     let mut costs: Vec<f64> = per_count.iter().map(|n| n * x[0]).collect();
-    for (j, &b) in bound.iter().enumerate() {
+    for (j, &b) in apart.iter().enumerate() {
         costs[b] = x[1 + j];
     }
     (costs, x[0])
@@ -324,10 +351,54 @@ mod tests {
             .iter()
             .map(|r| sample(r, ns_per_insn * predict(&per, r) + zero_ns * r[zero]))
             .collect();
-        let (costs, k) = fit_counted(&timed, &fit_insns(&soft_only));
+        let (costs, k) = fit_counted(&timed, &fit_insns(&soft_only), &fitted_apart(&soft_only));
         assert!((k - ns_per_insn).abs() < 1e-6, "{k}");
         assert!(
             (costs[0] - 225.0).abs() < 1e-3 && (costs[zero] - zero_ns).abs() < 1e-3,
+            "{costs:?}"
+        );
+    }
+
+    /// A feature no counted phase has (reclaim's scan: the guest cannot run `memlimit`)
+    /// has no instructions per count, so it is fitted on host time apart, like zeroing,
+    /// and gets its host cost; not the 0 the instruction regression gives it.
+    #[test]
+    fn a_feature_the_guest_never_counts_is_fitted_apart_on_host_time() {
+        let at = |name: &str| FEATURES.iter().position(|(f, _)| *f == name).unwrap();
+        let (fault, zero, scan) = (at("vmstat.pgfault"), at("arch.page.zero"), at("vmstat.pgscan_anon"));
+        let row = |faults: f64, zeroed: f64, scans: f64| {
+            let mut r = vec![0.0; FEATURES.len()];
+            r[fault] = faults;
+            r[zero] = zeroed;
+            r[scan] = scans;
+            r
+        };
+        let guest: Vec<Sample> = [row(1000.0, 1000.0, 0.0), row(300.0, 0.0, 0.0)]
+            .iter()
+            .map(|r| sample(r, 2000.0 * r[fault]))
+            .collect();
+        let apart = fitted_apart(&guest);
+        // Zeroing is counted but memory-bound; every other feature but the fault, uncounted.
+        assert_eq!(apart, (0..FEATURES.len()).filter(|&f| f != fault).collect::<Vec<_>>());
+        let per_count = fit_insns(&guest);
+        assert!(
+            (per_count[fault] - 2000.0).abs() < 1e-6 && per_count[scan] == 0.0,
+            "{per_count:?}"
+        );
+        // Host: 0.25 ns per instruction, 700 ns a page zeroed, 90 ns a page scanned.
+        let timed: Vec<Sample> = [
+            row(1000.0, 1000.0, 0.0),
+            row(400.0, 0.0, 0.0),
+            row(200.0, 200.0, 5000.0),
+            row(50.0, 0.0, 20000.0),
+        ]
+        .iter()
+        .map(|r| sample(r, 0.25 * 2000.0 * r[fault] + 700.0 * r[zero] + 90.0 * r[scan]))
+        .collect();
+        let (costs, k) = fit_counted(&timed, &per_count, &apart);
+        assert!((k - 0.25).abs() < 1e-6, "{k}");
+        assert!(
+            (costs[scan] - 90.0).abs() < 1e-6 && (costs[zero] - 700.0).abs() < 1e-6,
             "{costs:?}"
         );
     }
