@@ -13,8 +13,9 @@
 //! workloads also run in one boot of the host's release under QEMU, whose counted
 //! kernel instructions give each software feature's instructions per count; the
 //! profile's costs are then those at one fitted ns per instruction, page zeroing and
-//! copying (and any feature no counted phase has) fitted apart (src/time/calibrate.rs). Both fits' held-out errors are
-//! printed: the wall-time split, and the counted instructions.
+//! copying (and any feature no counted phase has) fitted apart (src/time/calibrate.rs).
+//! Both fits' held-out errors are printed: the wall-time split, and the counted
+//! instructions.
 
 use crate::report::Report;
 use crate::time::calibrate::{

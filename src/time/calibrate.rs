@@ -104,15 +104,17 @@ pub fn software_insns(c: &crate::report::Counters) -> Option<f64> {
 
 /// The software features' instructions per count: the weighted NNLS of `insns`, each
 /// phase's software instructions in place of its time, on the model's counts of the
-/// features other than `MEMORY_BOUND` (0 for those).
+/// features not `fitted_apart` (0 for those).
 pub fn fit_insns(insns: &[Sample]) -> Vec<f64> {
+    let apart = fitted_apart(insns);
     let soft: Vec<Sample> = insns
         .iter()
         .map(|s| Sample {
-            counts: FEATURES
+            counts: s
+                .counts
                 .iter()
-                .zip(&s.counts)
-                .map(|((f, _), &n)| if MEMORY_BOUND.contains(f) { 0.0 } else { n })
+                .enumerate()
+                .map(|(f, &n)| if apart.contains(&f) { 0.0 } else { n })
                 .collect(),
             ..s.clone()
         })
