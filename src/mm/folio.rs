@@ -250,6 +250,11 @@ impl MemMap {
         debug_assert!(self.is_online(folio), "page {folio:?} in an offline section");
         &mut self.lru[folio.0 as usize]
     }
+    /// The LRU flags of the pages at pfns `run`.
+    #[inline]
+    pub fn lru_range_mut(&mut self, run: std::ops::Range<u64>) -> &mut [LruFlags] {
+        &mut self.lru[run.start as usize..run.end as usize]
+    }
     /// The struct page of a buddy block, None past the end of RAM. A block and its
     /// buddy share a section (the largest block is smaller than one), so the block
     /// being online makes the buddy's page readable without `try_page`'s section check.

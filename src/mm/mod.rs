@@ -477,9 +477,11 @@ impl Kernel {
         }
         let (start, nr) = (Pfn(run.start), run.end - run.start);
         self.arch.kc.add(KernelEvent::FolioFree, nr);
-        for pfn in run.clone() {
-            self.lru_forget_folio(Pfn(pfn));
-            self.mem_cgroup_uncharge(Pfn(pfn), 1);
+        self.lru_forget_run(run.clone());
+        if self.memcg.is_some() {
+            for pfn in run.clone() {
+                self.mem_cgroup_uncharge(Pfn(pfn), 1);
+            }
         }
         self.memmap.clear_pages(start, nr);
         // A run may cross from one node's RAM into the next's.

@@ -167,6 +167,44 @@ impl Lruvec {
         self.nr_pages[l] -= mm.folio_nr_pages(folio);
     }
 
+    /// `del` of every folio on a list among the order-0 folios at pfns `run`, leaving
+    /// the lists as deleting them one by one would (the run's own links are left for
+    /// the caller to clear): each stretch of run folios lying next to each other on a
+    /// list is cut out whole, its neighbours outside the run relinked once, so a run
+    /// freed in the order it was faulted costs one relink, not one per folio.
+    fn del_run(&mut self, mm: &mut MemMap, run: std::ops::Range<u64>) {
+        // NIL is no pfn of a run: pfns fit below it in the links.
+        let inside = |p: u32| run.contains(&u64::from(p));
+        for pfn in run.clone() {
+            let f = mm.lru(Pfn(pfn));
+            if !f.contains(LruFlags::LRU) {
+                continue;
+            }
+            let l = LruList::of(f.contains(LruFlags::ON_FILE), f.contains(LruFlags::ON_ACTIVE)) as usize;
+            self.nr_pages[l] -= 1;
+            let p = mm.page(Pfn(pfn));
+            let prev = p.lru_prev;
+            if inside(prev) {
+                continue;
+            }
+            // The first of a stretch: its end is the first folio after it outside the run.
+            let mut next = p.lru_next;
+            while inside(next) {
+                next = mm.page(Pfn(u64::from(next))).lru_next;
+            }
+            if prev == NIL {
+                self.head[l] = next;
+            } else {
+                mm.page_mut(Pfn(u64::from(prev))).lru_next = next;
+            }
+            if next == NIL {
+                self.tail[l] = prev;
+            } else {
+                mm.page_mut(Pfn(u64::from(next))).lru_prev = prev;
+            }
+        }
+    }
+
     /// list_add_tail(&new->lru, &folio->lru): `new` right on the newer side of
     /// `folio`, on its list; the list's count already covers it.
     fn add_before(&mut self, mm: &mut MemMap, new: Pfn, folio: Pfn) {
@@ -311,6 +349,24 @@ impl Kernel {
         *self.memmap.lru_mut(folio) = LruFlags::empty();
     }
 
+    /// `lru_forget_folio` of each order-0 folio at pfns `run`, in one pass over the
+    /// lists (`Lruvec::del_run`) and one over their flags; their struct pages' links
+    /// are the caller's to clear, as it frees them.
+    pub(super) fn lru_forget_run(&mut self, run: std::ops::Range<u64>) {
+        self.lruvec.del_run(&mut self.memmap, run.clone());
+        let batch = &mut self.lruvec.fbatch;
+        if !batch.is_empty() {
+            for pfn in run.clone() {
+                if !self.memmap.lru(Pfn(pfn)).contains(LruFlags::LRU) {
+                    if let Some(i) = batch.iter().position(|&b| b.0 == pfn) {
+                        batch.remove(i);
+                    }
+                }
+            }
+        }
+        self.memmap.lru_range_mut(run).fill(LruFlags::empty());
+    }
+
     /// lru_add_split_folio for every new folio of a split (`folio` now order 0): each
     /// tail takes the head's flags and, while the head is on a list, goes right on
     /// its newer side, in ascending order; a tail of an isolated head is isolated too
@@ -381,6 +437,49 @@ mod tests {
             .map(|p| p.0 - folio.0)
             .collect();
         assert_eq!(order, [0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1]);
+    }
+
+    #[test]
+    fn a_run_forgotten_at_once_leaves_the_lists_as_one_by_one_does() {
+        let (mut k, mm) = boot(MachineConfig::default(), &[]);
+        k.do_mmap(mm, BASE, 40 << 12, VmFlags::READ | VmFlags::WRITE | VmFlags::NOHUGEPAGE)
+            .unwrap();
+        for i in 0..40 {
+            user_access(&mut k, mm, 0, BASE + (i << 12), true).unwrap();
+        }
+        k.lru_add_drain();
+        let folios: Vec<Pfn> = (0..40)
+            .map(|i| k.memmap.folio_of(k.page_table_pfn(mm, BASE + (i << 12)).unwrap()))
+            .collect();
+        // Every third folio to the active list, so stretches on both lists break where
+        // a folio of the other list or one outside the run lies between.
+        for &f in folios.iter().step_by(3) {
+            k.lruvec_del_folio(f);
+            *k.memmap.lru_mut(f) |= LruFlags::ACTIVE;
+            k.lruvec_add_folio(f);
+        }
+        let lo = folios.iter().map(|f| f.0).min().unwrap();
+        let run = lo + 5..lo + 27;
+        let left = |k: &Kernel, lru| -> Vec<u64> {
+            k.lruvec
+                .iter_from_tail(&k.memmap, lru)
+                .map(|p| p.0)
+                .filter(|p| !run.contains(p))
+                .collect()
+        };
+        let lists = [LruList::InactiveAnon, LruList::ActiveAnon];
+        let want = lists.map(|lru| left(&k, lru));
+        for (lru, want) in lists.iter().zip(&want) {
+            assert!(k.lruvec.size(*lru) > want.len() as u64, "{lru:?} loses folios");
+        }
+        k.lru_forget_run(run.clone());
+        for (lru, want) in lists.into_iter().zip(want) {
+            let got: Vec<u64> = k.lruvec.iter_from_tail(&k.memmap, lru).map(|p| p.0).collect();
+            assert_eq!(got, want, "{lru:?}");
+            assert_eq!(k.lruvec.size(lru), want.len() as u64, "{lru:?}");
+        }
+        k.lruvec.check(&k.memmap).unwrap();
+        assert!(run.clone().all(|p| k.memmap.lru(Pfn(p)).is_empty()));
     }
 
     #[test]

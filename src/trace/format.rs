@@ -598,8 +598,20 @@ impl<R: Read> Reader<R> {
         Ok(())
     }
 
-    #[inline]
+    /// A varint; one of a single byte (a fault's page delta, mostly) read inline.
+    #[inline(always)]
     fn var(&mut self) -> Result<u64, TraceError> {
+        match self.buf[..self.len].get(self.pos) {
+            Some(&b) if b & 0x80 == 0 => {
+                self.pos += 1;
+                Ok(u64::from(b))
+            }
+            _ => self.var_long(),
+        }
+    }
+
+    #[inline(never)]
+    fn var_long(&mut self) -> Result<u64, TraceError> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;

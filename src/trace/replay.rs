@@ -289,7 +289,8 @@ impl Replay {
     fn event(&mut self, e: Event) -> Result<(), TraceError> {
         // A process the trace never introduced (by a fork or an exec) has nothing to
         // act on: counted, and noted in the report.
-        if !matches!(e, Event::Exec { .. }) && self.procs.get(&e.proc()).is_none() {
+        // (A fault's process is looked up once, in `fault`, which counts it so too.)
+        if !matches!(e, Event::Exec { .. } | Event::Fault { .. }) && self.procs.get(&e.proc()).is_none() {
             self.orphans += 1;
             return Ok(());
         }
@@ -337,10 +338,7 @@ impl Replay {
                 addr,
                 write,
                 kernel,
-            } => {
-                self.kernel_faults += kernel as u64;
-                self.fault(proc, addr, write)
-            }
+            } => self.fault(proc, addr, write, kernel),
             Event::Map {
                 proc,
                 start,
@@ -567,12 +565,14 @@ impl Replay {
         self.hit = None;
     }
 
-    fn fault(&mut self, proc: u32, addr: u64, write: bool) -> Result<(), TraceError> {
+    fn fault(&mut self, proc: u32, addr: u64, write: bool, kernel: bool) -> Result<(), TraceError> {
         let addr = addr.min(USER_END);
         let Some(p) = self.procs.get(&proc) else {
             // A process the trace never introduced: nothing to fault in.
+            self.orphans += 1;
             return Ok(());
         };
+        self.kernel_faults += kernel as u64;
         let s = p.space;
         let sp = self.spaces[s].as_mut().expect("live");
         let mm = sp.mm;
@@ -598,10 +598,8 @@ impl Replay {
                 },
             },
         };
-        let line = &mut self.procs.get_mut(&proc).expect("found").line;
         match found {
             Some((_, m)) if m.kind.is_anon() => {
-                line.anon_faults += 1;
                 let before = self.k.mm(mm).min_flt;
                 let cpu = self.cpu_for(proc, mm);
                 match sim::user_access(&mut self.k, mm, cpu, addr, write) {
@@ -615,10 +613,12 @@ impl Replay {
                     }
                 }
                 let after = self.k.mm(mm).min_flt;
-                self.procs.get_mut(&proc).expect("found").line.model_faults += after - before;
+                let line = &mut self.procs.get_mut(&proc).expect("found").line;
+                line.anon_faults += 1;
+                line.model_faults += after - before;
             }
-            Some(_) => line.other_faults += 1,
-            None => line.unmapped_faults += 1,
+            Some(_) => self.procs.get_mut(&proc).expect("found").line.other_faults += 1,
+            None => self.procs.get_mut(&proc).expect("found").line.unmapped_faults += 1,
         }
         Ok(())
     }
