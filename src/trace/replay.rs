@@ -1105,6 +1105,25 @@ mod tests {
         }
 
         #[test]
+        fn a_fault_of_a_process_never_introduced_is_an_orphan_not_a_kernel_fault() {
+            let orphan = Event::Fault {
+                proc: 7,
+                addr: A,
+                write: true,
+                kernel: true,
+            };
+            let e = [exec(0), map(0, A, 4 * PAGE, MapKind::Anon), orphan, write(0, A)];
+            let r = run(&e, &[]);
+            assert_eq!(r.report.counters["trace.faults.kernel"], 0);
+            assert_eq!(r.report.counters["model.faults"], 1);
+            assert!(r
+                .report
+                .diagnostics
+                .iter()
+                .any(|d| d.starts_with("1 records of processes the trace never introduced")));
+        }
+
+        #[test]
         fn exec_stack_argument_pages_are_present_and_growth_keeps_the_stack() {
             let top = A + 1024 * PAGE;
             let stack = |len| map(0, top - len, len, MapKind::Stack);
