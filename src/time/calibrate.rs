@@ -73,6 +73,18 @@ pub const FEATURES: &[(&str, &str)] = &[
         "kernel.shmem_fault",
         "a shmem fault: shmem_get_folio's page-cache lookup or insert, its charge and LRU add",
     ),
+    (
+        "kernel.dup_mmap",
+        "a fork beyond the page tables and pages it copies: copy_process, dup_mmap's mm and VMAs, the child's first run",
+    ),
+    (
+        "kernel.exit_mmap",
+        "an exit beyond the pages it frees: do_exit, exit_mmap's teardown of the mm, the parent's wait",
+    ),
+    (
+        "kernel.swapon",
+        "a swapon: the zram device sized, the swap header written, the swap area and its maps set up",
+    ),
 ];
 
 /// The features whose time is the memory moved, fitted on host time alone: their
