@@ -1063,7 +1063,9 @@ mod tests {
         };
         assert!(fault.source.starts_with(&table.kernel), "{}", fault.source);
         assert!(
-            c.notes.iter().any(|n| n.contains("vmstat.pswpout, vmstat.pswpin")),
+            c.notes
+                .iter()
+                .any(|n| n.contains("kernel.folio_remove_rmap_ptes: their work is among")),
             "{:?}",
             c.notes
         );

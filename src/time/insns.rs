@@ -137,14 +137,18 @@ impl Profile {
                 !c.events.is_empty()
             });
             if !e.covers.is_empty() {
-                p.not_costed.push(NotCosted {
-                    events: e.covers.clone(),
-                    reason: format!(
-                        "their work is among the functions whose instructions {} cost ({})",
-                        e.events.join(" and "),
-                        table.kernel
-                    ),
-                });
+                // First: before the shared patterns (`vmstat.*`) that would answer for it.
+                p.not_costed.insert(
+                    0,
+                    NotCosted {
+                        events: e.covers.clone(),
+                        reason: format!(
+                            "their work is among the functions whose instructions {} cost ({})",
+                            e.events.join(" and "),
+                            table.kernel
+                        ),
+                    },
+                );
             }
         }
         for (event, insns, why) in table.per_event()? {
