@@ -91,6 +91,9 @@ struct Outcome {
     held_out: Vec<HeldOut>,
     median_error: f64,
     worst_error: f64,
+    /// The workloads whose model started with the huge zero folio allocated
+    /// (`huge-zero=allocated`): the host's runs timed did not allocate it.
+    huge_zero_allocated: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     counted: Option<Counted>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -118,14 +121,65 @@ struct Counted {
 /// processes disturbed least (the counts are the same in every run).
 const RUNS: usize = 3;
 
+/// Whether `r` allocated the huge zero folio, by the host's own counter.
+fn allocates_huge_zero(r: &Report) -> bool {
+    r.phases
+        .iter()
+        .any(|p| p.counters.get(HUGE_ZERO_ALLOC).is_some_and(|&n| n > 0))
+}
+
+const HUGE_ZERO_ALLOC: &str = "vmstat.thp_zero_page_alloc";
+
+/// The host runs to time against the model, and whether the model starts with the
+/// huge zero folio allocated (`huge-zero=allocated`). The host keeps the huge zero
+/// folio from one run to the next (6.18 without CONFIG_PERSISTENT_HUGE_ZERO_FOLIO frees
+/// it only by its shrinker, under reclaim), so a run after the first maps it without
+/// allocating or zeroing it, where a fresh model does both. Where the model allocates
+/// it and some host runs did not, those runs are timed against a model that starts
+/// with it; otherwise every run, against the fresh model (a count in a run of a
+/// workload that never maps it is another process's).
+fn huge_zero_state(model_allocates: bool, host_allocates: &[bool]) -> (Vec<usize>, bool) {
+    let kept: Vec<usize> = (0..host_allocates.len()).filter(|&i| !host_allocates[i]).collect();
+    if model_allocates && !kept.is_empty() {
+        (kept, true)
+    } else {
+        ((0..host_allocates.len()).collect(), false)
+    }
+}
+
 /// Model (the host's release, contpte off: the host has no contiguous bit) and host
-/// reports of `w`.
-fn both(w: &Workload) -> Result<(Report, Report), String> {
-    let v = super::validate::target_variants(crate::native::qemu::Target::Host, None, &["contpte=off".into()])?;
+/// reports of `w`, each host phase timed by the fastest of the runs `huge_zero_state`
+/// keeps; and whether the model started with the huge zero folio allocated.
+fn both(w: &Workload) -> Result<(Report, Report, bool), String> {
+    let sets = |extra: &[&str]| -> Vec<String> {
+        std::iter::once("contpte=off")
+            .chain(extra.iter().copied())
+            .map(String::from)
+            .collect()
+    };
+    let target = crate::native::qemu::Target::Host;
+    let v = super::validate::target_variants(target, None, &sets(&[]))?;
     let model = crate::sim::run(w, &v).map_err(|e| e.to_string())?;
-    let mut host = crate::native::run(w).map_err(|e| format!("host: {e}"))?;
-    for _ in 1..RUNS {
-        let again = crate::native::run(w).map_err(|e| format!("host: {e}"))?;
+    let mut runs = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        runs.push(crate::native::run(w).map_err(|e| format!("host: {e}"))?);
+    }
+    let host_allocates: Vec<bool> = runs.iter().map(allocates_huge_zero).collect();
+    let model_allocates = model.counters.get(HUGE_ZERO_ALLOC).is_some_and(|&n| n > 0);
+    let (keep, allocated) = huge_zero_state(model_allocates, &host_allocates);
+    let model = if allocated {
+        let v = super::validate::target_variants(target, None, &sets(&["huge-zero=allocated"]))?;
+        crate::sim::run(w, &v).map_err(|e| e.to_string())?
+    } else {
+        model
+    };
+    let mut kept = runs
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep.contains(i))
+        .map(|(_, r)| r);
+    let mut host = kept.next().expect("at least one run kept");
+    for again in kept {
         for (p, q) in host.phases.iter_mut().zip(&again.phases) {
             p.time_ns = match (p.time_ns, q.time_ns) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -133,7 +187,7 @@ fn both(w: &Workload) -> Result<(Report, Report), String> {
             };
         }
     }
-    Ok((model, host))
+    Ok((model, host, allocated))
 }
 
 /// Each fitted workload's phases on `qemu-x86_64`, each with its software instructions
@@ -293,15 +347,23 @@ pub fn main(a: Args) -> super::CmdResult {
     let guest = guest_insns(&train);
     let mut progress = crate::sim::progress::Progress::counting((train.len() + held.len()) as u64, "workloads");
     let mut fitted: Vec<Sample> = Vec::new();
+    let mut huge_zero_allocated = Vec::new();
     for w in &train {
-        let (m, h) = both(w)?;
+        let (m, h, allocated) = both(w)?;
+        if allocated {
+            huge_zero_allocated.push(h.workload.clone());
+        }
         fitted.extend(samples(&m, &h).into_iter().filter(|s| s.ns >= MIN_FIT_NS));
         progress.op();
     }
     let costs = fit(&fitted);
     let mut held_runs = Vec::new();
     for w in &held {
-        held_runs.push(both(w)?);
+        let (m, h, allocated) = both(w)?;
+        if allocated {
+            huge_zero_allocated.push(h.workload.clone());
+        }
+        held_runs.push((m, h));
         progress.op();
     }
     drop(progress);
@@ -377,6 +439,7 @@ pub fn main(a: Args) -> super::CmdResult {
         held_out,
         median_error: median,
         worst_error: worst,
+        huge_zero_allocated,
         counted,
         counted_not_measured,
     };
@@ -451,6 +514,13 @@ fn text(o: &Outcome, what: &str) -> String {
             f.measured_ns / 1e6,
             f.predicted_ns / 1e6,
             f.error * 100.0
+        );
+    }
+    if !o.huge_zero_allocated.is_empty() {
+        s += &format!(
+            "\nthe host kept the huge zero folio from an earlier run (vmstat.thp_zero_page_alloc 0 in the runs timed), \
+             so the model started with it allocated (huge-zero=allocated): {}\n",
+            o.huge_zero_allocated.join(", ")
         );
     }
     s += "\nheld out (never fitted), whole workload:\n";
@@ -559,6 +629,7 @@ mod tests {
                 median_error: 0.25,
                 worst_error: 0.25,
             }),
+            huge_zero_allocated: Vec::new(),
             counted_not_measured: None,
         };
         let t = text(&o, "a CPU");
@@ -575,5 +646,38 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("the wall-time split (the profile's)"), "{t}");
+        assert!(!t.contains("huge zero"), "{t}");
+        o.huge_zero_allocated = vec!["huge_zero_page.wl".into()];
+        let t = text(&o, "a CPU");
+        assert!(t.contains("(huge-zero=allocated): huge_zero_page.wl\n"), "{t}");
+    }
+
+    /// A model that allocates the huge zero folio is timed against the host runs that
+    /// did not, started with it allocated; with every host run allocating it, or a
+    /// model that never maps it, against every run as it is.
+    #[test]
+    fn the_host_runs_that_kept_the_huge_zero_folio_meet_a_model_that_has_it() {
+        assert_eq!(huge_zero_state(true, &[true, false, false]), (vec![1, 2], true));
+        assert_eq!(huge_zero_state(true, &[true, true, true]), (vec![0, 1, 2], false));
+        assert_eq!(huge_zero_state(false, &[false, true, false]), (vec![0, 1, 2], false));
+        assert_eq!(huge_zero_state(true, &[false, false, false]), (vec![0, 1, 2], true));
+    }
+
+    /// `huge-zero=allocated` leaves the run the mapping of the huge zero folio only: no
+    /// allocation, no zeroing.
+    #[test]
+    fn a_model_started_with_the_huge_zero_folio_neither_allocates_nor_zeroes_it() {
+        let w = parse_str("z.wl", "mmap buf 4M hugepage\ntouch buf read\n").unwrap();
+        let run = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            let v = crate::sim::Variants::from_sets(&sets).unwrap();
+            crate::sim::run(&w, &v).unwrap().counters
+        };
+        let (lazy, kept) = (run(&["contpte=off"]), run(&["contpte=off", "huge-zero=allocated"]));
+        let get = |c: &crate::report::Counters, k: &str| c.get(k).copied().unwrap_or(0);
+        assert_eq!(get(&lazy, HUGE_ZERO_ALLOC), 1);
+        assert_eq!(get(&kept, HUGE_ZERO_ALLOC), 0);
+        assert_eq!(get(&lazy, "arch.page.zero") - get(&kept, "arch.page.zero"), 512);
+        assert_eq!(get(&lazy, "vmstat.pgfault"), get(&kept, "vmstat.pgfault"));
     }
 }

@@ -9,12 +9,14 @@ use super::Kernel;
 use crate::arch::arm64::pgtable::pmd_trans_huge;
 use crate::arch::arm64::pgtable::{Pte, PtePtr};
 use crate::arch::arm64::tlbflush::flush_tlb_mm;
+use crate::kcount::KernelEvent;
 
 impl Kernel {
     /// dup_mmap: copy the parent's VMAs (mlock is not inherited) and, for those with an
     /// anon_vma, their page tables; then flush the parent's TLB, whose ptes were
     /// write-protected in place. None when out of memory (the child is torn down).
     pub fn dup_mmap(&mut self, parent: MmId) -> Option<MmId> {
+        self.arch.kc.inc(KernelEvent::DupMmap);
         let child = self.mm_alloc()?;
         self.khugepaged_fork(child, parent);
         // dup_mm's memcpy of the mm_struct: mm_init does not reset tlb_flush_batched,

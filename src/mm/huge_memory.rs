@@ -80,8 +80,11 @@ fn zap_deposited_table(k: &mut Kernel, mm: MmId, haddr: u64) {
     k.pgtable_free(pfn);
 }
 
-/// mm_get_huge_zero_folio: allocated on first use, kept thereafter.
-fn mm_get_huge_zero_folio(k: &mut Kernel) -> Option<Pfn> {
+/// get_huge_zero_folio (through mm_get_huge_zero_folio): the global huge zero folio,
+/// allocated and zeroed on first use, kept thereafter (the model has no shrinker to
+/// free it). `huge-zero=allocated` calls it at boot, as CONFIG_PERSISTENT_HUGE_ZERO_FOLIO
+/// does, or as a host that used it before the run still has it.
+pub fn get_huge_zero_folio(k: &mut Kernel) -> Option<Pfn> {
     if let Some(f) = k.huge_zero_folio {
         return Some(f);
     }
@@ -119,7 +122,7 @@ pub fn do_huge_pmd_anonymous_page(k: &mut Kernel, mm: MmId, vma: &Vma, pmd: PmdP
     k.khugepaged_enter_vma(mm, vma);
     let prot = vm_page_prot(vma);
     if !write && k.knobs.use_zero_page {
-        let Some(zero) = mm_get_huge_zero_folio(k) else {
+        let Some(zero) = get_huge_zero_folio(k) else {
             k.stat.count_vm_event(VmEvent::ThpFaultFallback);
             return VmFault::Fallback;
         };

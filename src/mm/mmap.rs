@@ -169,6 +169,7 @@ impl Kernel {
     /// exit_mmap: zap every VMA under a fullmm mmu_gather, free all page tables, then
     /// the pgd (mmdrop); the mm is gone afterwards.
     pub fn exit_mmap(&mut self, mm: MmId) {
+        self.arch.kc.inc(KernelEvent::ExitMmap);
         // A batched flush still owed (fork copies tlb_flush_batched): the first zap's
         // flush_tlb_batched_pending flushes the whole mm. Counted on its own because a
         // guest's exit twin, forked just before, owes and does the same.

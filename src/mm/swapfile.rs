@@ -18,6 +18,7 @@
 use super::folio::PageFlags;
 use super::swap_state::SwapCache;
 use crate::hw::Pfn;
+use crate::kcount::KernelEvent;
 use std::collections::VecDeque;
 
 /// The swap cache holds the slot (the folio being written, or read back).
@@ -537,6 +538,7 @@ impl super::Kernel {
         if self.swap.is_some() {
             return Err("swapon: a swap device is already on".into());
         }
+        self.arch.kc.inc(KernelEvent::Swapon);
         let g = self.arch.granule();
         let cluster = if self.thp_swap() { 1u64 << g.pmd_order() } else { 256 };
         let ncpus = self.arch.hw.cpus.len();

@@ -550,18 +550,47 @@ pub struct Costs {
 
 impl Costs {
     pub fn for_seed(machine: &str, seed: &str, software: &Profile) -> Result<Costs, String> {
+        Costs::build(machine, seed, software, None)
+    }
+
+    /// `for_seed` with `table`'s events costed from the instructions it counted on a
+    /// real arm64 kernel before `software` fills in the rest: for the work the table
+    /// measured, its count wins over the host's calibration, and the events whose work
+    /// its functions include (`covers`) are left uncosted rather than counted twice.
+    pub fn for_seed_insns(
+        machine: &str,
+        seed: &str,
+        software: &Profile,
+        table: &crate::time::insns::Table,
+    ) -> Result<Costs, String> {
+        Costs::build(machine, seed, software, Some(table))
+    }
+
+    fn build(
+        machine: &str,
+        seed: &str,
+        software: &Profile,
+        table: Option<&crate::time::insns::Table>,
+    ) -> Result<Costs, String> {
         let own = Profile::load(machine)?;
         let stand_in = Profile::load(own.stand_in.as_ref().map_or("generic", |s| s.profile.as_str()))?;
-        let (p, mut notes) = own.for_seed(seed, &stand_in);
+        let (mut p, mut notes) = own.for_seed(seed, &stand_in);
         if let Some(s) = own.stand_in.as_ref().filter(|_| !own.derived_from(seed).is_empty()) {
             notes.push(format!(
                 "{machine}: {} stands in for its refused costs: {}",
                 s.profile, s.why
             ));
         }
+        if let Some(t) = table {
+            p = p.with_kernel_insns(t)?;
+        }
         let (profile, why) = p.with_software(software);
         notes.push(format!("{machine}: {why}"));
-        Ok(Costs { profile, notes })
+        let mut c = Costs { profile, notes };
+        if let Some(t) = table {
+            c.note_insns(t)?;
+        }
+        Ok(c)
     }
 
     /// These costs with map_mem's own software work (its pte and table writes, its
@@ -575,15 +604,28 @@ impl Costs {
     /// instructions it counted on a real arm64 kernel, each said in a note.
     pub fn with_insns(mut self, table: &crate::time::insns::Table) -> Result<Costs, String> {
         self.profile = self.profile.with_kernel_insns(table)?;
+        self.note_insns(table)?;
+        Ok(self)
+    }
+
+    /// A note for each of `table`'s events these costs time from its instructions.
+    fn note_insns(&mut self, table: &crate::time::insns::Table) -> Result<(), String> {
+        use crate::time::Lookup;
         for (event, _, why) in table.per_event()? {
-            if matches!(self.profile.lookup(&event), crate::time::Lookup::Costed(..)) {
+            if matches!(self.profile.lookup(&event), Lookup::Costed(_, c) if c.source.starts_with(&table.kernel)) {
                 self.notes.push(format!(
                     "{}: {event}: {why}; timed at the machine's ns per kernel instruction (its kernel.insns cost)",
                     self.profile.name
                 ));
             }
         }
-        Ok(self)
+        for e in &table.events {
+            if let Some(Lookup::NotCosted(n)) = e.covers.first().map(|c| self.profile.lookup(c)) {
+                self.notes
+                    .push(format!("{}: {}: {}", self.profile.name, e.covers.join(", "), n.reason));
+            }
+        }
+        Ok(())
     }
 
     /// Modeled nanoseconds of `counters`, with the time by event.
@@ -976,7 +1018,7 @@ mod tests {
             c.profile.lookup("kernel.shmem_writeout"),
             crate::time::Lookup::Costed(..)
         ));
-        let c = c.with_insns(&table).unwrap();
+        let c = Costs::for_seed_insns("kunpeng-920", "001", &software, &table).unwrap();
         for e in [
             "kernel.shmem_writeout",
             "kernel.shmem_swapin_folio",
@@ -984,6 +1026,49 @@ mod tests {
         ] {
             assert!(matches!(c.profile.lookup(e), crate::time::Lookup::Costed(..)), "{e}");
         }
+    }
+
+    /// A host profile that prices swap-out, swap-in and the shmem fault itself (as
+    /// `calibrate` now does) does not price seed 001's loop twice: the table's counted
+    /// instructions win for its own events, and the events whose work its functions
+    /// include are left uncosted, with a note saying why.
+    #[test]
+    fn seed_001s_table_wins_over_a_host_that_prices_the_same_swap_work() {
+        use crate::time::Lookup;
+        let mut software = Profile::load(crate::time::profile::CALIBRATED).unwrap();
+        for event in [
+            "vmstat.pswpout",
+            "vmstat.pswpin",
+            "kernel.shmem_fault",
+            "kernel.folio_remove_rmap_ptes",
+        ] {
+            software.cost.push(crate::time::profile::Cost {
+                events: vec![event.into()],
+                ns: Some(2000.0),
+                quality: crate::time::Quality::Host,
+                source: "foliolab calibrate on a host".into(),
+                rows: Vec::new(),
+                note: None,
+                derived_from_seed: None,
+                seed_relation: None,
+            });
+        }
+        let table = crate::time::insns::Table::seed001_loop();
+        let c = Costs::for_seed_insns("kunpeng-920", "001", &software, &table).unwrap();
+        for e in ["vmstat.pswpout", "vmstat.pswpin", "kernel.folio_remove_rmap_ptes"] {
+            assert!(matches!(c.profile.lookup(e), Lookup::NotCosted(_)), "{e}");
+        }
+        let Lookup::Costed(_, fault) = c.profile.lookup("kernel.shmem_fault") else {
+            panic!("kernel.shmem_fault uncosted")
+        };
+        assert!(fault.source.starts_with(&table.kernel), "{}", fault.source);
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("kernel.folio_remove_rmap_ptes: their work is among")),
+            "{:?}",
+            c.notes
+        );
     }
 
     /// A stored real-kernel row lands beside the model row with its key, and only there.

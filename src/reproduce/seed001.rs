@@ -187,7 +187,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     ];
     let table = crate::time::insns::Table::seed001_loop();
     for (machine, share) in [("snapdragon-888", 5.36), ("kunpeng-920", 16.99)] {
-        let costs = Costs::for_seed(machine, SEED, software)?.with_insns(&table)?;
+        let costs = Costs::for_seed_insns(machine, SEED, software, &table)?;
         notes.extend(costs.notes.iter().cloned());
         // Said, not silently left at zero: the swap I/O and shmem work of the loop
         // that no cost covers is missing from the share's denominator.
@@ -242,7 +242,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
         });
     }
     // The speed-up was measured on the Snapdragon 888 only: 0:14.69 -> 0:13.80.
-    let costs = Costs::for_seed("snapdragon-888", SEED, software)?.with_insns(&table)?;
+    let costs = Costs::for_seed_insns("snapdragon-888", SEED, software, &table)?;
     let (sync, _) = costs.time_ns(&phase["sync"]);
     let (deferred, by_def) = costs.time_ns(&phase["deferred"]);
     let tlb_costed = by_def.keys().any(|k| k.starts_with("arch.tlbi") || k == "arch.dsb.ish");

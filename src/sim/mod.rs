@@ -201,6 +201,10 @@ pub fn boot_kernel(v: &Variants) -> Kernel {
     k.arch.hw.checks = v.checks();
     k.inject_extra_fault = v.inject_extra_fault();
     k.inject_drop_flush = v.inject_drop_flush();
+    if v.get("huge-zero") == "allocated" {
+        // Before the first phase's counters are read: the run does none of this work.
+        crate::mm::huge_memory::get_huge_zero_folio(&mut k);
+    }
     k
 }
 

@@ -100,6 +100,12 @@ pub const KEYS: &[Key] = &[
         about: "a write fault on the huge zero pmd maps a new THP (thp, 6.13+: 1ced09e0331f) or splits the pmd and copies one page on the pte path (split, up to 6.12)",
     },
     Key {
+        name: "huge-zero",
+        default: "lazy",
+        values: "lazy|allocated",
+        about: "the huge zero folio is allocated and zeroed by the first read fault that maps it (lazy: a fresh boot, or after its shrinker freed it) or exists before the run (allocated: a host that used it earlier and has not freed it, as calibrate's host runs after the first; or CONFIG_PERSISTENT_HUGE_ZERO_FOLIO, 6.18+, which allocates it at boot)",
+    },
+    Key {
         name: "lazyfree-unmap",
         default: "batched",
         values: "batched|per-pte",
@@ -472,6 +478,7 @@ impl Variants {
             "mprotect-batch" => matches!(val, "batched" | "per-pte"),
             "mremap-batch" => matches!(val, "batched" | "per-pte" | "lookup-all"),
             "huge-zero-wp" => matches!(val, "thp" | "split"),
+            "huge-zero" => matches!(val, "lazy" | "allocated"),
             "lazyfree-unmap" | "collapse-copy" | "mlock-walk" => matches!(val, "batched" | "per-pte"),
             "lazyfree-pmd" => matches!(val, "split" | "discard"),
             "collapse-ro" => matches!(val, "allow" | "refuse"),
@@ -765,6 +772,7 @@ mod tests {
         assert!(old.huge_zero_wp_split());
         assert!(Variants::from_sets(&["mprotect-batch=on".into()]).is_err());
         assert!(Variants::from_sets(&["huge-zero-wp=on".into()]).is_err());
+        assert!(Variants::from_sets(&["huge-zero=kept".into()]).is_err());
         assert!(!v.lazyfree_unmap_per_pte() && !v.collapse_copy_per_pte() && !v.collapse_ro_refuse());
         let old = Variants::from_sets(&[
             "lazyfree-unmap=per-pte".into(),

@@ -20,7 +20,7 @@
 //! steps in a munmap of pte-mapped THPs, which contpte's batched zap takes 16 ptes at a
 //! time and a kernel without contpte one at a time.
 
-use super::profile::{Cost, Lookup, Profile, Quality};
+use super::profile::{Cost, Lookup, NotCosted, Profile, Quality};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -37,6 +37,11 @@ pub struct EventInsns {
     pub functions: Vec<String>,
     /// Why these functions are this event's work.
     pub why: String,
+    /// Other model events whose work is among these functions (swap-out's zram write
+    /// for `vmstat.pswpout`): a cost of their own would count that work twice, so a
+    /// profile costed from this table leaves them uncosted, saying why.
+    #[serde(default)]
+    pub covers: Vec<String>,
 }
 
 /// The measured table.
@@ -126,6 +131,26 @@ impl Profile {
             _ => return Ok(self.clone()),
         };
         let mut p = self.clone();
+        for e in &table.events {
+            p.cost.retain_mut(|c| {
+                c.events.retain(|ev| !e.covers.contains(ev));
+                !c.events.is_empty()
+            });
+            if !e.covers.is_empty() {
+                // First: before the shared patterns (`vmstat.*`) that would answer for it.
+                p.not_costed.insert(
+                    0,
+                    NotCosted {
+                        events: e.covers.clone(),
+                        reason: format!(
+                            "their work is among the functions whose instructions {} cost ({})",
+                            e.events.join(" and "),
+                            table.kernel
+                        ),
+                    },
+                );
+            }
+        }
         for (event, insns, why) in table.per_event()? {
             if matches!(p.lookup(&event), Lookup::Costed(..) | Lookup::NotCosted(_)) {
                 continue;

@@ -412,7 +412,8 @@ impl Profile {
 
     /// This profile with `software`'s measured costs for every event it has no number
     /// for, scaled by the ratio of the two clocks: the generic mm code is the same code
-    /// on both, and only the core differs. Returns it with the sentence saying so.
+    /// on both, and only the core differs (but for the host's own `HOST_ONLY` costs).
+    /// Returns it with the sentence saying so.
     pub fn with_software(&self, software: &Profile) -> (Profile, String) {
         let ratio = software.clock_ghz / self.clock_ghz;
         let why = format!(
@@ -427,6 +428,7 @@ impl Profile {
                 .events
                 .iter()
                 .filter(|e| !matches!(p.lookup(e), Lookup::Costed(..) | Lookup::NotCosted(_)))
+                .filter(|e| !super::calibrate::HOST_ONLY.contains(&e.as_str()))
                 .cloned()
                 .collect();
             if missing.is_empty() {

@@ -203,3 +203,22 @@ fn a_profile_file_loads_by_path() {
     assert!(matches!(p.lookup("arch.isb"), Lookup::Costed(8060, _)));
     assert!(Profile::load("/nonexistent/x.toml").is_err());
 }
+
+/// Another machine takes the host's mm software costs, but not the host's own
+/// (`calibrate::HOST_ONLY`): a fork, an exit and a swapon stay uncosted there.
+#[test]
+fn the_hosts_fork_exit_and_swapon_stay_the_hosts() {
+    let mut host = Profile::load(profile::CALIBRATED).unwrap();
+    let mut costs = vec![0.0; calibrate::FEATURES.len()];
+    for (i, (f, _)) in calibrate::FEATURES.iter().enumerate() {
+        if *f == "vmstat.pgfault" || calibrate::HOST_ONLY.contains(f) {
+            costs[i] = 1000.0;
+        }
+    }
+    host.cost = calibrate::host_profile("host", &costs, "a CPU", host.clock_ghz, "a fit").cost;
+    let (p, _) = Profile::load("altra-vm").unwrap().with_software(&host);
+    assert!(matches!(p.lookup("vmstat.pgfault"), Lookup::Costed(..)));
+    for e in calibrate::HOST_ONLY {
+        assert!(matches!(p.lookup(e), Lookup::NoNumber(_)), "{e}");
+    }
+}
