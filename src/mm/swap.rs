@@ -154,17 +154,24 @@ impl Lruvec {
             std::mem::replace(&mut p.lru_prev, NIL),
             std::mem::replace(&mut p.lru_next, NIL),
         );
+        self.join(mm, l, prev, next);
+        self.nr_pages[l] -= mm.folio_nr_pages(folio);
+    }
+
+    /// `prev` and `next` made neighbours on list `l`, what lay between them cut out; a
+    /// NIL `prev` makes `next` the head, a NIL `next` makes `prev` the tail.
+    #[inline]
+    fn join(&mut self, mm: &mut MemMap, l: usize, prev: u32, next: u32) {
         if prev == NIL {
             self.head[l] = next;
         } else {
-            mm.page_mut(Pfn(prev as u64)).lru_next = next;
+            mm.page_mut(Pfn(u64::from(prev))).lru_next = next;
         }
         if next == NIL {
             self.tail[l] = prev;
         } else {
-            mm.page_mut(Pfn(next as u64)).lru_prev = prev;
+            mm.page_mut(Pfn(u64::from(next))).lru_prev = prev;
         }
-        self.nr_pages[l] -= mm.folio_nr_pages(folio);
     }
 
     /// `del` of every folio on a list among the order-0 folios at pfns `run`, leaving
@@ -192,16 +199,7 @@ impl Lruvec {
             while inside(next) {
                 next = mm.page(Pfn(u64::from(next))).lru_next;
             }
-            if prev == NIL {
-                self.head[l] = next;
-            } else {
-                mm.page_mut(Pfn(u64::from(prev))).lru_next = next;
-            }
-            if next == NIL {
-                self.tail[l] = prev;
-            } else {
-                mm.page_mut(Pfn(u64::from(next))).lru_prev = prev;
-            }
+            self.join(mm, l, prev, next);
         }
     }
 

@@ -593,21 +593,6 @@ impl Costs {
         Ok(c)
     }
 
-    /// These costs with map_mem's own software work (its pte and table writes, its
-    /// table allocations) costed from instructions counted on a real arm64 kernel
-    /// (`time::insns`), for a boot's map_mem only.
-    pub fn with_map_mem_insns(self) -> Result<Costs, String> {
-        self.with_insns(&crate::time::insns::Table::map_mem())
-    }
-
-    /// These costs with the events of `table` that have no number costed from the
-    /// instructions it counted on a real arm64 kernel, each said in a note.
-    pub fn with_insns(mut self, table: &crate::time::insns::Table) -> Result<Costs, String> {
-        self.profile = self.profile.with_kernel_insns(table)?;
-        self.note_insns(table)?;
-        Ok(self)
-    }
-
     /// A note for each of `table`'s events these costs time from its instructions.
     fn note_insns(&mut self, table: &crate::time::insns::Table) -> Result<(), String> {
         use crate::time::Lookup;
@@ -971,10 +956,7 @@ mod tests {
         let software = Profile::load(crate::time::profile::CALIBRATED).unwrap();
         for seed in ["000", "001", "002", "003", "004"] {
             for (m, _) in crate::time::profile::BUILTIN {
-                let c = Costs::for_seed(m, seed, &software)
-                    .unwrap()
-                    .with_map_mem_insns()
-                    .unwrap();
+                let c = Costs::for_seed_insns(m, seed, &software, &crate::time::insns::Table::map_mem()).unwrap();
                 for cost in &c.profile.cost {
                     assert!(
                         !(cost.is_derived_from(seed) && cost.ns.is_some()),

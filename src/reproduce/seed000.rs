@@ -200,7 +200,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     }
     let mut costs = BTreeMap::new();
     for m in ["m2-vm", "altra-metal"] {
-        let c = Costs::for_seed(m, SEED, software)?.with_insns(&Table::seed000_munmap())?;
+        let c = Costs::for_seed_insns(m, SEED, software, &Table::seed000_munmap())?;
         notes.extend(c.notes.iter().cloned());
         costs.insert(m, c);
     }

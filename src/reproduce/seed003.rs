@@ -7,6 +7,7 @@ use crate::cmd::boot::{boot, Spec};
 use crate::hw::Granule;
 use crate::report::Counters;
 use crate::sim::kernels::{with_preset, Release, Scope};
+use crate::time::insns::Table;
 use crate::time::Profile;
 use std::collections::BTreeMap;
 
@@ -55,7 +56,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     }
     let mut notes = Vec::new();
     for &(machine, gib, before, after) in COLUMNS {
-        let costs = Costs::for_seed(machine, SEED, software)?.with_map_mem_insns()?;
+        let costs = Costs::for_seed_insns(machine, SEED, software, &Table::map_mem())?;
         notes.extend(costs.notes.iter().cloned());
         let column = format!("{machine} {gib}G");
         let mut base: Option<(f64, f64)> = None;
@@ -103,7 +104,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
         })
         .collect();
     explain_metal(r, &tables);
-    let costs = Costs::for_seed("altra-metal", SEED, software)?.with_map_mem_insns()?;
+    let costs = Costs::for_seed_insns("altra-metal", SEED, software, &Table::map_mem())?;
     for (name, _) in VARIANTS {
         r.series.push(Series {
             seed: SEED.into(),
