@@ -389,6 +389,10 @@ const SUBCOMMANDS: &[&str] = &[
     "ab",
 ];
 
+/// The commands whose examples take minutes (host runs, a kernel build, guest boots),
+/// longest first: `every_help_ends_with_examples_that_run` starts them first.
+const SLOW_FIRST: &[&str] = &["calibrate", "kernel", "reproduce", "ab", "native", "validate"];
+
 /// The examples a help text ends with: `  foliolab ...` lines after `Examples:`, each
 /// with the flags of its trailing `# root` or `# qemu` note.
 fn help_examples(help: &str) -> Vec<(String, Vec<&'static str>)> {
@@ -451,38 +455,53 @@ fn every_help_ends_with_examples_that_run() {
             .output()
             .unwrap()
     };
-    for (sub, examples) in groups {
-        let db = scratch.join(format!("{sub}.db"));
-        if sub == "compare" {
-            for set in ["contpte=on", "contpte=off"] {
-                assert!(
-                    sh(&format!("foliolab run workloads/mthp-fault-64k.wl --set {set}"), &db)
-                        .status
-                        .success()
-                );
-            }
+    // Two workers take the commands longest first (calibrate's host runs, a kernel
+    // build, reproduce, guest boots), each command's examples in order on its own
+    // store: most examples keep one core busy (a guest, a host run), so one worker
+    // would leave CI's second core idle for most of this test.
+    groups.sort_by_key(|(sub, _)| SLOW_FIRST.iter().position(|s| s == sub).unwrap_or(SLOW_FIRST.len()));
+    let queue = std::sync::Mutex::new(groups.into_iter());
+    let failures = std::sync::Mutex::new(failures);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| loop {
+                let Some((sub, examples)) = queue.lock().unwrap().next() else {
+                    break;
+                };
+                let db = scratch.join(format!("{sub}.db"));
+                if sub == "compare" {
+                    for set in ["contpte=on", "contpte=off"] {
+                        assert!(
+                            sh(&format!("foliolab run workloads/mthp-fault-64k.wl --set {set}"), &db)
+                                .status
+                                .success()
+                        );
+                    }
+                }
+                for (cmd, flags) in examples {
+                    // A timing's exit status depends on the machine's load: measured by
+                    // CI's own run of the guard, never by a test.
+                    if cmd.starts_with("foliolab bench") {
+                        println!("SKIP `{cmd}`: a timing, not a test (.ci/run prints the guard)");
+                        continue;
+                    }
+                    if let Some(why) = unavailable(&flags) {
+                        println!("SKIP `{cmd}`: {why}");
+                        continue;
+                    }
+                    let out = sh(&cmd, &db);
+                    if !out.status.success() {
+                        failures.lock().unwrap().push(format!(
+                            "`{cmd}`: exit {:?}\n{}",
+                            out.status.code(),
+                            String::from_utf8_lossy(&out.stderr)
+                        ));
+                    }
+                }
+            });
         }
-        for (cmd, flags) in examples {
-            // A timing's exit status depends on the machine's load: measured by CI's
-            // own run of the guard, never by a test.
-            if cmd.starts_with("foliolab bench") {
-                println!("SKIP `{cmd}`: a timing, not a test (.ci/run prints the guard)");
-                continue;
-            }
-            if let Some(why) = unavailable(&flags) {
-                println!("SKIP `{cmd}`: {why}");
-                continue;
-            }
-            let out = sh(&cmd, &db);
-            if !out.status.success() {
-                failures.push(format!(
-                    "`{cmd}`: exit {:?}\n{}",
-                    out.status.code(),
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-        }
-    }
+    });
+    let failures = failures.into_inner().unwrap();
     let _ = std::fs::remove_dir_all(&scratch);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
