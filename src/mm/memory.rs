@@ -1167,7 +1167,77 @@ impl Kernel {
         if !delay_rmap {
             self.folio_remove_rmap_ptes(folio, pfn, nr as u64, mm);
         }
-        (nr, self.__tlb_remove_folio_pages(tlb, folio, nr as u32, delay_rmap))
+        let full = self.__tlb_remove_folio_pages(tlb, folio, nr as u32, delay_rmap);
+        if nr == 1 && !delay_rmap && !full && max_nr > 1 && self.memmap.folio_order(folio) == 0 {
+            #[cfg(test)]
+            if tests::ZAP_ONE_PTE_AN_ITERATION.get() {
+                return (nr, full);
+            }
+            let ps = g.page_size();
+            let (more, full) = self.zap_order0_anon_run(tlb, mm, amm, pte.add(1), addr + ps, max_nr - 1, rss);
+            return (1 + more, full);
+        }
+        (nr, full)
+    }
+
+    /// The ptes after an order-0 anon folio's, up to `max_nr`, each mapping another
+    /// (present, not the zero page, no contpte bit) until the gather fills: zapped as
+    /// zap_pte_range's loop zaps them one an iteration (each pte read, cleared, its
+    /// rmap removed, its gather slot taken, in order), the counts of those iterations
+    /// added once. Every order-0 page of an unmap goes this way, a pte table's worth
+    /// at a time. Returns the ptes zapped and whether the gather filled.
+    #[allow(clippy::too_many_arguments)]
+    fn zap_order0_anon_run(
+        &mut self,
+        tlb: &mut MmuGather,
+        mm: MmId,
+        amm: ArchMm,
+        pte: PtePtr,
+        addr: u64,
+        max_nr: usize,
+        rss: &mut i64,
+    ) -> (usize, bool) {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let (mut n, mut full) = (0, false);
+        while n < max_nr && !full {
+            let ptep = pte.add(n);
+            // Looked at uncounted first: a pte the run leaves is read (and counted) by
+            // the loop's next iteration.
+            let p = Pte(self.arch.hw.mem.read(ptep.table, ptep.index));
+            if p.pte_none() || p.is_swap_pte() || p.pte_valid_cont() {
+                break;
+            }
+            let pfn = p.pte_pfn(g);
+            if self.is_zero_pfn(pfn) {
+                break;
+            }
+            let folio = self.memmap.folio_of(pfn);
+            if self.memmap.folio_order(folio) != 0 || self.shmem.folio_inode(folio).is_some() {
+                break;
+            }
+            // do_zap_pte_range's ptep_get (a plain read: no contpte bit), then
+            // zap_present_ptes' clear, rmap and gather slot for one pte.
+            self.arch.__ptep_get(ptep);
+            self.arch
+                .clear_full_ptes(amm, addr + n as u64 * ps, ptep, 1, tlb.fullmm);
+            self.folio_remove_rmap_ptes(folio, pfn, 1, mm);
+            full = tlb.remove_folio_pages(folio, 1, false);
+            n += 1;
+        }
+        #[cfg(test)]
+        tests::ZAP_RUN_PTES.set(tests::ZAP_RUN_PTES.get() + n as u64);
+        if n > 0 {
+            *rss -= n as i64;
+            tlb.remove_tlb_entries(addr, n as u64, ps);
+            let kc = &mut self.arch.kc;
+            kc.add(KernelEvent::TlbRemoveFolioPages, n as u64);
+            kc.add(KernelEvent::ZapPresentPtes, n as u64);
+            kc.add(KernelEvent::ZapPresentPtesPtes, n as u64);
+            // zap_pte_range counts the pte of every iteration, these with the first's.
+            kc.add(KernelEvent::ZapPteRangeLoops, n as u64);
+        }
+        (n, full)
     }
 
     /// folio_pte_batch: how many ptes from `pte` map consecutive pages of `folio` with
@@ -1357,6 +1427,11 @@ mod tests {
         pub(super) static GENERAL_FAULTS_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
         /// Faults that took `anon_write_to_none_pte`'s shortcut on this thread.
         pub(super) static SHORTCUTS_TAKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        /// Set: the zap takes every order-0 pte in a loop iteration of its own
+        /// (`zap_order0_anon_run`'s reference).
+        pub(super) static ZAP_ONE_PTE_AN_ITERATION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// Ptes `zap_order0_anon_run` zapped on this thread.
+        pub(super) static ZAP_RUN_PTES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     }
 
     /// One step of `shortcut_case`: (op, region slot, first page, pages, arg).
@@ -1435,6 +1510,55 @@ mod tests {
             proptest::prop_assert_eq!(c, fc);
             proptest::prop_assert_eq!(pages, fpages);
         }
+    }
+
+    /// `shortcut_case` with every order-0 pte zapped in a loop iteration of its own
+    /// when `one_by_one`, the fault shortcut taken.
+    /// Also the ptes zapped in runs.
+    fn zap_case(steps: &[Step], one_by_one: bool) -> (crate::report::Counters, Vec<Option<(PageKind, Pfn)>>, u64) {
+        ZAP_ONE_PTE_AN_ITERATION.set(one_by_one);
+        ZAP_RUN_PTES.set(0);
+        let (c, pages, _) = shortcut_case(steps, false);
+        ZAP_ONE_PTE_AN_ITERATION.set(false);
+        (c, pages, ZAP_RUN_PTES.get())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 64, ..Default::default() })]
+        /// A run of order-0 ptes zapped at once leaves every counter, page and frame
+        /// (the frees' order shows in the frames later faults get) as the loop one
+        /// pte an iteration does, over zero-page reads, mTHP, swap entries, madvise
+        /// and munmap.
+        #[test]
+        fn a_zapped_run_of_order0_ptes_leaves_what_one_an_iteration_does(
+            steps in proptest::collection::vec((0..6u8, 0..3u64, 0..600u64, 1..600u64, 0..6u8), 1..24)
+        ) {
+            let (c, pages, _) = zap_case(&steps, true);
+            let (rc, rpages, _) = zap_case(&steps, false);
+            proptest::prop_assert_eq!(c, rc);
+            proptest::prop_assert_eq!(pages, rpages);
+        }
+    }
+
+    #[test]
+    fn a_zapped_run_stops_where_the_gather_fills_as_one_pte_an_iteration_does() {
+        // 20,000 written pages (more than a gather holds, so it fills mid-table), a
+        // hole and zero-page reads among them, unmapped whole, then faulted again.
+        let steps = [
+            (0, 0, 0, 20_000, 1),
+            (1, 0, 0, 20_000, 0),
+            (3, 0, 5_000, 40, 0),
+            (2, 0, 5_010, 20, 1),
+            (5, 0, 0, 0, 0),
+            (0, 0, 0, 20_000, 1),
+            (1, 0, 0, 20_000, 0),
+        ];
+        let (c, pages, in_runs) = zap_case(&steps, false);
+        // All but the first of each run (a run ends at the hole, the zero pages, a
+        // table's end and the gather's fills).
+        assert!(in_runs > 19_800, "{in_runs}");
+        assert!(c["kernel.zap_pte_range.loops"] > 20_000, "{c:?}");
+        assert_eq!((c, pages, 0), zap_case(&steps, true));
     }
 
     #[test]

@@ -129,6 +129,19 @@ impl std::ops::Index<&u32> for Procs {
     }
 }
 
+/// A run of faults by one process (faults come in long runs of one): its space, and
+/// the counts of its line those faults made, added to it when another process faults
+/// or another record comes, so that neither is looked up a fault.
+#[derive(Clone, Copy, Default)]
+struct Faulting {
+    proc: u32,
+    space: usize,
+    anon: u64,
+    model: u64,
+    other: u64,
+    unmapped: u64,
+}
+
 struct Replay {
     k: Kernel,
     spaces: Vec<Option<Space>>,
@@ -139,6 +152,8 @@ struct Replay {
     /// mapping for long stretches. Every event that changes mappings clears it.
     hit: Option<(usize, u64, Mapping)>,
     done: Vec<ProcLine>,
+    /// The process of the last faults, while no other record has come.
+    faulting: Option<Faulting>,
     /// The mm each CPU last ran (switch_mm on change).
     on_cpu: Vec<Option<MmId>>,
     ignored_advice: BTreeMap<u32, u64>,
@@ -287,6 +302,7 @@ impl Replay {
     }
 
     fn event(&mut self, e: Event) -> Result<(), TraceError> {
+        self.flush_faulting();
         // A process the trace never introduced (by a fork or an exec) has nothing to
         // act on: counted, and noted in the report.
         // (A fault's process is looked up once, in `fault`, which counts it so too.)
@@ -565,15 +581,38 @@ impl Replay {
         self.hit = None;
     }
 
+    /// The faulting process's line brought up to date (before any other record, and
+    /// before the lines are read).
+    fn flush_faulting(&mut self) {
+        if let Some(f) = self.faulting.take() {
+            let line = &mut self.procs.get_mut(&f.proc).expect("a faulting process is live").line;
+            line.anon_faults += f.anon;
+            line.model_faults += f.model;
+            line.other_faults += f.other;
+            line.unmapped_faults += f.unmapped;
+        }
+    }
+
     fn fault(&mut self, proc: u32, addr: u64, write: bool, kernel: bool) -> Result<(), TraceError> {
         let addr = addr.min(USER_END);
-        let Some(p) = self.procs.get(&proc) else {
-            // A process the trace never introduced: nothing to fault in.
-            self.orphans += 1;
-            return Ok(());
+        let mut f = match self.faulting {
+            Some(f) if f.proc == proc => f,
+            _ => {
+                self.flush_faulting();
+                let Some(p) = self.procs.get(&proc) else {
+                    // A process the trace never introduced: nothing to fault in.
+                    self.orphans += 1;
+                    return Ok(());
+                };
+                Faulting {
+                    proc,
+                    space: p.space,
+                    ..Faulting::default()
+                }
+            }
         };
         self.kernel_faults += kernel as u64;
-        let s = p.space;
+        let s = f.space;
         let sp = self.spaces[s].as_mut().expect("live");
         let mm = sp.mm;
         let cached = self
@@ -612,14 +651,13 @@ impl Replay {
                         )))
                     }
                 }
-                let after = self.k.mm(mm).min_flt;
-                let line = &mut self.procs.get_mut(&proc).expect("found").line;
-                line.anon_faults += 1;
-                line.model_faults += after - before;
+                f.anon += 1;
+                f.model += self.k.mm(mm).min_flt - before;
             }
-            Some(_) => self.procs.get_mut(&proc).expect("found").line.other_faults += 1,
-            None => self.procs.get_mut(&proc).expect("found").line.unmapped_faults += 1,
+            Some(_) => f.other += 1,
+            None => f.unmapped += 1,
         }
+        self.faulting = Some(f);
         Ok(())
     }
 
@@ -712,6 +750,7 @@ pub fn replay<R: Read + Seek>(
         procs: Procs::default(),
         hit: None,
         done: Vec::new(),
+        faulting: None,
         on_cpu: vec![None; ncpus],
         ignored_advice: BTreeMap::new(),
         segv: 0,
@@ -723,23 +762,42 @@ pub fn replay<R: Read + Seek>(
     sim::kernel_counters(&rp.k, &mut initial);
     let mut events = 0u64;
     let mut kinds = [0i64; Event::KINDS.len()];
-    while let Some(e) = rd.next_event()? {
+    let at_record = |events: u64, e: TraceError| match e {
+        TraceError::Bad { msg, .. } => TraceError::Bad {
+            path: path.to_string(),
+            msg: format!("record {events}: {msg}"),
+        },
+        e => e,
+    };
+    // The host memory is counted every EVERY records (`recount`), and at a fork or an
+    // exec: only then is this called.
+    let mut check_budget = |rp: &Replay, events: u64, recount: bool| {
+        budget
+            .check(rp, recount)
+            .map_err(|msg| bad(format!("record {events}: {msg}")))
+    };
+    loop {
+        // A fault, most records, goes straight to `fault`, as `event` would send it.
+        if let Some(f) = rd.next_fault()? {
+            events += 1;
+            kinds[Event::FAULT_KIND] += 1;
+            if events % Budget::EVERY == 0 {
+                check_budget(&rp, events, true)?;
+            }
+            rp.fault(f.proc, f.addr, f.write, f.kernel)
+                .map_err(|e| at_record(events, e))?;
+            continue;
+        }
+        let Some(e) = rd.next_event()? else { break };
         events += 1;
         kinds[e.kind_index()] += 1;
         let recount = events % Budget::EVERY == 0;
         if recount || matches!(e, Event::Fork { .. } | Event::Exec { .. }) {
-            budget
-                .check(&rp, recount)
-                .map_err(|msg| bad(format!("record {events}: {msg}")))?;
+            check_budget(&rp, events, recount)?;
         }
-        rp.event(e).map_err(|e| match e {
-            TraceError::Bad { msg, .. } => TraceError::Bad {
-                path: path.to_string(),
-                msg: format!("record {events}: {msg}"),
-            },
-            e => e,
-        })?;
+        rp.event(e).map_err(|e| at_record(events, e))?;
     }
+    rp.flush_faulting();
     let mut lines = std::mem::take(&mut rp.done);
     lines.extend(rp.procs.values().map(|p| p.line.clone()));
     lines.sort_by_key(|l| l.proc);
@@ -846,7 +904,12 @@ impl Census {
                 users.remove(&s);
             }
         };
-        while let Some(e) = rd.next_event()? {
+        loop {
+            // A fault changes nothing counted here.
+            if rd.next_fault()?.is_some() {
+                continue;
+            }
+            let Some(e) = rd.next_event()? else { break };
             match e {
                 Event::Exec { proc, .. } => {
                     next_space += 1;
@@ -1283,6 +1346,44 @@ mod tests {
             assert_eq!(r.processes[0].unmapped_faults, 1);
             assert_eq!(r.processes[0].comm, "p0");
             assert_eq!(r.report.counters["kernel.folio_free"], 4);
+        }
+
+        #[test]
+        fn each_process_line_counts_its_own_faults_when_processes_interleave() {
+            // Runs of faults by p0 and its fork child p1, broken by each other, by an
+            // orphan's fault and by p1's exit: each line gets its own (the faults of a
+            // run are added to the line when the run ends).
+            let mut e = vec![
+                exec(0),
+                map(0, A, 8 * PAGE, MapKind::Anon),
+                map(0, A + 32 * PAGE, 4 * PAGE, MapKind::File),
+                Event::Fork {
+                    parent: 0,
+                    child: 1,
+                    share_mm: false,
+                },
+            ];
+            e.extend(writes(0, A, 2));
+            e.extend(writes(1, A, 3));
+            e.push(write(0, A + 32 * PAGE));
+            e.push(write(9, A));
+            e.push(write(1, A + 64 * PAGE));
+            e.push(Event::Exit { proc: 1 });
+            e.extend(writes(0, A + 2 * PAGE, 2));
+            e.push(write(0, A + 100 * PAGE));
+            let r = run(&e, &[]);
+            let line = |p: u32| {
+                let l = r.processes.iter().find(|l| l.proc == p).unwrap();
+                (l.anon_faults, l.model_faults, l.other_faults, l.unmapped_faults)
+            };
+            assert_eq!(line(0), (4, 4, 1, 1));
+            assert_eq!(line(1), (3, 3, 0, 1));
+            assert_eq!(r.processes.len(), 2);
+            assert!(r
+                .report
+                .diagnostics
+                .iter()
+                .any(|d| d.starts_with("1 records of processes")));
         }
 
         #[test]
