@@ -103,6 +103,8 @@ pub fn record(db: &StoreArgs, run: &crate::store::NewRun) -> bool {
 pub const EXIT_NOT_STORED: u8 = 3;
 
 /// Records one report of `w` (see `record`); host runs carry the host's kernel release.
+/// Under `--no-store` nothing is built: the report's JSON value, a tenth of a small
+/// run's instructions, would only be dropped.
 pub fn record_report(
     db: &StoreArgs,
     kind: &str,
@@ -111,6 +113,9 @@ pub fn record_report(
     machine: Option<&crate::time::Machine>,
     wall: std::time::Duration,
 ) -> bool {
+    if db.no_store {
+        return true;
+    }
     let host_kernel = (r.source == "host").then(crate::store::host_kernel).flatten();
     let result = report_value(r, machine);
     record(

@@ -75,7 +75,10 @@ struct Sim<'w> {
     exited_faults: BTreeMap<String, (u64, u64)>,
     phases: Vec<Phase>,
     phase_label: String,
-    phase_start: Counters,
+    /// The counters at the run's start, and at the current phase's when a mark began it
+    /// (None: the run's start, so a run without marks keeps one snapshot, not a copy).
+    initial: Counters,
+    phase_start: Option<Counters>,
     progress: progress::Progress,
     /// Keeps the run inside the host memory its budget was checked against.
     watch: crate::hostmem::Watch,
@@ -125,12 +128,12 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         exited_faults: BTreeMap::new(),
         phases: Vec::new(),
         phase_label: "start".into(),
-        phase_start: Counters::new(),
+        initial: Counters::new(),
+        phase_start: None,
         progress: progress::Progress::new(progress::total_ops(&w.stmts)),
         watch,
     };
-    let initial = sim.counters();
-    sim.phase_start = initial.clone();
+    sim.initial = sim.counters();
     sim.exec_all(&w.stmts)?;
     let fin = sim.counters();
     sim.close_phase(&fin);
@@ -142,7 +145,7 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         source: "model".into(),
         workload: w.path.clone(),
         variants: v.all().clone(),
-        counters: diff(&fin, &initial),
+        counters: diff(&fin, &sim.initial).map(|(k, v)| (k.clone(), v)).collect(),
         phases: sim.phases,
         layout,
         unavailable: BTreeMap::new(),
@@ -324,10 +327,16 @@ fn check_granule(w: &Workload, stmts: &[Stmt], page: u64) -> Result<(), SimError
     Ok(())
 }
 
-fn diff(now: &Counters, then: &Counters) -> Counters {
-    now.iter()
-        .map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0)))
-        .collect()
+/// Each counter of `now` less its value in `then` (0 if absent), in key order. Both
+/// maps are sorted by key: one pass over each, not a lookup of every key, and a key is
+/// copied only by a caller that keeps it.
+fn diff<'a>(now: &'a Counters, then: &'a Counters) -> impl Iterator<Item = (&'a String, i64)> + 'a {
+    let mut then = then.iter().peekable();
+    now.iter().map(move |(k, v)| {
+        while then.next_if(|(t, _)| *t < k).is_some() {}
+        let before = then.next_if(|(t, _)| *t == k).map_or(0, |(_, b)| *b);
+        (k, v - before)
+    })
 }
 
 impl Sim<'_> {
@@ -357,7 +366,7 @@ impl Sim<'_> {
                 let now = self.counters();
                 self.close_phase(&now);
                 self.phase_label = label.clone();
-                self.phase_start = now;
+                self.phase_start = Some(now);
                 Ok(())
             }
             Op::Repeat { n, body } => {
@@ -760,9 +769,10 @@ impl Sim<'_> {
     }
 
     fn close_phase(&mut self, now: &Counters) {
-        let d: Counters = diff(now, &self.phase_start)
-            .into_iter()
+        let start = self.phase_start.as_ref().unwrap_or(&self.initial);
+        let d: Counters = diff(now, start)
             .filter(|(k, v)| *v != 0 || !(k.starts_with("arch.") || k.starts_with("kernel.")))
+            .map(|(k, v)| (k.clone(), v))
             .collect();
         self.phases.push(Phase {
             label: self.phase_label.clone(),
@@ -815,19 +825,20 @@ impl Sim<'_> {
 
 /// The kernel-wide counters of a report: vmstat, mthp, hardware and kernel events.
 pub fn kernel_counters(k: &Kernel, c: &mut Counters) {
+    // Keys joined from their parts, not formatted: a run takes this twice a phase.
     for e in VmEvent::ALL {
-        c.insert(format!("vmstat.{}", e.name()), k.stat.event(*e));
+        c.insert(["vmstat.", e.name()].concat(), k.stat.event(*e));
     }
     for order in k.knobs.anon_orders() {
-        let kb = k.knobs.size_kb(order);
+        let dir = format!("mthp.{}kB.", k.knobs.size_kb(order));
         for s in MthpStat::ALL {
-            c.insert(format!("mthp.{kb}kB.{}", s.name()), k.stat.mthp(order, *s));
+            c.insert([dir.as_str(), s.name()].concat(), k.stat.mthp(order, *s));
         }
     }
     // Order 1 is a file (shmem) size only: its directory has no anon stats.
-    let kb = k.knobs.size_kb(1);
+    let dir = format!("mthp.{}kB.", k.knobs.size_kb(1));
     for s in MthpStat::ALL.iter().filter(|s| !s.anon_only()) {
-        c.insert(format!("mthp.{kb}kB.{}", s.name()), k.stat.mthp(1, *s));
+        c.insert([dir.as_str(), s.name()].concat(), k.stat.mthp(1, *s));
     }
     for e in Event::ALL {
         c.insert(e.name().to_string(), k.arch.hw.ev.get(*e) as i64);

@@ -987,3 +987,18 @@ mod cpu_verdicts {
         );
     }
 }
+
+proptest::proptest! {
+    /// `diff`'s one pass over both sorted maps gives what a lookup of each key does,
+    /// with keys only before, only after, or in both.
+    #[test]
+    fn a_counters_diff_by_one_pass_is_the_diff_by_lookups(
+        now in proptest::collection::btree_map("[a-e]{1,3}", -9i64..9, 0..24),
+        then in proptest::collection::btree_map("[a-e]{1,3}", -9i64..9, 0..24),
+    ) {
+        let by_lookup: crate::report::Counters =
+            now.iter().map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0))).collect();
+        let by_pass: crate::report::Counters = super::diff(&now, &then).map(|(k, v)| (k.clone(), v)).collect();
+        proptest::prop_assert_eq!(by_pass, by_lookup);
+    }
+}
