@@ -98,7 +98,9 @@ pub struct Phase {
     pub label: String,
     pub counters: Counters,
     /// Host: wall time inside the phase's ops, measured around each op by the process
-    /// that ran it; model with `--machine`: the phase's modeled time.
+    /// that ran it (a fork's is the caller's CPU time, an exit's the exiting process's
+    /// time on its CPU: `native::oncpu`); None for a phase with an exit the host could
+    /// not time; model with `--machine`: the phase's modeled time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_ns: Option<f64>,
 }

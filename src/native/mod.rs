@@ -12,6 +12,7 @@ pub mod khugepaged;
 pub mod knobs;
 mod layout;
 mod memcg_flush;
+mod oncpu;
 pub(crate) mod perf;
 mod proto;
 pub mod qemu;
@@ -175,6 +176,13 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
     } else {
         None
     };
+    let switch = if leaves.iter().any(|s| matches!(s.op, Op::Exit)) {
+        oncpu::Switch::load()
+            .map_err(|why| unavailable.insert(oncpu::KEY.into(), why))
+            .ok()
+    } else {
+        None
+    };
     let ctx = Ctx {
         leaves,
         sockets: theirs,
@@ -210,6 +218,7 @@ pub fn run_with(w: &Workload, paths: &HostPaths) -> Result<Report, NativeError> 
         memcg: None,
         flush,
         flushes_from: None,
+        switch,
     };
     o.start_main()?;
     // Other processes' folios of each size before the workload has any: their splits
@@ -300,6 +309,9 @@ struct Orchestrator<'a> {
     flush: Option<memcg_flush::FlushWatch>,
     /// The flush count and time when the cgroup was made.
     flushes_from: Option<(u64, Instant)>,
+    /// sched_switch, to time exits by (`oncpu`); None when the host cannot, and then
+    /// a phase with an exit has no time.
+    switch: Option<oncpu::Switch>,
 }
 
 /// The faults the runner's own processes took inside op windows (the copy-on-write
@@ -437,7 +449,7 @@ impl Orchestrator<'_> {
             self.flushes_from = Some((w.count(), Instant::now()));
         }
         let start = Instant::now();
-        let mut collapsed = 0;
+        let (mut collapsed, mut untimed) = (0, false);
         self.sources.snapshot(&mut self.before).map_err(snap_err)?;
         let (minflt, majflt, runner, ns) = match &s.op {
             Op::Set { knob, value } => {
@@ -483,11 +495,7 @@ impl Orchestrator<'_> {
                         runner = self.task_minflt(s, &s.proc_name)? - parent_before + self.task_minflt(s, child)?;
                     }
                     // The teardown happens after the worker's reply: time it here.
-                    Op::Exit => {
-                        let t = Instant::now();
-                        self.wait_gone(s)?;
-                        ns += t.elapsed().as_nanos() as u64;
-                    }
+                    Op::Exit => untimed = self.exit(s)?.map(|n| ns += n).is_none(),
                     _ => {}
                 }
                 (r.minflt, r.majflt, runner, ns)
@@ -518,7 +526,7 @@ impl Orchestrator<'_> {
             }
         }
         let phase = self.phases.last_mut().expect("a phase");
-        *phase.time_ns.get_or_insert(0.0) += ns as f64;
+        phase.time_ns = phase.time_ns.filter(|_| !untimed).map(|t| t + ns as f64);
         let phase = &mut phase.counters;
         for (k, d) in deltas.chain([
             (&proc_key, minflt),
@@ -609,6 +617,32 @@ impl Orchestrator<'_> {
         stat.rsplit_once(')')
             .and_then(|(_, rest)| rest.split_whitespace().nth(7)?.parse().ok())
             .ok_or_else(|| self.err(s, format!("{path}: no minflt field")))
+    }
+
+    /// Lets the worker of `s`, an `exit` that it has replied to, exit, and returns
+    /// its time on the CPU from there to its end (`oncpu`); None, with the process
+    /// gone, when the host cannot time it.
+    fn exit(&mut self, s: &Stmt) -> Result<Option<u64>, NativeError> {
+        // Blocked waiting for Cmd::Exit: the recording below starts before it runs.
+        self.wait_blocked(s, &s.proc_name)?;
+        let pid = self.pids[&s.proc_name];
+        // Every worker runs on CPU 0 (`worker::serve`).
+        let on_cpu = match self.switch.map(|tp| oncpu::OnCpu::open(tp, pid, 0)) {
+            Some(Ok(r)) => Some(r),
+            Some(Err(why)) => {
+                self.switch = None;
+                self.diagnostics.push(format!(
+                    "{}:{}:{}: this exit and later ones untimed: {why}",
+                    self.w.path, s.pos.line, s.pos.col
+                ));
+                None
+            }
+            None => None,
+        };
+        self.send(&s.proc_name, Cmd::Exit).map_err(|e| self.err(s, e))?;
+        let ns = on_cpu.map(|r| r.until_dead().map_err(|e| self.err(s, e))).transpose()?;
+        self.wait_gone(s)?;
+        Ok(ns)
     }
 
     /// Waits until an exiting process is gone (its address space torn down).

@@ -25,6 +25,8 @@ const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_PAGE_FAULTS_MIN: u64 = 5;
 const PERF_SAMPLE_IP: u64 = 1 << 0;
 const PERF_SAMPLE_ADDR: u64 = 1 << 3;
+pub(crate) const PERF_SAMPLE_TIME: u64 = 1 << 2;
+pub(crate) const PERF_SAMPLE_RAW: u64 = 1 << 10;
 pub(crate) const PERF_RECORD_LOST: u32 = 2;
 pub(crate) const PERF_RECORD_SAMPLE: u32 = 9;
 /// `perf_event_attr` flag bits (the C bitfield, low bits first).

@@ -12,6 +12,9 @@ pub enum Cmd {
     Layout,
     /// Fault in the worker's own memory (outside any op's counter window).
     Warm,
+    /// Exit now, without a reply: the worker of an `exit` op, having replied to it,
+    /// waits for this so that the orchestrator can start timing the exit first.
+    Exit,
 }
 
 impl Cmd {
@@ -20,6 +23,7 @@ impl Cmd {
             Cmd::Op(id) => [&[0u8][..], &id.to_le_bytes()].concat(),
             Cmd::Layout => vec![1],
             Cmd::Warm => vec![2],
+            Cmd::Exit => vec![3],
         }
     }
     pub fn decode(b: &[u8]) -> Option<Cmd> {
@@ -27,6 +31,7 @@ impl Cmd {
             [0, id @ ..] => Some(Cmd::Op(u32::from_le_bytes(id.try_into().ok()?))),
             [1] => Some(Cmd::Layout),
             [2] => Some(Cmd::Warm),
+            [3] => Some(Cmd::Exit),
             _ => None,
         }
     }
@@ -39,9 +44,10 @@ impl Enc {
     pub fn ok() -> Enc {
         Enc(vec![0])
     }
-    /// An op done: its minor and major fault counts, for fork the child's pid, the op's wall time in
-    /// nanoseconds, the defects the runner noticed in its own measurement (strays,
-    /// lost samples) and the runner faults the kernel explains, one line each.
+    /// An op done: its minor and major fault counts, for fork the child's pid, the op's
+    /// time in nanoseconds (wall time; a fork's is the caller's CPU time), the defects
+    /// the runner noticed in its own measurement (strays, lost samples) and the runner
+    /// faults the kernel explains, one line each.
     pub fn ok_op(minflt: i64, majflt: i64, pid: i32, ns: u64, diagnostics: &[String], notes: &[String]) -> Vec<u8> {
         let mut e = Enc::ok();
         e.u64(minflt as u64);
@@ -179,7 +185,7 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        for c in [Cmd::Op(7), Cmd::Layout, Cmd::Warm] {
+        for c in [Cmd::Op(7), Cmd::Layout, Cmd::Warm, Cmd::Exit] {
             assert_eq!(Cmd::decode(&c.encode()), Some(c));
         }
         let op = Enc::ok_op(

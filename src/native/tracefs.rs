@@ -4,6 +4,7 @@
 //! the thread however the caller ends, so concurrent readers never see each other's
 //! mount and none is ever left behind.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::Path;
 
@@ -13,6 +14,27 @@ pub(crate) const IOC_SET_FILTER: libc::c_ulong = 0x4008_2406;
 
 /// tracefs's usual mount point, which exists (empty) when it is not mounted.
 const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// The offset of each field in a tracepoint's raw data, from its `format` file.
+pub(crate) fn field_offsets(format: &str) -> HashMap<String, usize> {
+    let mut found = HashMap::new();
+    for line in format.lines() {
+        // `field:unsigned long address;	offset:8;	size:8;	signed:0;`
+        let Some(decl) = line.trim().strip_prefix("field:") else {
+            continue;
+        };
+        let mut parts = decl.split(';');
+        let name = parts.next().unwrap_or("").split_whitespace().last().unwrap_or("");
+        let name = name.split('[').next().unwrap_or(name);
+        let off = parts
+            .find_map(|p| p.trim().strip_prefix("offset:"))
+            .and_then(|o| o.parse().ok());
+        if let Some(off) = off {
+            found.insert(name.to_string(), off);
+        }
+    }
+    found
+}
 
 /// Where tracefs is mounted, from /proc/mounts. Mounts of foliolab's own earlier
 /// versions (`foliolab-tracefs-<pid>`, made and removed by another recorder) are not

@@ -52,6 +52,11 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                         // definition. What follows it in both processes is this runner's
                         // own copy-on-write, which the global pgfault counts; the
                         // orchestrator reads it from /proc once both sides are blocked.
+                        // Timed on this process's CPU clock: fork() wakes the child on this
+                        // CPU, and a wall clock would hold the child's first run (its
+                        // sampler's setup, the runner's) whenever it preempts the parent,
+                        // and any other process's turn.
+                        let t = cpu_now();
                         // SAFETY: the worker is single-threaded, so the child may go on
                         // running Rust code.
                         let pid = unsafe { libc::fork() };
@@ -70,15 +75,14 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                             }
                             continue;
                         }
+                        let ns = cpu_now() - t;
                         match pid {
                             -1 => Enc::err(&format!("fork: {}", std::io::Error::last_os_error())),
-                            _ => Enc::ok_op(0, 0, pid, 0, &[], &[]),
+                            _ => Enc::ok_op(0, 0, pid, ns, &[], &[]),
                         }
                     }
-                    (Op::Exit, Ok(_)) => {
-                        let _ = send(&mut sock, &Enc::ok_op(0, 0, 0, 0, &[], &[]));
-                        return;
-                    }
+                    // The process ends on the orchestrator's Cmd::Exit (see `oncpu`).
+                    (Op::Exit, Ok(_)) => Enc::ok_op(0, 0, 0, 0, &[], &[]),
                     (op, Ok(sampler)) => {
                         let addr = |r: &str| regions.get(r).copied().unwrap_or((0, 0));
                         let spans = live_spans(op, &regions);
@@ -108,6 +112,7 @@ fn serve<'w>(ctx: &Ctx<'w>, mut name: &'w str) {
                     }
                 }
             }
+            Some(Cmd::Exit) => return,
             Some(Cmd::Layout) => layout(&regions),
             Some(Cmd::Warm) => {
                 // The frames the warm-up left the runner's pages in, to tell a migrated
@@ -208,6 +213,15 @@ fn pin_to_cpu0() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// This worker's CPU time in ns (its one thread's): the time it ran, not the time it
+/// waited for a CPU.
+fn cpu_now() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec; this clock exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// getrusage's minor and major fault counts of this process.

@@ -75,11 +75,11 @@ pub const FEATURES: &[(&str, &str)] = &[
     ),
     (
         "kernel.dup_mmap",
-        "a fork beyond the page tables and pages it copies: copy_process, dup_mmap's mm and VMAs, the child's first run",
+        "a fork: the caller's CPU time in fork(), copy_process and dup_mmap with the page tables it copies",
     ),
     (
         "kernel.exit_mmap",
-        "an exit beyond the pages it frees: do_exit, exit_mmap's teardown of the mm, the parent's wait",
+        "an exit beyond the pages it frees: the exiting process's time on its CPU, do_exit and exit_mmap's teardown",
     ),
     (
         "kernel.swapon",
@@ -88,9 +88,9 @@ pub const FEATURES: &[(&str, &str)] = &[
 ];
 
 /// Features whose fitted time is this host's, not the mm software an arm64 machine
-/// shares with it: a fork's and an exit's time under load is mostly the scheduler's
-/// (an exit 7.9 ms at load 5, where one took well under 1 ms idle), and a swapon's is
-/// zram's setup waiting on the block layer. The host profile prices them; another
+/// shares with it: a fork copies, and an exit tears down, the runner's own address
+/// space (its binary, heap and perf ring: an exit is 1.0 to 1.7 ms on the CPU here
+/// whatever the workload), and a swapon's is zram's setup waiting on the block layer. The host profile prices them; another
 /// machine's profile takes none of them from it (`Profile::with_software`).
 pub const HOST_ONLY: &[&str] = &["kernel.dup_mmap", "kernel.exit_mmap", "kernel.swapon"];
 

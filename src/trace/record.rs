@@ -23,7 +23,10 @@
 //! hole would replay as a different program.
 
 use super::format::{Event, Header, MapCause, MapKind, Trailer, Writer};
-use crate::native::perf::{perf_event_open, PerfEventAttr, Ring, ATTR_SIZE, PERF_RECORD_LOST, PERF_RECORD_SAMPLE};
+use crate::native::perf::{
+    perf_event_open, PerfEventAttr, Ring, ATTR_SIZE, PERF_RECORD_LOST, PERF_RECORD_SAMPLE, PERF_SAMPLE_RAW,
+    PERF_SAMPLE_TIME,
+};
 use crate::native::tracefs::{self, IOC_SET_FILTER, PERF_TYPE_TRACEPOINT};
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -32,8 +35,6 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 const PERF_SAMPLE_TID: u64 = 1 << 1;
-const PERF_SAMPLE_TIME: u64 = 1 << 2;
-const PERF_SAMPLE_RAW: u64 = 1 << 10;
 const PERF_SAMPLE_REGS_USER: u64 = 1 << 12;
 /// perf_sample_regs_abi: the program runs 32-bit code (ia32 on x86_64).
 const PERF_SAMPLE_REGS_ABI_32: u64 = 1;
@@ -104,22 +105,7 @@ fn read_tracepoint(tracefs: &Path, event: &str, fields: [&str; 2]) -> Result<Tra
         .map_err(|_| RecordError::Setup(format!("tracepoint {event}: id {id:?}")))?;
     let format =
         std::fs::read_to_string(dir.join("format")).map_err(|e| RecordError::Io(format!("{event} format"), e))?;
-    let mut found = HashMap::new();
-    for line in format.lines() {
-        // `field:unsigned long address;	offset:8;	size:8;	signed:0;`
-        let Some(decl) = line.trim().strip_prefix("field:") else {
-            continue;
-        };
-        let mut parts = decl.split(';');
-        let name = parts.next().unwrap_or("").split_whitespace().last().unwrap_or("");
-        let name = name.split('[').next().unwrap_or(name);
-        let off = parts
-            .find_map(|p| p.trim().strip_prefix("offset:"))
-            .and_then(|o| o.parse().ok());
-        if let Some(off) = off {
-            found.insert(name.to_string(), off);
-        }
-    }
+    let found = tracefs::field_offsets(&format);
     let off = |f: &str| {
         found
             .get(f)
