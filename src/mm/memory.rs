@@ -1512,9 +1512,9 @@ mod tests {
         }
     }
 
-    /// `shortcut_case` with every order-0 pte zapped in a loop iteration of its own
-    /// when `one_by_one`, the fault shortcut taken.
-    /// Also the ptes zapped in runs.
+    /// `shortcut_case` (the fault shortcut taken) with every order-0 pte zapped in
+    /// a loop iteration of its own when `one_by_one`, and the number of ptes zapped in
+    /// runs.
     fn zap_case(steps: &[Step], one_by_one: bool) -> (crate::report::Counters, Vec<Option<(PageKind, Pfn)>>, u64) {
         ZAP_ONE_PTE_AN_ITERATION.set(one_by_one);
         ZAP_RUN_PTES.set(0);

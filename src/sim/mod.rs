@@ -849,9 +849,17 @@ pub fn kernel_counters(k: &Kernel, c: &mut Counters) {
 }
 
 /// One EL0 access by `cpu` (running `mm`): hardware first; a fault goes to the kernel
-/// and the access retries, as the CPU would.
+/// and the access retries, as the CPU would, until it succeeds. A handled fault may
+/// leave the access faulting: a write fault whose copy's allocation reclaimed (and aged
+/// or swapped out) the very page it copies finds its pte changed and returns for the
+/// access to retry, as do_wp_page's and do_swap_page's pte_same checks do; under
+/// pressure that can repeat (tests/fork_invariants.rs's
+/// `a_write_fault_whose_reclaim_changes_its_pte_retries_until_it_maps`: write
+/// protected, aged, swapped out, swapped in). More than `MAX_ATTEMPTS` is a kernel that
+/// makes no progress, a model defect, never a hang.
 pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
-    for attempt in 0..3 {
+    const MAX_ATTEMPTS: usize = 8;
+    for attempt in 0..MAX_ATTEMPTS {
         let hw = &mut k.arch.hw;
         let done = if attempt == 0 {
             hw.access(cpu, VirtAddr(addr), write)
@@ -866,7 +874,7 @@ pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool)
         }
         k.handle_mm_fault(mm, addr, write)?;
     }
-    panic!("access at {addr:#x} still faults after the kernel handled it");
+    panic!("access at {addr:#x} still faults after {MAX_ATTEMPTS} faults handled: the kernel makes no progress");
 }
 
 /// A user write reached physical address `pa`: its page is no longer all zeros.
