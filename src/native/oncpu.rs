@@ -230,8 +230,8 @@ mod tests {
     }
 
     /// An exit timed while CPU 0 is saturated by busy threads that outweigh it (two at
-    /// nice -19 take 99 % of the CPU from a task at nice 0, once a tick, every 4 ms at
-    /// this host's HZ=250, lets them preempt it) takes several times its time on the CPU
+    /// nice -10 take 95 % of the CPU from a task at nice 0, by CFS's weights 9548 and
+    /// 1024; once a tick, every 4 ms at this host's HZ=250, lets them preempt it) takes several times its time on the CPU
     /// in wall time, and its time on the CPU stays near the figure timed without them:
     /// the window holds the exit's work, not its waits. Measured here (64 MiB): 9 to 12
     /// ms on the CPU idle, 11 to 16 ms saturated (each preemption refills the caches),

@@ -222,7 +222,7 @@ impl GuestKernel {
     /// QEMU's implementation-defined algorithm (`pauth-impdef=on`, QEMU's
     /// docs/system/arm/cpu-features.rst) rather than the architected QARMA5, which TCG
     /// emulates slowly: the same instructions run and only the codes differ, and a boot
-    /// that dumps 6.12's symbols took 11.6–14.9 s of CPU instead of 40.3–43.4; x86-64's `pc` with
+    /// that dumps 6.12's symbols took 11.6–14.9 s of user CPU instead of 40.3–43.4; x86-64's `pc` with
     /// `-cpu max` less LA57 (four-level tables, as the host has) and no network (no
     /// option ROM to load). Debian's x86-64 kernel boots with THP `always` (as arm64's
     /// does), under which the runner's own memory at boot, before it sets the spec's
