@@ -452,3 +452,68 @@ fn seed004_benchmark_runs_in_the_guest_with_its_instructions() {
         assert!(lp["kernel.insns.contpte_ptep_get"] > 0, "{}", ra.program);
     }
 }
+
+/// A foliolab killed while its guest boots takes the guest with it: no QEMU runs on
+/// (busy on a CPU until its batch would have ended) once the process that started it
+/// is gone.
+#[test]
+fn a_killed_run_leaves_no_guest_running() {
+    if let Some(why) = qemu::missing(Target::QemuArm64) {
+        println!("SKIP a_killed_run_leaves_no_guest_running: {why}");
+        return;
+    }
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_foliolab"))
+        .args([
+            "--no-store",
+            "validate",
+            "--target",
+            "qemu-arm64",
+            "tests/validation/fork_cow.wl",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let parent = run.id().to_string();
+    // The guest: a process whose parent is the run (field 4 of /proc/PID/stat).
+    let child_of_run = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find_map(|e| {
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                let (comm, rest) = stat.rsplit_once(')')?;
+                let ppid = rest.split_whitespace().nth(1)?;
+                (ppid == parent && comm.contains("qemu-system")).then(|| e.path())
+            })
+    };
+    let start = std::time::Instant::now();
+    let guest = loop {
+        if let Some(g) = child_of_run() {
+            break g;
+        }
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "the run ended before its guest was seen"
+        );
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no guest started in 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    run.kill().unwrap();
+    run.wait().unwrap();
+    // SIGKILL from the kernel at the parent's exit: the guest is dead (gone, or a
+    // zombie until init reaps it) at once; a guest left running boots on for seconds.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let state = std::fs::read_to_string(guest.join("stat")).ok().and_then(|s| {
+        s.rsplit_once(')')
+            .map(|(_, r)| r.split_whitespace().next().unwrap_or("").to_string())
+    });
+    assert!(
+        matches!(state.as_deref(), None | Some("Z")),
+        "{} still runs (state {state:?}) after the run that started it was killed",
+        guest.display()
+    );
+}

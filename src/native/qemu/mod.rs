@@ -1096,8 +1096,8 @@ fn run_batch_on(
     };
     let start = Instant::now();
     let (qemu_bin, machine, console) = kernel.qemu();
-    let mut qemu = Command::new(qemu_bin)
-        .args(machine)
+    let mut qemu = Command::new(qemu_bin);
+    qemu.args(machine)
         .args(["-smp", "1", "-m", &format!("{}M", ram >> 20)])
         .args(&numa)
         .args([
@@ -1146,9 +1146,22 @@ fn run_batch_on(
         ))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(file("stderr")?)
-        .spawn()
-        .map_err(|e| run_err(qemu_bin, e))?;
+        .stderr(file("stderr")?);
+    // The guest dies with the thread that starts it and waits for it below: a foliolab
+    // killed mid-batch (SIGKILL, or a SIGTERM outside a host run's handler) leaves no
+    // QEMU running on, busy on a CPU until its batch would have ended.
+    // (A parent gone before the prctl is seen by getppid.)
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe and touch no memory of ours.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut qemu, move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != parent {
+                return Err(std::io::Error::other("foliolab exited before its guest started"));
+            }
+            Ok(())
+        });
+    }
+    let mut qemu = qemu.spawn().map_err(|e| run_err(qemu_bin, e))?;
     // The console, read as it comes, with the time each workload started and ended.
     let stdout = qemu.stdout.take().expect("piped stdout");
     let reader = std::thread::spawn(move || {
