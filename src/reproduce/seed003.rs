@@ -121,7 +121,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
     }
     if !host_costs {
         notes.push(
-            "no map_mem event takes a cost from this host's calibration (`--software` moves none of these figures): the pte and table writes, the table allocations and their zeroing are timed from the 6.12 guest's instructions, the TLBIs and barriers from the machines' profiles and their stand-ins".into(),
+            "no map_mem event takes a cost from this host's calibration (`--software` moves none of these figures): the descriptor writes, the table allocations and their zeroing are timed from the 6.12 guest's instructions, the TLBIs and barriers from the machines' profiles and their stand-ins".into(),
         );
     }
     notes.sort();
