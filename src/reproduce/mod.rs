@@ -546,6 +546,8 @@ pub struct VariantPair {
 pub struct Costs {
     pub profile: Profile,
     pub notes: Vec<String>,
+    /// The events `software` lends a cost to, and the note saying so.
+    lent: (std::collections::BTreeSet<String>, String),
 }
 
 impl Costs {
@@ -585,8 +587,20 @@ impl Costs {
             p = p.with_kernel_insns(t)?;
         }
         let (profile, why) = p.with_software(software);
-        notes.push(format!("{machine}: {why}"));
-        let mut c = Costs { profile, notes };
+        let lent = profile
+            .cost
+            .iter()
+            .flat_map(|c| &c.events)
+            .filter(|e| !matches!(p.lookup(e), crate::time::Lookup::Costed(..)))
+            .cloned()
+            .collect();
+        let why = format!("{machine}: {why}");
+        notes.push(why.clone());
+        let mut c = Costs {
+            profile,
+            notes,
+            lent: (lent, why),
+        };
         if let Some(t) = table {
             c.note_insns(t)?;
         }
@@ -611,6 +625,19 @@ impl Costs {
             }
         }
         Ok(())
+    }
+
+    /// Whether any event `counted` takes its cost from the host's calibration. When
+    /// none does, the note saying the host's costs fill in is dropped: no figure of
+    /// these counts rests on them.
+    pub fn keep_software_note_if_used<'a>(&mut self, counted: impl IntoIterator<Item = &'a Counters>) -> bool {
+        let used = counted
+            .into_iter()
+            .any(|c| c.iter().any(|(e, n)| *n != 0 && self.lent.0.contains(e)));
+        if !used {
+            self.notes.retain(|n| *n != self.lent.1);
+        }
+        used
     }
 
     /// Modeled nanoseconds of `counters`, with the time by event.
