@@ -216,7 +216,7 @@ fn best_figures(_: &mut Criterion) {
     );
     println!(
         "steal-filtered (fastest of each {} MiB segment, summed): fault model {:.1} ms ({:.2} M faults/s), ratio {:.3} to the unfiltered host",
-        GIB / SEGMENTS as u64 >> 20,
+        (GIB / SEGMENTS as u64) >> 20,
         ms(filtered),
         rate(filtered),
         ratio(filtered, host_fault),

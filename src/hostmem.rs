@@ -251,7 +251,7 @@ impl Budget {
             return Ok(());
         }
         let mut parts: Vec<&(String, u64)> = self.parts.iter().filter(|(_, b)| *b > 0).collect();
-        parts.sort_by(|a, b| b.1.cmp(&a.1));
+        parts.sort_by_key(|p| std::cmp::Reverse(p.1));
         let parts: Vec<String> = parts
             .iter()
             .map(|(p, b)| format!("{} for {p}", fmt_bytes(*b)))

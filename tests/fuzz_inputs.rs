@@ -285,9 +285,7 @@ fn profile_text() -> impl Strategy<Value = String> {
                     .filter(|&i| text[i..].starts_with(|c: char| c.is_ascii_digit()))
                     .collect();
                 let i = spots[at.index(spots.len())];
-                let end = i + text[i..]
-                    .find(|c: char| c == '\n' || c == ',' || c == ']')
-                    .unwrap_or(text.len() - i);
+                let end = i + text[i..].find(['\n', ',', ']']).unwrap_or(text.len() - i);
                 format!("{}{num}{}", &text[..i], &text[end..])
             }
             1 => {

@@ -263,7 +263,9 @@ fn a_store_on_a_read_only_mount_is_read_and_a_run_there_exits_3() {
 }
 
 /// A finished child's peak resident bytes (wait4's ru_maxrss), so that other tests'
-/// children do not count as RUSAGE_CHILDREN's maximum would.
+/// children do not count as RUSAGE_CHILDREN's maximum would. The child is reaped by
+/// wait4, which clippy does not see.
+#[allow(clippy::zombie_processes)]
 fn peak_rss(args: &[&str]) -> u64 {
     let child = Command::new(env!("CARGO_BIN_EXE_foliolab"))
         .args(args)

@@ -69,7 +69,7 @@ pub fn main(a: Args, db: &super::StoreArgs) -> super::CmdResult {
             .collect()
     });
     let mut per_kernel = Vec::new();
-    for (results, share, _, _) in runs {
+    for super::validate::GuestBatch { results, share, .. } in runs {
         for (w, r) in workloads.iter().zip(&results) {
             if let Ok(r) = r {
                 super::record_report(db, "native", w, r, None, share);

@@ -201,7 +201,7 @@ fn guest_insns(train: &[Workload]) -> Result<(String, Vec<Sample>), String> {
         return Err(format!("{why} (scripts/setup-qemu --x86_64)"));
     }
     let v = super::validate::target_variants(Target::QemuX86_64, None, &[])?;
-    let (reports, ..) = super::validate::run_guest_batch(&kernel, train, 4096);
+    let reports = super::validate::run_guest_batch(&kernel, train, 4096).results;
     let mut out = Vec::new();
     for (w, r) in train.iter().zip(reports) {
         let Ok(g) = r else { continue };

@@ -19,9 +19,11 @@ use std::process::ExitCode;
 
 /// The source every variant is built from (Debian's linux-source-6.12).
 const SOURCE: &str = "6.12";
+/// A patch file's name and its bytes.
+type Patch = (&'static str, &'static [u8]);
 /// The seed's variants, in its table's order, with our patch for each (none: the
 /// source as it is).
-const VARIANTS: [(&str, Option<(&str, &[u8])>); 3] = [
+const VARIANTS: [(&str, Option<Patch>); 3] = [
     ("Original", None),
     (
         "Modification 1",

@@ -93,18 +93,8 @@ fn host_runner() -> Box<Runner<'static>> {
 /// Every workload on `guest` in one boot, a result each: a workload whose offsets
 /// or lengths are not multiples of the page size (`page`) does not go to the guest (a
 /// touch of the rounded-up hole would kill the worker), nor one the runner cannot do:
-/// it is not applicable there. Returns the results, the boot's wall time shared out
-/// per workload, and each workload's wall time under QEMU.
-pub fn run_guest_batch(
-    guest: &crate::native::qemu::GuestKernel,
-    workloads: &[Workload],
-    page: u64,
-) -> (
-    Vec<Result<Report, String>>,
-    std::time::Duration,
-    Vec<Option<std::time::Duration>>,
-    Vec<String>,
-) {
+/// it is not applicable there.
+pub fn run_guest_batch(guest: &crate::native::qemu::GuestKernel, workloads: &[Workload], page: u64) -> GuestBatch {
     let misfit: Vec<Option<String>> = workloads
         .iter()
         .map(|w| crate::sim::granule_misfit(w, page).or_else(|| crate::native::qemu::unsupported(w)))
@@ -149,7 +139,24 @@ pub fn run_guest_batch(
                 .unwrap_or_else(|| Err("the batch has no result for it".into())),
         })
         .collect();
-    (all, share, times, features)
+    GuestBatch {
+        results: all,
+        share,
+        times,
+        features,
+    }
+}
+
+/// What one boot of a guest kernel gave its batch of workloads (`run_guest_batch`).
+pub struct GuestBatch {
+    /// Per workload, in order, its report or why there is none.
+    pub results: Vec<Result<Report, String>>,
+    /// The boot's wall time shared out per workload.
+    pub share: std::time::Duration,
+    /// Per workload, its wall time under QEMU (None where it did not run).
+    pub times: Vec<Option<std::time::Duration>>,
+    /// The guest CPU's features the runner reported.
+    pub features: Vec<String>,
 }
 
 /// A guest kernel's runner: every workload runs in one boot, up front
@@ -165,7 +172,12 @@ fn batched_runner(
     Vec<Option<std::time::Duration>>,
     Vec<String>,
 ) {
-    let (results, share, times, features) = run_guest_batch(guest, workloads, page);
+    let GuestBatch {
+        results,
+        share,
+        times,
+        features,
+    } = run_guest_batch(guest, workloads, page);
     let mut all = results.into_iter();
     let runner = Box::new(move |w: &Workload| {
         all.next()

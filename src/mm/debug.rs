@@ -306,7 +306,7 @@ impl Kernel {
                 ));
             }
         }
-        if head.pte_pfn(g).0 % n as u64 != 0 {
+        if !head.pte_pfn(g).0.is_multiple_of(n as u64) {
             return Err(format!("mm {mm}: contpte block at {va:#x} maps an unaligned pfn"));
         }
         Ok(())

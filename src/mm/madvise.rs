@@ -29,7 +29,7 @@ impl Kernel {
     /// rounded up to a page, as madvise_validate and PAGE_ALIGN(len) have it.
     pub fn do_madvise(&mut self, mm: MmId, start: u64, end: u64, advice: Madv) -> Result<(), VmaError> {
         let ps = self.arch.granule().page_size();
-        if start % ps != 0 {
+        if !start.is_multiple_of(ps) {
             return Err(VmaError::Invalid("start is not page aligned"));
         }
         let end = end.next_multiple_of(ps);

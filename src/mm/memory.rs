@@ -1448,14 +1448,12 @@ mod tests {
         for &(op, s, first, pages, arg) in steps {
             let (s, start) = (s % 3, slot(s % 3));
             match op % 6 {
-                0 => {
-                    if live[s as usize] == 0 {
-                        let mut flags = rw();
-                        flags.set(VmFlags::NOHUGEPAGE, arg % 3 == 1);
-                        flags.set(VmFlags::HUGEPAGE, arg % 3 == 2);
-                        k.do_mmap(mm, start, pages * K4, flags).unwrap();
-                        live[s as usize] = pages;
-                    }
+                0 if live[s as usize] == 0 => {
+                    let mut flags = rw();
+                    flags.set(VmFlags::NOHUGEPAGE, arg % 3 == 1);
+                    flags.set(VmFlags::HUGEPAGE, arg % 3 == 2);
+                    k.do_mmap(mm, start, pages * K4, flags).unwrap();
+                    live[s as usize] = pages;
                 }
                 1 | 2 if live[s as usize] > 0 => {
                     let n = live[s as usize];

@@ -341,7 +341,7 @@ impl Cell<'_> {
 /// Why `model` is not within [`MAGNITUDE`] of `seed` (None when it is).
 fn magnitude(seed: f64, model: f64, unit: &str) -> Option<String> {
     let ratio = model / seed;
-    (!(ratio >= 1.0 / MAGNITUDE && ratio <= MAGNITUDE)).then(|| {
+    (!(1.0 / MAGNITUDE..=MAGNITUDE).contains(&ratio)).then(|| {
         format!(
             "the model's {} {unit} is ×{ratio:.2} the seed's {} (agreement needs ×{:.2} to ×{MAGNITUDE})",
             fig(model),

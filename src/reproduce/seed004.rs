@@ -116,7 +116,10 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
                 baseline: "Original",
                 baseline_stdev: None,
             };
-            let parts: [(&str, &str, f64, Result<f64, String>, Figure); 3] = [
+            // Per part of the table: what, its unit, the seed's change, the model's
+            // (or why none) and how the change is shown.
+            type Part<'a> = (&'a str, &'a str, f64, Result<f64, String>, Figure);
+            let parts: [Part; 3] = [
                 (
                     "instructions",
                     "instructions",
@@ -155,7 +158,7 @@ pub fn run(r: &mut Reproduction, software: &Profile, kernel: Release) -> Result<
                 .row();
                 if row.verdict == super::Verdict::Disagrees {
                     let calls = runs[vi][1];
-                    let why = disagreement(*scenario, what, name, (seed_value, row.model_value), calls, &r.rows);
+                    let why = disagreement(scenario, what, name, (seed_value, row.model_value), calls, &r.rows);
                     row.reason.get_or_insert_with(String::new).push_str(&why);
                 }
                 r.rows.push(row);

@@ -315,7 +315,7 @@ pub fn median_and_worst(errors: &[f64]) -> (f64, f64) {
         return (0.0, 0.0);
     }
     let mid = e.len() / 2;
-    let median = if e.len() % 2 == 0 {
+    let median = if e.len().is_multiple_of(2) {
         (e[mid - 1] + e[mid]) / 2.0
     } else {
         e[mid]

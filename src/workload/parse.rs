@@ -154,7 +154,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
 /// Formats a byte count the way a workload would write it.
 pub fn fmt_size(v: u64) -> String {
     for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if v != 0 && v % (1 << shift) == 0 {
+        if v != 0 && v.is_multiple_of(1 << shift) {
             return format!("{}{suffix}", v >> shift);
         }
     }

@@ -125,7 +125,7 @@ pub fn contpte_try_fold(arch: &mut Arch, mm: ArchMm, addr: u64, ptep: PtePtr, pt
         return;
     }
     let palign = pte.pte_pfn(g).0 & mask == mask;
-    if !(palign && pte.pte_valid() && !pte.pte_cont() && !pte.pte_special()) {
+    if !palign || !pte.pte_valid() || pte.pte_cont() || pte.pte_special() {
         return;
     }
     __contpte_try_fold(arch, mm, addr, ptep, pte, folio);
@@ -632,7 +632,9 @@ mod tests {
             PtepGetVariant::Mod1,
             PtepGetVariant::Mod2,
         ];
-        let scenarios: [(&str, fn(usize) -> (bool, bool)); 3] = [
+        // Per scenario, pte i's (young, dirty).
+        type Flags = fn(usize) -> (bool, bool);
+        let scenarios: [(&str, Flags); 3] = [
             ("all young+dirty", |_| (true, true)),
             ("8th young only", |i| (i == 7, false)),
             ("none", |_| (false, false)),

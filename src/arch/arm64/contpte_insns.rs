@@ -414,10 +414,10 @@ impl InsnTable {
         }
         let mut t = Vec::new();
         for (grid, from) in [(only, false), (j.sweep.from.of(v), true)] {
-            for y in 0..=MEASURED_CONT_PTES {
-                for d in 0..=MEASURED_CONT_PTES {
+            for (y, row) in grid.iter().enumerate() {
+                for (d, &insns) in row.iter().enumerate() {
                     let block = sweep_block(from, y, d, old_clean);
-                    t.push((sweep_call(v, &block).key(), grid[y][d]));
+                    t.push((sweep_call(v, &block).key(), insns));
                 }
             }
         }

@@ -339,6 +339,8 @@ pub struct PtePtr {
 }
 
 impl PtePtr {
+    /// `ptep + n`, as the kernel's C writes it: the entry `n` after this one.
+    #[allow(clippy::should_implement_trait)]
     #[inline]
     pub fn add(self, n: usize) -> PtePtr {
         PtePtr {
@@ -679,8 +681,7 @@ impl Arch {
         let _ = full;
         let ps = self.granule().page_size();
         let first = self.__ptep_get_and_clear(addr, ptep);
-        let first = self.__clear_ptes_gathering(addr + ps, ptep.add(1), nr - 1, first);
-        first
+        self.__clear_ptes_gathering(addr + ps, ptep.add(1), nr - 1, first)
     }
 
     /// wrprotect_ptes: write-protect `nr` ptes of one folio in place.
@@ -805,7 +806,7 @@ impl Arch {
         let g = self.granule();
         let ps = g.page_size();
         let (mut start, mut first, mut end) = (addr, ptep, addr + nr as u64 * ps);
-        if self.cont_active(mm) && !(nr == 1 && !self.__ptep_get(ptep).pte_cont()) {
+        if self.cont_active(mm) && (nr != 1 || self.__ptep_get(ptep).pte_cont()) {
             if self.__ptep_get(ptep.add(nr - 1)).pte_cont() {
                 end = (end + g.cont_pte_size() - 1) & !(g.cont_pte_size() - 1);
             }

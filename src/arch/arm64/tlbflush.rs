@@ -67,7 +67,7 @@ pub fn range_op_plan(
     let mut at = 0u64;
     let mut scale: i32 = 3;
     while pages > 0 {
-        if !range || pages == 1 || (start_page + at) % align != 0 {
+        if !range || pages == 1 || !(start_page + at).is_multiple_of(align) {
             out.push((at, None));
             at += stride_pages;
             pages = pages.saturating_sub(stride_pages);
