@@ -9,7 +9,7 @@ use super::events::{Event, Events};
 use super::memory::{PhysMem, TableId};
 use super::residency::Residency;
 use super::tlb::{Tlb, TlbConfig, TlbEntry, TlbHit, TlbiScope};
-use super::walk::{walk_hinted, Translation, WalkFault, WalkHint};
+use super::walk::{walk_hinted, walk_to_known_table, Translation, WalkFault, WalkHint};
 
 /// Optional architecture features of a machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -162,6 +162,34 @@ pub struct Cpu {
     pub ttbr0: Option<(PhysAddr, Asid)>,
     /// The tables this CPU's last walk went through (a host-side memo).
     walk_hint: WalkHint,
+}
+
+/// What a stream of first-touch accesses, page after page, knows between them
+/// (`Machine::first_touch_start`): the next page's pte table and index, and that no TLB
+/// entry answers its pages up to `last`. It stands while nothing else uses the CPU's
+/// TLB and no table above level 3 changes; each access then skips the lookup and the
+/// walk down to the pte table, counted as they would have counted.
+#[derive(Clone, Copy, Debug)]
+pub struct FirstTouch {
+    cpu: usize,
+    ttbr0: (PhysAddr, Asid),
+    /// The next page, and where its pte lies.
+    va: u64,
+    table: TableId,
+    index: usize,
+    /// The stream's last address (0 once it has ended).
+    last: u64,
+    /// The TLB's clock, and the tables' epoch and upper generation, as the stream last
+    /// left them.
+    clock: u64,
+    epoch: u64,
+    upper_gen: u64,
+}
+
+impl FirstTouch {
+    pub fn cpu(&self) -> usize {
+        self.cpu
+    }
 }
 
 pub struct Machine {
@@ -480,6 +508,20 @@ impl Machine {
         self.ev.inc(Event::TlbMiss);
         let t = walk_hinted(&self.mem, &mut self.ev, &mut c.walk_hint, root, va)
             .map_err(|WalkFault { level }| AccessFault::Translation { level })?;
+        self.complete_walk(cpu, asid, va, t, write)
+    }
+
+    /// The end of an access whose walk gave `t`: the permission check, hardware AF and
+    /// dirty update, and the TLB fill.
+    #[inline(always)]
+    fn complete_walk(
+        &mut self,
+        cpu: usize,
+        asid: Asid,
+        va: VirtAddr,
+        t: Translation,
+        write: bool,
+    ) -> Result<PhysAddr, AccessFault> {
         // Permission faults take priority: hardware updates AF and dirty state only for
         // an access that completes.
         if !t.desc.has(Attr::USER) {
@@ -500,6 +542,151 @@ impl Machine {
         };
         self.fill(cpu, entry);
         Ok(t.pa)
+    }
+
+    /// Begin a first-touch stream at `va` (below `limit`): right after an access of the
+    /// page before it faulted and was filled, L1's most recent entry names the pte
+    /// table its walk reached, which `va`'s walk reaches too when it lies in the same
+    /// table. The stream holds the pages from `va` up to the table's end, `limit` or
+    /// the first address some TLB entry answers. None where it cannot start: the
+    /// checkers on (every fill is checked), that entry not a page's of the page before,
+    /// the table another (`va` beyond it, or the tables changed), `va`'s pte valid or
+    /// `va` answered by an entry.
+    #[inline]
+    pub fn first_touch_start(&self, cpu: usize, va: VirtAddr, limit: u64) -> Option<FirstTouch> {
+        // Inline, the test that turns most faults away: a large folio's fill covers the
+        // pages after it with a span over a page.
+        let g = self.cfg.granule;
+        let va = VirtAddr(va.0 & !(g.page_size() - 1));
+        let e = self.cpus[cpu].tlb.mru_entry()?;
+        if u32::from(e.span_shift) != g.page_shift() || e.va.wrapping_add(g.page_size()) != va.0 {
+            return None;
+        }
+        self.first_touch_begin(cpu, va, limit, *e)
+    }
+
+    /// `first_touch_start` once L1's most recent entry is the page's before `va`.
+    #[inline(never)]
+    fn first_touch_begin(&self, cpu: usize, va: VirtAddr, limit: u64, e: TlbEntry) -> Option<FirstTouch> {
+        if self.checks || self.res.enabled() {
+            return None;
+        }
+        let g = self.cfg.granule;
+        let c = &self.cpus[cpu];
+        let (root, asid) = c.ttbr0?;
+        let index = e.index as usize + 1;
+        if e.level != PTE_LEVEL
+            || e.asid != Some(asid)
+            || index >= g.entries_at(PTE_LEVEL)
+            || matches!(self.mem.read(e.table, index).kind(PTE_LEVEL, g), DescKind::Page(_))
+            || self.pte_table_of(root, va.0) != Some(e.table)
+        {
+            return None;
+        }
+        let table_last = va.0 | ((1u64 << g.level_shift(PTE_LEVEL - 1)) - 1);
+        let last = table_last.min(limit.checked_sub(1)?);
+        let last = match c.tlb.first_answered(asid, va.0, last) {
+            Some(x) if x == va.0 => return None,
+            Some(x) => x - 1,
+            None => last,
+        };
+        Some(FirstTouch {
+            cpu,
+            ttbr0: (root, asid),
+            va: va.0,
+            table: e.table,
+            index,
+            last,
+            clock: c.tlb.clock(),
+            epoch: self.mem.table_epoch(),
+            upper_gen: self.mem.upper_gen(),
+        })
+    }
+
+    /// The level-3 table `va`'s walk from `root` reaches, looked up without a walk (no
+    /// fetch counted, as the checkers look).
+    fn pte_table_of(&self, root: PhysAddr, va: u64) -> Option<TableId> {
+        let g = self.cfg.granule;
+        let mut table = self.mem.table_id_of(root)?;
+        for level in g.start_level()..PTE_LEVEL {
+            match self.mem.read(table, g.index(va, level)).kind(level, g) {
+                DescKind::Table(pa) => table = self.mem.table_id_of(pa)?,
+                _ => return None,
+            }
+        }
+        Some(table)
+    }
+
+    /// Whether `ft` still knows `va`'s access: in its next page, with nothing else having
+    /// used the CPU's TLB (its clock), switched its TTBR0 or changed a table above
+    /// level 3 since the stream last acted.
+    #[inline(always)]
+    fn first_touch_stands(&self, ft: &FirstTouch, va: VirtAddr) -> bool {
+        let c = &self.cpus[ft.cpu];
+        va.0 & !(self.cfg.granule.page_size() - 1) == ft.va
+            && va.0 <= ft.last
+            && !self.checks
+            && c.ttbr0 == Some(ft.ttbr0)
+            && c.tlb.clock() == ft.clock
+            && self.mem.table_epoch() == ft.epoch
+            && self.mem.upper_gen() == ft.upper_gen
+    }
+
+    /// The first access of the stream's next page `va`, when the stream still stands
+    /// and `va`'s pte is not valid: counted as `access` counts it (its lookup misses,
+    /// as no entry answers `va`; its walk faults at level 3), and true. False, having
+    /// done nothing, where the caller must make it an `access`.
+    #[inline]
+    pub fn first_touch_fault(&mut self, ft: &mut FirstTouch, va: VirtAddr) -> bool {
+        if !self.first_touch_stands(ft, va)
+            || matches!(
+                self.mem.read(ft.table, ft.index).kind(PTE_LEVEL, self.cfg.granule),
+                DescKind::Page(_)
+            )
+        {
+            return false;
+        }
+        let tlb = &mut self.cpus[ft.cpu].tlb;
+        tlb.count_miss();
+        ft.clock = tlb.clock();
+        self.ev.inc(Event::TlbMiss);
+        let walked = walk_to_known_table(&self.mem, &mut self.ev, ft.table, va);
+        debug_assert!(walked.is_err(), "a first touch at {va:?} translated");
+        true
+    }
+
+    /// `access_retry` of the stream's page `va` after the kernel handled its fault, its
+    /// walk starting at the known table; the stream moves on to the next page when the
+    /// fill covers `va`'s page alone. None, having done nothing, when the stream no
+    /// longer stands (the fault changed the tables above level 3 or used the TLB): the
+    /// caller makes it an `access_retry`.
+    #[inline]
+    pub fn first_touch_retry(
+        &mut self,
+        ft: &mut FirstTouch,
+        va: VirtAddr,
+        write: bool,
+    ) -> Option<Result<PhysAddr, AccessFault>> {
+        if !self.first_touch_stands(ft, va) {
+            return None;
+        }
+        self.ev.inc(Event::TlbMiss);
+        let done = walk_to_known_table(&self.mem, &mut self.ev, ft.table, va)
+            .map_err(|WalkFault { level }| AccessFault::Translation { level })
+            .and_then(|t| {
+                let page = t.span_shift == self.cfg.granule.page_shift();
+                self.complete_walk(ft.cpu, ft.ttbr0.1, va, t, write)
+                    .map(|pa| (pa, page))
+            });
+        // Only a fill of this page alone leaves the pages after it unanswered.
+        ft.last = match done {
+            Ok((_, true)) => ft.last,
+            _ => 0,
+        };
+        ft.va += self.cfg.granule.page_size();
+        ft.index += 1;
+        ft.clock = self.cpus[ft.cpu].tlb.clock();
+        Some(done.map(|(pa, _)| pa))
     }
 
     /// Hardware access-flag and dirty-state management on a walk (FEAT_HAFDBS).

@@ -14,7 +14,7 @@ pub mod walk;
 pub use addr::{Asid, Granule, Pfn, PhysAddr, VirtAddr};
 pub use descriptor::{Attr, Desc, DescKind, TableAttr};
 pub use events::{Event, Events};
-pub use machine::{Features, LocalTlbi, Machine, MachineConfig, Tlbi};
+pub use machine::{Features, FirstTouch, LocalTlbi, Machine, MachineConfig, Tlbi};
 pub use memory::{PhysMem, TableId};
 pub use walk::WalkHint;
 

@@ -207,6 +207,19 @@ fn walk_in(
         }
         hint.remember_path(mem, root, key, table);
     }
+    pte_step(g, mem, ev, table, va)
+}
+
+/// A walk's last step: `va`'s descriptor in the level-3 table `table`, its fetches
+/// counted as the whole walk's.
+#[inline(always)]
+fn pte_step(
+    g: Granule,
+    mem: &PhysMem,
+    ev: &mut Events,
+    table: TableId,
+    va: VirtAddr,
+) -> Result<Translation, WalkFault> {
     let index = g.index(va.0, PTE_LEVEL);
     let desc = mem.read(table, index);
     match desc.kind(PTE_LEVEL, g) {
@@ -215,6 +228,25 @@ fn walk_in(
             Ok(leaf(g, PTE_LEVEL, desc, base, table, index, va))
         }
         _ => Err(fault(g, ev, PTE_LEVEL)),
+    }
+}
+
+/// `walk` of `va` by a caller that knows the level-3 table it reaches (`table`): the
+/// same translation or fault and the same counts, without the upper levels' reads.
+/// The caller answers for `table` (no table descriptor above level 3 written since it
+/// learnt it: `PhysMem::upper_gen` and `table_epoch` as they were).
+#[inline(always)]
+pub fn walk_to_known_table(
+    mem: &PhysMem,
+    ev: &mut Events,
+    table: TableId,
+    va: VirtAddr,
+) -> Result<Translation, WalkFault> {
+    ev.inc(Event::Walk);
+    match mem.granule() {
+        Granule::K4 => pte_step(Granule::K4, mem, ev, table, va),
+        Granule::K16 => pte_step(Granule::K16, mem, ev, table, va),
+        Granule::K64 => pte_step(Granule::K64, mem, ev, table, va),
     }
 }
 

@@ -444,11 +444,30 @@ impl Sim<'_> {
                 let (start, end) = self.range(&s.proc_name, region, range.map(|r| (r.off, r.len)));
                 let (mm, cpu) = self.proc(&s.proc_name);
                 self.k.switch_mm(cpu, mm);
+                // An access that faults, page by page, may start a first-touch stream
+                // (`Machine::first_touch_start`) that takes the pages after it.
+                let streams = *stride == self.k.arch.granule().page_size() && streams_allowed();
+                let mut stream = None;
                 let mut a = start;
                 while a < end {
                     self.watch.tick().map_err(|e| self.fail(s.pos, e))?;
-                    self.user_access(mm, cpu, a, *write).map_err(|e| self.fail(s.pos, e))?;
+                    if let Some(ft) = stream.as_mut() {
+                        if first_touch_access(&mut self.k, mm, ft, a, *write).map_err(|e| self.fail(s.pos, e))? {
+                            a += stride;
+                            continue;
+                        }
+                        stream = None;
+                    }
+                    let faulted =
+                        user_access_faulted(&mut self.k, mm, cpu, a, *write).map_err(|e| self.fail(s.pos, e))?;
                     a += stride;
+                    if streams && faulted && a < end {
+                        // The next access would not hit (no entry answers it): no run.
+                        stream = self.k.arch.hw.first_touch_start(cpu, VirtAddr(a), end);
+                        if stream.is_some() {
+                            continue;
+                        }
+                    }
                     if a < end {
                         let n = self.access_run(cpu, a, end, *stride, *write);
                         if n > 0 {
@@ -712,10 +731,6 @@ impl Sim<'_> {
         }
     }
 
-    fn user_access(&mut self, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
-        user_access(&mut self.k, mm, cpu, addr, write)
-    }
-
     /// The accesses from `addr` on (by `stride`, below `end`) that hit the TLB entry
     /// the last one used, done at once as `user_access` does each: how many.
     fn access_run(&mut self, cpu: usize, addr: u64, end: u64, stride: u64, write: bool) -> u64 {
@@ -784,7 +799,9 @@ impl Sim<'_> {
     /// The final state of every live region, page by page.
     fn layout(&mut self) -> BTreeMap<String, Vec<crate::report::Run>> {
         let mut out = BTreeMap::new();
-        let names: Vec<(String, MmId, Vec<(String, u64, u64)>)> = self
+        // Per process: its name, its mm and its regions' names and extents.
+        type Regions = Vec<(String, u64, u64)>;
+        let names: Vec<(String, MmId, Regions)> = self
             .procs
             .iter()
             .map(|(n, p)| {
@@ -858,23 +875,83 @@ pub fn kernel_counters(k: &Kernel, c: &mut Counters) {
 /// protected, aged, swapped out, swapped in). More than `MAX_ATTEMPTS` is a kernel that
 /// makes no progress, a model defect, never a hang.
 pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
+    user_access_faulted(k, mm, cpu, addr, write).map(|_| ())
+}
+
+/// `user_access`, telling whether the access faulted.
+#[inline(always)]
+pub fn user_access_faulted(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<bool, FaultError> {
+    let done = k.arch.hw.access(cpu, VirtAddr(addr), write);
+    finish_access(k, mm, cpu, addr, write, done, 0)
+}
+
+/// The rest of an access whose attempt number `attempt` (0 the first) came back `done`:
+/// each fault handled and the access retried, up to `MAX_ATTEMPTS`. Whether any fault
+/// was handled.
+#[inline(always)]
+fn finish_access(
+    k: &mut Kernel,
+    mm: MmId,
+    cpu: usize,
+    addr: u64,
+    write: bool,
+    mut done: Result<crate::hw::PhysAddr, crate::hw::machine::AccessFault>,
+    mut attempt: usize,
+) -> Result<bool, FaultError> {
     const MAX_ATTEMPTS: usize = 8;
-    for attempt in 0..MAX_ATTEMPTS {
-        let hw = &mut k.arch.hw;
-        let done = if attempt == 0 {
-            hw.access(cpu, VirtAddr(addr), write)
-        } else {
-            hw.access_retry(cpu, VirtAddr(addr), write)
-        };
+    loop {
         if let Ok(pa) = done {
             if write {
                 page_written(k, pa.0);
             }
-            return Ok(());
+            return Ok(attempt > 0);
         }
         k.handle_mm_fault(mm, addr, write)?;
+        attempt += 1;
+        if attempt == MAX_ATTEMPTS {
+            panic!(
+                "access at {addr:#x} still faults after {MAX_ATTEMPTS} faults handled: the kernel makes no progress"
+            );
+        }
+        done = k.arch.hw.access_retry(cpu, VirtAddr(addr), write);
     }
-    panic!("access at {addr:#x} still faults after {MAX_ATTEMPTS} faults handled: the kernel makes no progress");
+}
+
+/// Whether a touch may take first-touch streams: always, but in the tests that compare
+/// them with page-by-page accesses.
+#[inline(always)]
+pub(crate) fn streams_allowed() -> bool {
+    #[cfg(test)]
+    return !tests::NO_STREAMS.get();
+    #[cfg(not(test))]
+    true
+}
+
+/// `user_access` of `addr`, the next page of the first-touch stream `ft`
+/// (`Machine::first_touch_start`): the same accesses, faults and counts, the lookup
+/// and the walks to the pte table taken as the stream knows they end. Ok(false),
+/// having done nothing, when the stream no longer stands for `addr`; the caller then
+/// makes it a `user_access`.
+#[inline(always)]
+pub fn first_touch_access(
+    k: &mut Kernel,
+    mm: MmId,
+    ft: &mut crate::hw::FirstTouch,
+    addr: u64,
+    write: bool,
+) -> Result<bool, FaultError> {
+    if !k.arch.hw.first_touch_fault(ft, VirtAddr(addr)) {
+        return Ok(false);
+    }
+    k.handle_mm_fault(mm, addr, write)?;
+    let done = match k.arch.hw.first_touch_retry(ft, VirtAddr(addr), write) {
+        Some(done) => done,
+        None => k.arch.hw.access_retry(ft.cpu(), VirtAddr(addr), write),
+    };
+    finish_access(k, mm, ft.cpu(), addr, write, done, 1)?;
+    #[cfg(test)]
+    tests::STREAM_PAGES.set(tests::STREAM_PAGES.get() + 1);
+    Ok(true)
 }
 
 /// A user write reached physical address `pa`: its page is no longer all zeros.

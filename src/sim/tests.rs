@@ -1002,3 +1002,126 @@ proptest::proptest! {
         proptest::prop_assert_eq!(by_pass, by_lookup);
     }
 }
+
+thread_local! {
+    /// Set by the tests that run a touch page by page, to compare first-touch streams
+    /// (`Machine::first_touch_start`) against it.
+    pub(crate) static NO_STREAMS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Pages accesses took by a first-touch stream (`first_touch_access`).
+    pub(crate) static STREAM_PAGES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// First-touch streams against page-by-page accesses: every counter, phase and page
+/// the same, over random workloads of writes and reads, reclaim under a memory limit
+/// (which ages and swaps pages out during a stream's faults), forks, madvise and mTHP
+/// knobs; each ends by reading every region, so a TLB left otherwise shows in its hits.
+mod first_touch_streams {
+    use super::{NO_STREAMS, STREAM_PAGES};
+    use crate::sim::{run, Variants};
+    use crate::workload::parse::parse_str;
+    use proptest::prelude::*;
+
+    const REGIONS: [(&str, u64); 2] = [("a", 2 << 20), ("b", 1 << 20)];
+
+    fn line() -> impl Strategy<Value = String> {
+        let region = 0..REGIONS.len();
+        prop_oneof![
+            4 => (region.clone(), 0u64..512, 1u64..600, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+                |(r, first, pages, read, stride8k, child)| {
+                    let (name, size) = REGIONS[r];
+                    let first = first.min(size / 4096 - 1);
+                    let pages = pages.min(size / 4096 - first);
+                    format!(
+                        "{}touch {name} {}K {}K {}{}",
+                        if child { "@child " } else { "" },
+                        first * 4,
+                        pages * 4,
+                        if read { "read" } else { "write" },
+                        if stride8k { " stride=8K" } else { "" }
+                    )
+                }
+            ),
+            1 => (region.clone(), 0u64..512, 1u64..64, 0usize..4).prop_map(|(r, first, pages, advice)| {
+                let (name, size) = REGIONS[r];
+                let first = first.min(size / 4096 - 1);
+                let pages = pages.min(size / 4096 - first);
+                let advice = ["dontneed", "free", "pageout", "cold"][advice];
+                format!("madvise {name} {}K {}K {advice}", first * 4, pages * 4)
+            }),
+            1 => (0usize..3, 0usize..3).prop_map(|(knob, value)| {
+                let knob = ["hugepages-64kB/enabled", "hugepages-16kB/enabled", "enabled"][knob];
+                format!("set {knob} {}", ["always", "never", "madvise"][value])
+            }),
+        ]
+    }
+
+    fn report(src: &str, streams: bool) -> String {
+        let w = parse_str("streams.wl", src).unwrap();
+        NO_STREAMS.set(!streams);
+        let r = run(&w, &Variants::from_sets(&["checks=off".into()]).unwrap());
+        NO_STREAMS.set(false);
+        match r {
+            Ok(r) => format!("{:?}\n{:?}\n{:?}", r.counters, r.phases, r.layout),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// A touch of fresh order-0 memory, written or read (the zero page): every page but
+    /// the first of each pte table by a stream; with the checkers on or a stride over a
+    /// page, none; with 64K folios, none (a 64K entry answers the pages after a fault).
+    #[test]
+    fn a_touch_of_fresh_memory_streams_all_but_each_tables_first_page() {
+        let taken = |src: &str, sets: &[&str]| {
+            STREAM_PAGES.set(0);
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            run(&parse_str("t.wl", src).unwrap(), &Variants::from_sets(&sets).unwrap()).unwrap();
+            STREAM_PAGES.get()
+        };
+        assert_eq!(taken("mmap a 4M\ntouch a\n", &["checks=off"]), 1024 - 2);
+        assert_eq!(taken("mmap a 4M\ntouch a read\n", &["checks=off"]), 1024 - 2);
+        assert_eq!(
+            taken(
+                "set hugepages-64kB/enabled always\nmmap a 4M\ntouch a\n",
+                &["checks=off"]
+            ),
+            0
+        );
+        assert_eq!(taken("mmap a 4M\ntouch a\n", &["checks=on"]), 0);
+        assert_eq!(taken("mmap a 4M\ntouch a 0 4M write stride=8K\n", &["checks=off"]), 0);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_touch_by_first_touch_streams_leaves_what_page_by_page_accesses_do(
+            limit in prop_oneof![Just(None), (1u64..6).prop_map(|m| Some(m * 256))],
+            lines in proptest::collection::vec(line(), 1..24),
+            fork_at in 0usize..24,
+        ) {
+            let mut src = String::from("swapon 16M\n");
+            if let Some(k) = limit {
+                src += &format!("memlimit {k}K\n");
+            }
+            for (name, size) in REGIONS {
+                src += &format!("mmap {name} {}K\n", size >> 10);
+            }
+            let forked = fork_at < lines.len();
+            for (i, l) in lines.iter().enumerate() {
+                if i == fork_at {
+                    src += "fork child\n";
+                }
+                if l.starts_with('@') && !(forked && i > fork_at) {
+                    src += &l["@child ".len()..];
+                } else {
+                    src += l;
+                }
+                src += "\n";
+            }
+            for (name, _) in REGIONS {
+                src += &format!("touch {name} read\n");
+            }
+            prop_assert_eq!(report(&src, true), report(&src, false), "{}", src);
+        }
+    }
+}

@@ -340,6 +340,54 @@ impl Tlb {
         Some((e, n))
     }
 
+    /// A lookup its caller knows no entry answers (`first_answered`): the clock ticks
+    /// as `lookup`'s does, and nothing else moves.
+    #[inline]
+    pub fn count_miss(&mut self) {
+        self.clock += 1;
+    }
+
+    /// The clock, which every lookup and fill moves: unchanged, no entry was used,
+    /// moved or added since.
+    #[inline]
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// L1's most recently used entry: after a walk's fill, the entry it filled.
+    #[inline]
+    pub fn mru_entry(&self) -> Option<&TlbEntry> {
+        self.l1.mru().map(|i| self.l1.entry(i))
+    }
+
+    /// The lowest VA of [first, last] that some entry could answer a lookup for `asid`
+    /// of (pending entries too: they translate until a DSB completes them); None when
+    /// no lookup there can hit.
+    pub fn first_answered(&self, asid: Asid, first: u64, last: u64) -> Option<u64> {
+        let answers = |e: &TlbEntry| e.asid.is_none_or(|a| a == asid);
+        let mut lowest = (self.l1.iter())
+            .filter(|e| e.overlaps(first, last) && answers(e))
+            .map(|e| e.va.max(first))
+            .min();
+        // A class's spans overlapping the range have the tags from `first`'s span's to
+        // `last`'s: one compare a tag over the whole tag array, its entries read only
+        // on a match (a stream scans a pte table's range, which indexes every set).
+        for class in self.l2_classes.present() {
+            let shift = self.spans[class];
+            let (lo, hi) = (
+                l2_tag_of(first, shift, class as u8),
+                l2_tag_of(last, shift, class as u8),
+            );
+            for (i, &t) in self.l2_tag.iter().enumerate() {
+                if t >= lo && t <= hi && l2_tag_class(t) == class && answers(&self.l2[i]) {
+                    let va = self.l2[i].va.max(first);
+                    lowest = Some(lowest.map_or(va, |l| l.min(va)));
+                }
+            }
+        }
+        lowest
+    }
+
     fn l2_find(&self, asid: Asid, va: u64) -> Option<usize> {
         self.l2_classes.present().find_map(|class| {
             let shift = self.spans[class];
@@ -596,6 +644,34 @@ mod tests {
             },
             Granule::K4,
         )
+    }
+
+    proptest::proptest! {
+        /// `first_answered`'s tag scan finds what a lookup of every page of the range
+        /// would: the lowest page some entry (of the ASID or global, in L1 or L2, of
+        /// any span size) answers.
+        #[test]
+        fn the_first_answered_address_is_the_first_page_a_lookup_hits(
+            fills in proptest::collection::vec((0u64..96, 0usize..3, 0u8..3), 0..40),
+            first in 0u64..96,
+            len in 1u64..64,
+        ) {
+            let mut t = tiny(4, 4, 2);
+            let mut res = Residency::new(Granule::K4);
+            let base = 1u64 << 30;
+            for (page, span, asid) in fills {
+                let shift = [12, 16, 21][span];
+                let va = (base + (page << 12)) & !((1u64 << shift) - 1);
+                let asid = [None, Some(1), Some(2)][asid as usize];
+                // Overlapping entries are a conflict the fill path never makes.
+                if t.iter().all(|e| !e.overlaps(va, va + (1 << shift) - 1)) {
+                    t.fill(entry(va, shift, asid), &mut res);
+                }
+            }
+            let (lo, hi) = (base + (first << 12), base + ((first + len) << 12) - 1);
+            let hit = (lo..=hi).step_by(4096).find(|&va| t.iter().any(|e| e.matches(1, va)));
+            proptest::prop_assert_eq!(t.first_answered(1, lo, hi), hit);
+        }
     }
 
     #[test]
