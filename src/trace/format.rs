@@ -340,6 +340,31 @@ fn put(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// A varint's value from its bytes as `next` gives them; None past 64 bits (ten bytes).
+#[inline(always)]
+fn leb128<E>(mut next: impl FnMut() -> Result<u8, E>) -> Result<Option<u64>, E> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = next()?;
+        v |= ((b & 0x7f) as u64) << shift;
+        if b & 0x80 == 0 {
+            return Ok(Some(v));
+        }
+    }
+    Ok(None)
+}
+
+/// The varint at `buf[at..]` and where it ends, if it ends inside `buf` within 64 bits.
+#[inline(never)]
+fn leb128_in(buf: &[u8], mut at: usize) -> Option<(u64, usize)> {
+    let v = leb128(|| {
+        let b = buf.get(at).ok_or(())?;
+        at += 1;
+        Ok::<u8, ()>(*b)
+    });
+    v.ok().flatten().map(|v| (v, at))
+}
+
 fn zigzag(d: i64) -> u64 {
     ((d << 1) ^ (d >> 63)) as u64
 }
@@ -635,15 +660,7 @@ impl<R: Read> Reader<R> {
 
     #[inline(never)]
     fn var_long(&mut self) -> Result<u64, TraceError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(self.bad("varint longer than 64 bits"))
+        leb128(|| self.byte())?.ok_or_else(|| self.bad("varint longer than 64 bits"))
     }
 
     /// A protection: PROT_READ, PROT_WRITE, PROT_EXEC and the arch's bits above them,
@@ -671,6 +688,70 @@ impl<R: Read> Reader<R> {
                 self.fault(tag).map(Some)
             }
             _ => Ok(None),
+        }
+    }
+
+    /// Reads the fault records of the last fault's process (tags with F_SAME) that are
+    /// decompressed already, at most `max`, as `next_event` reads them (the same checks,
+    /// the same record count), handing each to `each` as (address, write, kernel): a
+    /// run of them, most of a trace, decoded in one loop with the reader's state in
+    /// registers. Stops before any other record, or one that runs past the decompressed
+    /// bytes, leaving it to `next_fault` or `next_event`; and after a record `each`
+    /// fails on. Returns the records read (with the one `each` failed on) and `each`'s
+    /// error.
+    #[inline(always)]
+    pub fn same_process_faults<E>(
+        &mut self,
+        max: u64,
+        mut each: impl FnMut(u64, bool, bool) -> Result<(), E>,
+    ) -> (u64, Result<(), E>) {
+        if self.same_process_next().is_none() {
+            return (0, Ok(()));
+        }
+        let buf = &self.buf[..self.len];
+        let (mut pos, mut page, mut n) = (self.pos, self.last_page, 0u64);
+        let mut done = Ok(());
+        while n < max {
+            let Some(&tag) = buf.get(pos) else { break };
+            if tag & (T_FAULT | F_SAME) != T_FAULT | F_SAME {
+                break;
+            }
+            // The page delta: one byte, mostly.
+            let (delta, end) = match buf.get(pos + 1) {
+                Some(&b) if b & 0x80 == 0 => (u64::from(b), pos + 2),
+                _ => match leb128_in(buf, pos + 1) {
+                    Some(v) => v,
+                    None => break,
+                },
+            };
+            page = page.wrapping_add(unzigzag(delta) as u64);
+            pos = end;
+            n += 1;
+            if let Err(e) = each(page << 12, tag & F_WRITE != 0, tag & F_KERNEL != 0) {
+                done = Err(e);
+                break;
+            }
+        }
+        (self.pos, self.last_page) = (pos, page);
+        self.at += n;
+        (n, done)
+    }
+
+    /// The process of the next record if it is a fault by the last fault's process,
+    /// decompressed already: one `same_process_faults` reads, if its page delta is too.
+    /// (Before any fault, F_SAME is the error `fault` reports; after the end record,
+    /// nothing is read.)
+    #[inline]
+    pub fn same_process_next(&self) -> Option<u32> {
+        match self.buf[..self.len].get(self.pos) {
+            Some(&tag)
+                if tag & (T_FAULT | F_SAME) == T_FAULT | F_SAME
+                    && self.last_proc != u32::MAX
+                    && self.trailer.is_none() =>
+            {
+                Some(self.last_proc)
+            }
+            _ => None,
         }
     }
 
@@ -1015,29 +1096,53 @@ mod tests {
         Ok(v)
     }
 
-    /// Every record read through `next_fault` where it answers and `next_event`
-    /// otherwise, as replay reads: the records one `next_event` a record reads, and
-    /// the same error at the same record.
-    fn read_all_faults_first(bytes: &[u8]) -> Result<Vec<Event>, String> {
-        let mut r = Reader::new("t", bytes).map_err(|e| e.to_string())?;
-        let mut v = Vec::new();
-        loop {
-            if let Some(f) = r.next_fault().map_err(|e| e.to_string())? {
-                v.push(f.into());
-                continue;
+    /// Every record read as replay reads them: runs of faults through
+    /// `same_process_faults` (at most `max` a call), then `next_fault` where it answers
+    /// and `next_event` otherwise; and how many records the runs read. The records
+    /// must be the ones `next_event` reads one at a time, with the same error at the
+    /// same record.
+    fn read_all_as_replay(bytes: &[u8], max: u64) -> (Result<Vec<Event>, String>, u64) {
+        let mut in_runs = 0;
+        let mut read = || {
+            let mut r = Reader::new("t", bytes).map_err(|e| e.to_string())?;
+            let mut v = Vec::new();
+            loop {
+                if let Some(proc) = r.same_process_next() {
+                    let (n, done) = r.same_process_faults(max, |addr, write, kernel| {
+                        v.push(Event::Fault {
+                            proc,
+                            addr,
+                            write,
+                            kernel,
+                        });
+                        Ok::<(), String>(())
+                    });
+                    done?;
+                    in_runs += n;
+                    if n > 0 {
+                        continue;
+                    }
+                }
+                if let Some(f) = r.next_fault().map_err(|e| e.to_string())? {
+                    v.push(f.into());
+                    continue;
+                }
+                match r.next_event().map_err(|e| e.to_string())? {
+                    Some(e) => v.push(e),
+                    None => return Ok(v),
+                }
             }
-            match r.next_event().map_err(|e| e.to_string())? {
-                Some(e) => v.push(e),
-                None => return Ok(v),
-            }
-        }
+        };
+        let v = read();
+        (v, in_runs)
     }
 
     #[test]
-    fn faults_read_on_their_own_path_are_the_records_next_event_reads() {
+    fn faults_read_in_runs_are_the_records_next_event_reads() {
         // Enough faults (two bytes each) to cross the 256 KiB buffer's refills, where
-        // `next_fault` leaves the record to `next_event`; processes switching and
-        // pages jumping both ways, then the sample's other records.
+        // a run stops and `next_fault` or `next_event` reads the record; processes
+        // switching and pages jumping both ways (deltas of one byte and of several),
+        // then the sample's other records.
         let mut events = Vec::new();
         for i in 0..300_000u64 {
             events.push(Event::Fault {
@@ -1049,20 +1154,113 @@ mod tests {
         }
         events.extend(sample());
         let bytes = encode(&events);
-        let fast = read_all_faults_first(&bytes).unwrap();
-        assert_eq!(fast, read_all(&bytes).unwrap());
-        assert_eq!(fast, events);
+        for max in [u64::MAX, 1 << 16, 7] {
+            let (fast, in_runs) = read_all_as_replay(&bytes, max);
+            assert_eq!(fast, read_all(&bytes));
+            assert_eq!(fast.unwrap(), events);
+            // All but the first fault of each process's run, and those cut by the
+            // buffer's ends.
+            assert!(in_runs > 299_000, "{in_runs}");
+        }
         // A corrupt fault record fails the same, at the same record.
         let mut w = Writer::new(Vec::new(), &header()).unwrap();
         w.buf.extend_from_slice(&[T_FAULT | F_SAME, 2]);
         w.out.write_all(&w.buf).unwrap();
         let bad = w.out.finish().unwrap().into_inner().unwrap();
-        let err = read_all_faults_first(&bad).unwrap_err();
+        let err = read_all_as_replay(&bad, u64::MAX).0.unwrap_err();
         assert!(
             err.contains("record 1: fault of the previous process before any fault"),
             "{err}"
         );
         assert_eq!(err, read_all(&bad).unwrap_err());
+    }
+
+    #[test]
+    fn a_run_stops_after_the_fault_its_caller_fails_on() {
+        let events: Vec<Event> = (0..10u64)
+            .map(|i| Event::Fault {
+                proc: 1,
+                addr: i << 12,
+                write: true,
+                kernel: false,
+            })
+            .collect();
+        let bytes = encode(&events);
+        let mut r = Reader::new("t", &bytes[..]).unwrap();
+        assert_eq!(r.next_event().unwrap(), Some(events[0].clone()));
+        let mut seen = Vec::new();
+        let (n, done) = r.same_process_faults(u64::MAX, |addr, _, _| {
+            seen.push(addr);
+            if seen.len() == 3 {
+                return Err("third");
+            }
+            Ok(())
+        });
+        assert_eq!((n, done), (3, Err("third")));
+        assert_eq!(seen, [1 << 12, 2 << 12, 3 << 12]);
+        // The next record is the fifth, counted as such.
+        assert_eq!(r.next_event().unwrap(), Some(events[4].clone()));
+        assert_eq!(r.at, 5);
+    }
+
+    /// Raw record bytes, mostly fault records (any tag bits, processes, one-byte and
+    /// long page deltas, varints running past 64 bits), some other records and stray
+    /// bytes, and an end record counting what was written or not.
+    fn raw_records() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let varint = prop_oneof![
+            4 => (0u64..128).prop_map(|v| vec![v as u8]),
+            2 => any::<u64>().prop_map(|v| {
+                let mut b = Vec::new();
+                put(&mut b, v);
+                b
+            }),
+            1 => Just(vec![0xff; 10]),
+            1 => Just(vec![0x80, 0x80]),
+        ];
+        let record = prop_oneof![
+            8 => (0x80u8..=0xff, varint.clone(), varint.clone()).prop_map(|(tag, p, d)| {
+                let mut b = vec![tag];
+                if tag & F_SAME == 0 {
+                    b.extend(p);
+                }
+                b.extend(d);
+                b
+            }),
+            1 => (0u32..4).prop_map(|p| {
+                let mut b = vec![T_EXIT];
+                put(&mut b, p.into());
+                b
+            }),
+            1 => prop::collection::vec(any::<u8>(), 1..4),
+        ];
+        (prop::collection::vec(record, 0..64), any::<bool>()).prop_map(|(records, count_right)| {
+            let mut body: Vec<u8> = records.concat();
+            let t = serde_json::to_vec(&Trailer {
+                events: if count_right { records.len() as u64 } else { 0 },
+                ..Trailer::default()
+            })
+            .unwrap();
+            body.push(T_END);
+            put(&mut body, t.len() as u64);
+            body.extend_from_slice(&t);
+            body
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 512, ..Default::default() })]
+        /// Runs of faults read what `next_event` reads one record at a time, corrupt
+        /// records included: the same records, or the same error at the same record.
+        #[test]
+        fn raw_records_read_in_runs_as_one_at_a_time(body in raw_records(), max in 1u64..5) {
+            let mut w = Writer::new(Vec::new(), &header()).unwrap();
+            w.out.write_all(&body).unwrap();
+            let bytes = w.out.finish().unwrap().into_inner().unwrap();
+            let one = read_all(&bytes);
+            proptest::prop_assert_eq!(read_all_as_replay(&bytes, max).0, one.clone());
+            proptest::prop_assert_eq!(read_all_as_replay(&bytes, u64::MAX).0, one);
+        }
     }
 
     /// The Adler-32 is the stream's last 4 bytes: a trace cut anywhere in them, or in

@@ -133,14 +133,97 @@ impl std::ops::Index<&u32> for Procs {
 /// A run of faults by one process (faults come in long runs of one): its space, and
 /// the counts of its line those faults made, added to it when another process faults
 /// or another record comes, so that neither is looked up a fault.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Faulting {
     proc: u32,
     space: usize,
+    mm: MmId,
+    /// The mm's min_flt when the run began: the model's faults of the run are what it
+    /// has gained when the run ends (nothing else faults in the mm before then: any
+    /// other record, or a fault of another process sharing it, ends the run first).
+    min_flt: u64,
     anon: u64,
-    model: u64,
     other: u64,
     unmapped: u64,
+}
+
+/// Faults of one process replayed back to back, with what each needs kept at hand:
+/// the `Faulting` counts, the mapping the last fault found and the CPU the process
+/// runs on (nothing else switches it during a run). Put back into the `Replay` when
+/// dropped.
+struct FaultRun<'a> {
+    rp: &'a mut Replay,
+    f: Faulting,
+    /// The mapping the last fault found in the run's space: (start, mapping).
+    hit: Option<(u64, Mapping)>,
+    cpu: Option<usize>,
+    kernel_faults: u64,
+}
+
+impl FaultRun<'_> {
+    #[inline(always)]
+    fn fault(&mut self, addr: u64, write: bool, kernel: bool) -> Result<(), TraceError> {
+        let addr = addr.min(USER_END);
+        self.kernel_faults += kernel as u64;
+        let m = match self.hit {
+            Some((start, m)) if start <= addr && addr < m.end => m,
+            _ => match self.find(addr) {
+                Some(m) => m,
+                None => {
+                    self.f.unmapped += 1;
+                    return Ok(());
+                }
+            },
+        };
+        if !m.kind.is_anon() {
+            self.f.other += 1;
+            return Ok(());
+        }
+        let cpu = match self.cpu {
+            Some(cpu) => cpu,
+            None => *self.cpu.insert(self.rp.cpu_for(self.f.proc, self.f.mm)),
+        };
+        match self.rp.anon_access(self.f.mm, cpu, addr, write) {
+            Ok(()) => {}
+            Err(FaultError::Segv(_)) => self.rp.segv += 1,
+            Err(e @ FaultError::Oom(_)) => {
+                return Err(self.rp.fail(format!(
+                    "the model ran {e} with ram={} (the recorded program used more): raise --set ram",
+                    self.rp.ram
+                )))
+            }
+        }
+        self.f.anon += 1;
+        Ok(())
+    }
+
+    /// The mapping at `addr`, remembered for the faults after it; below a stack
+    /// mapping, the stack grown down to it (expand_stack).
+    #[inline(never)]
+    fn find(&mut self, addr: u64) -> Option<Mapping> {
+        let sp = self.rp.spaces[self.f.space].as_mut().expect("live");
+        if let Some((start, m)) = sp.find(addr) {
+            self.hit = Some((start, m));
+            return Some(m);
+        }
+        match sp.maps.range(addr..).next() {
+            Some((&start, &m)) if m.kind == MapKind::Stack => {
+                self.rp.grow_stack(self.f.proc, start, addr & !(PAGE - 1));
+                self.hit = None;
+                Some(m)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Drop for FaultRun<'_> {
+    fn drop(&mut self) {
+        let rp = &mut *self.rp;
+        rp.faulting = Some(self.f);
+        rp.hit = self.hit.map(|(start, m)| (self.f.space, start, m));
+        rp.kernel_faults += self.kernel_faults;
+    }
 }
 
 struct Replay {
@@ -256,6 +339,31 @@ impl Replay {
             self.on_cpu[cpu] = Some(mm);
         }
         cpu
+    }
+
+    /// The model's access of `addr` in anonymous memory of `mm` on `cpu`: the next page
+    /// of the first-touch stream on that CPU, or a `user_access` that may start one.
+    #[inline(always)]
+    fn anon_access(&mut self, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
+        let streamed = match self.stream.as_mut() {
+            Some(ft) if ft.cpu() == cpu => sim::first_touch_access(&mut self.k, mm, ft, addr, write),
+            _ => Ok(false),
+        };
+        match streamed {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.stream = None;
+                let faulted = sim::user_access_faulted(&mut self.k, mm, cpu, addr, write)?;
+                if faulted && sim::streams_allowed() {
+                    self.stream = (self.k.arch.hw).first_touch_start(cpu, VirtAddr(addr + PAGE), u64::MAX);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.stream = None;
+                Err(e)
+            }
+        }
     }
 
     /// Removes [start, end) from the process's address space, model and shadow.
@@ -590,99 +698,53 @@ impl Replay {
     /// before the lines are read).
     fn flush_faulting(&mut self) {
         if let Some(f) = self.faulting.take() {
+            let model = self.k.mm(f.mm).min_flt - f.min_flt;
             let line = &mut self.procs.get_mut(&f.proc).expect("a faulting process is live").line;
             line.anon_faults += f.anon;
-            line.model_faults += f.model;
+            line.model_faults += model;
             line.other_faults += f.other;
             line.unmapped_faults += f.unmapped;
         }
     }
 
-    fn fault(&mut self, proc: u32, addr: u64, write: bool, kernel: bool) -> Result<(), TraceError> {
-        let addr = addr.min(USER_END);
-        let mut f = match self.faulting {
+    /// The run of faults `proc` continues or begins; None for a process the trace
+    /// never introduced, which has nothing to fault in (its faults are orphans).
+    #[inline]
+    fn faults_of(&mut self, proc: u32) -> Option<FaultRun<'_>> {
+        let f = match self.faulting {
             Some(f) if f.proc == proc => f,
             _ => {
                 self.flush_faulting();
-                let Some(p) = self.procs.get(&proc) else {
-                    // A process the trace never introduced: nothing to fault in.
-                    self.orphans += 1;
-                    return Ok(());
-                };
+                let space = self.procs.get(&proc)?.space;
+                let mm = self.spaces[space].as_ref().expect("live").mm;
                 Faulting {
                     proc,
-                    space: p.space,
-                    ..Faulting::default()
+                    space,
+                    mm,
+                    min_flt: self.k.mm(mm).min_flt,
+                    anon: 0,
+                    other: 0,
+                    unmapped: 0,
                 }
             }
         };
-        self.kernel_faults += kernel as u64;
-        let s = f.space;
-        let sp = self.spaces[s].as_mut().expect("live");
-        let mm = sp.mm;
-        let cached = self
-            .hit
-            .filter(|(hs, start, m)| *hs == s && *start <= addr && addr < m.end);
-        // The memo is written only when it changes: most faults hit it.
-        let found = match cached.map(|(_, start, m)| (start, m)) {
-            Some(f) => Some(f),
-            None => match sp.find(addr) {
-                Some(f) => {
-                    self.hit = Some((s, f.0, f.1));
-                    Some(f)
-                }
-                // The stack grows down to a fault below it (expand_stack).
-                None => match sp.maps.range(addr..).next() {
-                    Some((&start, &m)) if m.kind == MapKind::Stack => {
-                        let low = addr & !(PAGE - 1);
-                        self.grow_stack(proc, start, low);
-                        Some((low, m))
-                    }
-                    _ => None,
-                },
-            },
-        };
-        match found {
-            Some((_, m)) if m.kind.is_anon() => {
-                let before = self.k.mm(mm).min_flt;
-                let cpu = self.cpu_for(proc, mm);
-                let streamed = match self.stream.as_mut() {
-                    Some(ft) if ft.cpu() == cpu => sim::first_touch_access(&mut self.k, mm, ft, addr, write),
-                    _ => Ok(false),
-                };
-                let done = match streamed {
-                    Ok(true) => Ok(()),
-                    Ok(false) => {
-                        self.stream = None;
-                        sim::user_access_faulted(&mut self.k, mm, cpu, addr, write).map(|faulted| {
-                            if faulted && sim::streams_allowed() {
-                                self.stream = (self.k.arch.hw).first_touch_start(cpu, VirtAddr(addr + PAGE), u64::MAX);
-                            }
-                        })
-                    }
-                    Err(e) => {
-                        self.stream = None;
-                        Err(e)
-                    }
-                };
-                match done {
-                    Ok(()) => {}
-                    Err(FaultError::Segv(_)) => self.segv += 1,
-                    Err(e @ FaultError::Oom(_)) => {
-                        return Err(self.fail(format!(
-                            "the model ran {e} with ram={} (the recorded program used more): raise --set ram",
-                            self.ram
-                        )))
-                    }
-                }
-                f.anon += 1;
-                f.model += self.k.mm(mm).min_flt - before;
-            }
-            Some(_) => f.other += 1,
-            None => f.unmapped += 1,
-        }
-        self.faulting = Some(f);
-        Ok(())
+        let hit = self.hit.filter(|(s, ..)| *s == f.space).map(|(_, start, m)| (start, m));
+        Some(FaultRun {
+            rp: self,
+            f,
+            hit,
+            cpu: None,
+            kernel_faults: 0,
+        })
+    }
+
+    /// One fault: a run of one.
+    fn fault(&mut self, proc: u32, addr: u64, write: bool, kernel: bool) -> Result<(), TraceError> {
+        let done = self.faults_of(proc).map(|mut run| run.fault(addr, write, kernel));
+        done.unwrap_or_else(|| {
+            self.orphans += 1;
+            Ok(())
+        })
     }
 
     fn mremap(&mut self, proc: u32, old: u64, old_end: u64, new: u64, new_end: u64) -> Result<(), TraceError> {
@@ -802,6 +864,38 @@ pub fn replay<R: Read + Seek>(
             .map_err(|msg| bad(format!("record {events}: {msg}")))
     };
     loop {
+        // A run of faults by one process, most of a trace, decoded and replayed in
+        // one loop; it stops before a record the host memory is counted at.
+        let run = rd.same_process_next();
+        #[cfg(test)]
+        let run = run.filter(|_| !tests::FAULTS_ONE_A_RECORD.get());
+        if let Some(proc) = run {
+            let first = events + 1;
+            if first % Budget::EVERY == 0 {
+                check_budget(&rp, first, true)?;
+            }
+            let room = Budget::EVERY - first % Budget::EVERY;
+            let mut orphans = false;
+            let (n, done) = match rp.faults_of(proc) {
+                Some(mut run) => rd.same_process_faults(room, |addr, write, kernel| run.fault(addr, write, kernel)),
+                None => {
+                    orphans = true;
+                    rd.same_process_faults(room, |_, _, _| Ok(()))
+                }
+            };
+            if orphans {
+                rp.orphans += n;
+            }
+            #[cfg(test)]
+            tests::RUN_FAULTS.set(tests::RUN_FAULTS.get() + n);
+            events += n;
+            kinds[Event::FAULT_KIND] += n as i64;
+            done.map_err(|e| at_record(events, e))?;
+            // None read: the page delta runs past the decompressed bytes.
+            if n > 0 {
+                continue;
+            }
+        }
         // A fault, most records, goes straight to `fault`, as `event` would send it.
         if let Some(f) = rd.next_fault()? {
             events += 1;
@@ -931,6 +1025,9 @@ impl Census {
         };
         loop {
             // A fault changes nothing counted here.
+            if rd.same_process_faults(u64::MAX, |_, _, _| Ok::<(), TraceError>(())).0 > 0 {
+                continue;
+            }
             if rd.next_fault()?.is_some() {
                 continue;
             }
@@ -1222,6 +1319,114 @@ mod tests {
                 e.extend((0..PAGES).map(|p| Event::Fault { proc: 0, addr: A + p * PAGE, write: false, kernel: false }));
                 prop_assert_eq!(replayed(&e, true), replayed(&e, false));
             }
+        }
+    }
+
+    thread_local! {
+        /// Set: every fault is replayed as a record of its own (`next_fault` or
+        /// `next_event`), the reference for runs of faults.
+        pub(super) static FAULTS_ONE_A_RECORD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// Faults replayed in runs on this thread.
+        pub(super) static RUN_FAULTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Runs of faults (`same_process_faults` into a `FaultRun`) against every fault a
+    /// record of its own: the whole replay's JSON, or the error, must be the same.
+    mod runs {
+        use super::*;
+
+        /// The replay of `t` under `knobs` as JSON (or its error), and the faults
+        /// replayed in runs.
+        fn replayed(t: &[u8], knobs: &[(&str, &str)], one_a_record: bool) -> (Result<String, String>, u64) {
+            let v = Variants::from_sets(&["ram=256M".to_string()]).unwrap();
+            let knobs: Vec<(String, String)> = knobs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            FAULTS_ONE_A_RECORD.set(one_a_record);
+            RUN_FAULTS.set(0);
+            let r = replay("t", std::io::Cursor::new(t), &v, &knobs);
+            FAULTS_ONE_A_RECORD.set(false);
+            let r = r.map(|r| serde_json::to_string(&r).unwrap()).map_err(|e| e.to_string());
+            (r, RUN_FAULTS.get())
+        }
+
+        /// Both ways under order-0 folios and 64K; the faults replayed in runs.
+        fn both_ways(t: &[u8]) -> u64 {
+            let mut in_runs = 0;
+            for knobs in [&[][..], K64] {
+                let (runs, n) = replayed(t, knobs, false);
+                let (one, none) = replayed(t, knobs, true);
+                assert_eq!(none, 0);
+                assert_eq!(runs, one, "knobs {knobs:?}");
+                in_runs += n;
+            }
+            in_runs
+        }
+
+        /// A program from steps (operation, process, page, count, bits): runs of
+        /// faults on anonymous, file, stack and unmapped pages with strides of one
+        /// page and of many (page deltas of one byte and of several), forks with and
+        /// without CLONE_VM, exits, munmap and mmap, and processes never introduced.
+        fn program(steps: &[(u8, u32, u64, u64, u8)]) -> Vec<Event> {
+            let stack = A + 256 * PAGE;
+            let mut e = vec![
+                exec(0),
+                map(0, A, 64 * PAGE, MapKind::Anon),
+                map(0, A + 64 * PAGE, 16 * PAGE, MapKind::File),
+                map(0, stack, 32 * PAGE, MapKind::Stack),
+            ];
+            let mut next = 1;
+            for &(op, proc, page, n, bits) in steps {
+                match op {
+                    0..=4 => {
+                        let stride: i64 = [1, -1, 37, 300][(bits & 3) as usize];
+                        e.extend((0..n as i64).map(|i| Event::Fault {
+                            proc,
+                            addr: (A as i64 + (page as i64 + i * stride).rem_euclid(300) * PAGE as i64) as u64,
+                            write: bits & 4 != 0,
+                            kernel: bits & 8 != 0,
+                        }));
+                    }
+                    5 => {
+                        e.push(Event::Fork {
+                            parent: proc,
+                            child: next,
+                            share_mm: bits & 1 != 0,
+                        });
+                        next += 1;
+                    }
+                    6 => e.push(Event::Exit { proc }),
+                    7 => e.push(Event::Munmap {
+                        proc,
+                        start: A + page % 64 * PAGE,
+                        len: n * PAGE,
+                    }),
+                    _ => e.push(map(proc, A + page % 64 * PAGE, n * PAGE, MapKind::Anon)),
+                }
+            }
+            e
+        }
+
+        proptest::proptest! {
+            #![proptest_config(proptest::test_runner::Config { cases: 48, ..Default::default() })]
+            #[test]
+            fn faults_replayed_in_runs_leave_what_one_a_record_does(
+                steps in proptest::collection::vec((0..9u8, 0..4u32, 0..300u64, 1..40u64, 0..16u8), 1..24)
+            ) {
+                both_ways(&trace(&program(&steps)));
+            }
+        }
+
+        /// Runs long enough to be cut where the host memory is counted (every 65,536
+        /// records) and where the reader's buffer is refilled (256 KiB of records),
+        /// with processes taking turns.
+        #[test]
+        fn long_runs_cut_by_the_budget_and_the_buffer_leave_what_one_a_record_does() {
+            let mut steps = vec![(5, 0, 0, 1, 0), (5, 0, 0, 1, 1)];
+            for i in 0..60u64 {
+                steps.push(((i % 5) as u8, (i % 4) as u32, i * 7, 3000, (i % 16) as u8));
+            }
+            let t = trace(&program(&steps));
+            let in_runs = both_ways(&t);
+            assert!(in_runs > 2 * 170_000, "{in_runs}");
         }
     }
 
