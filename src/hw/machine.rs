@@ -438,15 +438,17 @@ impl Machine {
     // ---- EL0 accesses ------------------------------------------------------
 
     /// An EL0 load or store by `cpu` through its TTBR0: TLB lookup, else a walk with
-    /// hardware AF/dirty update, then a TLB fill. Faults go to the kernel.
+    /// hardware AF/dirty update, then a TLB fill. Faults go to the kernel. Inline into
+    /// `sim::user_access`, whose result stays in registers then.
+    #[inline(always)]
     pub fn access(&mut self, cpu: usize, va: VirtAddr, write: bool) -> Result<PhysAddr, AccessFault> {
         self.access_from(cpu, va, write, true)
     }
 
     /// `access` retried after the kernel handled its fault. Its TLB lookup is counted
     /// as the miss it must be, without probing: a faulting access leaves no entry for
-    /// its address, and only EL0 accesses fill TLBs. Inline into its one caller.
-    #[inline]
+    /// its address, and only EL0 accesses fill TLBs. Inline into `sim::user_access`.
+    #[inline(always)]
     pub fn access_retry(&mut self, cpu: usize, va: VirtAddr, write: bool) -> Result<PhysAddr, AccessFault> {
         debug_assert!(
             {
@@ -464,7 +466,8 @@ impl Machine {
     /// `access` of `va`, `va + stride`, … (at most `max` addresses) for as long as each
     /// hits, in L1, the entry the access before it used, counted as those hits: that
     /// entry and how many. None when the first would not hit so (the caller then makes
-    /// it an `access`).
+    /// it an `access`). Inline into the touch loop: it runs after every access there.
+    #[inline(always)]
     pub fn access_run(
         &mut self,
         cpu: usize,
@@ -636,7 +639,7 @@ impl Machine {
     /// and `va`'s pte is not valid: counted as `access` counts it (its lookup misses,
     /// as no entry answers `va`; its walk faults at level 3), and true. False, having
     /// done nothing, where the caller must make it an `access`.
-    #[inline]
+    #[inline(always)]
     pub fn first_touch_fault(&mut self, ft: &mut FirstTouch, va: VirtAddr) -> bool {
         if !self.first_touch_stands(ft, va)
             || matches!(
@@ -660,7 +663,7 @@ impl Machine {
     /// fill covers `va`'s page alone. None, having done nothing, when the stream no
     /// longer stands (the fault changed the tables above level 3 or used the TLB): the
     /// caller makes it an `access_retry`.
-    #[inline]
+    #[inline(always)]
     pub fn first_touch_retry(
         &mut self,
         ft: &mut FirstTouch,

@@ -447,24 +447,21 @@ impl Sim<'_> {
                 // An access that faults, page by page, may start a first-touch stream
                 // (`Machine::first_touch_start`) that takes the pages after it.
                 let streams = *stride == self.k.arch.granule().page_size() && streams_allowed();
-                let mut stream = None;
                 let mut a = start;
+                // Whether `a`'s tick is counted (by the stream that stopped there).
+                let mut ticked = false;
                 while a < end {
-                    self.watch.tick().map_err(|e| self.fail(s.pos, e))?;
-                    if let Some(ft) = stream.as_mut() {
-                        if first_touch_access(&mut self.k, mm, ft, a, *write).map_err(|e| self.fail(s.pos, e))? {
-                            a += stride;
-                            continue;
-                        }
-                        stream = None;
+                    if !ticked {
+                        self.watch.tick().map_err(|e| self.fail(s.pos, e))?;
                     }
+                    ticked = false;
                     let faulted =
                         user_access_faulted(&mut self.k, mm, cpu, a, *write).map_err(|e| self.fail(s.pos, e))?;
                     a += stride;
                     if streams && faulted && a < end {
-                        // The next access would not hit (no entry answers it): no run.
-                        stream = self.k.arch.hw.first_touch_start(cpu, VirtAddr(a), end);
-                        if stream.is_some() {
+                        if let Some(ft) = self.k.arch.hw.first_touch_start(cpu, VirtAddr(a), end) {
+                            // The next access cannot hit (no entry answers it): no run.
+                            (a, ticked) = self.first_touch_stream(s.pos, mm, ft, a, end, *write)?;
                             continue;
                         }
                     }
@@ -731,6 +728,31 @@ impl Sim<'_> {
         }
     }
 
+    /// A touch's pages from `addr` (below `end`) by the first-touch stream `ft`, each
+    /// counted by the watch, for as long as the stream takes them: the first page it
+    /// did not take, and whether that page's tick is counted. Out of the touch loop,
+    /// so the loop carries no stream.
+    #[inline(never)]
+    fn first_touch_stream(
+        &mut self,
+        pos: Pos,
+        mm: MmId,
+        mut ft: crate::hw::FirstTouch,
+        mut addr: u64,
+        end: u64,
+        write: bool,
+    ) -> Result<(u64, bool), SimError> {
+        let ps = self.k.arch.granule().page_size();
+        while addr < end {
+            self.watch.tick().map_err(|e| self.fail(pos, e))?;
+            if !first_touch_access(&mut self.k, mm, &mut ft, addr, write).map_err(|e| self.fail(pos, e))? {
+                return Ok((addr, true));
+            }
+            addr += ps;
+        }
+        Ok((addr, false))
+    }
+
     /// The accesses from `addr` on (by `stride`, below `end`) that hit the TLB entry
     /// the last one used, done at once as `user_access` does each: how many.
     fn access_run(&mut self, cpu: usize, addr: u64, end: u64, stride: u64, write: bool) -> u64 {
@@ -944,14 +966,35 @@ pub fn first_touch_access(
         return Ok(false);
     }
     k.handle_mm_fault(mm, addr, write)?;
-    let done = match k.arch.hw.first_touch_retry(ft, VirtAddr(addr), write) {
-        Some(done) => done,
-        None => k.arch.hw.access_retry(ft.cpu(), VirtAddr(addr), write),
-    };
-    finish_access(k, mm, ft.cpu(), addr, write, done, 1)?;
+    match k.arch.hw.first_touch_retry(ft, VirtAddr(addr), write) {
+        Some(Ok(pa)) => {
+            if write {
+                page_written(k, pa.0);
+            }
+        }
+        done => {
+            retry_after_stream(k, mm, ft.cpu(), addr, write, done)?;
+        }
+    }
     #[cfg(test)]
     tests::STREAM_PAGES.set(tests::STREAM_PAGES.get() + 1);
     Ok(true)
+}
+
+/// A stream's access whose retry faulted again (`done`) or that the stream no longer
+/// knew (None): the rest of it as `user_access` goes on. Out of line, as it is rare.
+#[cold]
+#[inline(never)]
+fn retry_after_stream(
+    k: &mut Kernel,
+    mm: MmId,
+    cpu: usize,
+    addr: u64,
+    write: bool,
+    done: Option<Result<crate::hw::PhysAddr, crate::hw::machine::AccessFault>>,
+) -> Result<bool, FaultError> {
+    let done = done.unwrap_or_else(|| k.arch.hw.access_retry(cpu, VirtAddr(addr), write));
+    finish_access(k, mm, cpu, addr, write, done, 1)
 }
 
 /// A user write reached physical address `pa`: its page is no longer all zeros.
