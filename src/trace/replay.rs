@@ -457,7 +457,7 @@ impl Replay {
                 Event::Mremap { old, new, new_len, .. } => (old | new, new_len == 0),
                 _ => (0, false),
             };
-            if start % PAGE != 0 || empty {
+            if !start.is_multiple_of(PAGE) || empty {
                 return Err(self.fail(format!("{}: not what a successful call records (corrupt trace)", e)));
             }
         }
