@@ -871,7 +871,7 @@ pub fn replay<R: Read + Seek>(
         let run = run.filter(|_| !tests::FAULTS_ONE_A_RECORD.get());
         if let Some(proc) = run {
             let first = events + 1;
-            if first % Budget::EVERY == 0 {
+            if first.is_multiple_of(Budget::EVERY) {
                 check_budget(&rp, first, true)?;
             }
             let room = Budget::EVERY - first % Budget::EVERY;
@@ -900,7 +900,7 @@ pub fn replay<R: Read + Seek>(
         if let Some(f) = rd.next_fault()? {
             events += 1;
             kinds[Event::FAULT_KIND] += 1;
-            if events % Budget::EVERY == 0 {
+            if events.is_multiple_of(Budget::EVERY) {
                 check_budget(&rp, events, true)?;
             }
             rp.fault(f.proc, f.addr, f.write, f.kernel)
@@ -910,7 +910,7 @@ pub fn replay<R: Read + Seek>(
         let Some(e) = rd.next_event()? else { break };
         events += 1;
         kinds[e.kind_index()] += 1;
-        let recount = events % Budget::EVERY == 0;
+        let recount = events.is_multiple_of(Budget::EVERY);
         if recount || matches!(e, Event::Fork { .. } | Event::Exec { .. }) {
             check_budget(&rp, events, recount)?;
         }
