@@ -166,7 +166,7 @@ pub struct Cpu {
 
 /// What a stream of first-touch accesses, page after page, knows between them
 /// (`Machine::first_touch_start`): the next page's pte table and index, and that no TLB
-/// entry answers its pages up to `last`. It stands while nothing else uses the CPU's
+/// entry answers its pages up to `known`. It stands while nothing else uses the CPU's
 /// TLB and no table above level 3 changes; each access then skips the lookup and the
 /// walk down to the pte table, counted as they would have counted.
 #[derive(Clone, Copy, Debug)]
@@ -177,7 +177,10 @@ pub struct FirstTouch {
     va: u64,
     table: TableId,
     index: usize,
-    /// The stream's last address (0 once it has ended).
+    /// The stream's first page, the last address no TLB entry is known to answer
+    /// (below `first` until its first use), and the last it may reach (0 once ended).
+    first: u64,
+    known: u64,
     last: u64,
     /// The TLB's clock, and the tables' epoch and upper generation, as the stream last
     /// left them.
@@ -550,11 +553,11 @@ impl Machine {
     /// Begin a first-touch stream at `va` (below `limit`): right after an access of the
     /// page before it faulted and was filled, L1's most recent entry names the pte
     /// table its walk reached, which `va`'s walk reaches too when it lies in the same
-    /// table. The stream holds the pages from `va` up to the table's end, `limit` or
-    /// the first address some TLB entry answers. None where it cannot start: the
+    /// table. The stream may take the pages from `va` up to the table's end or `limit`;
+    /// what it knows of them is checked as it comes to them (`first_touch_known`), so a
+    /// stream its caller never uses costs a few tests. None where it cannot start: the
     /// checkers on (every fill is checked), that entry not a page's of the page before,
-    /// the table another (`va` beyond it, or the tables changed), `va`'s pte valid or
-    /// `va` answered by an entry.
+    /// `va` in another table or its pte valid.
     #[inline]
     pub fn first_touch_start(&self, cpu: usize, va: VirtAddr, limit: u64) -> Option<FirstTouch> {
         // Inline, the test that turns most faults away: a large folio's fill covers the
@@ -582,28 +585,57 @@ impl Machine {
             || e.asid != Some(asid)
             || index >= g.entries_at(PTE_LEVEL)
             || matches!(self.mem.read(e.table, index).kind(PTE_LEVEL, g), DescKind::Page(_))
-            || self.pte_table_of(root, va.0) != Some(e.table)
         {
             return None;
         }
         let table_last = va.0 | ((1u64 << g.level_shift(PTE_LEVEL - 1)) - 1);
-        let last = table_last.min(limit.checked_sub(1)?);
-        let last = match c.tlb.first_answered(asid, va.0, last) {
-            Some(x) if x == va.0 => return None,
-            Some(x) => x - 1,
-            None => last,
-        };
         Some(FirstTouch {
             cpu,
             ttbr0: (root, asid),
             va: va.0,
             table: e.table,
             index,
-            last,
+            first: va.0,
+            known: va.0 - 1,
+            last: table_last.min(limit.checked_sub(1)?),
             clock: c.tlb.clock(),
             epoch: self.mem.table_epoch(),
             upper_gen: self.mem.upper_gen(),
         })
+    }
+
+    /// Learn what the stream knows of `va` on, the stream standing: at its first use,
+    /// that `va`'s walk reaches its table and that no TLB entry answers its next 16
+    /// pages (a scan of their 16 L2 sets: a stream that ends soon pays little); at its
+    /// second, that none answers the rest, to its end or the first page an entry
+    /// answers (one pass over L2's tags). False, the stream ended, when `va` is not
+    /// known so.
+    #[inline(never)]
+    fn first_touch_known(&self, ft: &mut FirstTouch, va: u64) -> bool {
+        let g = self.cfg.granule;
+        if ft.known < ft.first && self.pte_table_of(ft.ttbr0.0, va) != Some(ft.table) {
+            ft.last = 0;
+            return false;
+        }
+        let to = if ft.known < ft.first {
+            ft.last.min(va.saturating_add((16 << g.page_shift()) - 1))
+        } else {
+            ft.last
+        };
+        match self.cpus[ft.cpu].tlb.first_answered(ft.ttbr0.1, va, to) {
+            Some(x) if x == va => {
+                ft.last = 0;
+                false
+            }
+            Some(x) => {
+                (ft.known, ft.last) = (x - 1, x - 1);
+                true
+            }
+            None => {
+                ft.known = to;
+                true
+            }
+        }
     }
 
     /// The level-3 table `va`'s walk from `root` reaches, looked up without a walk (no
@@ -642,6 +674,7 @@ impl Machine {
     #[inline(always)]
     pub fn first_touch_fault(&mut self, ft: &mut FirstTouch, va: VirtAddr) -> bool {
         if !self.first_touch_stands(ft, va)
+            || (va.0 > ft.known && !self.first_touch_known(ft, va.0))
             || matches!(
                 self.mem.read(ft.table, ft.index).kind(PTE_LEVEL, self.cfg.granule),
                 DescKind::Page(_)

@@ -12,7 +12,6 @@
 //! and replace them as the kernel's VMAs would be.
 
 use super::format::{Event, MapCause, MapKind, Reader, TraceError, PROT_WRITE};
-use crate::hw::VirtAddr;
 use crate::mm::madvise::Madv;
 use crate::mm::memory::FaultError;
 use crate::mm::mm_types::{MmId, VmFlags};
@@ -183,7 +182,7 @@ impl FaultRun<'_> {
             Some(cpu) => cpu,
             None => *self.cpu.insert(self.rp.cpu_for(self.f.proc, self.f.mm)),
         };
-        match self.rp.anon_access(self.f.mm, cpu, addr, write) {
+        match sim::user_access(&mut self.rp.k, self.f.mm, cpu, addr, write) {
             Ok(()) => {}
             Err(FaultError::Segv(_)) => self.rp.segv += 1,
             Err(e @ FaultError::Oom(_)) => {
@@ -240,10 +239,6 @@ struct Replay {
     faulting: Option<Faulting>,
     /// The mm each CPU last ran (switch_mm on change).
     on_cpu: Vec<Option<MmId>>,
-    /// The first-touch stream the last fault started or went on with
-    /// (`Machine::first_touch_start`): the next page of a process touching fresh
-    /// memory page by page. It stands only while nothing else used its CPU's TLB.
-    stream: Option<crate::hw::FirstTouch>,
     ignored_advice: BTreeMap<u32, u64>,
     segv: u64,
     /// Records of processes the trace never introduced.
@@ -339,31 +334,6 @@ impl Replay {
             self.on_cpu[cpu] = Some(mm);
         }
         cpu
-    }
-
-    /// The model's access of `addr` in anonymous memory of `mm` on `cpu`: the next page
-    /// of the first-touch stream on that CPU, or a `user_access` that may start one.
-    #[inline(always)]
-    fn anon_access(&mut self, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<(), FaultError> {
-        let streamed = match self.stream.as_mut() {
-            Some(ft) if ft.cpu() == cpu => sim::first_touch_access(&mut self.k, mm, ft, addr, write),
-            _ => Ok(false),
-        };
-        match streamed {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                self.stream = None;
-                let faulted = sim::user_access_faulted(&mut self.k, mm, cpu, addr, write)?;
-                if faulted && sim::streams_allowed() {
-                    self.stream = (self.k.arch.hw).first_touch_start(cpu, VirtAddr(addr + PAGE), u64::MAX);
-                }
-                Ok(())
-            }
-            Err(e) => {
-                self.stream = None;
-                Err(e)
-            }
-        }
     }
 
     /// Removes [start, end) from the process's address space, model and shadow.
@@ -838,7 +808,6 @@ pub fn replay<R: Read + Seek>(
         done: Vec::new(),
         faulting: None,
         on_cpu: vec![None; ncpus],
-        stream: None,
         ignored_advice: BTreeMap::new(),
         segv: 0,
         orphans: 0,
@@ -1251,76 +1220,6 @@ mod tests {
     }
 
     const K64: &[(&str, &str)] = &[("hugepages-64kB/enabled", "always")];
-
-    /// First-touch streams against page-by-page accesses in a replay: the same report
-    /// and process lines, over random runs of faults by a process and by a second one
-    /// forked from it (sharing its mm on another CPU, or not), with unmaps, madvise
-    /// and read-only pieces between; every page read at the end, so a TLB left
-    /// otherwise shows in its hits.
-    mod first_touch_streams {
-        use super::*;
-        use crate::sim::tests::{NO_STREAMS, STREAM_PAGES};
-        use proptest::prelude::*;
-
-        const PAGES: u64 = 1024;
-
-        /// A process writing fresh memory page by page: every fault but the first of
-        /// each pte table by a stream, the pages the same as page by page.
-        #[test]
-        fn a_replay_of_first_touches_streams_all_but_each_tables_first_page() {
-            let e: Vec<Event> = [exec(0), map(0, A, PAGES * PAGE, MapKind::Anon)]
-                .into_iter()
-                .chain(writes(0, A, PAGES))
-                .collect();
-            STREAM_PAGES.set(0);
-            let streamed = replayed(&e, true);
-            assert_eq!(STREAM_PAGES.get(), PAGES - 2);
-            assert_eq!(streamed, replayed(&e, false));
-        }
-
-        fn op() -> impl Strategy<Value = Vec<Event>> {
-            prop_oneof![
-                6 => (0u32..2, 0..PAGES, 1u64..600, any::<bool>()).prop_map(|(proc, first, n, write)| {
-                    (first..(first + n).min(PAGES))
-                        .map(|p| Event::Fault { proc, addr: A + p * PAGE + 8, write, kernel: false })
-                        .collect()
-                }),
-                1 => (0..PAGES, 1u64..64, 0usize..3).prop_map(|(first, n, what)| {
-                    let (start, len) = (A + first * PAGE, n.min(PAGES - first) * PAGE);
-                    vec![match what {
-                        0 => Event::Munmap { proc: 0, start, len },
-                        1 => Event::Madvise { proc: 0, start, len, advice: 4 },
-                        _ => Event::Mprotect { proc: 0, start, len, prot: PROT_READ },
-                    }]
-                }),
-            ]
-        }
-
-        fn replayed(events: &[Event], streams: bool) -> String {
-            NO_STREAMS.set(!streams);
-            let r = run(events, &[]);
-            NO_STREAMS.set(false);
-            format!("{:?}\n{:?}\n{:?}", r.report.counters, r.report.layout, r.processes)
-        }
-
-        proptest! {
-            #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
-
-            #[test]
-            fn a_replay_by_first_touch_streams_leaves_what_page_by_page_accesses_do(
-                fork in prop_oneof![Just(None), any::<bool>().prop_map(Some)],
-                ops in proptest::collection::vec(op(), 1..16),
-            ) {
-                let mut e = vec![exec(0), map(0, A, PAGES * PAGE, MapKind::Anon)];
-                if let Some(share_mm) = fork {
-                    e.push(Event::Fork { parent: 0, child: 1, share_mm });
-                }
-                e.extend(ops.into_iter().flatten().filter(|e| fork.is_some() || !matches!(e, Event::Fault { proc: 1, .. })));
-                e.extend((0..PAGES).map(|p| Event::Fault { proc: 0, addr: A + p * PAGE, write: false, kernel: false }));
-                prop_assert_eq!(replayed(&e, true), replayed(&e, false));
-            }
-        }
-    }
 
     thread_local! {
         /// Set: every fault is replayed as a record of its own (`next_fault` or

@@ -370,18 +370,27 @@ impl Tlb {
             .map(|e| e.va.max(first))
             .min();
         // A class's spans overlapping the range have the tags from `first`'s span's to
-        // `last`'s: one compare a tag over the whole tag array, its entries read only
-        // on a match (a stream scans a pte table's range, which indexes every set).
+        // `last`'s, in the sets those spans index (every set once there are as many):
+        // one compare a tag, an entry read only on a match.
         for class in self.l2_classes.present() {
             let shift = self.spans[class];
             let (lo, hi) = (
                 l2_tag_of(first, shift, class as u8),
                 l2_tag_of(last, shift, class as u8),
             );
-            for (i, &t) in self.l2_tag.iter().enumerate() {
+            let mut check = |i: usize| {
+                let t = self.l2_tag[i];
                 if t >= lo && t <= hi && l2_tag_class(t) == class && answers(&self.l2[i]) {
                     let va = self.l2[i].va.max(first);
                     lowest = Some(lowest.map_or(va, |l| l.min(va)));
+                }
+            };
+            let v0 = first >> shift;
+            if (last >> shift) - v0 >= self.set_mask as u64 {
+                (0..self.l2_tag.len()).for_each(&mut check);
+            } else {
+                for v in v0..=(last >> shift) {
+                    self.l2_set(v << shift, shift).for_each(&mut check);
                 }
             }
         }
