@@ -460,7 +460,7 @@ impl Sim<'_> {
                     a += stride;
                     if streams && faulted && a < end {
                         if let Some(ft) = self.k.arch.hw.first_touch_start(cpu, VirtAddr(a), end) {
-                            // The next access cannot hit (no entry answers it): no run.
+                            // L1's most recent entry is the page before's alone: no run.
                             (a, ticked) = self.first_touch_stream(s.pos, mm, ft, a, end, *write)?;
                             continue;
                         }
@@ -902,7 +902,7 @@ pub fn user_access(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool)
 
 /// `user_access`, telling whether the access faulted.
 #[inline(always)]
-pub fn user_access_faulted(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<bool, FaultError> {
+fn user_access_faulted(k: &mut Kernel, mm: MmId, cpu: usize, addr: u64, write: bool) -> Result<bool, FaultError> {
     let done = k.arch.hw.access(cpu, VirtAddr(addr), write);
     finish_access(k, mm, cpu, addr, write, done, 0)
 }
@@ -942,7 +942,7 @@ fn finish_access(
 /// Whether a touch may take first-touch streams: always, but in the tests that compare
 /// them with page-by-page accesses.
 #[inline(always)]
-pub(crate) fn streams_allowed() -> bool {
+fn streams_allowed() -> bool {
     #[cfg(test)]
     return !tests::NO_STREAMS.get();
     #[cfg(not(test))]
@@ -955,7 +955,7 @@ pub(crate) fn streams_allowed() -> bool {
 /// having done nothing, when the stream no longer stands for `addr`; the caller then
 /// makes it a `user_access`.
 #[inline(always)]
-pub fn first_touch_access(
+fn first_touch_access(
     k: &mut Kernel,
     mm: MmId,
     ft: &mut crate::hw::FirstTouch,

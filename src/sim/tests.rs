@@ -1006,9 +1006,9 @@ proptest::proptest! {
 thread_local! {
     /// Set by the tests that run a touch page by page, to compare first-touch streams
     /// (`Machine::first_touch_start`) against it.
-    pub(crate) static NO_STREAMS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    pub(super) static NO_STREAMS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Pages accesses took by a first-touch stream (`first_touch_access`).
-    pub(crate) static STREAM_PAGES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    pub(super) static STREAM_PAGES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// First-touch streams against page-by-page accesses: every counter, phase and page
