@@ -194,12 +194,7 @@ fn best_figures(_: &mut Criterion) {
         host_fault = host_fault.min(f);
         host_munmap = host_munmap.min(m);
     }
-    // scripts/pgo sets FOLIOLAB_BUILD when it builds the bench with its profile.
-    let build = match option_env!("FOLIOLAB_BUILD") {
-        Some("pgo") => "profile-guided (scripts/pgo)",
-        _ => "plain release",
-    };
-    println!("build: {build}");
+    println!("build: {}", foliolab::cmd::bench::build_kind());
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let rate = |d: Duration| PAGES as f64 / d.as_secs_f64() / 1e6;
     let ratio = |m: Duration, h: Duration| m.as_secs_f64() / h.as_secs_f64();

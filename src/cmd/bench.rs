@@ -78,9 +78,10 @@ pub fn main(a: Args) -> super::CmdResult {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
     println!(
-        "bench: whole processes, model and host alternating, best of {} each; load average {load} on {} CPUs",
+        "bench: whole processes, model and host alternating, best of {} each; load average {load} on {} CPUs; build: {}",
         a.rounds,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        build_kind()
     );
     let mut failed = false;
     for c in cases {
@@ -121,6 +122,16 @@ pub fn main(a: Args) -> super::CmdResult {
         println!("{}", v.line);
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// How this binary was built: `scripts/pgo` sets FOLIOLAB_PGO for its profile-guided
+/// build, whose model takes a quarter less time than a plain release build's (see
+/// docs/src/tasks/speed.md), so a figure names the build it came from.
+pub fn build_kind() -> &'static str {
+    match option_env!("FOLIOLAB_PGO") {
+        Some(_) => "profile-guided (scripts/pgo)",
+        None => "plain release",
+    }
 }
 
 fn case(name: &str) -> Option<&'static Case> {
