@@ -13,7 +13,8 @@
 //! (which remembers the TableIds it found, `WalkHint`, and so rarely asks the map).
 //! The array is reserved whole (`HugeBuf`) for the most tables the machine can hold, so
 //! a new table neither moves the others nor is zeroed by the model: the host hands out
-//! zeroed pages as slots are first used, a chunk of them at a time (`POPULATE_BYTES`).
+//! zeroed pages as slots are first used, a chunk of them at a time (`POPULATE_BYTES`,
+//! then 2 MiB host pages).
 //! The map costs a few bytes per table; an index by frame would cost host pages where
 //! tables lie (a 4K page of it per 1024 frames: a 1 GiB order-0 run's 512 pte tables,
 //! one every 512 frames, made the host fault in 256 pages of it for 2 KiB of entries).
@@ -22,9 +23,9 @@ use super::addr::{Granule, Pfn, PhysAddr};
 use super::descriptor::Desc;
 use crate::hostmem::HugeBuf;
 
-/// Table storage the host is asked to back at once when a new slot needs it: 16 host
-/// pages, so a run that makes 512 tables makes 32 calls instead of 512 host faults,
-/// and a small run has the host clear at most 60 KiB it does not use.
+/// Table storage the host is asked to back at once when a new slot needs it, in the
+/// first 256 KiB (`hostmem`'s head): 16 host pages, so a small run has the host clear
+/// at most 60 KiB it does not use; past them, a 2 MiB page at a time.
 const POPULATE_BYTES: usize = 64 << 10;
 
 /// Host bytes the frame-to-slot map takes per table: a 16-byte entry and its control
@@ -90,9 +91,10 @@ impl PhysMem {
             nr_frames,
             slots: super::IntMap::default(),
             // SAFETY: all-zero bytes are a valid u64 (an invalid descriptor). The
-            // reservation is address space; the host backs a page of it, zeroed, when
-            // a table there is first used. Tables are mostly sparse, so 4K host pages.
-            words: unsafe { HugeBuf::zeroed(max_slots << table_bits, false) },
+            // reservation is address space; the host backs it, zeroed, as slots are
+            // first used. Slots are handed out from the first up, so huge pages past
+            // the head: a 1 GiB order-0 run's 2 MiB of tables is one host fault there.
+            words: unsafe { HugeBuf::zeroed(max_slots << table_bits, true) },
             max_slots,
             table_bits,
             frame_pfn: Vec::new(),
@@ -251,12 +253,12 @@ impl PhysMem {
     }
 
     /// Host bytes table storage needs for `tables` table frames: a page of
-    /// descriptors each, its entry in the frame-to-slot map, and the chunk populated
-    /// ahead of the last.
+    /// descriptors each, its entry in the frame-to-slot map, and what is backed ahead
+    /// of the last (at most the rest of a huge page).
     pub fn host_bytes_needed(granule: Granule, tables: u64) -> u64 {
         tables
             .saturating_mul(granule.page_size() + MAP_BYTES_PER_TABLE)
-            .saturating_add(POPULATE_BYTES as u64)
+            .saturating_add(crate::hostmem::MAX_AHEAD)
     }
 
     /// Host bytes held by table storage (for memory reports).
@@ -285,7 +287,7 @@ mod tests {
     fn table_storage_needs() {
         assert_eq!(PhysMem::max_tables(Granule::K4), (1 << 23) - 1);
         let one = PhysMem::host_bytes_needed(Granule::K4, 1);
-        assert_eq!(one, 4096 + MAP_BYTES_PER_TABLE + POPULATE_BYTES as u64);
+        assert_eq!(one, 4096 + MAP_BYTES_PER_TABLE + crate::hostmem::MAX_AHEAD);
     }
 
     #[test]

@@ -165,8 +165,8 @@ pub struct MemMap {
     large_live: usize,
 }
 
-/// Large-folio slots the host is asked to back at once: 2,340 slots, a 64K run of
-/// 1 GiB (16,384 folios) makes 7 calls instead of 112 host faults.
+/// Large-folio slots the host is asked to back at once in the array's 4K-page head:
+/// 2,340 slots (past the head, `populate_to` backs a 2 MiB page at a time).
 const LARGE_POPULATE_BYTES: usize = 64 << 10;
 
 impl MemMap {
@@ -186,8 +186,9 @@ impl MemMap {
             lru: unsafe { HugeBuf::zeroed(nr_pages as usize, false) },
             online: vec![false; n],
             // SAFETY: every field of LargeFolio is an integer. A slot is written whole
-            // (`LargeFolio::default()`) when it is handed out.
-            large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1), false) },
+            // (`LargeFolio::default()`) when it is handed out, from the first up: 2 MiB
+            // host pages past the array's first 256 KiB.
+            large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1), true) },
             large_used: 0,
             large_free: NIL,
             large_live: 0,
