@@ -7,6 +7,7 @@ pub mod arch;
 pub mod cmd;
 pub mod compare;
 pub mod cpumask;
+pub mod hostcpu;
 pub mod hostmem;
 pub mod html;
 pub mod hw;

@@ -88,6 +88,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    if let Some(f) = foliolab::hostcpu::missing_feature() {
+        eprintln!("foliolab: {}", foliolab::hostcpu::mismatch_message(f));
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Run(a) => cmd::run::main(a, &cli.store),

@@ -311,6 +311,11 @@ fn targets() -> Vec<(String, Option<String>)> {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    if let Some(f) = crate::hostcpu::missing_feature() {
+        return Err(pyo3::exceptions::PyImportError::new_err(
+            crate::hostcpu::mismatch_message(f),
+        ));
+    }
     let py = m.py();
     m.add("FoliolabError", py.get_type::<FoliolabError>())?;
     m.add("WorkloadError", py.get_type::<WorkloadError>())?;
