@@ -40,4 +40,10 @@ fn main() {
         "cargo:rustc-env=FOLIOLAB_BUILD={}+{hex}",
         std::env::var("CARGO_PKG_VERSION").expect("set by cargo")
     );
+    // The CPU the build targets (`.cargo/config.toml`, or RUSTFLAGS), for `bench`'s label.
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    let mut words = flags.split('\x1f').map(|f| f.strip_prefix("-C").unwrap_or(f));
+    if let Some(cpu) = words.find_map(|w| w.strip_prefix("target-cpu=")) {
+        println!("cargo:rustc-env=FOLIOLAB_TARGET_CPU={cpu}");
+    }
 }

@@ -125,12 +125,17 @@ pub fn main(a: Args) -> super::CmdResult {
 }
 
 /// How this binary was built: `scripts/pgo` sets FOLIOLAB_PGO for its profile-guided
-/// build, whose model took 20–30 % less time than a plain release build's here (see
-/// docs/src/tasks/speed.md), so a figure names the build it came from.
-pub fn build_kind() -> &'static str {
-    match option_env!("FOLIOLAB_PGO") {
+/// build, whose model took 20–30 % less time than a plain release build's here, and
+/// the CPU targeted moves it 4–8 % (see docs/src/tasks/speed.md), so a figure names the
+/// build it came from.
+pub fn build_kind() -> String {
+    let kind = match option_env!("FOLIOLAB_PGO") {
         Some(_) => "profile-guided (scripts/pgo)",
         None => "plain release",
+    };
+    match option_env!("FOLIOLAB_TARGET_CPU") {
+        Some(cpu) => format!("{kind}, target-cpu={cpu}"),
+        None => kind.to_string(),
     }
 }
 
@@ -291,6 +296,15 @@ fn host_work(order0: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_label_names_the_cpu_the_code_was_compiled_for() {
+        // AVX2 code comes from a target CPU (`.cargo/config.toml`), which build.rs found.
+        if cfg!(target_feature = "avx2") {
+            assert!(build_kind().ends_with(", target-cpu=native"), "{}", build_kind());
+        }
+        assert!(build_kind().starts_with("plain release"), "cargo test builds no PGO");
+    }
 
     #[test]
     fn a_case_fails_only_above_twice_its_target() {
