@@ -2,37 +2,103 @@
 //!
 //! `.cargo/config.toml` builds for the building machine's CPU (`target-cpu=native`). A
 //! binary copied to a CPU that lacks one of those features would die of SIGILL at the
-//! first instruction that needs it, somewhere in the model; `missing_feature` finds
-//! that out first, with std's runtime detection (built for the baseline CPU), so the
-//! command and the Python module can say so instead.
+//! first instruction that needs it, somewhere in the model. `mismatch` finds that out
+//! first, by CPUID with constant masks (std's `is_x86_feature_detected!` answers `true`
+//! at compile time for a feature the build enables, so it cannot tell), and its callers
+//! report it on paths that need nothing but the baseline: write(2) of a static message.
 
-/// The first instruction-set feature this binary was compiled to use that the CPU
-/// running it lacks; None when it has them all.
-pub fn missing_feature() -> Option<&'static str> {
+/// A message naming the first instruction-set feature this binary was compiled to use
+/// that the CPU running it lacks; None when it has them all. Out of line, so its code
+/// can be checked for baseline instructions (`objdump -d`, see docs/src/tasks/speed.md).
+#[inline(never)]
+pub fn mismatch() -> Option<&'static str> {
     #[cfg(target_arch = "x86_64")]
     {
-        // The features LLVM uses in ordinary code; a build enables those its CPU has.
+        use std::arch::x86_64::{__cpuid, __cpuid_count};
+        let l1 = __cpuid(1);
+        let max = __cpuid(0).eax;
+        let l7 = if max >= 7 {
+            __cpuid_count(7, 0)
+        } else {
+            __cpuid(0x8000_0000)
+        };
+        let l7 = if max >= 7 { l7.ebx } else { 0 };
+        let ext = if __cpuid(0x8000_0000).eax >= 0x8000_0001 {
+            __cpuid(0x8000_0001).ecx
+        } else {
+            0
+        };
+        // The register state the OS saves (XCR0): AVX needs SSE and AVX state, AVX-512
+        // also its mask and upper-register state.
+        let xcr0 = if l1.ecx & (1 << 27) != 0 {
+            // SAFETY: OSXSAVE (CPUID.1:ECX[27]) says XGETBV is enabled.
+            unsafe { xcr0() }
+        } else {
+            0
+        };
+        let avx_os = xcr0 & 0x6 == 0x6;
+        let avx512_os = xcr0 & 0xe6 == 0xe6;
+        // The features LLVM uses in ordinary code, as name => present.
         macro_rules! first_missing {
-            ($($f:tt),*) => {
-                $(if cfg!(target_feature = $f) && !std::arch::is_x86_feature_detected!($f) {
-                    return Some($f);
+            ($($f:tt => $have:expr),* $(,)?) => {
+                $(if cfg!(target_feature = $f) && !$have {
+                    return Some(concat!(
+                        "foliolab: this binary was built for a CPU with ", $f,
+                        " (target-cpu=native in .cargo/config.toml) and this CPU lacks it: \
+                         build it on this machine (cargo build --release)\n"
+                    ));
                 })*
             };
         }
+        // Most likely missing first (an older CPU, or a VM's CPU model, lacks AVX2 and
+        // BMI2 before the rest).
         first_missing!(
-            "sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "bmi1", "bmi2", "fma", "lzcnt", "movbe",
-            "f16c", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"
+            "avx2" => l7 & (1 << 5) != 0 && avx_os,
+            "bmi2" => l7 & (1 << 8) != 0,
+            "bmi1" => l7 & (1 << 3) != 0,
+            "fma" => l1.ecx & (1 << 12) != 0 && avx_os,
+            "avx" => l1.ecx & (1 << 28) != 0 && avx_os,
+            "f16c" => l1.ecx & (1 << 29) != 0 && avx_os,
+            "lzcnt" => ext & (1 << 5) != 0,
+            "movbe" => l1.ecx & (1 << 22) != 0,
+            "popcnt" => l1.ecx & (1 << 23) != 0,
+            "sse4.2" => l1.ecx & (1 << 20) != 0,
+            "sse4.1" => l1.ecx & (1 << 19) != 0,
+            "ssse3" => l1.ecx & (1 << 9) != 0,
+            "sse3" => l1.ecx & (1 << 0) != 0,
+            "avx512f" => l7 & (1 << 16) != 0 && avx512_os,
+            "avx512dq" => l7 & (1 << 17) != 0 && avx512_os,
+            "avx512cd" => l7 & (1 << 28) != 0 && avx512_os,
+            "avx512bw" => l7 & (1 << 30) != 0 && avx512_os,
+            "avx512vl" => l7 & (1 << 31) != 0 && avx512_os,
         );
     }
     None
 }
 
-/// What to tell the user when `missing_feature` found `f` missing.
-pub fn mismatch_message(f: &str) -> String {
-    format!(
-        "this binary was built for a CPU with {f} (target-cpu=native in .cargo/config.toml) and this \
-         CPU has none: build it on this machine (cargo build --release)"
-    )
+/// XCR0, the state components the OS enables.
+///
+/// # Safety
+/// The CPU must support XGETBV and the OS enable it (CPUID.1:ECX.OSXSAVE).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "xsave")]
+unsafe fn xcr0() -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe { std::arch::x86_64::_xgetbv(0) }
+}
+
+/// For the command line, before anything else runs: on a CPU without the binary's
+/// features, say which (write(2), a static message) and exit 2 (_exit(2): std's exit
+/// path is compiled for the target CPU).
+pub extern "C" fn exit_on_mismatch() {
+    if let Some(m) = mismatch() {
+        // SAFETY: write(2) of a static string's bytes to stderr, then _exit, which
+        // runs no handler of this process.
+        unsafe {
+            libc::write(2, m.as_ptr().cast(), m.len());
+            libc::_exit(2);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -42,7 +108,18 @@ mod tests {
     #[test]
     fn a_binary_runs_on_the_cpu_it_was_built_for() {
         // Tests are built on the machine that runs them, so every feature is there.
-        assert_eq!(missing_feature(), None);
-        assert!(mismatch_message("avx2").contains("built for a CPU with avx2"));
+        assert_eq!(mismatch(), None);
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_cpuid_reading_agrees_with_std_where_std_asks_the_cpu() {
+        // For a feature the build does not enable, std asks the CPU: `mismatch` must
+        // read the same bits (checked through a feature this host has and, built
+        // natively, is enabled: then both say present).
+        assert!(std::arch::is_x86_feature_detected!("sse2"));
+        let l1 = std::arch::x86_64::__cpuid(1);
+        assert_eq!(l1.ecx & (1 << 23) != 0, std::arch::is_x86_feature_detected!("popcnt"));
+        assert_eq!(l1.ecx & (1 << 20) != 0, std::arch::is_x86_feature_detected!("sse4.2"));
     }
 }

@@ -87,11 +87,14 @@ enum Command {
     Bench(cmd::bench::Args),
 }
 
+/// The CPU check runs from .init_array, ahead of std's own start-up (its
+/// `.init_array.00099` and `lang_start`), which fat LTO compiles for the target CPU too:
+/// before it, the only code run is the loader's, glibc's and this check's.
+#[used]
+#[unsafe(link_section = ".init_array.00098")]
+static CHECK_CPU: extern "C" fn() = foliolab::hostcpu::exit_on_mismatch;
+
 fn main() -> ExitCode {
-    if let Some(f) = foliolab::hostcpu::missing_feature() {
-        eprintln!("foliolab: {}", foliolab::hostcpu::mismatch_message(f));
-        return ExitCode::from(2);
-    }
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Run(a) => cmd::run::main(a, &cli.store),

@@ -311,10 +311,8 @@ fn targets() -> Vec<(String, Option<String>)> {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    if let Some(f) = crate::hostcpu::missing_feature() {
-        return Err(pyo3::exceptions::PyImportError::new_err(
-            crate::hostcpu::mismatch_message(f),
-        ));
+    if let Some(m) = crate::hostcpu::mismatch() {
+        return Err(pyo3::exceptions::PyImportError::new_err(m.trim_end()));
     }
     let py = m.py();
     m.add("FoliolabError", py.get_type::<FoliolabError>())?;
