@@ -322,7 +322,7 @@ impl MemMap {
         debug_assert!(p.flags.contains(PageFlags::HEAD), "{folio:?} is no large folio");
         &self.large[p.head as usize]
     }
-    #[inline]
+    #[inline(always)]
     pub fn large_mut(&mut self, folio: Pfn) -> &mut LargeFolio {
         let p = self.page(folio);
         debug_assert!(p.flags.contains(PageFlags::HEAD), "{folio:?} is no large folio");
@@ -354,8 +354,8 @@ impl MemMap {
     }
 
     /// A large folio's counts slot, reset: the most recently freed, else the next never
-    /// used. Out of line, so order 0's `prep_new_folio` stays as short as it was.
-    #[inline(never)]
+    /// used. Inline into `prep_compound_page`, its one caller, out of order 0's way.
+    #[inline(always)]
     fn new_large_slot(&mut self) -> u32 {
         let slot = if self.large_free != NIL {
             let slot = self.large_free;

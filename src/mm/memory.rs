@@ -106,18 +106,18 @@ impl Kernel {
         }
     }
 
-    /// Where `__handle_mm_fault` is bound for do_anonymous_page's order-0 write (a write
-    /// to a none pte of an existing pte table, in a private VMA where no mTHP order is
-    /// allowed; the pmd is a table, so no PMD THP either): the pmd and pte, with the
-    /// reads the walk there makes counted (pmd_alloc's upper levels, the pmd read
-    /// twice, the pte once), as `do_anonymous_write` then goes on from them. A fault
-    /// per page of a touch takes this path, which finds the tables through the walk's
-    /// memo instead of walking to them four times. None, counting nothing, elsewhere.
+    /// Where `__handle_mm_fault` is bound for do_anonymous_page's write (a write to a
+    /// none pte of an existing pte table in a private VMA; the pmd is a table, so no
+    /// PMD THP): the pmd and pte, with the reads the walk there makes counted
+    /// (pmd_alloc's upper levels, the pmd read twice, the pte once), as
+    /// `do_anonymous_write` then goes on from them, to an order-0 folio or an mTHP one
+    /// (alloc_anon_folio). A fault per page of an order-0 touch, or per folio of an
+    /// mTHP one, takes this path, which finds the tables through the walk's memo
+    /// instead of walking to them four times. None, counting nothing, elsewhere.
     #[inline]
     fn anon_write_to_none_pte(&mut self, mm: MmId, vma: &Vma, addr: u64, write: bool) -> Option<(PmdPtr, PtePtr)> {
         let g = self.arch.granule();
-        let below_pmd = (1u64 << g.pmd_order()) - 1;
-        if !write || vma.is_shmem() || self.thp_vma_allowable_orders(vma) & below_pmd != 0 {
+        if !write || vma.is_shmem() {
             return None;
         }
         #[cfg(test)]
@@ -1496,11 +1496,12 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::test_runner::Config { cases: 64, ..Default::default() })]
-        /// The order-0 anonymous write fault's shortcut leaves every counter, page and
-        /// frame as the general fault path does, over mixed mappings, THP settings,
-        /// reads, writes, madvise and munmap.
+        /// The anonymous write fault's shortcut leaves every counter, page and frame as
+        /// the general fault path does, over mixed mappings, THP and mTHP settings (so
+        /// order-0 and mTHP folios, and mTHP faults falling back to order 0), reads,
+        /// writes, madvise and munmap.
         #[test]
-        fn the_order0_write_fault_shortcut_leaves_what_the_general_path_does(
+        fn the_anon_write_fault_shortcut_leaves_what_the_general_path_does(
             steps in proptest::collection::vec((0..6u8, 0..3u64, 0..600u64, 1..600u64, 0..6u8), 1..24)
         ) {
             let (c, pages, _) = shortcut_case(&steps, true);
@@ -1566,6 +1567,20 @@ mod tests {
         let steps = [(0, 0, 0, 1024, 1), (1, 0, 0, 1024, 0)];
         let (c, pages, taken) = shortcut_case(&steps, false);
         assert_eq!(taken, 1020);
+        assert_eq!((c, pages), {
+            let (c, p, taken) = shortcut_case(&steps, true);
+            assert_eq!(taken, 0);
+            (c, p)
+        });
+    }
+
+    #[test]
+    fn a_touch_of_a_64k_region_takes_the_shortcut_for_all_but_two_faults_a_table() {
+        // hugepages-64kB=always: 1024 pages in 64 folios over two pte tables.
+        let steps = [(4, 0, 0, 0, 0), (0, 0, 0, 1024, 0), (1, 0, 0, 1024, 0)];
+        let (c, pages, taken) = shortcut_case(&steps, false);
+        assert_eq!((c["mthp.64kB.anon_fault_alloc"], c["min_flt"]), (64, 64));
+        assert_eq!(taken, 60);
         assert_eq!((c, pages), {
             let (c, p, taken) = shortcut_case(&steps, true);
             assert_eq!(taken, 0);

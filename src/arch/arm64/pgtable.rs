@@ -483,15 +483,20 @@ impl Arch {
             .write_desc(ptep.table, ptep.index, 3, crate::hw::VirtAddr(addr), pte.0);
     }
 
-    /// __set_ptes: `nr` consecutive ptes mapping consecutive pages.
-    #[inline]
+    /// __set_ptes: `nr` consecutive ptes mapping consecutive pages. Inline but for the
+    /// checked run: a single pte (every order-0 fault) is one store, and a large
+    /// folio's run one pass, where a call and its frame cost as much again.
+    #[inline(always)]
     pub fn __set_ptes(&mut self, addr: u64, ptep: PtePtr, pte: Pte, nr: usize) {
-        let g = self.granule();
-        if nr > 1 && !self.hw.checks {
+        if nr == 1 {
+            self.__set_pte(addr, ptep, pte);
+            return;
+        }
+        if !self.hw.checks {
             // Nothing to check between the stores: written and counted as `nr` calls
             // of __set_pte would, in one pass.
             self.hw.ev.add(Event::PteWrite, nr as u64);
-            let (mut next, step) = (pte.raw(), 1 << g.page_shift());
+            let (mut next, step) = (pte.raw(), 1 << self.granule().page_shift());
             self.hw.mem.write_leaf_run(ptep.table, ptep.index, nr, |_| {
                 // pte_advance_pfn by one page each.
                 let w = next;
@@ -500,6 +505,13 @@ impl Arch {
             });
             return;
         }
+        self.__set_ptes_checked(addr, ptep, pte, nr);
+    }
+
+    /// __set_ptes one __set_pte at a time, each checked against the table as it is.
+    #[inline(never)]
+    fn __set_ptes_checked(&mut self, addr: u64, ptep: PtePtr, pte: Pte, nr: usize) {
+        let g = self.granule();
         let ps = g.page_size();
         for i in 0..nr {
             self.__set_pte(addr + i as u64 * ps, ptep.add(i), pte.pte_advance_pfn(i as u64, g));
