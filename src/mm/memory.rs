@@ -659,7 +659,16 @@ impl Kernel {
                 self.arch.hw.ev.inc(Event::PmdRead);
                 p
             }
-            _ => self.pte_offset_map(pmd, start).unwrap(),
+            // The folio's first pte, in the table `p` is in (nothing since the caller
+            // found it writes a pmd that points at a table: reclaim frees none).
+            Some(p) => {
+                self.arch.hw.ev.inc(Event::PmdRead);
+                PtePtr {
+                    table: p.table,
+                    index: self.arch.granule().index(start, 3),
+                }
+            }
+            None => self.pte_offset_map(pmd, start).unwrap(),
         };
         // Under the PTL: the range must still be none.
         let raced = if nr == 1 {
