@@ -309,11 +309,16 @@ fn targets() -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// The CPU check, as the command line's (main.rs), when the extension is loaded: ahead
+/// of PyO3's module init and std's start-up, which LTO compiles for the target CPU. On
+/// a CPU without the build's features it names the one missing and ends the process
+/// (exit 2), which the first instruction needing it would do anyway, by SIGILL.
+#[used]
+#[unsafe(link_section = ".init_array.00098")]
+static CHECK_CPU: extern "C" fn() = crate::hostcpu::exit_on_mismatch;
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    if let Some(m) = crate::hostcpu::mismatch() {
-        return Err(pyo3::exceptions::PyImportError::new_err(m.trim_end()));
-    }
     let py = m.py();
     m.add("FoliolabError", py.get_type::<FoliolabError>())?;
     m.add("WorkloadError", py.get_type::<WorkloadError>())?;
