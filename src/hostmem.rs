@@ -17,7 +17,7 @@
 //! A small run uses only the head and has the host clear no 2 MiB page for it; a
 //! large one gets one host fault, and one TLB entry, per 2 MiB from there on, where
 //! the host's THP policy allows. On the development host a 4K host page cost 3.5 µs
-//! to fault in (16 MiB: 15.0 ms), a 2 MiB page 0.2–0.4 ms (16 MiB: 3.0 ms). A
+//! to fault in (16 MiB: 15.0 ms), a 2 MiB page about 0.4 ms (16 MiB: 3.0 ms). A
 //! sparse array (a byte per page, `thp` false) is left to 4K host pages throughout.
 
 use std::ops::{Deref, DerefMut};
