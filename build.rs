@@ -4,6 +4,7 @@
 //! CLI or the Python extension ran it.
 
 use sha2::{Digest, Sha256};
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 const INPUTS: [&str; 6] = ["src", "machines", "data", "workloads", "Cargo.toml", "Cargo.lock"];
@@ -46,4 +47,53 @@ fn main() {
     if let Some(cpu) = words.find_map(|w| w.strip_prefix("target-cpu=")) {
         println!("cargo:rustc-env=FOLIOLAB_TARGET_CPU={cpu}");
     }
+    seed004_tables();
+}
+
+/// Seed 004's sweep grids (`src/arch/arm64/contpte_insns.rs`), read from its two JSON
+/// tables here and written out as constants: parsing 14 KB of JSON at a run's first
+/// contpte_ptep_get cost 0.58 M instructions, a hundredth of a 1 GiB 64K run.
+fn seed004_tables() {
+    let mut out = String::new();
+    for (name, file) in [
+        ("GCC", "data/seed004-ptep-get-insns.json"),
+        ("CLANG", "data/seed004-ptep-get-insns-clang.json"),
+    ] {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let hex = j["pte_old_clean"].as_str().unwrap_or_else(|| panic!("{file}: no pte_old_clean"));
+        let old_clean = u64::from_str_radix(hex.trim_start_matches("0x"), 16)
+            .unwrap_or_else(|e| panic!("{file}: pte_old_clean {hex}: {e}"));
+        write!(out, "pub const {name}: Table = Table {{ pte_old_clean: {old_clean:#x}, sweep: Sweep {{").unwrap();
+        for layout in ["only", "from"] {
+            write!(out, "{layout}: Grids {{").unwrap();
+            for (field, key) in [
+                ("full_scan", "full-scan"),
+                ("mod1", "mod1"),
+                ("mod2", "mod2"),
+                ("early_exit", "early-exit"),
+            ] {
+                let rows = j["sweep"][layout][key].as_array();
+                let rows = rows.filter(|r| r.len() == 17).unwrap_or_else(|| panic!("{file}: sweep.{layout}.{key}: not 17 rows"));
+                write!(out, "{field}: [").unwrap();
+                for row in rows {
+                    let cells = row.as_array().filter(|c| c.len() == 17);
+                    let cells = cells.unwrap_or_else(|| panic!("{file}: sweep.{layout}.{key}: a row not of 17"));
+                    let n: Vec<String> = cells
+                        .iter()
+                        .map(|c| {
+                            let n = c.as_u64().and_then(|n| u32::try_from(n).ok());
+                            n.unwrap_or_else(|| panic!("{file}: sweep.{layout}.{key}: {c} is no count")).to_string()
+                        })
+                        .collect();
+                    write!(out, "[{}],", n.join(",")).unwrap();
+                }
+                out.push_str("],");
+            }
+            out.push_str("},");
+        }
+        out.push_str("}};\n");
+    }
+    let dir = std::env::var("OUT_DIR").expect("set by cargo");
+    std::fs::write(Path::new(&dir).join("seed004_tables.rs"), out).expect("write seed004_tables.rs");
 }

@@ -44,12 +44,20 @@ pub enum Compiler {
 }
 
 impl Compiler {
-    fn json(self) -> &'static str {
+    /// The compiler's table, as build.rs read it from its JSON file.
+    fn table(self) -> &'static Table {
         match self {
-            Compiler::Gcc => include_str!("../../../data/seed004-ptep-get-insns.json"),
-            Compiler::Clang => include_str!("../../../data/seed004-ptep-get-insns-clang.json"),
+            Compiler::Gcc => &tables::GCC,
+            Compiler::Clang => &tables::CLANG,
         }
     }
+}
+
+/// `GCC` and `CLANG`: the parts of `data/seed004-ptep-get-insns.json` and
+/// `data/seed004-ptep-get-insns-clang.json` a count is looked up in, written by build.rs.
+mod tables {
+    use super::{Grids, Sweep, Table};
+    include!(concat!(env!("OUT_DIR"), "/seed004_tables.rs"));
 }
 
 /// The block size the table was measured for (CONT_PTES with a 4K granule).
@@ -173,7 +181,7 @@ impl Call {
 /// How one variant's measured counts are looked up.
 enum Index {
     /// `[first young][first dirty]`: the count depends on nothing else.
-    First(Box<[[u32; 17]; 17]>),
+    First(&'static Grid),
     /// (trace key, instructions), sorted by key.
     Trace(Vec<(u64, u32)>),
 }
@@ -364,16 +372,14 @@ fn sweep_call(v: PtepGetVariant, block: &[Pte; MEASURED_CONT_PTES]) -> Call {
     scan(v, MEASURED_CONT_PTES, block[0], |i| block[i]).1
 }
 
-/// The parts of a seed 004 table a count is looked up in, read straight into arrays
-/// (the rest of the file, its provenance and scenarios, is skipped unparsed).
-#[derive(serde::Deserialize)]
+/// The parts of a seed 004 table a count is looked up in (the rest of the file, its
+/// provenance and scenarios, is not built in).
 struct Table {
-    pte_old_clean: String,
+    pte_old_clean: u64,
     sweep: Sweep,
 }
 
 /// The sweep's two layouts, young and dirty from a position ("from") or only there.
-#[derive(serde::Deserialize)]
 struct Sweep {
     only: Grids,
     from: Grids,
@@ -382,13 +388,10 @@ struct Sweep {
 /// `[first young][first dirty]` instructions (16: none), per variant.
 type Grid = [[u32; MEASURED_CONT_PTES + 1]; MEASURED_CONT_PTES + 1];
 
-#[derive(serde::Deserialize)]
 struct Grids {
-    #[serde(rename = "full-scan")]
     full_scan: Grid,
     mod1: Grid,
     mod2: Grid,
-    #[serde(rename = "early-exit")]
     early_exit: Grid,
 }
 
@@ -406,11 +409,11 @@ impl Grids {
 impl InsnTable {
     /// Variant `v`'s index, from `cc`'s table.
     fn index(cc: Compiler, v: PtepGetVariant) -> Index {
-        let j: Table = serde_json::from_str(cc.json()).expect("seed 004 table");
-        let old_clean = u64::from_str_radix(j.pte_old_clean.trim_start_matches("0x"), 16).expect("pte_old_clean");
+        let j = cc.table();
+        let old_clean = j.pte_old_clean;
         let only = j.sweep.only.of(v);
         if v != PtepGetVariant::Mod1 && only == j.sweep.from.of(v) {
-            return Index::First(Box::new(*only));
+            return Index::First(only);
         }
         let mut t = Vec::new();
         for (grid, from) in [(only, false), (j.sweep.from.of(v), true)] {
@@ -431,7 +434,7 @@ impl InsnTable {
         self.variants[slot(v)].get_or_init(|| InsnTable::index(self.cc, v))
     }
 
-    /// `cc`'s table, parsed once.
+    /// `cc`'s table.
     pub fn get(cc: Compiler) -> &'static InsnTable {
         static GCC: OnceLock<InsnTable> = OnceLock::new();
         static CLANG: OnceLock<InsnTable> = OnceLock::new();
@@ -468,7 +471,25 @@ mod tests {
     const COMPILERS: [Compiler; 2] = [Compiler::Gcc, Compiler::Clang];
 
     fn json(cc: Compiler) -> serde_json::Value {
-        serde_json::from_str(cc.json()).unwrap()
+        serde_json::from_str(match cc {
+            Compiler::Gcc => include_str!("../../../data/seed004-ptep-get-insns.json"),
+            Compiler::Clang => include_str!("../../../data/seed004-ptep-get-insns-clang.json"),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_built_in_tables_are_the_json_files_grids() {
+        for cc in COMPILERS {
+            let (j, t) = (json(cc), cc.table());
+            assert_eq!(format!("{:#x}", t.pte_old_clean), j["pte_old_clean"].as_str().unwrap());
+            for (layout, grids) in [("only", &t.sweep.only), ("from", &t.sweep.from)] {
+                for (v, name) in VARIANTS {
+                    let want: Vec<Vec<u32>> = serde_json::from_value(j["sweep"][layout][name].clone()).unwrap();
+                    assert_eq!(grids.of(v).map(Vec::from).to_vec(), want, "{cc:?} {layout} {name}");
+                }
+            }
+        }
     }
 
     #[test]
