@@ -182,6 +182,9 @@ pub struct FirstTouch {
     first: u64,
     known: u64,
     last: u64,
+    /// Whether the stream began after a span over a page (a large folio's fill): its
+    /// first use learns all it may reach at once, as 16 pages are one 64K folio.
+    wide: bool,
     /// The TLB's clock, and the tables' epoch and upper generation, as the stream last
     /// left them.
     clock: u64,
@@ -192,6 +195,11 @@ pub struct FirstTouch {
 impl FirstTouch {
     pub fn cpu(&self) -> usize {
         self.cpu
+    }
+
+    /// The page the stream takes next.
+    pub fn next(&self) -> u64 {
+        self.va
     }
 }
 
@@ -551,21 +559,22 @@ impl Machine {
     }
 
     /// Begin a first-touch stream at `va` (below `limit`): right after an access of the
-    /// page before it faulted and was filled, L1's most recent entry names the pte
-    /// table its walk reached, which `va`'s walk reaches too when it lies in the same
-    /// table. The stream may take the pages from `va` up to the table's end or `limit`;
-    /// what it knows of them is checked as it comes to them (`first_touch_known`), so a
-    /// stream its caller never uses costs a few tests. None where it cannot start: the
-    /// checkers on (every fill is checked), that entry not a page's of the page before,
-    /// `va` in another table or its pte valid.
+    /// page before it faulted and was filled (or, for a large folio, after the pages
+    /// its fill's span covers), L1's most recent entry names the pte table its walk
+    /// reached, which `va`'s walk reaches too when it lies in the same table. The stream
+    /// may take the pages from `va` up to the table's end or `limit`; what it knows of
+    /// them is checked as it comes to them (`first_touch_known`), so a stream its
+    /// caller never uses costs a few tests. None where it cannot start: the checkers on
+    /// (every fill is checked), that entry's span not ending at `va`, `va` in another
+    /// table or its pte valid.
     #[inline]
     pub fn first_touch_start(&self, cpu: usize, va: VirtAddr, limit: u64) -> Option<FirstTouch> {
         // Inline, the test that turns most faults away: a large folio's fill covers the
-        // pages after it with a span over a page.
+        // page after its fault with a span over a page.
         let g = self.cfg.granule;
         let va = VirtAddr(va.0 & !(g.page_size() - 1));
         let e = self.cpus[cpu].tlb.mru_entry()?;
-        if u32::from(e.span_shift) != g.page_shift() || e.va.wrapping_add(g.page_size()) != va.0 {
+        if e.va.wrapping_add(1 << e.span_shift) != va.0 {
             return None;
         }
         self.first_touch_begin(cpu, va, limit, *e)
@@ -580,7 +589,7 @@ impl Machine {
         let g = self.cfg.granule;
         let c = &self.cpus[cpu];
         let (root, asid) = c.ttbr0?;
-        let index = e.index as usize + 1;
+        let index = e.index as usize + (1 << (u32::from(e.span_shift) - g.page_shift()));
         if e.level != PTE_LEVEL
             || e.asid != Some(asid)
             || index >= g.entries_at(PTE_LEVEL)
@@ -598,6 +607,7 @@ impl Machine {
             first: va.0,
             known: va.0 - 1,
             last: table_last.min(limit.checked_sub(1)?),
+            wide: u32::from(e.span_shift) > g.page_shift(),
             clock: c.tlb.clock(),
             epoch: self.mem.table_epoch(),
             upper_gen: self.mem.upper_gen(),
@@ -606,10 +616,10 @@ impl Machine {
 
     /// Learn what the stream knows of `va` on, the stream standing: at its first use,
     /// that `va`'s walk reaches its table and that no TLB entry answers its next 16
-    /// pages (a scan of their 16 L2 sets: a stream that ends soon pays little); at its
-    /// second, that none answers the rest, to its end or the first page an entry
-    /// answers (one pass over L2's tags). False, the stream ended, when `va` is not
-    /// known so.
+    /// pages (a scan of their 16 L2 sets: a stream that ends soon pays little; a wide
+    /// stream's first use goes on to the second's); at its second, that none answers
+    /// the rest, to its end or the first page an entry answers (one pass over L2's
+    /// tags). False, the stream ended, when `va` is not known so.
     #[inline(never)]
     fn first_touch_known(&self, ft: &mut FirstTouch, va: u64) -> bool {
         let g = self.cfg.granule;
@@ -617,7 +627,7 @@ impl Machine {
             ft.last = 0;
             return false;
         }
-        let to = if ft.known < ft.first {
+        let to = if ft.known < ft.first && !ft.wide {
             ft.last.min(va.saturating_add((16 << g.page_shift()) - 1))
         } else {
             ft.last
@@ -692,10 +702,11 @@ impl Machine {
     }
 
     /// `access_retry` of the stream's page `va` after the kernel handled its fault, its
-    /// walk starting at the known table; the stream moves on to the next page when the
-    /// fill covers `va`'s page alone. None, having done nothing, when the stream no
-    /// longer stands (the fault changed the tables above level 3 or used the TLB): the
-    /// caller makes it an `access_retry`.
+    /// walk starting at the known table; the stream moves on to the page after the
+    /// fill's span when the fill is of a pte (a page's, or a contiguous block's, whose
+    /// other pages the caller then takes as hits and hands back, `first_touch_resume`).
+    /// None, having done nothing, when the stream no longer stands (the fault changed
+    /// the tables above level 3 or used the TLB): the caller makes it an `access_retry`.
     #[inline(always)]
     pub fn first_touch_retry(
         &mut self,
@@ -710,19 +721,30 @@ impl Machine {
         let done = walk_to_known_table(&self.mem, &mut self.ev, ft.table, va)
             .map_err(|WalkFault { level }| AccessFault::Translation { level })
             .and_then(|t| {
-                let page = t.span_shift == self.cfg.granule.page_shift();
+                // The span of a pte's fill, 0 for a block's.
+                let span = if t.level == PTE_LEVEL { t.span_shift } else { 0 };
                 self.complete_walk(ft.cpu, ft.ttbr0.1, va, t, write)
-                    .map(|pa| (pa, page))
+                    .map(|pa| (pa, span))
             });
-        // Only a fill of this page alone leaves the pages after it unanswered.
-        ft.last = match done {
-            Ok((_, true)) => ft.last,
-            _ => 0,
-        };
-        ft.va += self.cfg.granule.page_size();
-        ft.index += 1;
+        // A pte's fill leaves the pages after its span unanswered (the span is aligned
+        // in VA and in its table).
+        match done {
+            Ok((_, span)) if span != 0 => {
+                let mask = (1u64 << span) - 1;
+                ft.va = (ft.va | mask) + 1;
+                ft.index = (ft.index | (mask >> self.cfg.granule.page_shift()) as usize) + 1;
+            }
+            _ => ft.last = 0,
+        }
         ft.clock = self.cpus[ft.cpu].tlb.clock();
         Some(done.map(|(pa, _)| pa))
+    }
+
+    /// The stream `ft` goes on after its caller took the rest of a contiguous fill's
+    /// span by `access_run`, which moved the TLB's clock and nothing else.
+    #[inline(always)]
+    pub fn first_touch_resume(&self, ft: &mut FirstTouch) {
+        ft.clock = self.cpus[ft.cpu].tlb.clock();
     }
 
     /// Hardware access-flag and dirty-state management on a walk (FEAT_HAFDBS).

@@ -469,8 +469,15 @@ impl Sim<'_> {
                         let n = self.access_run(cpu, a, end, *stride, *write);
                         if n > 0 {
                             self.watch.tick_n(n).map_err(|e| self.fail(s.pos, e))?;
+                            a += n * stride;
+                            // A large folio's fault, its span's other pages taken: a
+                            // stream may start at the page after the span.
+                            if streams && faulted && a < end {
+                                if let Some(ft) = self.k.arch.hw.first_touch_start(cpu, VirtAddr(a), end) {
+                                    (a, ticked) = self.first_touch_stream(s.pos, mm, ft, a, end, *write)?;
+                                }
+                            }
                         }
-                        a += n * stride;
                     }
                 }
                 Ok(())
@@ -749,12 +756,28 @@ impl Sim<'_> {
                 return Ok((addr, true));
             }
             addr += ps;
+            if ft.next() > addr && addr < end {
+                // A contiguous block's fill: the pages of its span after `addr` are
+                // hits, taken as the touch loop takes them, and the stream goes on
+                // after the span only when they all were.
+                let n = self.access_run(ft.cpu(), addr, end, ps, write);
+                if n > 0 {
+                    self.watch.tick_n(n).map_err(|e| self.fail(pos, e))?;
+                }
+                addr += n * ps;
+                if addr != ft.next() {
+                    return Ok((addr, false));
+                }
+                self.k.arch.hw.first_touch_resume(&mut ft);
+            }
         }
         Ok((addr, false))
     }
 
     /// The accesses from `addr` on (by `stride`, below `end`) that hit the TLB entry
-    /// the last one used, done at once as `user_access` does each: how many.
+    /// the last one used, done at once as `user_access` does each: how many. Inline in
+    /// the touch loop and a stream, each of which takes a large folio's run this way.
+    #[inline(always)]
     fn access_run(&mut self, cpu: usize, addr: u64, end: u64, stride: u64, write: bool) -> u64 {
         let max = (end - addr).div_ceil(stride);
         let Some((e, n)) = self.k.arch.hw.access_run(cpu, VirtAddr(addr), stride, max, write) else {

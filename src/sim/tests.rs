@@ -1067,8 +1067,9 @@ mod first_touch_streams {
     }
 
     /// A touch of fresh order-0 memory, written or read (the zero page): every page but
-    /// the first of each pte table by a stream; with the checkers on or a stride over a
-    /// page, none; with 64K folios, none (a 64K entry answers the pages after a fault).
+    /// the first of each pte table by a stream; with 64K folios, every folio's fault but
+    /// each table's first (the pages after a fault are the 64K entry's hits); with the
+    /// checkers on or a stride over a page, none.
     #[test]
     fn a_touch_of_fresh_memory_streams_all_but_each_tables_first_page() {
         let taken = |src: &str, sets: &[&str]| {
@@ -1084,10 +1085,29 @@ mod first_touch_streams {
                 "set hugepages-64kB/enabled always\nmmap a 4M\ntouch a\n",
                 &["checks=off"]
             ),
-            0
+            64 - 2
         );
         assert_eq!(taken("mmap a 4M\ntouch a\n", &["checks=on"]), 0);
         assert_eq!(taken("mmap a 4M\ntouch a 0 4M write stride=8K\n", &["checks=off"]), 0);
+    }
+
+    /// Streams over 64K folios (a fault, then its span's hits) against page by page:
+    /// touches from and to the middle of a block and of a table, a folio's range
+    /// already partly mapped (order-0 fallback inside the stream), and both again.
+    #[test]
+    fn a_64k_touch_by_streams_leaves_what_page_by_page_accesses_do() {
+        for touches in [
+            "touch a",
+            "touch a 20K 3000K",
+            "touch a 0 1980K\ntouch a 1980K 100K",
+            "touch a 40K 4K\ntouch a 2100K 8K read\ntouch a",
+        ] {
+            let src = format!("set hugepages-64kB/enabled always\nmmap a 4M\n{touches}\ntouch a read\n");
+            STREAM_PAGES.set(0);
+            let streamed = report(&src, true);
+            assert!(STREAM_PAGES.get() > 0, "{src}: no stream");
+            assert_eq!(streamed, report(&src, false), "{src}");
+        }
     }
 
     proptest! {
