@@ -9,7 +9,7 @@ use super::events::{Event, Events};
 use super::memory::{PhysMem, TableId};
 use super::residency::Residency;
 use super::tlb::{Tlb, TlbConfig, TlbEntry, TlbHit, TlbiScope};
-use super::walk::{walk_hinted, walk_to_known_table, Translation, WalkFault, WalkHint};
+use super::walk::{count_known_pte_fault, walk_hinted, walk_to_known_table, Translation, WalkFault, WalkHint};
 
 /// Optional architecture features of a machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -696,8 +696,11 @@ impl Machine {
         tlb.count_miss();
         ft.clock = tlb.clock();
         self.ev.inc(Event::TlbMiss);
-        let walked = walk_to_known_table(&self.mem, &mut self.ev, ft.table, va);
-        debug_assert!(walked.is_err(), "a first touch at {va:?} translated");
+        debug_assert!(
+            walk_to_known_table(&self.mem, &mut Events::default(), ft.table, va).is_err(),
+            "a first touch at {va:?} translated"
+        );
+        count_known_pte_fault(self.cfg.granule, &mut self.ev);
         true
     }
 

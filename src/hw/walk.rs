@@ -250,6 +250,16 @@ pub fn walk_to_known_table(
     }
 }
 
+/// The translation fault `walk_to_known_table` ends in for a VA whose level-3
+/// descriptor its caller has just read and found not valid: counted as that walk
+/// counts it, without the descriptor read again or the cold call.
+#[inline(always)]
+pub fn count_known_pte_fault(g: Granule, ev: &mut Events) {
+    ev.inc(Event::Walk);
+    count_steps(g, ev, PTE_LEVEL);
+    ev.inc(Event::WalkFault);
+}
+
 /// Count the descriptor fetches of a walk that ended at `level`: one per level from
 /// the start, added once rather than level by level.
 #[inline(always)]
