@@ -61,10 +61,16 @@ fn seed004_tables() {
     ] {
         let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
         let j: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
-        let hex = j["pte_old_clean"].as_str().unwrap_or_else(|| panic!("{file}: no pte_old_clean"));
+        let hex = j["pte_old_clean"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{file}: no pte_old_clean"));
         let old_clean = u64::from_str_radix(hex.trim_start_matches("0x"), 16)
             .unwrap_or_else(|e| panic!("{file}: pte_old_clean {hex}: {e}"));
-        write!(out, "pub const {name}: Table = Table {{ pte_old_clean: {old_clean:#x}, sweep: Sweep {{").unwrap();
+        write!(
+            out,
+            "pub const {name}: Table = Table {{ pte_old_clean: {old_clean:#x}, sweep: Sweep {{"
+        )
+        .unwrap();
         for layout in ["only", "from"] {
             write!(out, "{layout}: Grids {{").unwrap();
             for (field, key) in [
@@ -74,7 +80,9 @@ fn seed004_tables() {
                 ("early_exit", "early-exit"),
             ] {
                 let rows = j["sweep"][layout][key].as_array();
-                let rows = rows.filter(|r| r.len() == 17).unwrap_or_else(|| panic!("{file}: sweep.{layout}.{key}: not 17 rows"));
+                let rows = rows
+                    .filter(|r| r.len() == 17)
+                    .unwrap_or_else(|| panic!("{file}: sweep.{layout}.{key}: not 17 rows"));
                 write!(out, "{field}: [").unwrap();
                 for row in rows {
                     let cells = row.as_array().filter(|c| c.len() == 17);
@@ -83,7 +91,8 @@ fn seed004_tables() {
                         .iter()
                         .map(|c| {
                             let n = c.as_u64().and_then(|n| u32::try_from(n).ok());
-                            n.unwrap_or_else(|| panic!("{file}: sweep.{layout}.{key}: {c} is no count")).to_string()
+                            n.unwrap_or_else(|| panic!("{file}: sweep.{layout}.{key}: {c} is no count"))
+                                .to_string()
                         })
                         .collect();
                     write!(out, "[{}],", n.join(",")).unwrap();
