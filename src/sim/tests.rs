@@ -1092,8 +1092,8 @@ mod first_touch_streams {
     }
 
     /// Streams over 64K folios (a fault, then its span's hits) against page by page:
-    /// touches from and to the middle of a block and of a table, a folio's range
-    /// already partly mapped (order-0 fallback inside the stream), and both again.
+    /// touches from and to the middle of a block and of a table, and a block that reads
+    /// mapped in part first (its write faults fall back to order 0 inside the stream).
     #[test]
     fn a_64k_touch_by_streams_leaves_what_page_by_page_accesses_do() {
         for touches in [
