@@ -458,25 +458,20 @@ impl Sim<'_> {
                     let faulted =
                         user_access_faulted(&mut self.k, mm, cpu, a, *write).map_err(|e| self.fail(s.pos, e))?;
                     a += stride;
-                    if streams && faulted && a < end {
-                        if let Some(ft) = self.k.arch.hw.first_touch_start(cpu, VirtAddr(a), end) {
-                            // L1's most recent entry is the page before's alone: no run.
-                            (a, ticked) = self.first_touch_stream(s.pos, mm, ft, a, end, *write)?;
-                            continue;
-                        }
-                    }
                     if a < end {
+                        // The hits on the entry the access used: a large folio's other
+                        // pages (none after a page's fill).
                         let n = self.access_run(cpu, a, end, *stride, *write);
                         if n > 0 {
                             self.watch.tick_n(n).map_err(|e| self.fail(s.pos, e))?;
                             a += n * stride;
-                            // A large folio's fault, its span's other pages taken: a
-                            // stream may start at the page after the span.
-                            if streams && faulted && a < end {
-                                if let Some(ft) = self.k.arch.hw.first_touch_start(cpu, VirtAddr(a), end) {
-                                    (a, ticked) = self.first_touch_stream(s.pos, mm, ft, a, end, *write)?;
-                                }
-                            }
+                        }
+                    }
+                    // Where the fill's span ends (the next page, or the page after a
+                    // large folio's hits), a fault may start a stream.
+                    if streams && faulted && a < end {
+                        if let Some(ft) = self.k.arch.hw.first_touch_start(cpu, VirtAddr(a), end) {
+                            (a, ticked) = self.first_touch_stream(s.pos, mm, ft, a, end, *write)?;
                         }
                     }
                 }
