@@ -47,6 +47,10 @@ fn main() {
     if let Some(cpu) = words.find_map(|w| w.strip_prefix("target-cpu=")) {
         println!("cargo:rustc-env=FOLIOLAB_TARGET_CPU={cpu}");
     }
+    // scripts/rustc-pgo gives an optimised compile pgo/foliolab.profdata and this cfg:
+    // a new profile rebuilds the crate, and `bench` names the build it came from.
+    println!("cargo:rerun-if-changed=pgo");
+    println!("cargo::rustc-check-cfg=cfg(foliolab_pgo)");
     seed004_tables();
 }
 

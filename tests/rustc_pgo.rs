@@ -1,0 +1,113 @@
+//! scripts/rustc-pgo, cargo's wrapper for the workspace's compiles: only an optimised
+//! compile of the foliolab crate gets the checked-in profile, and only from a rustc
+//! whose LLVM can read it. A stand-in rustc prints the arguments it was given.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const WRAPPER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rustc-pgo");
+const PROFILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/pgo/foliolab.profdata");
+
+/// A rustc that answers `-vV` with LLVM `llvm` and otherwise prints its arguments.
+fn fake_rustc(llvm: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("foliolab-rustc-pgo-{}-{llvm}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rustc");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'LLVM version: {llvm}'; exit 0; fi\nprintf '%s\\n' \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    path
+}
+
+/// The arguments the wrapper handed rustc for `args`.
+fn passed(rustc: &Path, args: &[&str], no_pgo: bool) -> Vec<String> {
+    let mut cmd = Command::new(WRAPPER);
+    cmd.arg(rustc).args(args).env_remove("FOLIOLAB_NO_PGO");
+    if no_pgo {
+        cmd.env("FOLIOLAB_NO_PGO", "1");
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// The major version of the LLVM that wrote the profile (pgo/profile.info).
+fn profile_llvm() -> u32 {
+    let info = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/pgo/profile.info")).unwrap();
+    let v = info
+        .lines()
+        .find_map(|l| l.strip_prefix("llvm: "))
+        .expect("an llvm line");
+    v.split('.').next().unwrap().parse().unwrap()
+}
+
+const RELEASE: [&str; 6] = ["--crate-name", "foliolab", "src/lib.rs", "-C", "opt-level=3", "-C"];
+
+#[test]
+fn an_optimised_compile_of_the_crate_gets_the_profile_and_its_cfg() {
+    let llvm = profile_llvm();
+    let rustc = fake_rustc(&format!("{llvm}.1.0"));
+    let mut args = RELEASE.to_vec();
+    args.push("lto=fat");
+    let got = passed(&rustc, &args, false);
+    let mut want: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    want.extend([
+        format!("-Cprofile-use={PROFILE}"),
+        "--cfg".into(),
+        "foliolab_pgo".into(),
+    ]);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn other_compiles_run_as_they_came() {
+    let llvm = profile_llvm();
+    let same = fake_rustc(&format!("{llvm}.0.0"));
+    let older = fake_rustc(&format!("{}.9.9", llvm - 1));
+    let dev = ["--crate-name", "foliolab", "src/lib.rs", "-C", "opt-level=1"];
+    let other = ["--crate-name", "serde", "lib.rs", "-C", "opt-level=3"];
+    let script = ["--crate-name", "build_script_build", "build.rs", "-C", "opt-level=3"];
+    let mut generate = RELEASE.to_vec();
+    generate.push("profile-generate=/tmp/raw");
+    let release = RELEASE.to_vec();
+    for (rustc, args, no_pgo) in [
+        (&same, &dev[..], false),
+        (&same, &other[..], false),
+        (&same, &script[..], false),
+        (&same, &generate[..], false),
+        (&same, &release[..], true),
+        // A rustc whose LLVM is older than the profile's could not read it.
+        (&older, &release[..], false),
+    ] {
+        assert_eq!(passed(rustc, args, no_pgo), args, "{args:?}, FOLIOLAB_NO_PGO {no_pgo}");
+    }
+}
+
+#[test]
+fn the_profile_is_checked_in_for_this_rustc() {
+    assert!(Path::new(PROFILE).is_file(), "{PROFILE}");
+    let out = Command::new(std::env::var("RUSTC").unwrap_or("rustc".into()))
+        .arg("-vV")
+        .output()
+        .unwrap();
+    let v = String::from_utf8(out.stdout).unwrap();
+    let have: u32 = v
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .and_then(|v| v.split('.').next()?.parse().ok())
+        .expect("rustc -vV names its LLVM");
+    assert!(
+        have >= profile_llvm(),
+        "rustc's LLVM {have} cannot read a profile from LLVM {}: release builds are not profile-guided (scripts/pgo profile)",
+        profile_llvm()
+    );
+}
