@@ -18,7 +18,8 @@
 //! large one gets one host fault, and one TLB entry, per 2 MiB from there on, where
 //! the host's THP policy allows. On the development host a 4K host page cost 3.5 µs
 //! to fault in (16 MiB: 15.0 ms), a 2 MiB page about 0.4 ms (16 MiB: 3.0 ms). A
-//! sparse array (a byte per page, `thp` false) is left to 4K host pages throughout.
+//! sparse array (a byte per page) is left to 4K host pages throughout, and an array whose
+//! common use ends a little past the head has a larger head (the large-folio records).
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -27,7 +28,7 @@ use std::ptr::NonNull;
 const HUGE: usize = 2 << 20;
 
 /// The first bytes of a huge-page `HugeBuf`, left to 4K host pages.
-const HEAD: usize = 256 << 10;
+pub const HEAD: usize = 256 << 10;
 
 /// The most host memory a `HugeBuf` backs beyond the elements it was asked for: the
 /// rest of a 2 MiB page (`populate_to` backs whole ones past the head).
@@ -52,18 +53,20 @@ unsafe impl<T: Copy + Sync> Sync for HugeBuf<T> {}
 
 impl<T: Copy> HugeBuf<T> {
     /// `len` elements of all-zero bytes. The host backs a page of them only when it
-    /// is first touched; with `thp`, past the first `HEAD` bytes, with a 2 MiB huge
-    /// page where the host allows.
+    /// is first touched; with `huge_past` (a whole number of 4K pages, `HEAD` for most
+    /// arrays), past that many bytes, with a 2 MiB huge page where the host allows.
     ///
     /// # Safety
     /// All-zero bytes must be a valid `T`.
-    pub unsafe fn zeroed(len: usize, thp: bool) -> HugeBuf<T> {
+    pub unsafe fn zeroed(len: usize, huge_past: Option<usize>) -> HugeBuf<T> {
         assert!(std::mem::align_of::<T>() <= 4096, "HugeBuf alignment");
         let size = std::mem::size_of::<T>()
             .checked_mul(len)
             .expect("HugeBuf size overflows")
             .max(1);
-        let head = if thp { HEAD } else { 0 };
+        let thp = huge_past.is_some();
+        let head = huge_past.unwrap_or(0);
+        assert!(head.is_multiple_of(4096), "HugeBuf head of {head} bytes");
         // Whole 2 MiB pages after the head, so the last one can be huge too.
         let bytes = head + size.saturating_sub(head).next_multiple_of(HUGE);
         let span = bytes + HUGE;
@@ -397,7 +400,7 @@ mod tests {
     #[test]
     fn populating_backs_pages_at_once_and_keeps_their_contents() {
         // SAFETY: all-zero bytes are a valid u64.
-        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(1 << 20, false) };
+        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(1 << 20, None) };
         // SAFETY: advice on b's own mapping: 4K host pages whatever the host's THP
         // settings, so a store backs exactly one page.
         unsafe { libc::madvise(b.as_ptr() as *mut libc::c_void, 8 << 20, libc::MADV_NOHUGEPAGE) };
@@ -424,7 +427,7 @@ mod tests {
     #[test]
     fn populating_to_a_need_backs_whole_chunks_beyond_it_once() {
         // SAFETY: all-zero bytes are a valid u64.
-        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(10_000, false) };
+        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(10_000, None) };
         b.populate_to(1, 4096);
         assert_eq!(b.populated(), 512, "the first chunk of 4 KiB");
         b[511] = 9;
@@ -439,7 +442,7 @@ mod tests {
     #[test]
     fn past_the_head_populating_backs_a_whole_huge_page() {
         // SAFETY: all-zero bytes are a valid u64.
-        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(1 << 20, true) };
+        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(1 << 20, Some(HEAD)) };
         b.populate_to(1, 4096);
         assert_eq!(b.populated(), 512, "in the head: a chunk");
         b.populate_to(HEAD / 8 + 1, 4096);
@@ -520,19 +523,24 @@ mod tests {
     #[test]
     fn buffers_are_huge_page_aligned_past_their_head_and_zeroed() {
         // SAFETY: zero is a valid u64.
-        let mut b = unsafe { HugeBuf::<u64>::zeroed(HUGE / 8 + 3, true) };
+        let mut b = unsafe { HugeBuf::<u64>::zeroed(HUGE / 8 + 3, Some(HEAD)) };
         assert_eq!((b.as_ptr() as usize + HEAD) % HUGE, 0);
         assert!(b.iter().all(|&x| x == 0));
         b[HUGE / 8 + 2] = 5;
         assert_eq!(b[HUGE / 8 + 2], 5);
         assert_eq!(b.len(), HUGE / 8 + 3);
+        // A larger head moves the first huge page out with it.
+        // SAFETY: zero is a valid u64.
+        let b = unsafe { HugeBuf::<u64>::zeroed(HUGE / 4, Some(1 << 20)) };
+        assert_eq!((b.as_ptr() as usize + (1 << 20)) % HUGE, 0);
+        assert_eq!(b.huge_from, 1 << 20);
     }
 
     #[test]
     fn a_terabyte_memmap_reserves_address_space_only() {
         // 2^28 struct pages of 32 bytes: 8 GiB reserved, nothing touched.
         // SAFETY: zero is a valid [u64; 4].
-        let b = unsafe { HugeBuf::<[u64; 4]>::zeroed(1 << 28, true) };
+        let b = unsafe { HugeBuf::<[u64; 4]>::zeroed(1 << 28, Some(HEAD)) };
         assert_eq!(b[(1 << 28) - 1], [0; 4]);
     }
 }

@@ -11,7 +11,7 @@
 //!  +-------+-------+-------+-------+   every page holds its own pte mapcount
 //! ```
 
-use crate::hostmem::HugeBuf;
+use crate::hostmem::{HugeBuf, HEAD};
 use crate::hw::Pfn;
 use bitflags::bitflags;
 
@@ -169,6 +169,12 @@ pub struct MemMap {
 /// 2,340 slots (past the head, `populate_to` backs a 2 MiB page at a time).
 const LARGE_POPULATE_BYTES: usize = 64 << 10;
 
+/// The large-folio records' 4K-page head: 37,449 slots, 2.3 GiB of 64K folios. A
+/// 1 GiB touch of 64K folios takes 16,384 slots (448 KiB), which past a 256 KiB head
+/// had the host clear a 2 MiB page for 192 KiB of them (tasks/speed.md, eighteenth
+/// round).
+const LARGE_HEAD: usize = 1 << 20;
+
 impl MemMap {
     pub fn new(nr_pages: u64) -> MemMap {
         let n = (nr_pages as usize).div_ceil(SECTION_PAGES);
@@ -179,16 +185,16 @@ impl MemMap {
             // folio holds, which is all a page of a newly online section is: it
             // differs from Page::default() only in the links and `head`, which are
             // read only on list members, tails and heads, all written before.
-            pages: unsafe { HugeBuf::zeroed(nr_pages as usize, true) },
+            pages: unsafe { HugeBuf::zeroed(nr_pages as usize, Some(HEAD)) },
             // SAFETY: all-zero bytes are LruFlags::empty(), every page's state until
             // its folio is added to an LRU list. 4K host pages back it, a section's
             // worth (64 KiB) at once when the section comes online.
-            lru: unsafe { HugeBuf::zeroed(nr_pages as usize, false) },
+            lru: unsafe { HugeBuf::zeroed(nr_pages as usize, None) },
             online: vec![false; n],
             // SAFETY: every field of LargeFolio is an integer. A slot is written whole
             // (`LargeFolio::default()`) when it is handed out, from the first up: 2 MiB
-            // host pages past the array's first 256 KiB.
-            large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1), true) },
+            // host pages past the array's first `LARGE_HEAD` bytes.
+            large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1), Some(LARGE_HEAD)) },
             large_used: 0,
             large_free: NIL,
             large_live: 0,
