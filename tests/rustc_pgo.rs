@@ -8,20 +8,35 @@ use std::process::Command;
 const WRAPPER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rustc-pgo");
 const PROFILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/pgo/foliolab.profdata");
 
-/// A rustc that answers `-vV` with LLVM `llvm` and otherwise prints its arguments.
-fn fake_rustc(llvm: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("foliolab-rustc-pgo-{}-{llvm}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("rustc");
-    std::fs::write(
-        &path,
-        format!(
-            "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'LLVM version: {llvm}'; exit 0; fi\nprintf '%s\\n' \"$@\"\n"
-        ),
-    )
-    .unwrap();
-    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
-    path
+/// A rustc that answers `-vV` with LLVM `llvm` and otherwise prints its arguments, in a
+/// directory of its own that goes with it.
+struct FakeRustc(PathBuf);
+
+impl FakeRustc {
+    fn new(llvm: &str) -> FakeRustc {
+        let dir = std::env::temp_dir().join(format!("foliolab-rustc-pgo-{}-{llvm}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rustc");
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'LLVM version: {llvm}'; exit 0; fi\nprintf '%s\\n' \"$@\"\n"
+            ),
+        )
+        .unwrap();
+        Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+        FakeRustc(dir)
+    }
+
+    fn path(&self) -> PathBuf {
+        self.0.join("rustc")
+    }
+}
+
+impl Drop for FakeRustc {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The arguments the wrapper handed rustc for `args`.
@@ -55,10 +70,10 @@ const RELEASE: [&str; 6] = ["--crate-name", "foliolab", "src/lib.rs", "-C", "opt
 #[test]
 fn an_optimised_compile_of_the_crate_gets_the_profile_and_its_cfg() {
     let llvm = profile_llvm();
-    let rustc = fake_rustc(&format!("{llvm}.1.0"));
+    let rustc = FakeRustc::new(&format!("{llvm}.1.0"));
     let mut args = RELEASE.to_vec();
     args.push("lto=fat");
-    let got = passed(&rustc, &args, false);
+    let got = passed(&rustc.path(), &args, false);
     let mut want: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     want.extend([
         format!("-Cprofile-use={PROFILE}"),
@@ -71,8 +86,8 @@ fn an_optimised_compile_of_the_crate_gets_the_profile_and_its_cfg() {
 #[test]
 fn other_compiles_run_as_they_came() {
     let llvm = profile_llvm();
-    let same = fake_rustc(&format!("{llvm}.0.0"));
-    let older = fake_rustc(&format!("{}.9.9", llvm - 1));
+    let same = FakeRustc::new(&format!("{llvm}.0.0"));
+    let older = FakeRustc::new(&format!("{}.9.9", llvm - 1));
     let dev = ["--crate-name", "foliolab", "src/lib.rs", "-C", "opt-level=1"];
     let other = ["--crate-name", "serde", "lib.rs", "-C", "opt-level=3"];
     let script = ["--crate-name", "build_script_build", "build.rs", "-C", "opt-level=3"];
@@ -88,7 +103,11 @@ fn other_compiles_run_as_they_came() {
         // A rustc whose LLVM is older than the profile's could not read it.
         (&older, &release[..], false),
     ] {
-        assert_eq!(passed(rustc, args, no_pgo), args, "{args:?}, FOLIOLAB_NO_PGO {no_pgo}");
+        assert_eq!(
+            passed(&rustc.path(), args, no_pgo),
+            args,
+            "{args:?}, FOLIOLAB_NO_PGO {no_pgo}"
+        );
     }
 }
 
