@@ -51,7 +51,24 @@ fn main() {
     // a new profile rebuilds the crate, and `bench` names the build it came from.
     println!("cargo:rerun-if-changed=pgo");
     println!("cargo::rustc-check-cfg=cfg(foliolab_pgo)");
+    static_unwinder();
     seed004_tables();
+}
+
+/// The unwinder from libgcc_eh.a, linked in, instead of libgcc_s.so.1: loading that
+/// runs its constructor, which probes the CPU by CPUID, and a CPUID traps to the
+/// hypervisor in a VM (17.5 µs here; tasks/speed.md, eighteenth round). Listed ahead of
+/// std's `-lgcc_s`, the archive answers the unwinder's symbols first, and the linker's
+/// --as-needed then drops libgcc_s. Not for the Python extension: GCC 12's archive
+/// looks frames up by glibc 2.35's `_dl_find_object`, which would raise the wheel's
+/// manylinux floor from 2.34, for a start-up the interpreter pays once.
+fn static_unwinder() {
+    let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
+    let python = std::env::var_os("CARGO_FEATURE_PYTHON").is_some();
+    if os == "linux" && env == "gnu" && !python {
+        println!("cargo:rustc-link-lib=static:-bundle=gcc_eh");
+    }
 }
 
 /// Seed 004's sweep grids (`src/arch/arm64/contpte_insns.rs`), read from its two JSON
