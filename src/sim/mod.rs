@@ -461,11 +461,7 @@ impl Sim<'_> {
                     if a < end {
                         // The hits on the entry the access used: a large folio's other
                         // pages (none after a page's fill).
-                        let n = self.access_run(cpu, a, end, *stride, *write);
-                        if n > 0 {
-                            self.watch.tick_n(n).map_err(|e| self.fail(s.pos, e))?;
-                            a += n * stride;
-                        }
+                        a += self.access_run(s.pos, cpu, a, end, *stride, *write)? * stride;
                     }
                     // Where the fill's span ends (the next page, or the page after a
                     // large folio's hits), a fault may start a stream.
@@ -755,11 +751,7 @@ impl Sim<'_> {
                 // A contiguous block's fill: the pages of its span after `addr` are
                 // hits, taken as the touch loop takes them, and the stream goes on
                 // after the span only when they all were.
-                let n = self.access_run(ft.cpu(), addr, end, ps, write);
-                if n > 0 {
-                    self.watch.tick_n(n).map_err(|e| self.fail(pos, e))?;
-                }
-                addr += n * ps;
+                addr += self.access_run(pos, ft.cpu(), addr, end, ps, write)? * ps;
                 if addr != ft.next() {
                     return Ok((addr, false));
                 }
@@ -770,14 +762,24 @@ impl Sim<'_> {
     }
 
     /// The accesses from `addr` on (by `stride`, below `end`) that hit the TLB entry
-    /// the last one used, done at once as `user_access` does each: how many. Inline in
-    /// the touch loop and a stream, each of which takes a large folio's run this way.
+    /// the last one used, done at once as `user_access` does each and counted by the
+    /// watch as the touch loop counts each: how many. Inline in the touch loop and a
+    /// stream, each of which takes a large folio's run this way.
     #[inline(always)]
-    fn access_run(&mut self, cpu: usize, addr: u64, end: u64, stride: u64, write: bool) -> u64 {
+    fn access_run(
+        &mut self,
+        pos: Pos,
+        cpu: usize,
+        addr: u64,
+        end: u64,
+        stride: u64,
+        write: bool,
+    ) -> Result<u64, SimError> {
         let max = (end - addr).div_ceil(stride);
         let Some((e, n)) = self.k.arch.hw.access_run(cpu, VirtAddr(addr), stride, max, write) else {
-            return 0;
+            return Ok(0);
         };
+        self.watch.tick_n(n).map_err(|e| self.fail(pos, e))?;
         if write {
             let shift = self.k.arch.granule().page_shift();
             if stride.is_multiple_of(1 << shift) {
@@ -801,7 +803,7 @@ impl Sim<'_> {
                 }
             }
         }
-        n
+        Ok(n)
     }
 
     fn counters(&self) -> Counters {
