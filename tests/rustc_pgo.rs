@@ -68,7 +68,7 @@ fn profile_llvm() -> u32 {
 const RELEASE: [&str; 6] = ["--crate-name", "foliolab", "src/lib.rs", "-C", "opt-level=3", "-C"];
 
 #[test]
-fn an_optimised_compile_of_the_crate_gets_the_profile_and_its_cfg() {
+fn an_optimised_compile_of_the_crate_gets_the_profile_its_vectorizer_option_and_its_cfg() {
     let llvm = profile_llvm();
     let rustc = FakeRustc::new(&format!("{llvm}.1.0"));
     let mut args = RELEASE.to_vec();
@@ -77,6 +77,7 @@ fn an_optimised_compile_of_the_crate_gets_the_profile_and_its_cfg() {
     let mut want: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     want.extend([
         format!("-Cprofile-use={PROFILE}"),
+        "-Cllvm-args=-vectorizer-min-trip-count=0".into(),
         "--cfg".into(),
         "foliolab_pgo".into(),
     ]);
