@@ -8,19 +8,26 @@ use std::process::Command;
 const WRAPPER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rustc-pgo");
 const PROFILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/pgo/foliolab.profdata");
 
-/// A rustc that answers `-vV` with LLVM `llvm` and otherwise prints its arguments, in a
-/// directory of its own that goes with it.
+/// A rustc that answers `-vV` with LLVM `llvm`, the wrapper's probe of the vectorizer
+/// option (`OPTION --print cfg`) as an LLVM that has it or not, and otherwise prints its
+/// arguments, in a directory of its own that goes with it.
 struct FakeRustc(PathBuf);
 
 impl FakeRustc {
     fn new(llvm: &str) -> FakeRustc {
-        let dir = std::env::temp_dir().join(format!("foliolab-rustc-pgo-{}-{llvm}", std::process::id()));
+        FakeRustc::with_option(llvm, true)
+    }
+
+    fn with_option(llvm: &str, knows: bool) -> FakeRustc {
+        let dir = std::env::temp_dir().join(format!("foliolab-rustc-pgo-{}-{llvm}-{knows}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("rustc");
+        let probe = if knows { 0 } else { 1 };
         std::fs::write(
             &path,
             format!(
-                "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'LLVM version: {llvm}'; exit 0; fi\nprintf '%s\\n' \"$@\"\n"
+                "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'LLVM version: {llvm}'; exit 0; fi\n\
+                 if [ \"$2\" = --print ]; then exit {probe}; fi\nprintf '%s\\n' \"$@\"\n"
             ),
         )
         .unwrap();
@@ -78,6 +85,20 @@ fn an_optimised_compile_of_the_crate_gets_the_profile_its_vectorizer_option_and_
     want.extend([
         format!("-Cprofile-use={PROFILE}"),
         "-Cllvm-args=-vectorizer-min-trip-count=0".into(),
+        "--cfg".into(),
+        "foliolab_pgo".into(),
+    ]);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn an_llvm_without_the_vectorizer_option_gets_the_profile_alone() {
+    let llvm = profile_llvm();
+    let rustc = FakeRustc::with_option(&format!("{llvm}.1.0"), false);
+    let got = passed(&rustc.path(), &RELEASE, false);
+    let mut want: Vec<String> = RELEASE.iter().map(|s| s.to_string()).collect();
+    want.extend([
+        format!("-Cprofile-use={PROFILE}"),
         "--cfg".into(),
         "foliolab_pgo".into(),
     ]);
