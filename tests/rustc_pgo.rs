@@ -72,6 +72,18 @@ fn profile_llvm() -> u32 {
     v.split('.').next().unwrap().parse().unwrap()
 }
 
+/// `args` as the wrapper hands them on with the profile: the profile, the vectorizer
+/// option where rustc's LLVM has it, the cfg.
+fn profiled(args: &[&str], option: bool) -> Vec<String> {
+    let mut want: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    want.push(format!("-Cprofile-use={PROFILE}"));
+    if option {
+        want.push("-Cllvm-args=-vectorizer-min-trip-count=0".into());
+    }
+    want.extend(["--cfg".into(), "foliolab_pgo".into()]);
+    want
+}
+
 const RELEASE: [&str; 6] = ["--crate-name", "foliolab", "src/lib.rs", "-C", "opt-level=3", "-C"];
 
 #[test]
@@ -80,29 +92,14 @@ fn an_optimised_compile_of_the_crate_gets_the_profile_its_vectorizer_option_and_
     let rustc = FakeRustc::new(&format!("{llvm}.1.0"));
     let mut args = RELEASE.to_vec();
     args.push("lto=fat");
-    let got = passed(&rustc.path(), &args, false);
-    let mut want: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    want.extend([
-        format!("-Cprofile-use={PROFILE}"),
-        "-Cllvm-args=-vectorizer-min-trip-count=0".into(),
-        "--cfg".into(),
-        "foliolab_pgo".into(),
-    ]);
-    assert_eq!(got, want);
+    assert_eq!(passed(&rustc.path(), &args, false), profiled(&args, true));
 }
 
 #[test]
 fn an_llvm_without_the_vectorizer_option_gets_the_profile_alone() {
     let llvm = profile_llvm();
     let rustc = FakeRustc::with_option(&format!("{llvm}.1.0"), false);
-    let got = passed(&rustc.path(), &RELEASE, false);
-    let mut want: Vec<String> = RELEASE.iter().map(|s| s.to_string()).collect();
-    want.extend([
-        format!("-Cprofile-use={PROFILE}"),
-        "--cfg".into(),
-        "foliolab_pgo".into(),
-    ]);
-    assert_eq!(got, want);
+    assert_eq!(passed(&rustc.path(), &RELEASE, false), profiled(&RELEASE, false));
 }
 
 #[test]
