@@ -2,7 +2,9 @@
 //!
 //! Free blocks are kept on per-order lists linked through the memmap, so allocation
 //! and freeing are O(MAX_PAGE_ORDER) with no host allocation. Lists are LIFO, which
-//! keeps the allocator deterministic. RAM enters the allocator lazily, a block at a
+//! keeps the allocator deterministic. A block split for an allocation is carved
+//! (`Carve`): the next allocations of that order take its pages in turn, as expand()'s
+//! lists would hand them out, without the lists written until something else needs them. RAM enters the allocator lazily, a block at a
 //! time from an untouched range (like deferred struct-page init), so a terabyte
 //! machine boots without touching its memmap.
 
@@ -50,6 +52,26 @@ impl Watermarks {
     }
 }
 
+/// The rest of a block that allocations of one order are taking from its start, as
+/// sequential faults do: the pages [next, end) are free and, on the lists, exactly the
+/// blocks expand() left (one per set bit of `end - next`, each alone on its list,
+/// smallest first), but not written to the lists or the memmap yet. The next
+/// allocation of `order` is `next` whatever those lists say, so it is taken here with
+/// no list operation; anything else the allocator does writes the blocks out first
+/// (`Buddy::uncarve`), after which nothing tells a carve from an eager split.
+///
+/// ```text
+///   alloc(0) splits an order-3 block at P:      P | P+1 | P+2 P+3 | P+4 ... P+7
+///   handed out ──────────────────────────────────┘   order 0   order 1     order 2
+///   carve: next = P+1, end = P+8 (7 = 0b111: one block of each order below 3)
+/// ```
+#[derive(Clone, Copy, Debug)]
+struct Carve {
+    next: u64,
+    end: u64,
+    order: u32,
+}
+
 pub struct Buddy {
     max_order: u32,
     /// The zone's watermarks (kswapd wakes under `low`, sleeps over `high`).
@@ -63,6 +85,8 @@ pub struct Buddy {
     pub free_pages: u64,
     /// [untouched, end) has not entered the free lists yet.
     untouched: u64,
+    /// The block being carved (`Carve`), if any.
+    carve: Option<Carve>,
     /// The zone spans [start, end): a buddy outside it belongs to another node's zone.
     start: u64,
     end: u64,
@@ -82,6 +106,7 @@ impl Buddy {
             nonempty: 0,
             free_pages: end.0 - start.0,
             untouched: start.0,
+            carve: None,
             start: start.0,
             end: end.0,
         }
@@ -111,7 +136,26 @@ impl Buddy {
         self.max_order
     }
     pub fn nr_free(&self, order: u32) -> u64 {
-        self.nr_free[order as usize]
+        let carved = self
+            .carve
+            .is_some_and(|c| order >= c.order && (c.end - c.next) >> order & 1 != 0);
+        self.nr_free[order as usize] + carved as u64
+    }
+
+    /// Writes the carve's blocks to their lists (each list below the carved block's
+    /// order, from the carve's, is empty while it lasts).
+    #[cold]
+    #[inline(never)]
+    fn uncarve(&mut self, mm: &mut MemMap) {
+        let Some(Carve { mut next, end, .. }) = self.carve.take() else {
+            return;
+        };
+        self.free_pages -= end - next;
+        while next < end {
+            let order = (end - next).trailing_zeros().min(next.trailing_zeros());
+            self.add_free(mm, next, order);
+            next += 1 << order;
+        }
     }
 
     #[inline(always)]
@@ -167,10 +211,22 @@ impl Buddy {
     /// operations: an allocation is a few loads and stores, less than a call's cost.
     #[inline(always)]
     pub fn alloc(&mut self, mm: &mut MemMap, order: u32) -> Option<Pfn> {
+        if let Some(c) = &mut self.carve {
+            if c.order == order {
+                let pfn = c.next;
+                c.next += 1 << order;
+                if c.next == c.end {
+                    self.carve = None;
+                }
+                self.free_pages -= 1 << order;
+                return Some(Pfn(pfn));
+            }
+            self.uncarve(mm);
+        }
         if order > self.max_order {
             return None;
         }
-        let mut cur = loop {
+        let cur = loop {
             let fit = self.nonempty >> order;
             if fit != 0 {
                 break order + fit.trailing_zeros();
@@ -181,15 +237,21 @@ impl Buddy {
         };
         let pfn = self.heads[cur as usize] as u64;
         self.del_free(mm, pfn, cur);
-        while cur > order {
-            cur -= 1;
-            self.add_free(mm, pfn + (1 << cur), cur);
+        if cur > order {
+            // expand(), its blocks kept as a carve.
+            self.carve = Some(Carve {
+                next: pfn + (1 << order),
+                end: pfn + (1 << cur),
+                order,
+            });
+            self.free_pages += (1 << cur) - (1 << order);
         }
         Some(Pfn(pfn))
     }
 
     /// __free_one_page: free a block, merging with free buddies.
     pub fn free(&mut self, mm: &mut MemMap, pfn: Pfn, order: u32) {
+        self.uncarve(mm);
         let mut pfn = pfn.0;
         let mut order = order;
         while order < self.max_order {
@@ -293,9 +355,18 @@ mod tests {
         assert_eq!(b.free_pages, 1 << 11);
     }
 
+    /// An allocation with its struct pages set up, as every caller does
+    /// (prep_new_folio): what the allocator leaves in a page it hands out is not read.
+    fn alloc(mm: &mut MemMap, b: &mut Buddy, order: u32) -> Option<Pfn> {
+        let p = b.alloc(mm, order)?;
+        mm.prep_new_folio(p, order);
+        Some(p)
+    }
+
     /// The allocator's whole state: counts, and every list in order with the struct
-    /// pages of the blocks on it.
-    fn snapshot(mm: &MemMap, b: &Buddy) -> String {
+    /// pages of the blocks on it (a carve written out first).
+    fn snapshot(mm: &mut MemMap, b: &mut Buddy) -> String {
+        b.uncarve(mm);
         let mut out = format!("{:?} {:?} {:b} {}\n", b.heads, b.nr_free, b.nonempty, b.free_pages);
         for &head in &b.heads {
             let mut at = head;
@@ -316,9 +387,10 @@ mod tests {
         let runs = [(1, 3), (5, 200), (1024, 1024), (2047, 9), (3000, 700), (3999, 97)];
         let build = || {
             let (mut mm, mut b) = setup(1 << 13);
-            let pages: Vec<Pfn> = (0..4096).map(|_| b.alloc(&mut mm, 0).unwrap()).collect();
+            let pages: Vec<Pfn> = (0..4096).map(|_| alloc(&mut mm, &mut b, 0).unwrap()).collect();
             for p in pages.iter().filter(|p| p.0 % 5 == 0 || (1000..1064).contains(&p.0)) {
                 if !runs.iter().any(|&(s, n)| (s..s + n).contains(&p.0)) {
+                    mm.clear_pages(*p, 1);
                     b.free(&mut mm, *p, 0);
                 }
             }
@@ -327,11 +399,17 @@ mod tests {
         let (mut mm1, mut b1) = build();
         let (mut mm2, mut b2) = build();
         for (s, n) in runs {
+            mm1.clear_pages(Pfn(s), n);
+            mm2.clear_pages(Pfn(s), n);
             for p in s..s + n {
                 b1.free(&mut mm1, Pfn(p), 0);
             }
             b2.free_range(&mut mm2, Pfn(s), n);
-            assert_eq!(snapshot(&mm1, &b1), snapshot(&mm2, &b2), "after run {s}+{n}");
+            assert_eq!(
+                snapshot(&mut mm1, &mut b1),
+                snapshot(&mut mm2, &mut b2),
+                "after run {s}+{n}"
+            );
         }
         for p in 0..4096 {
             assert_eq!(
@@ -340,6 +418,66 @@ mod tests {
                 "page {p}"
             );
         }
+    }
+
+    /// One allocator's state after `ops` (allocations of an order; frees of the
+    /// `n`th block still allocated, alone or as a range of its pages), every struct
+    /// page included; with `eager`, a carve is written out after each allocation, so
+    /// every split is expand()'s.
+    fn after_ops(ops: &[(u8, u32, usize)], eager: bool) -> (Vec<Option<Pfn>>, String) {
+        let (mut mm, mut b) = setup(1 << 13);
+        let (mut held, mut got) = (Vec::new(), Vec::new());
+        for &(op, order, n) in ops {
+            if op < 2 || held.is_empty() {
+                let p = alloc(&mut mm, &mut b, order);
+                if eager {
+                    b.uncarve(&mut mm);
+                }
+                got.push(p);
+                held.extend(p.map(|p| (p, order)));
+                continue;
+            }
+            let (p, order) = held.swap_remove(n % held.len());
+            mm.clear_folio(p, order);
+            if op == 2 {
+                b.free(&mut mm, p, order);
+            } else {
+                b.free_range(&mut mm, p, 1 << order);
+            }
+        }
+        let mut state = snapshot(&mut mm, &mut b);
+        for p in 0..1 << 13 {
+            state += &format!("{:?}\n", mm.page(Pfn(p)));
+        }
+        (got, state)
+    }
+
+    proptest::proptest! {
+        /// Carving leaves the pages handed out, the lists and every struct page as
+        /// splitting each block at once does, over allocations of mixed orders
+        /// (a carve of one order interrupted by another) and frees between them.
+        #[test]
+        fn carving_a_block_leaves_what_splitting_it_at_once_does(
+            ops in proptest::collection::vec((0..4u8, 0..5u32, 0..64usize), 1..200)
+        ) {
+            proptest::prop_assert_eq!(after_ops(&ops, false), after_ops(&ops, true));
+        }
+    }
+
+    #[test]
+    fn a_carve_hands_out_a_block_from_its_start_and_counts_its_blocks() {
+        let (mut mm, mut b) = setup(1 << 11);
+        let got: Vec<u64> = (0..5).map(|_| b.alloc(&mut mm, 0).unwrap().0).collect();
+        assert_eq!(got, [0, 1, 2, 3, 4]);
+        // [5, 1024) as expand() leaves it: one block at orders 0, 1 and 3..9 (the
+        // second 1024-block has not entered the lists).
+        let counts: Vec<u64> = (0..11).map(|o| b.nr_free(o)).collect();
+        assert_eq!(counts, [1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0]);
+        assert_eq!(b.free_pages, (1 << 11) - 5);
+        // Another order writes the carve out and takes the order-3 block at 8.
+        assert_eq!(b.alloc(&mut mm, 3), Some(Pfn(8)));
+        assert_eq!(b.nr_free(3), 0);
+        assert_eq!(b.alloc(&mut mm, 0), Some(Pfn(5)));
     }
 
     #[test]
