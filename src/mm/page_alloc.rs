@@ -4,9 +4,10 @@
 //! and freeing are O(MAX_PAGE_ORDER) with no host allocation. Lists are LIFO, which
 //! keeps the allocator deterministic. A block split for an allocation is carved
 //! (`Carve`): the next allocations of that order take its pages in turn, as expand()'s
-//! lists would hand them out, without the lists written until something else needs them. RAM enters the allocator lazily, a block at a
-//! time from an untouched range (like deferred struct-page init), so a terabyte
-//! machine boots without touching its memmap.
+//! lists would hand them out, without the lists written until something else needs
+//! them. RAM enters the allocator lazily, a block at a time from an untouched range
+//! (like deferred struct-page init), so a terabyte machine boots without touching its
+//! memmap.
 
 use super::folio::{MemMap, PageFlags, NIL};
 use crate::hw::{Granule, Pfn};
