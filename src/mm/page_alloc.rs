@@ -137,14 +137,14 @@ impl Buddy {
         self.max_order
     }
     pub fn nr_free(&self, order: u32) -> u64 {
-        let carved = self
-            .carve
-            .is_some_and(|c| order >= c.order && (c.end - c.next) >> order & 1 != 0);
+        let carved = self.carve.is_some_and(|c| (c.end - c.next) >> order & 1 != 0);
         self.nr_free[order as usize] + carved as u64
     }
 
     /// Writes the carve's blocks to their lists (each list below the carved block's
-    /// order, from the carve's, is empty while it lasts).
+    /// order, from the carve's, is empty while it lasts). The block at `next` is of the
+    /// order of the lowest set bit of `end - next`: `end` is aligned to the carved
+    /// block's size, so that bit is `next`'s own alignment.
     #[cold]
     #[inline(never)]
     fn uncarve(&mut self, mm: &mut MemMap) {
@@ -153,7 +153,7 @@ impl Buddy {
         };
         self.free_pages -= end - next;
         while next < end {
-            let order = (end - next).trailing_zeros().min(next.trailing_zeros());
+            let order = (end - next).trailing_zeros();
             self.add_free(mm, next, order);
             next += 1 << order;
         }
