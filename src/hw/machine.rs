@@ -662,14 +662,20 @@ impl Machine {
         Some(table)
     }
 
+    /// Whether `va` is the stream's next page and within its reach (`last`, 0 once the
+    /// stream ended).
+    #[inline(always)]
+    fn first_touch_next(&self, ft: &FirstTouch, va: VirtAddr) -> bool {
+        va.0 & !(self.cfg.granule.page_size() - 1) == ft.va && va.0 <= ft.last
+    }
+
     /// Whether `ft` still knows `va`'s access: in its next page, with nothing else having
     /// used the CPU's TLB (its clock), switched its TTBR0 or changed a table above
     /// level 3 since the stream last acted.
     #[inline(always)]
     fn first_touch_stands(&self, ft: &FirstTouch, va: VirtAddr) -> bool {
         let c = &self.cpus[ft.cpu];
-        va.0 & !(self.cfg.granule.page_size() - 1) == ft.va
-            && va.0 <= ft.last
+        self.first_touch_next(ft, va)
             && !self.checks
             && c.ttbr0 == Some(ft.ttbr0)
             && c.tlb.clock() == ft.clock
@@ -677,13 +683,17 @@ impl Machine {
             && self.mem.upper_gen() == ft.upper_gen
     }
 
-    /// The first access of the stream's next page `va`, when the stream still stands
-    /// and `va`'s pte is not valid: counted as `access` counts it (its lookup misses,
+    /// The first access of the stream's next page `va`, when `va` is in the stream's
+    /// reach and its pte is not valid: counted as `access` counts it (its lookup misses,
     /// as no entry answers `va`; its walk faults at level 3), and true. False, having
-    /// done nothing, where the caller must make it an `access`.
+    /// done nothing, where the caller must make it an `access`. The caller has done
+    /// nothing to the machine since the stream began, was retried or resumed (a retry
+    /// that finds the stream no longer standing ends it), so the stream stands: only
+    /// its reach is tested, not the TLB's clock and the tables' generations again.
     #[inline(always)]
     pub fn first_touch_fault(&mut self, ft: &mut FirstTouch, va: VirtAddr) -> bool {
-        if !self.first_touch_stands(ft, va)
+        debug_assert!(ft.va > ft.last || self.first_touch_stands(ft, VirtAddr(ft.va)));
+        if !self.first_touch_next(ft, va)
             || (va.0 > ft.known && !self.first_touch_known(ft, va.0))
             || matches!(
                 self.mem.read(ft.table, ft.index).kind(PTE_LEVEL, self.cfg.granule),
@@ -708,8 +718,9 @@ impl Machine {
     /// walk starting at the known table; the stream moves on to the page after the
     /// fill's span when the fill is of a pte (a page's, or a contiguous block's, whose
     /// other pages the caller then takes as hits and hands back, `first_touch_resume`).
-    /// None, having done nothing, when the stream no longer stands (the fault changed
-    /// the tables above level 3 or used the TLB): the caller makes it an `access_retry`.
+    /// None, having done nothing but end the stream, when it no longer stands (the fault
+    /// changed the tables above level 3 or used the TLB): the caller makes it an
+    /// `access_retry`.
     #[inline(always)]
     pub fn first_touch_retry(
         &mut self,
@@ -718,6 +729,7 @@ impl Machine {
         write: bool,
     ) -> Option<Result<PhysAddr, AccessFault>> {
         if !self.first_touch_stands(ft, va) {
+            ft.last = 0;
             return None;
         }
         self.ev.inc(Event::TlbMiss);

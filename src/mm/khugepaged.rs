@@ -587,7 +587,7 @@ impl Kernel {
             map_anon_folio_pmd_nopf(self, mm, vma, folio, pmd, haddr);
         } else {
             self.pxd_set(2, haddr, pmd, Desc::table(table.to_phys(g)));
-            self.map_anon_folio_pte_nopf(mm, vma, folio, ptep, start);
+            self.map_anon_folio_pte_nopf(mm, vma, folio, order, ptep, start);
         }
         Scan::Succeed
     }

@@ -567,7 +567,7 @@ impl Kernel {
     /// alloc_anon_folio: the largest allowed, suitable order whose aligned range is all
     /// none and can be allocated; order 0 otherwise. Returns (folio, order) or None (OOM).
     #[inline]
-    fn alloc_anon_folio(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> Option<Pfn> {
+    fn alloc_anon_folio(&mut self, mm: MmId, vma: &Vma, pmd: PmdPtr, addr: u64) -> Option<(Pfn, u32)> {
         let g = self.arch.granule();
         let ps = g.page_size();
         let below_pmd = (1u64 << g.pmd_order()) - 1;
@@ -593,7 +593,7 @@ impl Kernel {
                     if self.mem_cgroup_charge(f, false) {
                         // vma_alloc_zeroed_movable_folio / folio_zero_user.
                         self.arch.clear_pages(1 << order);
-                        return Some(f);
+                        return Some((f, order));
                     }
                     self.stat.count_mthp_stat(order, MthpStat::AnonFaultFallbackCharge);
                     self.folio_put(f);
@@ -608,7 +608,7 @@ impl Kernel {
             return None;
         }
         self.arch.clear_pages(1);
-        Some(f)
+        Some((f, 0))
     }
 
     /// do_anonymous_page: zero page for reads, a new (possibly large) folio for writes.
@@ -648,10 +648,9 @@ impl Kernel {
             self.arch.hw.ev.inc(Event::PmdRead);
         }
         self.anon_vma_prepare(mm, vma);
-        let Some(folio) = self.alloc_anon_folio(mm, vma, pmd, addr) else {
+        let Some((folio, order)) = self.alloc_anon_folio(mm, vma, pmd, addr) else {
             return VmFault::Oom;
         };
-        let order = self.memmap.folio_order(folio);
         let nr = 1usize << order;
         let start = addr & !((ps << order) - 1);
         let ptep = match known {
@@ -683,17 +682,19 @@ impl Kernel {
         // map_anon_folio_pte_pf
         self.mm_mut(mm).rss_anon += nr as i64;
         self.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
-        self.map_anon_folio_pte_nopf(mm, vma, folio, ptep, start);
+        self.map_anon_folio_pte_nopf(mm, vma, folio, order, ptep, start);
         VmFault::Done
     }
 
-    /// map_anon_folio_pte_nopf: map a new exclusive anon folio by its ptes from
-    /// `start` (a fault, or a khugepaged mTHP collapse), writable and dirty in a
+    /// map_anon_folio_pte_nopf: map a new exclusive anon folio of `order` by its ptes
+    /// from `start` (a fault, or a khugepaged mTHP collapse), writable and dirty in a
     /// writable VMA. Inline: its callers are the fault and a collapse, and the fault
-    /// takes it for every page of an order-0 touch.
+    /// takes it for every page of an order-0 touch. The order is the caller's, who
+    /// allocated the folio, rather than read again from its head page (folio_nr_pages).
     #[inline(always)]
-    pub fn map_anon_folio_pte_nopf(&mut self, mm: MmId, vma: &Vma, folio: Pfn, ptep: PtePtr, start: u64) {
-        let nr = self.memmap.folio_nr_pages(folio) as usize;
+    pub fn map_anon_folio_pte_nopf(&mut self, mm: MmId, vma: &Vma, folio: Pfn, order: u32, ptep: PtePtr, start: u64) {
+        debug_assert_eq!(order, self.memmap.folio_order(folio));
+        let nr = 1usize << order;
         let mut entry = Pte::pfn_pte(folio, vm_page_prot(vma), self.arch.granule());
         if vma.flags.contains(VmFlags::WRITE) {
             entry = entry.pte_mkdirty().pte_mkwrite();
