@@ -65,10 +65,74 @@ pub fn vm_page_prot(vma: &Vma) -> PgProt {
 /// fault_around_bytes' default: do_read_fault maps up to 64 KiB of cached pages.
 const FAULT_AROUND_BYTES: u64 = 64 << 10;
 
+/// What a first-touch stream's last anonymous write fault found on its way
+/// (`Kernel::handle_mm_fault_stream`): the VMA, as the tree held it after that fault,
+/// and the pmd and pte table, for the addresses both cover.
+#[derive(Clone, Copy, Debug)]
+pub struct FaultRun {
+    vma: Vma,
+    pmd: PmdPtr,
+    table: crate::hw::TableId,
+    /// The addresses the VMA and the pte table both cover.
+    lo: u64,
+    hi: u64,
+    /// The VMA tree's sequence and the upper tables' generation then.
+    vma_seq: u64,
+    upper_gen: u64,
+}
+
 impl Kernel {
     /// handle_mm_fault with arm64's do_page_fault access checks in front and
     /// mm_account_fault behind (pgfault and the task's min_flt or maj_flt).
     pub fn handle_mm_fault(&mut self, mm: MmId, addr: u64, write: bool) -> Result<(), FaultError> {
+        self.handle_mm_fault_remembering(mm, addr, write, None)
+    }
+
+    /// handle_mm_fault for a first-touch stream, fault after fault in one mm: where the
+    /// last one's `run` still holds (no VMA changed and no table above level 3 was
+    /// written since, `addr` in the same VMA and pte table), a write to a none pte goes
+    /// to do_anonymous_page from its pte, with the reads handle_mm_fault makes on its
+    /// way there counted, instead of finding the VMA and walking to the pte again.
+    /// Anything else takes the whole path, which remembers what its fault found.
+    #[inline]
+    pub fn handle_mm_fault_stream(
+        &mut self,
+        run: &mut Option<FaultRun>,
+        mm: MmId,
+        addr: u64,
+        write: bool,
+    ) -> Result<(), FaultError> {
+        if let Some(r) = *run {
+            if write
+                && (r.lo..r.hi).contains(&addr)
+                && self.arch.hw.mem.upper_gen() == r.upper_gen
+                && self.mm(mm).vma_seq() == r.vma_seq
+            {
+                let ptep = PtePtr {
+                    table: r.table,
+                    index: self.arch.granule().index(addr, 3),
+                };
+                if Pte(self.arch.hw.mem.read(ptep.table, ptep.index)).pte_none() {
+                    self.arch.kc.inc(KernelEvent::HandleMmFault);
+                    self.count_anon_write_walk();
+                    let ret = self.do_anonymous_write(mm, &r.vma, r.pmd, addr, Some(ptep));
+                    return self.mm_account_fault(mm, addr, ret);
+                }
+            }
+        }
+        self.handle_mm_fault_remembering(mm, addr, write, Some(run))
+    }
+
+    /// handle_mm_fault, leaving in `run` (when given) what its fault found when it was
+    /// an anonymous write to a none pte (`anon_write_to_none_pte`), None otherwise.
+    #[inline(always)]
+    fn handle_mm_fault_remembering(
+        &mut self,
+        mm: MmId,
+        addr: u64,
+        write: bool,
+        run: Option<&mut Option<FaultRun>>,
+    ) -> Result<(), FaultError> {
         self.arch.kc.inc(KernelEvent::HandleMmFault);
         let Some(vma) = self.mm(mm).find_vma(addr) else {
             return Err(FaultError::Segv(addr));
@@ -84,9 +148,45 @@ impl Kernel {
             return Err(FaultError::Segv(addr));
         }
         let ret = match self.anon_write_to_none_pte(mm, &vma, addr, write) {
-            Some((pmd, ptep)) => self.do_anonymous_write(mm, &vma, pmd, addr, Some(ptep)),
-            None => self.__handle_mm_fault(mm, &vma, addr, write),
+            Some((pmd, ptep)) => {
+                // Taken before the fault: one that changes the VMA (its first gives
+                // it an anon_vma) or an upper table leaves a run that no longer holds.
+                if let Some(run) = run {
+                    *run = Some(self.fault_run(mm, &vma, addr, pmd, ptep));
+                }
+                self.do_anonymous_write(mm, &vma, pmd, addr, Some(ptep))
+            }
+            None => {
+                if let Some(run) = run {
+                    *run = None;
+                }
+                self.__handle_mm_fault(mm, &vma, addr, write)
+            }
         };
+        self.mm_account_fault(mm, addr, ret)
+    }
+
+    /// What an anonymous write fault at `addr` found on its way (`vma`, and `pmd` to
+    /// `ptep`), for the faults after it: the addresses the VMA and the pte table both
+    /// cover, as the VMA tree and the upper tables stand now.
+    #[inline(never)]
+    fn fault_run(&self, mm: MmId, vma: &Vma, addr: u64, pmd: PmdPtr, ptep: PtePtr) -> FaultRun {
+        let g = self.arch.granule();
+        let table_lo = addr & !(g.pmd_size() - 1);
+        FaultRun {
+            vma: *vma,
+            pmd,
+            table: ptep.table,
+            lo: vma.start.max(table_lo),
+            hi: vma.end.min(table_lo + g.pmd_size()),
+            vma_seq: self.mm(mm).vma_seq(),
+            upper_gen: self.arch.hw.mem.upper_gen(),
+        }
+    }
+
+    /// mm_account_fault: pgfault, and the task's min_flt or maj_flt.
+    #[inline(always)]
+    fn mm_account_fault(&mut self, mm: MmId, addr: u64, ret: VmFault) -> Result<(), FaultError> {
         self.stat.count_vm_event(VmEvent::PgFault);
         match ret {
             VmFault::Oom => Err(FaultError::Oom(addr)),
@@ -136,14 +236,22 @@ impl Kernel {
         if !Pte(self.arch.hw.mem.read(ptep.table, ptep.index)).pte_none() {
             return None;
         }
-        self.count_upper_reads(g);
+        self.count_anon_write_walk();
+        Some((pmd, ptep))
+    }
+
+    /// The reads the walk to an anonymous write's none pte makes (pmd_alloc's upper
+    /// levels, the pmd read twice, the pte once), for a fault that found the pte
+    /// without them.
+    #[inline(always)]
+    fn count_anon_write_walk(&mut self) {
+        self.count_upper_reads(self.arch.granule());
         #[cfg(test)]
         tests::SHORTCUTS_TAKEN.set(tests::SHORTCUTS_TAKEN.get() + 1);
         let ev = &mut self.arch.hw.ev;
         // __handle_mm_fault's pmdp_get, handle_pte_fault's pte_offset_map and ptep_get.
         ev.add(Event::PmdRead, 2);
         ev.inc(Event::PteRead);
-        Some((pmd, ptep))
     }
 
     fn __handle_mm_fault(&mut self, mm: MmId, vma: &Vma, addr: u64, write: bool) -> VmFault {

@@ -77,6 +77,9 @@ pub struct MmStruct {
     /// fault stream stays in one VMA, and the tree walk costs more than the fault's
     /// own page-table reads.
     vmacache: Cell<Option<Vma>>,
+    /// Bumped by every `vmas_mut` (the kernel's mm_lock_seq, bumped as VMAs are
+    /// write-locked): a copy of a VMA taken at one value is the tree's while it holds.
+    vma_seq: u64,
     /// MM_ANONPAGES.
     pub rss_anon: i64,
     /// MM_SHMEMPAGES: shmem pages mapped.
@@ -106,6 +109,7 @@ impl MmStruct {
             pgd_table,
             vmas: BTreeMap::new(),
             vmacache: Cell::new(None),
+            vma_seq: 0,
             rss_anon: 0,
             rss_shmem: 0,
             rss_swap: 0,
@@ -125,7 +129,13 @@ impl MmStruct {
     /// The VMAs, to change (vmacache_invalidate).
     pub fn vmas_mut(&mut self) -> &mut BTreeMap<u64, Vma> {
         self.vmacache.set(None);
+        self.vma_seq += 1;
         &mut self.vmas
+    }
+    /// The VMA tree's sequence (`vma_seq`).
+    #[inline]
+    pub fn vma_seq(&self) -> u64 {
+        self.vma_seq
     }
     /// find_vma: the VMA containing `addr`.
     #[inline]

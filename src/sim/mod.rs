@@ -741,9 +741,10 @@ impl Sim<'_> {
         write: bool,
     ) -> Result<(u64, bool), SimError> {
         let ps = self.k.arch.granule().page_size();
+        let mut run = None;
         while addr < end {
             self.watch.tick().map_err(|e| self.fail(pos, e))?;
-            if !first_touch_access(&mut self.k, mm, &mut ft, addr, write).map_err(|e| self.fail(pos, e))? {
+            if !first_touch_access(&mut self.k, mm, &mut ft, &mut run, addr, write).map_err(|e| self.fail(pos, e))? {
                 return Ok((addr, true));
             }
             addr += ps;
@@ -971,7 +972,8 @@ fn streams_allowed() -> bool {
 
 /// `user_access` of `addr`, the next page of the first-touch stream `ft`
 /// (`Machine::first_touch_start`): the same accesses, faults and counts, the lookup
-/// and the walks to the pte table taken as the stream knows they end. Ok(false),
+/// and the walks to the pte table taken as the stream knows they end, the fault
+/// from what the stream's last one found (`run`, `handle_mm_fault_stream`). Ok(false),
 /// having done nothing, when the stream no longer stands for `addr`; the caller then
 /// makes it a `user_access`.
 #[inline(always)]
@@ -979,13 +981,14 @@ fn first_touch_access(
     k: &mut Kernel,
     mm: MmId,
     ft: &mut crate::hw::FirstTouch,
+    run: &mut Option<crate::mm::memory::FaultRun>,
     addr: u64,
     write: bool,
 ) -> Result<bool, FaultError> {
     if !k.arch.hw.first_touch_fault(ft, VirtAddr(addr)) {
         return Ok(false);
     }
-    k.handle_mm_fault(mm, addr, write)?;
+    k.handle_mm_fault_stream(run, mm, addr, write)?;
     match k.arch.hw.first_touch_retry(ft, VirtAddr(addr), write) {
         Some(Ok(pa)) => {
             if write {

@@ -1110,6 +1110,24 @@ mod first_touch_streams {
         }
     }
 
+    /// A stream of order-0 faults that goes on into the next VMA (the mapping split by
+    /// madvise) faults there as page-by-page accesses do, by that VMA's flags: 64K
+    /// folios where that VMA has them and the first has not. (A stream's fault leaves
+    /// the next ones its VMA, `FaultRun`.)
+    #[test]
+    fn a_stream_into_the_next_vma_faults_by_that_vmas_flags() {
+        for (knob, split) in [
+            ("madvise", "madvise a 1M 1M hugepage"),
+            ("always", "madvise a 0 1M nohugepage"),
+        ] {
+            let src = format!("set hugepages-64kB/enabled {knob}\nmmap a 2M\n{split}\ntouch a 0 1536K\ntouch a read\n");
+            STREAM_PAGES.set(0);
+            let streamed = report(&src, true);
+            assert!(STREAM_PAGES.get() > 0, "{src}: no stream");
+            assert_eq!(streamed, report(&src, false), "{src}");
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
