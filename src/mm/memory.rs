@@ -66,8 +66,8 @@ pub fn vm_page_prot(vma: &Vma) -> PgProt {
 const FAULT_AROUND_BYTES: u64 = 64 << 10;
 
 /// What a first-touch stream's last anonymous write fault found on its way
-/// (`Kernel::handle_mm_fault_stream`): the VMA, as the tree held it after that fault,
-/// and the pmd and pte table, for the addresses both cover.
+/// (`Kernel::handle_mm_fault_stream`): the VMA, as the tree held it when that fault
+/// began, and the pmd and pte table, for the addresses both cover.
 #[derive(Clone, Copy, Debug)]
 pub struct FaultRun {
     vma: Vma,

@@ -77,8 +77,9 @@ pub struct MmStruct {
     /// fault stream stays in one VMA, and the tree walk costs more than the fault's
     /// own page-table reads.
     vmacache: Cell<Option<Vma>>,
-    /// Bumped by every `vmas_mut` (the kernel's mm_lock_seq, bumped as VMAs are
-    /// write-locked): a copy of a VMA taken at one value is the tree's while it holds.
+    /// Bumped by every `vmas_mut`, as the kernel's mm_lock_seq moves on when a writer
+    /// of the VMAs lets go of the mmap lock: a copy of a VMA taken at one value is
+    /// the tree's while it holds.
     vma_seq: u64,
     /// MM_ANONPAGES.
     pub rss_anon: i64,
