@@ -265,16 +265,16 @@ mod tests {
     /// Two threads at nice -10 leave a task at nice 0 about 5 % of the CPU (weights
     /// 9548, 9548 and 1024), but a tick preempts the exit only once its slice is used
     /// (EEVDF's base slice: 0.7 ms times 1 + log2 of the CPUs, up to 8, in
-    /// kernel/sched/fair.c, so 1.4 ms here and at most 2.8 ms), and ticks come every 4
-    /// ms at this host's HZ=250 (10 ms at HZ=100). An exit shorter than a tick can finish unpreempted: CI
-    /// once timed 64 MiB in 3.6 ms on the CPU and 3.95 ms wall, saturated. So the exit
-    /// is sized from a first 64 MiB exit's rate to take 30 ms free. That rate varies:
-    /// 64 MiB took 9 to 12 ms when this test was written (bd954c4) and 2.6 to 5.2 ms
-    /// two days later on the same kind of machine, and a size from it lands at 0.64 to
-    /// 1.1 times its aim. Measured here (624 to 697 MiB): 24.3 to 25.7 ms free, 25.8 to 38.3 ms on
-    /// the CPU saturated (each preemption refills the caches), 487 to 712 ms wall, 17 to
-    /// 20 times the CPU; a window summed from the first switch in to the dead switch
-    /// fails it (399 to 627 ms against 21).
+    /// kernel/sched/fair.c, so 1.4 ms here and at most 2.8 ms), and ticks come every
+    /// 4 ms at this host's HZ=250 (10 ms at HZ=100). An exit shorter than a tick can
+    /// finish unpreempted: CI once timed 64 MiB in 3.6 ms on the CPU and 3.95 ms wall,
+    /// saturated. So the exit is sized from a first 64 MiB exit's rate to take 30 ms
+    /// free. That rate varies: 64 MiB took 9 to 12 ms when this test was written
+    /// (bd954c4) and 2.6 to 5.2 ms two days later on the same kind of machine, and a
+    /// size from it lands at 0.64 to 1.1 times its aim. Measured here (624 to 697 MiB):
+    /// 24.3 to 25.7 ms free, 25.8 to 38.3 ms on the CPU saturated (each preemption
+    /// refills the caches), 487 to 712 ms wall, 17 to 20 times the CPU; a window summed
+    /// from the first switch in to the dead switch fails it (399 to 627 ms against 21).
     #[test]
     fn an_exit_on_a_saturated_cpu_is_timed_as_on_an_idle_one() {
         let tp = match Switch::load() {
