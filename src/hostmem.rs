@@ -315,13 +315,17 @@ pub fn check_fits(what: &str, needed: u64, available: Option<u64>) -> Result<(),
 pub struct Watch {
     limit: Option<u64>,
     n: u32,
-    /// /proc/self/statm, kept open: a touch of 1 GiB reads it 64 times, and opening
-    /// it each time cost more than the reads.
+    /// /proc/self/statm, kept open: opening it each time cost more than the reads.
     statm: Option<std::fs::File>,
 }
 
 impl Watch {
-    const EVERY: u32 = 1 << 12;
+    /// At 1 << 12 a 64K-folio touch of 1 GiB read it 64 times, 2.5 % of its samples on
+    /// the development host (tasks/speed.md, twenty-second round). Between two
+    /// reads a page-by-page run grows the model's host memory by some 3 MiB at most
+    /// (a struct page, its LRU flags, its share of a pte table and of a large-folio
+    /// record, about 45 bytes a unit), well inside the 256 MiB margin at least.
+    const EVERY: u32 = 1 << 16;
 
     fn new(available: Option<u64>) -> Watch {
         let limit = available
