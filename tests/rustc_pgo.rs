@@ -149,3 +149,53 @@ fn the_profile_is_checked_in_for_this_rustc() {
         profile_llvm()
     );
 }
+
+#[test]
+fn the_command_alone_is_linked_statically() {
+    let rustc = FakeRustc::new(&format!("{}.0.0", profile_llvm()));
+    let static_flag = "-Ctarget-feature=+crt-static".to_string();
+    let bin = [
+        "--crate-name",
+        "foliolab",
+        "src/main.rs",
+        "--crate-type",
+        "bin",
+        "-C",
+        "opt-level=1",
+    ];
+    assert_eq!(passed(&rustc.path(), &bin, false).last(), Some(&static_flag));
+    let lib = [
+        "--crate-name",
+        "foliolab",
+        "src/lib.rs",
+        "--crate-type",
+        "lib",
+        "-C",
+        "opt-level=1",
+    ];
+    let tests = ["--crate-name", "foliolab", "src/main.rs", "--test", "-C", "opt-level=1"];
+    let other_bin = ["--crate-name", "other", "main.rs", "--crate-type", "bin"];
+    for args in [&lib[..], &tests[..], &other_bin[..]] {
+        assert!(!passed(&rustc.path(), args, false).contains(&static_flag), "{args:?}");
+    }
+}
+
+/// The foliolab binary these tests run has no program interpreter (PT_INTERP): it was
+/// linked statically, so a run maps, relocates and binds no shared library.
+#[test]
+fn the_built_command_has_no_dynamic_loader() {
+    let elf = std::fs::read(env!("CARGO_BIN_EXE_foliolab")).unwrap();
+    assert_eq!(&elf[..4], b"\x7fELF");
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    assert!(phnum > 0);
+    const PT_INTERP: u32 = 3;
+    let types: Vec<u32> = (0..phnum)
+        .map(|i| {
+            let o = phoff + i * phentsize;
+            u32::from_le_bytes(elf[o..o + 4].try_into().unwrap())
+        })
+        .collect();
+    assert!(!types.contains(&PT_INTERP), "program header types {types:?}");
+}
