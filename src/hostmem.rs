@@ -322,9 +322,9 @@ pub struct Watch {
 impl Watch {
     /// At 1 << 12 a 64K-folio touch of 1 GiB read it 64 times, 2.5 % of its samples on
     /// the development host (tasks/speed.md, twenty-second round). Between two
-    /// reads a page-by-page run grows the model's host memory by some 3 MiB at most
+    /// reads a page-by-page run grows the model's host memory by about 3 MiB, by count
     /// (a struct page, its LRU flags, its share of a pte table and of a large-folio
-    /// record, about 45 bytes a unit), well inside the 256 MiB margin at least.
+    /// record: some 45 bytes a unit), well inside the 256 MiB margin at least.
     const EVERY: u32 = 1 << 16;
 
     fn new(available: Option<u64>) -> Watch {
