@@ -47,7 +47,7 @@ const CASES: [Case; 2] = [
         target: 0.05,
         mthp_64k: false,
         // Enforced since the CPU ratio stayed at 0.038-0.057 on two hosts (Intel and
-        // AMD, tasks/speed.md), half the fail line's 0.1 or less.
+        // AMD, tasks/speed.md), well under the fail line of 0.1.
         unenforced: None,
     },
     Case {
