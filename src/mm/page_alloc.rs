@@ -287,6 +287,27 @@ impl Buddy {
             pfn += 1 << order;
         }
     }
+
+    /// The allocator's whole state for tests: counts, and every list in order with
+    /// the struct pages of the blocks on it (a carve written out first).
+    #[cfg(test)]
+    pub(crate) fn snapshot(&mut self, mm: &mut MemMap) -> String {
+        self.uncarve(mm);
+        let mut out = format!(
+            "{:?} {:?} {:b} {}\n",
+            self.heads, self.nr_free, self.nonempty, self.free_pages
+        );
+        for &head in &self.heads {
+            let mut at = head;
+            while at != NIL {
+                let p = mm.page(Pfn(at as u64));
+                out += &format!("{at}:{p:?} ");
+                at = p.lru_next;
+            }
+            out += "\n";
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -364,23 +385,6 @@ mod tests {
         Some(p)
     }
 
-    /// The allocator's whole state: counts, and every list in order with the struct
-    /// pages of the blocks on it (a carve written out first).
-    fn snapshot(mm: &mut MemMap, b: &mut Buddy) -> String {
-        b.uncarve(mm);
-        let mut out = format!("{:?} {:?} {:b} {}\n", b.heads, b.nr_free, b.nonempty, b.free_pages);
-        for &head in &b.heads {
-            let mut at = head;
-            while at != NIL {
-                let p = mm.page(Pfn(at as u64));
-                out += &format!("{at}:{p:?} ");
-                at = p.lru_next;
-            }
-            out += "\n";
-        }
-        out
-    }
-
     #[test]
     fn freeing_a_range_leaves_the_lists_as_freeing_its_pages_in_turn_does() {
         // A fragmented start: 4096 pages allocated one by one, every fifth and every
@@ -406,11 +410,7 @@ mod tests {
                 b1.free(&mut mm1, Pfn(p), 0);
             }
             b2.free_range(&mut mm2, Pfn(s), n);
-            assert_eq!(
-                snapshot(&mut mm1, &mut b1),
-                snapshot(&mut mm2, &mut b2),
-                "after run {s}+{n}"
-            );
+            assert_eq!(b1.snapshot(&mut mm1), b2.snapshot(&mut mm2), "after run {s}+{n}");
         }
         for p in 0..4096 {
             assert_eq!(
@@ -446,7 +446,7 @@ mod tests {
                 b.free_range(&mut mm, p, 1 << order);
             }
         }
-        let mut state = snapshot(&mut mm, &mut b);
+        let mut state = b.snapshot(&mut mm);
         for p in 0..1 << 13 {
             state += &format!("{:?}\n", mm.page(Pfn(p)));
         }

@@ -79,7 +79,7 @@ pub struct Lruvec {
     tail: [u32; 4],
     nr_pages: [u64; 4],
     /// cpu_fbatches.lru_add of the one CPU the workload's faults run on.
-    fbatch: Vec<Pfn>,
+    pub(super) fbatch: Vec<Pfn>,
     /// lruvec->anon_cost and file_cost (lru_note_cost).
     pub anon_cost: u64,
     pub file_cost: u64,
@@ -187,21 +187,21 @@ impl Lruvec {
         }
     }
 
-    /// `del` of every folio on a list among the order-0 folios at pfns `run`, leaving
-    /// the lists as deleting them one by one would (the run's own links are left for
-    /// the caller to clear): each stretch of run folios lying next to each other on a
-    /// list is cut out whole, its neighbours outside the run relinked once, so a run
-    /// freed in the order it was faulted costs one relink, not one per folio.
-    fn del_run(&mut self, mm: &mut MemMap, run: std::ops::Range<u64>) {
+    /// `del` of every folio on a list among the folios of `order` filling pfns `run`,
+    /// leaving the lists as deleting them one by one would (the run's own links are
+    /// left for the caller to clear): each stretch of run folios lying next to each
+    /// other on a list is cut out whole, its neighbours outside the run relinked once,
+    /// so a run freed in the order it was faulted costs one relink, not one per folio.
+    fn del_run(&mut self, mm: &mut MemMap, run: std::ops::Range<u64>, order: u32) {
         // NIL is no pfn of a run: pfns fit below it in the links.
         let inside = |p: u32| run.contains(&u64::from(p));
-        for pfn in run.clone() {
+        for pfn in run.clone().step_by(1 << order) {
             let f = mm.lru(Pfn(pfn));
             if !f.contains(LruFlags::LRU) {
                 continue;
             }
             let l = LruList::of(f.contains(LruFlags::ON_FILE), f.contains(LruFlags::ON_ACTIVE)) as usize;
-            self.nr_pages[l] -= 1;
+            self.nr_pages[l] -= 1 << order;
             let p = mm.page(Pfn(pfn));
             let prev = p.lru_prev;
             if inside(prev) {
@@ -363,26 +363,15 @@ impl Kernel {
         self.folio_put(folio);
     }
 
-    /// __page_cache_release (a folio being freed): off the LRU, out of the batch,
-    /// its LRU flags cleared.
-    pub(super) fn lru_forget_folio(&mut self, folio: Pfn) {
-        let f = self.memmap.lru(folio);
-        if f.contains(LruFlags::LRU) {
-            self.lruvec_del_folio(folio);
-        } else if let Some(i) = self.lruvec.fbatch.iter().position(|&b| b == folio) {
-            self.lruvec.fbatch.remove(i);
-        }
-        *self.memmap.lru_mut(folio) = LruFlags::empty();
-    }
-
-    /// `lru_forget_folio` of each order-0 folio at pfns `run`, in one pass over the
-    /// lists (`Lruvec::del_run`) and one over their flags; their struct pages' links
-    /// are the caller's to clear, as it frees them.
-    pub(super) fn lru_forget_run(&mut self, run: std::ops::Range<u64>) {
-        self.lruvec.del_run(&mut self.memmap, run.clone());
+    /// __page_cache_release of each folio of `order` filling pfns `run` (folios being
+    /// freed): off the LRU or out of the lru_add batch, its LRU flags cleared, in one
+    /// pass over the lists (`Lruvec::del_run`) and one over their flags; their struct
+    /// pages' links are the caller's to clear, as it frees them.
+    pub(super) fn lru_forget_run(&mut self, run: std::ops::Range<u64>, order: u32) {
+        self.lruvec.del_run(&mut self.memmap, run.clone(), order);
         let batch = &mut self.lruvec.fbatch;
         if !batch.is_empty() {
-            for pfn in run.clone() {
+            for pfn in run.clone().step_by(1 << order) {
                 if !self.memmap.lru(Pfn(pfn)).contains(LruFlags::LRU) {
                     if let Some(i) = batch.iter().position(|&b| b.0 == pfn) {
                         batch.remove(i);
@@ -498,7 +487,7 @@ mod tests {
         for (lru, want) in lists.iter().zip(&want) {
             assert!(k.lruvec.size(*lru) > want.len() as u64, "{lru:?} loses folios");
         }
-        k.lru_forget_run(run.clone());
+        k.lru_forget_run(run.clone(), 0);
         for (lru, want) in lists.into_iter().zip(want) {
             let got: Vec<u64> = k.lruvec.iter_from_tail(&k.memmap, lru).map(|p| p.0).collect();
             assert_eq!(got, want, "{lru:?}");
