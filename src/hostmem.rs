@@ -192,9 +192,14 @@ impl<T: Copy> Drop for HugeBuf<T> {
     }
 }
 
-/// MemAvailable from /proc/meminfo, in bytes; None where the host does not say.
+/// MemAvailable from /proc/meminfo, in bytes; None where the host does not say. One
+/// read of the file's start, where the line is (its third), not the file grown read
+/// by read: this runs as every model run starts.
 pub fn mem_available() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    let n = std::fs::File::open("/proc/meminfo").ok()?.read(&mut buf).ok()?;
+    let info = std::str::from_utf8(&buf[..n]).ok()?;
     let line = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
     let kb: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
     kb.checked_mul(1024)
@@ -270,8 +275,9 @@ impl Budget {
     /// Checks the budget against this host's MemAvailable now, and returns the watch
     /// that keeps the command to it while it runs.
     pub fn check(&self) -> Result<Watch, String> {
-        self.check_against(mem_available())?;
-        Ok(Watch::new(mem_available()))
+        let available = mem_available();
+        self.check_against(available)?;
+        Ok(Watch::new(available))
     }
 
     /// Refuses the command when its estimate exceeds `available` less the margin; a
