@@ -545,8 +545,9 @@ mod tests {
     use swap::LruList;
 
     /// A kernel holding anon folios of `orders`, allocated in turn and counted per
-    /// size, each on the LRU (the last order-0 ones still in the lru_add batch), every
-    /// third one of order 2 and up partially mapped on the deferred split queue.
+    /// size, each on the LRU (the last order-0 ones still in the lru_add batch); of
+    /// every third folio, those of order 2 and up partially mapped on the deferred
+    /// split queue.
     fn holding(orders: &[u32]) -> (Kernel, Vec<Pfn>) {
         let mut k = Kernel::boot(MachineConfig::default());
         let mut folios = Vec::new();
