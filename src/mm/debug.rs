@@ -99,18 +99,19 @@ impl Kernel {
                     CacheEntry::Folio(f) => {
                         let p = self.memmap.page(f);
                         let nr = self.memmap.folio_nr_pages(f);
+                        let first = self.memmap.page_index(f);
                         let ok = self.shmem.folio_inode(f) == Some(ino)
-                            && *index >= p.index
-                            && *index < p.index + nr
-                            && p.index.is_multiple_of(nr)
-                            && self.memmap.page(Pfn(f.0 + *index - p.index)).index == *index
+                            && *index >= first
+                            && *index < first + nr
+                            && first.is_multiple_of(nr)
+                            && self.memmap.page_index(Pfn(f.0 + *index - first)) == *index
                             && p.flags.contains(PageFlags::SWAPBACKED | PageFlags::INUSE)
                             && !p.flags.intersects(PageFlags::ANON | PageFlags::SWAPCACHE);
                         if !ok {
                             return Err(format!("shmem inode {ino}: index {index} caches {f:?} ({p:?})"));
                         }
                         folios += 1;
-                        heads += (*index == p.index) as u64;
+                        heads += (*index == first) as u64;
                     }
                     CacheEntry::Swap(slot) => {
                         *seen.swap_refs.entry(slot).or_default() += 1;
@@ -312,9 +313,10 @@ impl Kernel {
         Ok(())
     }
 
-    /// The struct pages of a mapped large folio: every tail points at its head and
-    /// carries no folio-wide state, and the page after the folio is not claimed by it
-    /// (a split or prep that wrote tails as if the folio were larger corrupts it).
+    /// The struct pages of a mapped large folio: every tail carries its folio's order
+    /// (which is how it finds its head) and no folio-wide flag, and the page after the
+    /// folio is not claimed by it (a split or prep that wrote tails as if the folio
+    /// were larger corrupts it).
     fn check_folio_pages(&self, head: Pfn) -> Result<(), String> {
         let hp = self.memmap.page(head);
         if hp.flags.contains(PageFlags::TAIL) || !hp.flags.contains(PageFlags::INUSE) {
@@ -323,14 +325,13 @@ impl Kernel {
         let nr = self.memmap.folio_nr_pages(head);
         for i in 1..nr {
             let p = self.memmap.page(Pfn(head.0 + i));
-            let clean = p.refcount == 0;
             let tail = p.flags.contains(PageFlags::TAIL | PageFlags::INUSE) && !p.flags.contains(PageFlags::HEAD);
-            if !tail || p.head as u64 != head.0 || !clean {
+            if !tail || p.order != hp.order {
                 return Err(format!("folio {head:?}: bad tail page {i} ({p:?})"));
             }
         }
         if let Some(next) = self.memmap.try_page(Pfn(head.0 + nr)) {
-            if next.flags.contains(PageFlags::TAIL) && next.head as u64 == head.0 {
+            if next.flags.contains(PageFlags::TAIL) && self.memmap.folio_of(Pfn(head.0 + nr)) == head {
                 return Err(format!(
                     "folio {head:?} of order {}: the page after it claims it as head",
                     hp.order
@@ -395,8 +396,8 @@ impl Kernel {
             if !p.flags.contains(PageFlags::DEFERRED | PageFlags::HEAD) || p.order < 2 {
                 return Err(format!("deferred split queue: bad entry {at:#x} ({p:?})"));
             }
-            let links = self.memmap.page(crate::mm::huge_memory::deferred_list(Pfn(at as u64)));
-            if links.lru_prev != prev {
+            let links = self.memmap.large(Pfn(at as u64)).deferred;
+            if links.prev != prev {
                 return Err(format!("deferred split queue: bad link at {at:#x} ({links:?})"));
             }
             n += 1;
@@ -404,7 +405,7 @@ impl Kernel {
                 return Err("deferred split queue longer than its length".into());
             }
             prev = at;
-            at = links.lru_next;
+            at = links.next;
         }
         if n != self.ds_queue.len || prev != self.ds_queue.tail {
             return Err(format!("deferred split queue: {n} entries, len {}", self.ds_queue.len));
@@ -414,7 +415,6 @@ impl Kernel {
 
     fn check_folios(&self, seen: &Seen) -> Result<(), String> {
         self.check_ds_queue()?;
-        self.lruvec.check(&self.memmap)?;
         let mut heads: BTreeMap<u64, (i32, i32)> = BTreeMap::new();
         for (pfn, n) in &seen.pte_maps {
             self.check_tail_in_folio(Pfn(*pfn))?;
@@ -481,10 +481,10 @@ impl Kernel {
                 ));
             }
             let cache_refs = cached.get(h).copied().unwrap_or(0) + page_cache;
-            if hp.refcount != mapcount + cache_refs {
+            let refcount = self.memmap.folio_ref_count(f);
+            if refcount != mapcount + cache_refs {
                 return Err(format!(
-                    "folio {f:?}: refcount {} but {mapcount} mappings and {cache_refs} cache references",
-                    hp.refcount
+                    "folio {f:?}: refcount {refcount} but {mapcount} mappings and {cache_refs} cache references"
                 ));
             }
             if order > 0 {
@@ -530,6 +530,9 @@ impl Kernel {
                 ));
             }
         }
+        // The lists after the folios: a head's links are found by its flags, so a head
+        // overwritten as a tail breaks its list, and the folio check names the cause.
+        self.lruvec.check(&self.memmap)?;
         // Every page is either free, a table, reserved, the huge zero page, or mapped.
         let mut used: u64 = heads.keys().map(|h| self.memmap.folio_nr_pages(Pfn(*h))).sum();
         used += seen.tables;

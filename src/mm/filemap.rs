@@ -99,7 +99,7 @@ impl Kernel {
         let pmd_pages = 1u64 << (g.pmd_order());
         let mut ret = false;
         for (folio, mut first, mut last) in folios {
-            let findex = self.memmap.page(folio).index;
+            let findex = self.memmap.page_index(folio);
             let nr = self.memmap.folio_nr_pages(folio);
             if nr > 1 && self.map_whole_folio_faultaround {
                 let (lo, hi) = (findex, findex + nr - 1);

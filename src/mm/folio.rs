@@ -72,51 +72,82 @@ bitflags! {
     }
 }
 
-/// One struct page: 32 bytes, so the memmap of a gigabyte of 4K pages is 8 MiB of
-/// host memory (touched once per page the model uses, it bounds fault throughput).
-#[derive(Clone, Copy, Debug)]
+/// One struct page: 16 bytes, so the memmap of a gigabyte of 4K pages is 4 MiB of
+/// host memory, touched once per page the model uses (it bounds fault throughput:
+/// at 32 bytes, the host clearing it and the model streaming it through its caches
+/// were a fifth of a 64K-folio run, docs/src/tasks/speed.md, twenty-fourth round).
+/// What only a folio needs, once, is kept apart: a large folio's in its `LargeFolio`
+/// record, an order-0 folio's in its `SmallFolio` beside the memmap.
+///
+/// ```text
+///  word, by what the page is (its flags):
+///   free block's first page (BUDDY)    free-list links: prev (low half), next (high)
+///   large folio's head (HEAD)          its LargeFolio slot
+///   a tail, an order-0 folio's page    page->index
+/// ```
+///
+/// A tail names no head: folios are naturally aligned, so a tail's `order` (its
+/// folio's) is enough to find it, as the kernel finds a folio's size in page[1].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Page {
     pub flags: PageFlags,
-    /// Buddy order of a free block, or the folio order on a head page.
+    /// Buddy order of a free block's first page; a folio's order on its head and tails.
     pub order: u8,
     /// The page's contents are not all zero (written by the user, or copied from such
     /// a page): what pages_identical(page, ZERO_PAGE) would tell. Allocation zeroes.
     pub nonzero: bool,
-    /// List links: a free block's buddy free list, an in-use folio's LRU list (on
-    /// the head), the deferred split queue (on the third page, as the kernel keeps
-    /// _deferred_list in a tail page).
-    pub lru_prev: u32,
-    pub lru_next: u32,
-    /// compound_head of a tail page; on the head of a large folio, its `LargeFolio` slot.
-    pub head: u32,
     /// Pte mappings of this page (the kernel's _mapcount + 1).
     pub mapcount: i32,
-    /// Head only: folio refcount.
-    pub refcount: i32,
-    /// Anon: the virtual page number the page is mapped at (page->index), which is
-    /// what lets the rmap walk find its ptes in every mm.
-    pub index: u64,
+    /// The table above; read and written through what it is.
+    word: u64,
 }
 
-impl Default for Page {
-    fn default() -> Self {
-        Page {
-            flags: PageFlags::empty(),
-            order: 0,
-            nonzero: false,
-            lru_prev: NIL,
-            lru_next: NIL,
-            head: NIL,
-            mapcount: 0,
-            refcount: 0,
-            index: 0,
-        }
+impl Page {
+    /// A free block's free-list links (prev, next).
+    #[inline]
+    pub(super) fn buddy_links(&self) -> (u32, u32) {
+        (self.word as u32, (self.word >> 32) as u32)
+    }
+    #[inline]
+    pub(super) fn set_buddy_links(&mut self, prev: u32, next: u32) {
+        self.word = u64::from(prev) | u64::from(next) << 32;
+    }
+    #[inline]
+    pub(super) fn set_buddy_prev(&mut self, prev: u32) {
+        self.set_buddy_links(prev, self.buddy_links().1);
+    }
+    #[inline]
+    pub(super) fn set_buddy_next(&mut self, next: u32) {
+        self.set_buddy_links(self.buddy_links().0, next);
     }
 }
 
-/// The folio-wide mapping counts of a large folio. The kernel keeps them in the
-/// folio's first tail pages; the model keeps one slot per large folio beside the
-/// memmap, named by the head page, which keeps every struct page small.
+/// A doubly linked list entry: the LRU's, the deferred split queue's (pfns, NIL ends).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Links {
+    pub prev: u32,
+    pub next: u32,
+}
+
+impl Links {
+    pub const NONE: Links = Links { prev: NIL, next: NIL };
+}
+
+/// What an order-0 folio holds beyond its struct page, one per frame beside the
+/// memmap: its refcount and LRU links. The kernel keeps them in struct page; here
+/// a large folio keeps them in its `LargeFolio`, so a run of large folios never
+/// touches this array. A page-table page has none: it holds the one reference its
+/// allocation gave it, which nothing takes or drops.
+#[derive(Clone, Copy, Debug)]
+struct SmallFolio {
+    refcount: i32,
+    lru: Links,
+}
+
+/// A large folio's record: its folio-wide mapping counts (the kernel keeps them in
+/// the folio's first tail pages), its refcount, its head page's index and its list
+/// links (the kernel's are in the head and page[2]). One slot per large folio beside
+/// the memmap, named by the head page's word, keeps every struct page small.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LargeFolio {
     /// All mappings of the folio (ptes and pmds).
@@ -129,6 +160,14 @@ pub struct LargeFolio {
     /// (_mm_id_mapcount, -1 when the slot is free).
     pub mm_id: [u32; 2],
     pub mm_id_mapcount: [i32; 2],
+    /// Folio refcount.
+    pub refcount: i32,
+    /// The head page's index (its word holds this slot).
+    pub index: u64,
+    /// The folio's place on its LRU list.
+    pub lru: Links,
+    /// Its place on the deferred split queue (_deferred_list).
+    pub deferred: Links,
 }
 
 impl Default for LargeFolio {
@@ -139,11 +178,15 @@ impl Default for LargeFolio {
             nr_pages_mapped: 0,
             mm_id: [0; 2],
             mm_id_mapcount: [-1; 2],
+            refcount: 0,
+            index: 0,
+            lru: Links::NONE,
+            deferred: Links::NONE,
         }
     }
 }
 
-/// 65536 pages of 32 bytes: one 2 MiB host huge page per section.
+/// 65536 pages of 16 bytes: 1 MiB of the memmap a section.
 pub(super) const SECTION_SHIFT: u32 = 16;
 const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
 
@@ -152,6 +195,7 @@ const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
 pub struct MemMap {
     nr_pages: u64,
     pages: HugeBuf<Page>,
+    small: HugeBuf<SmallFolio>,
     lru: HugeBuf<LruFlags>,
     online: Vec<bool>,
     /// One slot per large folio that can exist (order >= 1: half the frames), handed
@@ -166,26 +210,31 @@ pub struct MemMap {
 }
 
 /// Large-folio slots the host is asked to back at once in the array's 4K-page head:
-/// 2,340 slots (past the head, `populate_to` backs a 2 MiB page at a time).
+/// 1,170 slots (past the head, `populate_to` backs a 2 MiB page at a time).
 const LARGE_POPULATE_BYTES: usize = 64 << 10;
 
-/// The large-folio records' 4K-page head: 37,449 slots, 2.3 GiB of 64K folios. A
-/// 1 GiB touch of 64K folios takes 16,384 slots (448 KiB), which past a 256 KiB head
-/// had the host clear a 2 MiB page for 192 KiB of them (tasks/speed.md, eighteenth
-/// round).
+/// The large-folio records' 4K-page head: 18,724 slots, 1.1 GiB of 64K folios. A
+/// 1 GiB touch of 64K folios takes 16,384 slots (896 KiB); with the records half
+/// as large and a 256 KiB head, the host cleared a 2 MiB page for 192 KiB of them
+/// (tasks/speed.md, eighteenth round).
 const LARGE_HEAD: usize = 1 << 20;
 
 impl MemMap {
+    /// Host bytes each frame can take: its struct page and its order-0 folio entry.
+    pub const HOST_BYTES_PER_FRAME: u64 = (std::mem::size_of::<Page>() + std::mem::size_of::<SmallFolio>()) as u64;
+
     pub fn new(nr_pages: u64) -> MemMap {
         let n = (nr_pages as usize).div_ceil(SECTION_PAGES);
         MemMap {
             nr_pages,
             // SAFETY: every field of Page is an integer, a bool or a bitflags integer,
-            // for which all-zero bytes are valid. All-zero is also a page no list or
-            // folio holds, which is all a page of a newly online section is: it
-            // differs from Page::default() only in the links and `head`, which are
-            // read only on list members, tails and heads, all written before.
+            // for which all-zero bytes are valid. All-zero is Page::default(), a page
+            // no list or folio holds, which is all a page of a newly online section is.
             pages: unsafe { HugeBuf::zeroed(nr_pages as usize, Some(HEAD)) },
+            // SAFETY: every field of SmallFolio is an integer. An entry is read only
+            // for an order-0 folio, whose refcount its allocation wrote, and its links
+            // only while it is on a list, which wrote them.
+            small: unsafe { HugeBuf::zeroed(nr_pages as usize, Some(HEAD)) },
             // SAFETY: all-zero bytes are LruFlags::empty(), every page's state until
             // its folio is added to an LRU list. 4K host pages back it, a section's
             // worth (64 KiB) at once when the section comes online.
@@ -281,7 +330,7 @@ impl MemMap {
     pub fn folio_of(&self, pfn: Pfn) -> Pfn {
         let p = self.page(pfn);
         if p.flags.contains(PageFlags::TAIL) {
-            Pfn(p.head as u64)
+            Pfn(pfn.0 & !((1 << p.order) - 1))
         } else {
             pfn
         }
@@ -316,7 +365,7 @@ impl MemMap {
     pub fn folio_mapcount(&self, folio: Pfn) -> i32 {
         let p = self.page(folio);
         if p.flags.contains(PageFlags::HEAD) {
-            self.large[p.head as usize].large_mapcount
+            self.large[p.word as usize].large_mapcount
         } else {
             p.mapcount
         }
@@ -326,13 +375,13 @@ impl MemMap {
     pub fn large(&self, folio: Pfn) -> &LargeFolio {
         let p = self.page(folio);
         debug_assert!(p.flags.contains(PageFlags::HEAD), "{folio:?} is no large folio");
-        &self.large[p.head as usize]
+        &self.large[p.word as usize]
     }
     #[inline(always)]
     pub fn large_mut(&mut self, folio: Pfn) -> &mut LargeFolio {
         let p = self.page(folio);
         debug_assert!(p.flags.contains(PageFlags::HEAD), "{folio:?} is no large folio");
-        let slot = p.head as usize;
+        let slot = p.word as usize;
         &mut self.large[slot]
     }
     /// Give back the counts slot of a large folio whose head page is about to be
@@ -340,7 +389,7 @@ impl MemMap {
     pub fn release_large(&mut self, folio: Pfn) {
         let p = self.page(folio);
         if p.flags.contains(PageFlags::HEAD) {
-            let slot = p.head;
+            let slot = p.word as u32;
             self.large[slot as usize].mm_id[0] = self.large_free;
             self.large_free = slot;
             self.large_live -= 1;
@@ -352,11 +401,80 @@ impl MemMap {
     }
     #[inline]
     pub fn folio_ref_count(&self, folio: Pfn) -> i32 {
-        self.page(folio).refcount
+        let p = self.page(folio);
+        debug_assert!(
+            !p.flags.intersects(PageFlags::TAIL | PageFlags::PGTABLE),
+            "{folio:?} is no folio ({:?})",
+            p.flags
+        );
+        if p.flags.contains(PageFlags::HEAD) {
+            self.large[p.word as usize].refcount
+        } else {
+            self.small[folio.0 as usize].refcount
+        }
+    }
+    /// The folio's refcount, to change.
+    #[inline(always)]
+    pub fn refcount_mut(&mut self, folio: Pfn) -> &mut i32 {
+        let p = self.page(folio);
+        debug_assert!(
+            !p.flags.intersects(PageFlags::TAIL | PageFlags::PGTABLE),
+            "{folio:?} is no folio ({:?})",
+            p.flags
+        );
+        if p.flags.contains(PageFlags::HEAD) {
+            let slot = p.word as usize;
+            &mut self.large[slot].refcount
+        } else {
+            &mut self.small[folio.0 as usize].refcount
+        }
     }
     #[inline]
     pub fn folio_ref_add(&mut self, folio: Pfn, n: i32) {
-        self.page_mut(folio).refcount += n;
+        *self.refcount_mut(folio) += n;
+    }
+    /// A folio's LRU links (its head's, the kernel's folio->lru).
+    #[inline(always)]
+    pub fn lru_links(&self, folio: Pfn) -> Links {
+        let p = self.page(folio);
+        if p.flags.contains(PageFlags::HEAD) {
+            self.large[p.word as usize].lru
+        } else {
+            self.small[folio.0 as usize].lru
+        }
+    }
+    #[inline(always)]
+    pub fn lru_links_mut(&mut self, folio: Pfn) -> &mut Links {
+        let p = self.page(folio);
+        if p.flags.contains(PageFlags::HEAD) {
+            let slot = p.word as usize;
+            &mut self.large[slot].lru
+        } else {
+            &mut self.small[folio.0 as usize].lru
+        }
+    }
+    /// page->index (page_pgoff): a large folio's head keeps it in the folio's record.
+    #[inline]
+    pub fn page_index(&self, pfn: Pfn) -> u64 {
+        let p = self.page(pfn);
+        if p.flags.contains(PageFlags::HEAD) {
+            self.large[p.word as usize].index
+        } else {
+            p.word
+        }
+    }
+    /// Set the index of the `nr` pages from `pfn`: `first`, then each the next.
+    #[inline(always)]
+    pub fn set_page_index(&mut self, pfn: Pfn, nr: u64, first: u64) {
+        debug_assert!(self.is_online(pfn) && self.is_online(Pfn(pfn.0 + nr - 1)));
+        let pages = &mut self.pages[pfn.0 as usize..(pfn.0 + nr) as usize];
+        for (p, index) in pages.iter_mut().zip(first..) {
+            if p.flags.contains(PageFlags::HEAD) {
+                self.large[p.word as usize].index = index;
+            } else {
+                p.word = index;
+            }
+        }
     }
 
     /// A large folio's counts slot, reset: the most recently freed, else the next never
@@ -383,26 +501,37 @@ impl MemMap {
     #[inline]
     pub fn prep_new_folio(&mut self, pfn: Pfn, order: u32) {
         *self.page_mut(pfn) = Page {
-            refcount: 1,
             flags: PageFlags::INUSE,
             ..Page::default()
         };
         if order > 0 {
             self.prep_compound_page(pfn, order);
+        } else {
+            self.small[pfn.0 as usize].refcount = 1;
         }
+    }
+
+    /// A page-table page (pagetable_alloc): in use, with the one reference its
+    /// allocation gave it and that nothing takes or drops, so none is kept.
+    pub fn prep_pgtable_page(&mut self, pfn: Pfn) {
+        *self.page_mut(pfn) = Page {
+            flags: PageFlags::INUSE | PageFlags::PGTABLE,
+            ..Page::default()
+        };
     }
 
     /// prep_compound_page: a large folio's head record and tail pages.
     #[inline(never)]
     fn prep_compound_page(&mut self, pfn: Pfn, order: u32) {
         let slot = self.new_large_slot();
+        self.large[slot as usize].refcount = 1;
         let head = self.page_mut(pfn);
         head.flags |= PageFlags::HEAD;
         head.order = order as u8;
-        head.head = slot;
+        head.word = slot.into();
         let tail = Page {
             flags: PageFlags::TAIL | PageFlags::INUSE,
-            head: pfn.0 as u32,
+            order: order as u8,
             ..Page::default()
         };
         debug_assert!(self.is_online(Pfn(pfn.0 + (1 << order) - 1)));
@@ -412,41 +541,85 @@ impl MemMap {
         );
     }
 
-    /// Reset the pages of a folio about to go back to the buddy allocator.
+    /// __split_folio_to_order(0)'s struct pages: every page of large folio `folio`
+    /// becomes an order-0 folio, in use, with its own index and contents and its flags
+    /// in `keep`, plus `inherit`; the first holds `pins` references and the folio's
+    /// place on its LRU list, the others none. The folio's record is given back.
+    pub fn split_to_order_0(&mut self, folio: Pfn, keep: PageFlags, inherit: PageFlags, pins: i32) {
+        let (index, lru) = {
+            let lf = self.large(folio);
+            (lf.index, lf.lru)
+        };
+        self.release_large(folio);
+        let nr = 1u64 << self.page(folio).order;
+        for (i, index) in (0..nr).zip(index..) {
+            let pfn = Pfn(folio.0 + i);
+            let p = self.page_mut(pfn);
+            debug_assert_eq!(p.mapcount, 0, "page {i} still mapped after unmap_folio");
+            *p = Page {
+                flags: (p.flags & keep) | inherit | PageFlags::INUSE,
+                nonzero: p.nonzero,
+                // A tail's word is its index already; the head's is the record's.
+                word: if i == 0 { index } else { p.word },
+                ..Page::default()
+            };
+            self.small[pfn.0 as usize] = SmallFolio {
+                refcount: if i == 0 { pins } else { 0 },
+                lru: if i == 0 { lru } else { Links::NONE },
+            };
+        }
+    }
+
+    /// Reset the pages of a folio or page table about to go back to the buddy
+    /// allocator. A page table's refcount was never kept, so its frame's entry beside
+    /// the memmap is left alone: page tables lie among the folios of a run, and
+    /// touching their entries would have the host back that whole array.
     pub fn clear_folio(&mut self, pfn: Pfn, order: u32) {
+        if self.page(pfn).flags.contains(PageFlags::PGTABLE) {
+            *self.page_mut(pfn) = Page::default();
+            return;
+        }
         self.release_large(pfn);
-        self.clear_pages(pfn, 1 << order);
+        self.clear_pages(pfn, 1 << order, order);
     }
 
-    /// Reset `nr` order-0 folios from `pfn` about to go back to the buddy allocator.
-    pub fn clear_pages(&mut self, pfn: Pfn, nr: u64) {
+    /// Reset the `nr` pages from `pfn`, folios of `order`, about to go back to the
+    /// buddy allocator. An order-0 folio's refcount is reset with them, so every free
+    /// frame's is 0 whatever freed it.
+    pub fn clear_pages(&mut self, pfn: Pfn, nr: u64, order: u32) {
         debug_assert!(self.is_online(pfn) && self.is_online(Pfn(pfn.0 + nr - 1)));
-        fill_pages(&mut self.pages[pfn.0 as usize..(pfn.0 + nr) as usize], Page::default());
-    }
-}
-
-/// `pages.fill(page)` in one 32-byte store a struct page where the build has AVX (as
-/// builds for this machine's CPU do). The compiler's own fill stores each field's
-/// constant apart (five stores a page), and a large folio's tails are written this way
-/// twice in its life (prep_compound_page, then freed).
-#[inline(always)]
-fn fill_pages(pages: &mut [Page], page: Page) {
-    #[cfg(all(target_arch = "x86_64", target_feature = "avx"))]
-    {
-        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_storeu_si256};
-        const { assert!(std::mem::size_of::<Page>() == 32) };
-        let src = &page as *const Page as *const __m256i;
-        // SAFETY: the build enables AVX (target_feature), which src/hostcpu.rs checks
-        // the CPU has before main. A Page is 32 bytes of integer fields with no padding
-        // (the size is checked above), read unaligned and stored whole over each page.
-        unsafe {
-            let v = _mm256_loadu_si256(src);
-            for p in pages {
-                _mm256_storeu_si256(p as *mut Page as *mut __m256i, v);
+        let range = pfn.0 as usize..(pfn.0 + nr) as usize;
+        fill_pages(&mut self.pages[range.clone()], Page::default());
+        if order == 0 {
+            for s in &mut self.small[range] {
+                s.refcount = 0;
             }
         }
     }
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx")))]
+}
+
+/// `pages.fill(page)` in one 16-byte store a struct page (SSE2, which every x86-64
+/// has). The compiler's own fill stores each field's constant apart, and a large
+/// folio's tails are written this way twice in its life (prep_compound_page, then
+/// freed).
+#[inline(always)]
+fn fill_pages(pages: &mut [Page], page: Page) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
+        const { assert!(std::mem::size_of::<Page>() == 16) };
+        let src = &page as *const Page as *const __m128i;
+        // SAFETY: SSE2 is part of x86-64. A Page is 16 bytes of integer fields with
+        // no padding (the size is checked above), read unaligned and stored whole
+        // over each page.
+        unsafe {
+            let v = _mm_loadu_si128(src);
+            for p in pages {
+                _mm_storeu_si128(p as *mut Page as *mut __m128i, v);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
     pages.fill(page);
 }
 
@@ -455,8 +628,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_struct_page_is_32_bytes() {
-        assert_eq!(std::mem::size_of::<Page>(), 32);
+    fn a_struct_page_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<Page>(), 16);
     }
 
     #[test]
@@ -465,10 +638,7 @@ mod tests {
         assert!(mm.try_page(Pfn(0)).is_none(), "offline");
         mm.online(Pfn(0), Pfn(4096));
         let p = mm.page(Pfn(4095));
-        assert!(
-            p.flags.is_empty() && p.refcount == 0 && p.mapcount == 0,
-            "free, held by no list or folio"
-        );
+        assert!(*p == Page::default(), "free, held by no list or folio");
         assert!(
             mm.try_page(Pfn(4096)).is_none(),
             "past the end of RAM, inside the section"
@@ -486,21 +656,17 @@ mod tests {
                 flags: PageFlags::from_bits_retain(0xa5a5),
                 order: 7,
                 nonzero: true,
-                lru_prev: pfn as u32,
-                lru_next: 3,
-                head: 4,
                 mapcount: -5,
-                refcount: 6,
-                index: u64::MAX - pfn,
+                word: u64::MAX - pfn,
             };
         }
         let was = format!("{:?}", mm.page(Pfn(40)));
-        mm.clear_pages(Pfn(1), 30);
+        mm.clear_pages(Pfn(1), 30, 0);
         mm.prep_compound_page(Pfn(16), 3);
         let show = |mm: &MemMap, pfn| format!("{:?}", mm.page(Pfn(pfn)));
         let tail = Page {
             flags: PageFlags::TAIL | PageFlags::INUSE,
-            head: 16,
+            order: 3,
             ..Page::default()
         };
         for pfn in (1..16).chain(24..31) {
@@ -523,14 +689,66 @@ mod tests {
         assert_eq!(mm.nr_large(), 2);
         mm.large_mut(Pfn(0)).large_mapcount = 16;
         assert_eq!(mm.folio_mapcount(Pfn(0)), 16);
-        assert_eq!(mm.large(Pfn(16)), &LargeFolio::default());
+        let new = LargeFolio {
+            refcount: 1,
+            ..LargeFolio::default()
+        };
+        assert_eq!(mm.large(Pfn(16)), &new);
+        assert_eq!((mm.folio_ref_count(Pfn(16)), mm.folio_ref_count(Pfn(20))), (1, 1));
         mm.clear_folio(Pfn(0), 4);
         mm.clear_folio(Pfn(20), 0);
         assert_eq!(mm.nr_large(), 1);
         // A new large folio takes the freed slot, reset.
         mm.prep_new_folio(Pfn(32), 3);
         assert_eq!(mm.nr_large(), 2);
-        assert_eq!(mm.large(Pfn(32)), &LargeFolio::default());
+        assert_eq!(mm.large(Pfn(32)), &new);
         assert_eq!(mm.folio_of(Pfn(39)), Pfn(32));
+    }
+
+    #[test]
+    fn a_tail_finds_its_head_by_its_folios_order_and_alignment() {
+        let mut mm = MemMap::new(1 << 12);
+        mm.online(Pfn(0), Pfn(1 << 12));
+        mm.prep_new_folio(Pfn(512), 9);
+        mm.prep_new_folio(Pfn(1040), 4);
+        mm.prep_new_folio(Pfn(1056), 0);
+        for (pfn, head) in [
+            (512, 512),
+            (513, 512),
+            (1023, 512),
+            (1040, 1040),
+            (1055, 1040),
+            (1056, 1056),
+        ] {
+            assert_eq!(mm.folio_of(Pfn(pfn)), Pfn(head), "pfn {pfn}");
+        }
+    }
+
+    #[test]
+    fn a_large_heads_index_refcount_and_links_live_in_its_record() {
+        let mut mm = MemMap::new(1 << 12);
+        mm.online(Pfn(0), Pfn(1 << 12));
+        mm.prep_new_folio(Pfn(64), 4);
+        mm.prep_new_folio(Pfn(80), 0);
+        mm.set_page_index(Pfn(64), 17, 0x1000);
+        assert_eq!(mm.large(Pfn(64)).index, 0x1000, "the head's, in its record");
+        assert_eq!(mm.page_index(Pfn(64)), 0x1000);
+        assert_eq!(mm.page_index(Pfn(79)), 0x100f);
+        assert_eq!(mm.page_index(Pfn(80)), 0x1010, "an order-0 folio's, in its page");
+        mm.folio_ref_add(Pfn(64), 2);
+        *mm.lru_links_mut(Pfn(64)) = Links { prev: 80, next: NIL };
+        *mm.lru_links_mut(Pfn(80)) = Links { prev: NIL, next: 64 };
+        assert_eq!(mm.large(Pfn(64)).refcount, 3);
+        assert_eq!(mm.lru_links(Pfn(64)), Links { prev: 80, next: NIL });
+        assert_eq!(mm.lru_links(Pfn(80)), Links { prev: NIL, next: 64 });
+        // A split leaves the head its refcount (the pins), place and index.
+        mm.split_to_order_0(Pfn(64), PageFlags::empty(), PageFlags::ANON, 3);
+        assert_eq!(mm.nr_large(), 0);
+        assert_eq!(mm.folio_ref_count(Pfn(64)), 3);
+        assert_eq!(mm.folio_ref_count(Pfn(65)), 0);
+        assert_eq!(mm.lru_links(Pfn(64)), Links { prev: 80, next: NIL });
+        assert_eq!(mm.page_index(Pfn(64)), 0x1000);
+        assert_eq!(mm.page_index(Pfn(70)), 0x1006);
+        assert_eq!(mm.page(Pfn(70)).flags, PageFlags::ANON | PageFlags::INUSE);
     }
 }

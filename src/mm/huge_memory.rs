@@ -1,7 +1,7 @@
 //! mm/huge_memory.c: PMD-mapped THP faults, the huge zero page, splitting a huge
 //! pmd into ptes, zapping a huge pmd, and the deferred split queue.
 
-use super::folio::{Page, PageFlags, NIL};
+use super::folio::{Links, PageFlags, NIL};
 use super::memory::{vm_page_prot, VmFault};
 use super::migrate::remove_migration_pte;
 use super::mm_types::{MmId, VmFlags, Vma};
@@ -595,27 +595,18 @@ pub fn deferred_split_folio(k: &mut Kernel, folio: Pfn, partially_mapped: bool) 
     ds_queue_add(k, folio);
 }
 
-/// The page whose list links hold a queued folio's place on the deferred split queue:
-/// its third, as the kernel keeps _deferred_list in a tail page (only folios of order
-/// 2 and up are queued), leaving the head's links to the LRU.
-pub(crate) fn deferred_list(folio: Pfn) -> Pfn {
-    Pfn(folio.0 + 2)
-}
-
-/// Put a folio at the tail of the deferred split queue unless it is on it.
+/// Put a folio at the tail of the deferred split queue unless it is on it. Its place
+/// is kept in its record (`LargeFolio::deferred`), as the kernel keeps _deferred_list
+/// in the folio (only folios of order 2 and up are queued).
 fn ds_queue_add(k: &mut Kernel, folio: Pfn) {
     if !k.memmap.folio_test(folio, PageFlags::DEFERRED) {
         k.memmap.folio_set(folio, PageFlags::DEFERRED);
         let tail = k.ds_queue.tail;
-        {
-            let p = k.memmap.page_mut(deferred_list(folio));
-            p.lru_prev = tail;
-            p.lru_next = NIL;
-        }
+        k.memmap.large_mut(folio).deferred = Links { prev: tail, next: NIL };
         if tail == NIL {
             k.ds_queue.head = folio.0 as u32;
         } else {
-            k.memmap.page_mut(deferred_list(Pfn(tail as u64))).lru_next = folio.0 as u32;
+            k.memmap.large_mut(Pfn(tail as u64)).deferred.next = folio.0 as u32;
         }
         k.ds_queue.tail = folio.0 as u32;
         k.ds_queue.len += 1;
@@ -638,22 +629,16 @@ pub fn folio_unqueue_deferred_split(k: &mut Kernel, folio: Pfn) {
 /// list_del_init of the folio's deferred list entry.
 fn ds_queue_del(k: &mut Kernel, folio: Pfn) {
     k.memmap.folio_clear(folio, PageFlags::DEFERRED);
-    let (prev, next) = {
-        let p = k.memmap.page_mut(deferred_list(folio));
-        (
-            std::mem::replace(&mut p.lru_prev, NIL),
-            std::mem::replace(&mut p.lru_next, NIL),
-        )
-    };
+    let Links { prev, next } = std::mem::replace(&mut k.memmap.large_mut(folio).deferred, Links::NONE);
     if prev == NIL {
         k.ds_queue.head = next;
     } else {
-        k.memmap.page_mut(deferred_list(Pfn(prev as u64))).lru_next = next;
+        k.memmap.large_mut(Pfn(prev as u64)).deferred.next = next;
     }
     if next == NIL {
         k.ds_queue.tail = prev;
     } else {
-        k.memmap.page_mut(deferred_list(Pfn(next as u64))).lru_prev = prev;
+        k.memmap.large_mut(Pfn(next as u64)).deferred.prev = prev;
     }
     k.ds_queue.len -= 1;
 }
@@ -700,9 +685,8 @@ pub fn move_huge_pmd(k: &mut Kernel, mm: MmId, old: u64, new: u64, old_pmd: PmdP
         flush_pmd_tlb_range(k, mm, old);
         if !is_huge_zero_pmd(k, pmd) {
             let folio = pmd.pfn(g);
-            for i in 0..1u64 << g.pmd_order() {
-                k.memmap.page_mut(Pfn(folio.0 + i)).index = (new >> g.page_shift()) + i;
-            }
+            k.memmap
+                .set_page_index(folio, 1 << g.pmd_order(), new >> g.page_shift());
         }
     }
     true
@@ -853,7 +837,6 @@ pub fn split_folio_to_list(k: &mut Kernel, folio: Pfn, list: &mut Vec<Pfn>) -> b
 /// inheriting the head's anon state; the caller's `pins` stay on the first page (the
 /// mappings' references went with them, remove_migration_pte takes them again).
 fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
-    let nr = k.memmap.folio_nr_pages(folio);
     debug_assert_eq!(
         k.memmap.folio_ref_count(folio),
         pins,
@@ -861,24 +844,10 @@ fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
     );
     let inherit =
         k.memmap.page(folio).flags & (PageFlags::ANON | PageFlags::SWAPBACKED | PageFlags::DIRTY | PageFlags::MLOCKED);
-    k.memmap.release_large(folio);
-    for i in 0..nr {
-        let p = k.memmap.page_mut(Pfn(folio.0 + i));
-        debug_assert_eq!(p.mapcount, 0, "page {i} still mapped after unmap_folio");
-        let head = i == 0;
-        *p = Page {
-            flags: (p.flags & PageFlags::ANON_EXCLUSIVE) | inherit | PageFlags::INUSE,
-            mapcount: 0,
-            refcount: if head { pins } else { 0 },
-            index: p.index,
-            nonzero: p.nonzero,
-            // The head keeps its place on its LRU list (lru_add_split_folio puts the
-            // tails beside it).
-            lru_prev: if head { p.lru_prev } else { NIL },
-            lru_next: if head { p.lru_next } else { NIL },
-            ..Page::default()
-        };
-    }
+    // The head keeps its place on its LRU list (lru_add_split_folio puts the tails
+    // beside it).
+    k.memmap
+        .split_to_order_0(folio, PageFlags::ANON_EXCLUSIVE, inherit, pins);
 }
 
 /// deferred_split_scan: take every queued folio off the queue and split the partially

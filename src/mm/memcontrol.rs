@@ -8,7 +8,7 @@
 //! fault), byte by byte through the obj_cgroup stock. Not charged yet: the slab
 //! objects of VMA splits and fork, and none is uncharged.
 //! The pages charged to the cgroup (folio->memcg_data) are kept in a set beside the
-//! memmap, which keeps struct page at 32 bytes; every page of a charged folio is in
+//! memmap, which keeps struct page at 16 bytes; every page of a charged folio is in
 //! it, so a split needs nothing and a migration moves them (mem_cgroup_migrate).
 
 use super::Kernel;

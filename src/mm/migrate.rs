@@ -375,10 +375,10 @@ impl Kernel {
         self.arch.kc.inc(KernelEvent::FolioMcCopy);
         self.arch.kc.add(KernelEvent::FolioMcCopyPages, nr);
         for i in 0..nr {
-            let s = *self.memmap.page(Pfn(src.0 + i));
-            let d = self.memmap.page_mut(Pfn(dst.0 + i));
-            d.nonzero = s.nonzero;
-            d.index = s.index;
+            let (s, d) = (Pfn(src.0 + i), Pfn(dst.0 + i));
+            self.memmap.page_mut(d).nonzero = self.memmap.page(s).nonzero;
+            let index = self.memmap.page_index(s);
+            self.memmap.set_page_index(d, 1, index);
         }
         // __folio_migrate_mapping: only the isolation reference is left on `src`,
         // and the swap cache's, which move to `dst` with its slots.

@@ -432,10 +432,11 @@ impl Kernel {
     #[inline]
     fn folio_ref_sub_and_test(&mut self, folio: Pfn, refs: i32) -> bool {
         self.arch.kc.inc(KernelEvent::FolioRefAtomic);
-        let p = self.memmap.page_mut(folio);
-        p.refcount -= refs;
-        debug_assert!(p.refcount >= 0, "folio {folio:?} refcount underflow");
-        p.refcount == 0 && !p.flags.contains(PageFlags::RESERVED)
+        let reserved = self.memmap.folio_test(folio, PageFlags::RESERVED);
+        let r = self.memmap.refcount_mut(folio);
+        *r -= refs;
+        debug_assert!(*r >= 0, "folio {folio:?} refcount underflow");
+        *r == 0 && !reserved
     }
 
     /// folio_ref_add: one atomic_add of `n` references (even of 0, as the kernel's
@@ -485,6 +486,8 @@ impl Kernel {
         }
         let heads = run.clone().step_by(1 << order);
         self.arch.kc.add(KernelEvent::FolioFree, (run.end - run.start) >> order);
+        // Off the LRU first: a large folio's links are in the record released below.
+        self.lru_forget_run(run.clone(), order);
         if order > 0 {
             let mut anon = 0;
             for head in heads.clone() {
@@ -494,14 +497,13 @@ impl Kernel {
             }
             self.stat.mod_mthp_stat(order, MthpStat::NrAnon, -anon);
         }
-        self.lru_forget_run(run.clone(), order);
         if self.memcg.is_some() {
             for head in heads.clone() {
                 self.mem_cgroup_uncharge(Pfn(head), 1 << order);
             }
         }
         let (start, nr) = (Pfn(run.start), run.end - run.start);
-        self.memmap.clear_pages(start, nr);
+        self.memmap.clear_pages(start, nr, order);
         // A run may cross from one node's RAM into the next's.
         let mut at = start.0;
         while at < run.end {

@@ -208,7 +208,7 @@ impl Kernel {
             if pte.pte_present() {
                 let pfn = pte.pte_pfn(g);
                 if !self.is_zero_pfn(pfn) {
-                    self.memmap.page_mut(pfn).index = (new >> g.page_shift()) + i as u64;
+                    self.memmap.set_page_index(pfn, 1, (new >> g.page_shift()) + i as u64);
                 }
             }
         }
@@ -259,9 +259,7 @@ impl Kernel {
                 self.arch.set_ptes(amm, na, nptep, pte, nr, None);
             }
             if normal {
-                for i in 0..nr as u64 {
-                    self.memmap.page_mut(Pfn(pfn.0 + i)).index = (na >> g.page_shift()) + i;
-                }
+                self.memmap.set_page_index(pfn, nr as u64, na >> g.page_shift());
             }
             ptep = ptep.add(nr);
             nptep = nptep.add(nr);

@@ -166,11 +166,10 @@ impl Buddy {
             let p = mm.page_mut(Pfn(pfn));
             p.flags = PageFlags::BUDDY;
             p.order = order as u8;
-            p.lru_prev = NIL;
-            p.lru_next = head;
+            p.set_buddy_links(NIL, head);
         }
         if head != NIL {
-            mm.page_mut(Pfn(head as u64)).lru_prev = pfn as u32;
+            mm.page_mut(Pfn(head as u64)).set_buddy_prev(pfn as u32);
         }
         self.heads[order as usize] = pfn as u32;
         self.nonempty |= 1 << order;
@@ -187,13 +186,12 @@ impl Buddy {
             let p = mm.page_mut(Pfn(pfn));
             p.flags.remove(PageFlags::BUDDY);
             p.order = 0;
-            (
-                std::mem::replace(&mut p.lru_prev, NIL),
-                std::mem::replace(&mut p.lru_next, NIL),
-            )
+            let links = p.buddy_links();
+            p.set_buddy_links(0, 0);
+            links
         };
         if prev != NIL {
-            mm.page_mut(Pfn(prev as u64)).lru_next = next;
+            mm.page_mut(Pfn(prev as u64)).set_buddy_next(next);
         } else {
             self.heads[order as usize] = next;
             if next == NIL {
@@ -201,7 +199,7 @@ impl Buddy {
             }
         }
         if next != NIL {
-            mm.page_mut(Pfn(next as u64)).lru_prev = prev;
+            mm.page_mut(Pfn(next as u64)).set_buddy_prev(prev);
         }
         self.nr_free[order as usize] -= 1;
         self.free_pages -= 1 << order;
@@ -302,7 +300,7 @@ impl Buddy {
             while at != NIL {
                 let p = mm.page(Pfn(at as u64));
                 out += &format!("{at}:{p:?} ");
-                at = p.lru_next;
+                at = p.buddy_links().1;
             }
             out += "\n";
         }
@@ -395,7 +393,7 @@ mod tests {
             let pages: Vec<Pfn> = (0..4096).map(|_| alloc(&mut mm, &mut b, 0).unwrap()).collect();
             for p in pages.iter().filter(|p| p.0 % 5 == 0 || (1000..1064).contains(&p.0)) {
                 if !runs.iter().any(|&(s, n)| (s..s + n).contains(&p.0)) {
-                    mm.clear_pages(*p, 1);
+                    mm.clear_pages(*p, 1, 0);
                     b.free(&mut mm, *p, 0);
                 }
             }
@@ -404,8 +402,8 @@ mod tests {
         let (mut mm1, mut b1) = build();
         let (mut mm2, mut b2) = build();
         for (s, n) in runs {
-            mm1.clear_pages(Pfn(s), n);
-            mm2.clear_pages(Pfn(s), n);
+            mm1.clear_pages(Pfn(s), n, 0);
+            mm2.clear_pages(Pfn(s), n, 0);
             for p in s..s + n {
                 b1.free(&mut mm1, Pfn(p), 0);
             }

@@ -1,7 +1,6 @@
 //! The software page-table walk (pgd_offset .. pte_offset_map) and table allocation
 //! (__pud_alloc, __pmd_alloc, __pte_alloc) of include/linux/pgtable.h and mm/memory.c.
 
-use super::folio::PageFlags;
 use super::mm_types::MmId;
 use super::Kernel;
 use crate::arch::arm64::pgtable::PtePtr;
@@ -55,8 +54,7 @@ impl Kernel {
     /// Allocate a zeroed page-table page for `level` (pte_alloc_one / pmd_alloc_one).
     pub fn pgtable_alloc(&mut self, level: u8) -> Option<(Pfn, TableId)> {
         let pfn = self.alloc_pages_local(0)?;
-        self.memmap.prep_new_folio(pfn, 0);
-        self.memmap.page_mut(pfn).flags.insert(PageFlags::PGTABLE);
+        self.memmap.prep_pgtable_page(pfn);
         self.arch.hw.ev.inc(alloc_event(level));
         self.memcg_kmem_charge_page(pfn);
         Some((pfn, self.arch.hw.mem.materialize_table(pfn)))

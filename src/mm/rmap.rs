@@ -98,13 +98,13 @@ impl Kernel {
         } else if order > 0 {
             self.memmap.large_mut(folio).nr_pages_mapped = nr as i32;
         }
-        for (p, index) in self.memmap.pages_mut(folio, nr).iter_mut().zip(index..) {
+        for p in self.memmap.pages_mut(folio, nr) {
             p.flags.insert(PageFlags::ANON_EXCLUSIVE);
-            p.index = index;
             if !pmd {
                 p.mapcount = 1;
             }
         }
+        self.memmap.set_page_index(folio, nr, index);
         if order > 0 {
             self.folio_add_large_mapcount(folio, if pmd { 1 } else { nr as i32 }, mm);
         }
@@ -456,7 +456,7 @@ impl Kernel {
     /// page_vma_mapped_walk finds with `pvmw.pte` NULL).
     fn folio_pmd(&mut self, folio: Pfn, mm: MmId) -> Option<(PmdPtr, u64)> {
         let g = self.arch.granule();
-        let haddr = self.memmap.page(folio).index << g.page_shift();
+        let haddr = self.memmap.page_index(folio) << g.page_shift();
         let pmd = self.pmd_offset(mm, haddr)?;
         let d = self.pxd_get(2, pmd);
         (pmd_trans_huge(d) && d.pfn(g) == folio).then_some((pmd, haddr))
@@ -475,7 +475,7 @@ impl Kernel {
         }
         for i in 0..self.memmap.folio_nr_pages(folio) {
             let page = Pfn(folio.0 + i);
-            let addr = self.memmap.page(page).index << g.page_shift();
+            let addr = self.memmap.page_index(page) << g.page_shift();
             let pte = self.pte_offset(mm, addr).map(|p| (p, self.arch.ptep_get(amm, p)));
             let Some((ptep, _)) = pte.filter(|(_, v)| v.pte_present() && v.pte_pfn(g) == page) else {
                 continue;
@@ -527,7 +527,7 @@ impl Kernel {
         let mut out = Vec::new();
         if self.memmap.folio_order(folio) == self.arch.granule().pmd_order() {
             let g = self.arch.granule();
-            let haddr = self.memmap.page(folio).index << g.page_shift();
+            let haddr = self.memmap.page_index(folio) << g.page_shift();
             for mm in 0..self.mms.len() {
                 if self.mms[mm].is_none() {
                     continue;
@@ -561,7 +561,7 @@ impl Kernel {
                 }
             }
         }
-        let first = self.memmap.page(folio).index << self.arch.granule().page_shift();
+        let first = self.memmap.page_index(folio) << self.arch.granule().page_shift();
         let mut prev: Option<MmId> = None;
         for (mm, ptep, addr) in self.folio_mappings(folio) {
             // page_vma_mapped_walk starts at the folio's first page (or the VMA's, if
@@ -640,7 +640,7 @@ impl Kernel {
             }
             for i in 0..nr {
                 let page = Pfn(folio.0 + i);
-                let addr = self.memmap.page(page).index << g.page_shift();
+                let addr = self.memmap.page_index(page) << g.page_shift();
                 if let Some(ptep) = self.pte_mapping(mm, addr, page) {
                     out.push((mm, ptep, addr));
                 }
@@ -664,7 +664,7 @@ impl Kernel {
             return self.file_pmd_mappings(folio);
         }
         let g = self.arch.granule();
-        let haddr = self.memmap.page(folio).index << g.page_shift();
+        let haddr = self.memmap.page_index(folio) << g.page_shift();
         let mut out = Vec::new();
         for mm in 0..self.mms.len() {
             if self.mms[mm].is_none() {
@@ -688,7 +688,7 @@ impl Kernel {
         let Some(ino) = self.shmem.folio_inode(folio) else {
             return Vec::new();
         };
-        let first = self.memmap.page(folio).index;
+        let first = self.memmap.page_index(folio);
         let mut out = Vec::new();
         for mm in 0..self.mms.len() {
             let Some(m) = &self.mms[mm] else { continue };
@@ -713,7 +713,7 @@ impl Kernel {
     /// every mm that map its inode at its index (the i_mmap tree's walk), in mm order.
     fn rmap_walk_file(&mut self, folio: Pfn, ino: u32) -> Vec<(MmId, PtePtr, u64)> {
         let shift = self.arch.granule().page_shift();
-        let first = self.memmap.page(folio).index;
+        let first = self.memmap.page_index(folio);
         let nr = self.memmap.folio_nr_pages(folio);
         let mut out = Vec::new();
         for mm in 0..self.mms.len() {
@@ -809,7 +809,7 @@ impl Kernel {
         let mut first = true;
         while i < nr_pages {
             let page = Pfn(folio.0 + i);
-            let addr = self.memmap.page(page).index << g.page_shift();
+            let addr = self.memmap.page_index(page) << g.page_shift();
             let pte = self.pte_offset(mm, addr).map(|p| (p, self.arch.ptep_get(amm, p)));
             let Some((ptep, pteval)) = pte.filter(|(_, v)| v.pte_present() && v.pte_pfn(g) == page) else {
                 i += 1;

@@ -83,9 +83,7 @@ impl Kernel {
     pub(super) fn shmem_add_to_page_cache(&mut self, folio: Pfn, ino: u32, index: u64) {
         let nr = self.memmap.folio_nr_pages(folio);
         self.folio_ref_add(folio, nr as i32);
-        for i in 0..nr {
-            self.memmap.page_mut(Pfn(folio.0 + i)).index = index + i;
-        }
+        self.memmap.set_page_index(folio, nr, index);
         self.shmem.mapping_of.insert(folio.0, ino);
         let m = &mut self.shmem.inode_mut(ino).mapping;
         for i in 0..nr {
@@ -99,7 +97,7 @@ impl Kernel {
     /// the cache's references go.
     pub fn shmem_delete_from_page_cache(&mut self, folio: Pfn, radswap: Option<u64>) {
         let ino = self.shmem.mapping_of.remove(&folio.0).expect("a page-cache folio");
-        let index = self.memmap.page(folio).index;
+        let index = self.memmap.page_index(folio);
         let nr = self.memmap.folio_nr_pages(folio);
         let inode = self.shmem.inode_mut(ino);
         let secret = inode.secret;
@@ -157,7 +155,7 @@ impl Kernel {
                 }
             }
         };
-        let page = Pfn(folio.0 + index - self.memmap.page(folio).index);
+        let page = Pfn(folio.0 + index - self.memmap.page_index(folio));
         Ok((folio, page, ret))
     }
 
@@ -391,7 +389,7 @@ impl Kernel {
     /// now each a folio of its own: each index caches its own page again, with the
     /// cache's reference.
     pub(super) fn shmem_split_folio(&mut self, folio: Pfn, nr: u64, ino: u32) {
-        let index = self.memmap.page(folio).index;
+        let index = self.memmap.page_index(folio);
         for i in 0..nr {
             let page = Pfn(folio.0 + i);
             self.memmap.folio_ref_add(page, 1);

@@ -7,15 +7,15 @@
 //! (folio_add_lru sets PG_active only under lru_gen), a lazyfree one to the inactive
 //! file list (lru_lazyfree).
 //!
-//! A folio's LRU state is where the kernel keeps it: the list links in its head
-//! struct page (`lru_prev`, `lru_next`) and PG_lru, PG_active, PG_referenced and
-//! PG_workingset in its page flags (`LruFlags`, a byte per page beside the memmap,
-//! as struct page's own flags word is full), so every list operation is a few
-//! indexed loads. The lru_add batch takes no reference here (the kernel's does): a
+//! A folio's LRU state is kept by pfn, as the kernel keeps it in the folio: the
+//! list links (`MemMap::lru_links`: a large folio's in its record, an order-0
+//! folio's beside the memmap) and PG_lru, PG_active, PG_referenced and
+//! PG_workingset (`LruFlags`, a byte per page beside the memmap, as struct page's
+//! own flags word is full), so every list operation is a few indexed loads. The lru_add batch takes no reference here (the kernel's does): a
 //! reference more would change every refcount test the model already matches; a
 //! folio freed while waiting in it just leaves it.
 
-use super::folio::{LruFlags, MemMap, PageFlags, NIL};
+use super::folio::{Links, LruFlags, MemMap, PageFlags, NIL};
 use super::Kernel;
 use crate::hw::Pfn;
 
@@ -72,8 +72,8 @@ impl LruList {
 }
 
 /// struct lruvec: the four lists, their sizes in pages, the reclaim cost balance.
-/// A list runs from `head` (newest) through each folio's `lru_next` to `tail`
-/// (oldest, where reclaim takes folios: lru_to_folio); `lru_prev` points back.
+/// A list runs from `head` (newest) through each folio's `next` link to `tail`
+/// (oldest, where reclaim takes folios: lru_to_folio); `prev` points back.
 pub struct Lruvec {
     head: [u32; 4],
     tail: [u32; 4],
@@ -133,16 +133,17 @@ impl Lruvec {
             let f = mm.lru_mut(folio);
             debug_assert!(!f.contains(LruFlags::LRU), "folio {folio:?} already on an LRU list");
             *f = (*f - (LruFlags::ON_ACTIVE | LruFlags::ON_FILE)) | lru.flags();
-            let p = mm.page_mut(folio);
-            p.lru_prev = folios.get(i + 1).map_or(NIL, |n| n.0 as u32);
-            p.lru_next = older;
+            *mm.lru_links_mut(folio) = Links {
+                prev: folios.get(i + 1).map_or(NIL, |n| n.0 as u32),
+                next: older,
+            };
             older = folio.0 as u32;
             pages += mm.folio_nr_pages(folio);
         }
         if old_head == NIL {
             self.tail[l] = oldest.0 as u32;
         } else {
-            mm.page_mut(Pfn(old_head as u64)).lru_prev = oldest.0 as u32;
+            mm.lru_links_mut(Pfn(old_head as u64)).prev = oldest.0 as u32;
         }
         self.head[l] = newest.0 as u32;
         self.nr_pages[l] += pages;
@@ -162,11 +163,7 @@ impl Lruvec {
         let l = Self::list_of(mm, folio) as usize;
         mm.lru_mut(folio)
             .remove(LruFlags::LRU | LruFlags::ON_ACTIVE | LruFlags::ON_FILE);
-        let p = mm.page_mut(folio);
-        let (prev, next) = (
-            std::mem::replace(&mut p.lru_prev, NIL),
-            std::mem::replace(&mut p.lru_next, NIL),
-        );
+        let Links { prev, next } = std::mem::replace(mm.lru_links_mut(folio), Links::NONE);
         self.join(mm, l, prev, next);
         self.nr_pages[l] -= mm.folio_nr_pages(folio);
     }
@@ -178,12 +175,12 @@ impl Lruvec {
         if prev == NIL {
             self.head[l] = next;
         } else {
-            mm.page_mut(Pfn(u64::from(prev))).lru_next = next;
+            mm.lru_links_mut(Pfn(u64::from(prev))).next = next;
         }
         if next == NIL {
             self.tail[l] = prev;
         } else {
-            mm.page_mut(Pfn(u64::from(next))).lru_prev = prev;
+            mm.lru_links_mut(Pfn(u64::from(next))).prev = prev;
         }
     }
 
@@ -202,15 +199,13 @@ impl Lruvec {
             }
             let l = LruList::of(f.contains(LruFlags::ON_FILE), f.contains(LruFlags::ON_ACTIVE)) as usize;
             self.nr_pages[l] -= 1 << order;
-            let p = mm.page(Pfn(pfn));
-            let prev = p.lru_prev;
+            let Links { prev, mut next } = mm.lru_links(Pfn(pfn));
             if inside(prev) {
                 continue;
             }
             // The first of a stretch: its end is the first folio after it outside the run.
-            let mut next = p.lru_next;
             while inside(next) {
-                next = mm.page(Pfn(u64::from(next))).lru_next;
+                next = mm.lru_links(Pfn(u64::from(next))).next;
             }
             self.join(mm, l, prev, next);
         }
@@ -221,16 +216,17 @@ impl Lruvec {
     fn add_before(&mut self, mm: &mut MemMap, new: Pfn, folio: Pfn) {
         let lru = Self::list_of(mm, folio);
         *mm.lru_mut(new) |= lru.flags();
-        let prev = mm.page(folio).lru_prev;
-        let n = mm.page_mut(new);
-        n.lru_prev = prev;
-        n.lru_next = folio.0 as u32;
+        let prev = mm.lru_links(folio).prev;
+        *mm.lru_links_mut(new) = Links {
+            prev,
+            next: folio.0 as u32,
+        };
         if prev == NIL {
             self.head[lru as usize] = new.0 as u32;
         } else {
-            mm.page_mut(Pfn(prev as u64)).lru_next = new.0 as u32;
+            mm.lru_links_mut(Pfn(prev as u64)).next = new.0 as u32;
         }
-        mm.page_mut(folio).lru_prev = new.0 as u32;
+        mm.lru_links_mut(folio).prev = new.0 as u32;
     }
 
     /// Every list linked both ways, each folio on it in use with PG_lru and its list
@@ -242,7 +238,8 @@ impl Lruvec {
             while at != NIL {
                 let folio = Pfn(at as u64);
                 let p = mm.page(folio);
-                if p.lru_next != next
+                let links = mm.lru_links(folio);
+                if links.next != next
                     || mm.lru(folio) & !(LruFlags::ACTIVE | LruFlags::REFERENCED | LruFlags::WORKINGSET) != lru.flags()
                     || !p.flags.contains(PageFlags::INUSE)
                 {
@@ -253,7 +250,7 @@ impl Lruvec {
                     return Err(format!("{lru:?} list longer than its size"));
                 }
                 next = at;
-                at = p.lru_prev;
+                at = links.prev;
             }
             if next != self.head[lru as usize] {
                 return Err(format!("{lru:?} list: its head is not its newest folio"));
@@ -267,7 +264,7 @@ impl Lruvec {
     pub fn iter_from_tail<'a>(&self, mm: &'a MemMap, lru: LruList) -> impl Iterator<Item = Pfn> + 'a {
         let first = self.tail[lru as usize];
         std::iter::successors((first != NIL).then_some(first), move |&p| {
-            let prev = mm.page(Pfn(p as u64)).lru_prev;
+            let prev = mm.lru_links(Pfn(p as u64)).prev;
             (prev != NIL).then_some(prev)
         })
         .map(|p| Pfn(p as u64))

@@ -7,7 +7,6 @@ pub mod variants;
 
 use crate::hw::{Event, MachineConfig, PhysMem, VirtAddr};
 use crate::kcount::KernelEvent;
-use crate::mm::folio::Page;
 use crate::mm::madvise::Madv;
 use crate::mm::memory::FaultError;
 use crate::mm::mm_types::{MmId, VmFlags};
@@ -268,17 +267,17 @@ pub fn budget(w: &Workload, cfg: &MachineConfig) -> crate::hostmem::Budget {
 }
 
 /// The most host memory a model run can take when it maps at most `frames` frames
-/// (capped by the machine's RAM) in `mmaps` regions: each frame costs its struct page
-/// and its byte of LRU flags in the memmap, a mapped one its share of a pte table, and
-/// every two frames at most one large folio's mapping counts (order 1 is the smallest
-/// large folio). Measured (4K pages, peak RSS above a run mapping 4K): 10.3 MiB per GiB
+/// (capped by the machine's RAM) in `mmaps` regions: each frame costs its struct page,
+/// its order-0 folio entry and its byte of LRU flags beside the memmap, a mapped one its
+/// share of a pte table, and every two frames at most one large folio's record (order 1
+/// is the smallest large folio). Measured (4K pages, peak RSS above a run mapping 4K): 10.3 MiB per GiB
 /// touched nohugepage, 12.4 with 16K mTHP; this bound is 13.9 (`tests/hostile_inputs.rs`).
 pub fn host_bytes_for(cfg: &MachineConfig, frames: u64, mmaps: u64) -> u64 {
     let g = cfg.granule;
     let frames = frames.min(cfg.ram_bytes >> g.page_shift());
     // A pte table per PTRS_PER_PTE frames, and one per level for each region's ends.
     let tables = frames.div_ceil(g.ptrs_per_table() as u64) + mmaps.saturating_add(1).saturating_mul(2 * 4);
-    let per_frame = std::mem::size_of::<Page>() as u64 + crate::mm::swap::Lruvec::HOST_BYTES_PER_PAGE;
+    let per_frame = crate::mm::folio::MemMap::HOST_BYTES_PER_FRAME + crate::mm::swap::Lruvec::HOST_BYTES_PER_PAGE;
     let large = frames
         .div_ceil(2)
         .saturating_mul(std::mem::size_of::<crate::mm::folio::LargeFolio>() as u64);

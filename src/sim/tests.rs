@@ -223,9 +223,9 @@ mod checker {
         k.memmap.page_mut(Pfn(pfn.0 + 3)).mapcount += 1;
         assert!(k.check_invariants().unwrap_err().contains("mapcount"));
         k.memmap.page_mut(Pfn(pfn.0 + 3)).mapcount -= 1;
-        k.memmap.page_mut(pfn).refcount += 1;
+        k.memmap.folio_ref_add(pfn, 1);
         assert!(k.check_invariants().unwrap_err().contains("refcount"));
-        k.memmap.page_mut(pfn).refcount -= 1;
+        k.memmap.folio_ref_add(pfn, -1);
         k.stat.mod_mthp_stat(4, MthpStat::NrAnon, 1);
         assert!(k.check_invariants().unwrap_err().contains("nr_anon"));
     }
@@ -236,7 +236,7 @@ mod checker {
         for i in 1..512u64 {
             let p = k.memmap.page_mut(Pfn(head.0 + i));
             p.flags = PageFlags::TAIL | PageFlags::INUSE;
-            p.head = head.0 as u32;
+            p.order = 9;
         }
     }
 
