@@ -240,9 +240,9 @@ impl MemMap {
             // worth (64 KiB) at once when the section comes online.
             lru: unsafe { HugeBuf::zeroed(nr_pages as usize, None) },
             online: vec![false; n],
-            // SAFETY: every field of LargeFolio is an integer. A slot is written whole
-            // (`LargeFolio::default()`) when it is handed out, from the first up: 2 MiB
-            // host pages past the array's first `LARGE_HEAD` bytes.
+            // SAFETY: every field of LargeFolio is an integer or a pair of them. A slot
+            // is written whole (`LargeFolio::default()`) when it is handed out, from the
+            // first up: 2 MiB host pages past the array's first `LARGE_HEAD` bytes.
             large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1), Some(LARGE_HEAD)) },
             large_used: 0,
             large_free: NIL,
@@ -384,7 +384,7 @@ impl MemMap {
         let slot = p.word as usize;
         &mut self.large[slot]
     }
-    /// Give back the counts slot of a large folio whose head page is about to be
+    /// Give back the record slot of a large folio whose head page is about to be
     /// rewritten (split, free).
     pub fn release_large(&mut self, folio: Pfn) {
         let p = self.page(folio);
@@ -463,21 +463,27 @@ impl MemMap {
             p.word
         }
     }
-    /// Set the index of the `nr` pages from `pfn`: `first`, then each the next.
+    /// Set the index of the `nr` pages of one folio from `pfn`: `first`, then each the
+    /// next. Only the first can be a large folio's head, whose index is in its record.
     #[inline(always)]
     pub fn set_page_index(&mut self, pfn: Pfn, nr: u64, first: u64) {
         debug_assert!(self.is_online(pfn) && self.is_online(Pfn(pfn.0 + nr - 1)));
         let pages = &mut self.pages[pfn.0 as usize..(pfn.0 + nr) as usize];
-        for (p, index) in pages.iter_mut().zip(first..) {
-            if p.flags.contains(PageFlags::HEAD) {
-                self.large[p.word as usize].index = index;
-            } else {
-                p.word = index;
-            }
+        let Some((p, rest)) = pages.split_first_mut() else {
+            return;
+        };
+        if p.flags.contains(PageFlags::HEAD) {
+            self.large[p.word as usize].index = first;
+        } else {
+            p.word = first;
+        }
+        for (i, p) in rest.iter_mut().enumerate() {
+            debug_assert!(!p.flags.contains(PageFlags::HEAD), "{pfn:?} + {nr}: two folios");
+            p.word = first + 1 + i as u64;
         }
     }
 
-    /// A large folio's counts slot, reset: the most recently freed, else the next never
+    /// A large folio's record slot, reset: the most recently freed, else the next never
     /// used. Inline into `prep_compound_page`, its one caller, out of order 0's way.
     #[inline(always)]
     fn new_large_slot(&mut self) -> u32 {

@@ -270,8 +270,9 @@ pub fn budget(w: &Workload, cfg: &MachineConfig) -> crate::hostmem::Budget {
 /// (capped by the machine's RAM) in `mmaps` regions: each frame costs its struct page,
 /// its order-0 folio entry and its byte of LRU flags beside the memmap, a mapped one its
 /// share of a pte table, and every two frames at most one large folio's record (order 1
-/// is the smallest large folio). Measured (4K pages, peak RSS above a run mapping 4K): 10.3 MiB per GiB
-/// touched nohugepage, 12.4 with 16K mTHP; this bound is 13.9 (`tests/hostile_inputs.rs`).
+/// is the smallest large folio). Measured (4K pages, peak RSS above a run mapping 4K):
+/// 11.1 MiB per GiB touched nohugepage, 11.8 with 16K mTHP; this bound is 18.3
+/// (`tests/hostile_inputs.rs`).
 pub fn host_bytes_for(cfg: &MachineConfig, frames: u64, mmaps: u64) -> u64 {
     let g = cfg.granule;
     let frames = frames.min(cfg.ram_bytes >> g.page_shift());
