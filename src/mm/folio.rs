@@ -73,11 +73,11 @@ bitflags! {
 }
 
 /// One struct page: 16 bytes, so the memmap of a gigabyte of 4K pages is 4 MiB of
-/// host memory, touched once per page the model uses (it bounds fault throughput:
-/// at 32 bytes, the host clearing it and the model streaming it through its caches
-/// were a fifth of a 64K-folio run, docs/src/tasks/speed.md, twenty-fourth round).
+/// host memory, touched once per page the model uses: the host clears it, the model
+/// streams it through its caches (at 32 bytes, padding it to 64 took a 64K-folio
+/// bench child from 10.3 to 14.4 ms; docs/src/tasks/speed.md, twenty-fourth round).
 /// What only a folio needs, once, is kept apart: a large folio's in its `LargeFolio`
-/// record, an order-0 folio's in its `SmallFolio` beside the memmap.
+/// record, an order-0 folio's in its `FolioHead` beside the memmap.
 ///
 /// ```text
 ///  word, by what the page is (its flags):
@@ -133,15 +133,15 @@ impl Links {
     pub const NONE: Links = Links { prev: NIL, next: NIL };
 }
 
-/// What an order-0 folio holds beyond its struct page, one per frame beside the
-/// memmap: its refcount and LRU links. The kernel keeps them in struct page; here
-/// a large folio keeps them in its `LargeFolio`, so a run of large folios never
-/// touches this array. A page-table page has none: it holds the one reference its
+/// A folio's refcount and its place on its LRU list, which the kernel keeps in its
+/// head struct page: a large folio's in its record, an order-0 folio's in an array
+/// beside the memmap, one entry per frame, so a run of large folios never touches
+/// that array. A page-table page has none: it holds the one reference its
 /// allocation gave it, which nothing takes or drops.
-#[derive(Clone, Copy, Debug)]
-struct SmallFolio {
-    refcount: i32,
-    lru: Links,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FolioHead {
+    pub refcount: i32,
+    pub lru: Links,
 }
 
 /// A large folio's record: its folio-wide mapping counts (the kernel keeps them in
@@ -160,12 +160,9 @@ pub struct LargeFolio {
     /// (_mm_id_mapcount, -1 when the slot is free).
     pub mm_id: [u32; 2],
     pub mm_id_mapcount: [i32; 2],
-    /// Folio refcount.
-    pub refcount: i32,
+    pub head: FolioHead,
     /// The head page's index (its word holds this slot).
     pub index: u64,
-    /// The folio's place on its LRU list.
-    pub lru: Links,
     /// Its place on the deferred split queue (_deferred_list).
     pub deferred: Links,
 }
@@ -178,9 +175,11 @@ impl Default for LargeFolio {
             nr_pages_mapped: 0,
             mm_id: [0; 2],
             mm_id_mapcount: [-1; 2],
-            refcount: 0,
+            head: FolioHead {
+                refcount: 0,
+                lru: Links::NONE,
+            },
             index: 0,
-            lru: Links::NONE,
             deferred: Links::NONE,
         }
     }
@@ -195,7 +194,7 @@ const SECTION_PAGES: usize = 1 << SECTION_SHIFT;
 pub struct MemMap {
     nr_pages: u64,
     pages: HugeBuf<Page>,
-    small: HugeBuf<SmallFolio>,
+    small: HugeBuf<FolioHead>,
     lru: HugeBuf<LruFlags>,
     online: Vec<bool>,
     /// One slot per large folio that can exist (order >= 1: half the frames), handed
@@ -221,7 +220,7 @@ const LARGE_HEAD: usize = 1 << 20;
 
 impl MemMap {
     /// Host bytes each frame can take: its struct page and its order-0 folio entry.
-    pub const HOST_BYTES_PER_FRAME: u64 = (std::mem::size_of::<Page>() + std::mem::size_of::<SmallFolio>()) as u64;
+    pub const HOST_BYTES_PER_FRAME: u64 = (std::mem::size_of::<Page>() + std::mem::size_of::<FolioHead>()) as u64;
 
     pub fn new(nr_pages: u64) -> MemMap {
         let n = (nr_pages as usize).div_ceil(SECTION_PAGES);
@@ -231,7 +230,7 @@ impl MemMap {
             // for which all-zero bytes are valid. All-zero is Page::default(), a page
             // no list or folio holds, which is all a page of a newly online section is.
             pages: unsafe { HugeBuf::zeroed(nr_pages as usize, Some(HEAD)) },
-            // SAFETY: every field of SmallFolio is an integer. An entry is read only
+            // SAFETY: every field of FolioHead is an integer or a pair of them. An entry is read only
             // for an order-0 folio, whose refcount its allocation wrote, and its links
             // only while it is on a list, which wrote them.
             small: unsafe { HugeBuf::zeroed(nr_pages as usize, Some(HEAD)) },
@@ -399,8 +398,9 @@ impl MemMap {
     pub fn nr_large(&self) -> usize {
         self.large_live
     }
-    #[inline]
-    pub fn folio_ref_count(&self, folio: Pfn) -> i32 {
+    /// Where a folio's `FolioHead` is: its record's slot, or its pfn in the order-0 array.
+    #[inline(always)]
+    fn head_at(&self, folio: Pfn) -> (bool, usize) {
         let p = self.page(folio);
         debug_assert!(
             !p.flags.intersects(PageFlags::TAIL | PageFlags::PGTABLE),
@@ -408,50 +408,42 @@ impl MemMap {
             p.flags
         );
         if p.flags.contains(PageFlags::HEAD) {
-            self.large[p.word as usize].refcount
+            (true, p.word as usize)
         } else {
-            self.small[folio.0 as usize].refcount
+            (false, folio.0 as usize)
         }
     }
-    /// The folio's refcount, to change.
+    /// A folio's refcount and LRU links.
     #[inline(always)]
-    pub fn refcount_mut(&mut self, folio: Pfn) -> &mut i32 {
-        let p = self.page(folio);
-        debug_assert!(
-            !p.flags.intersects(PageFlags::TAIL | PageFlags::PGTABLE),
-            "{folio:?} is no folio ({:?})",
-            p.flags
-        );
-        if p.flags.contains(PageFlags::HEAD) {
-            let slot = p.word as usize;
-            &mut self.large[slot].refcount
-        } else {
-            &mut self.small[folio.0 as usize].refcount
+    pub fn folio_head(&self, folio: Pfn) -> &FolioHead {
+        match self.head_at(folio) {
+            (true, slot) => &self.large[slot].head,
+            (false, pfn) => &self.small[pfn],
         }
+    }
+    #[inline(always)]
+    pub fn folio_head_mut(&mut self, folio: Pfn) -> &mut FolioHead {
+        match self.head_at(folio) {
+            (true, slot) => &mut self.large[slot].head,
+            (false, pfn) => &mut self.small[pfn],
+        }
+    }
+    #[inline]
+    pub fn folio_ref_count(&self, folio: Pfn) -> i32 {
+        self.folio_head(folio).refcount
     }
     #[inline]
     pub fn folio_ref_add(&mut self, folio: Pfn, n: i32) {
-        *self.refcount_mut(folio) += n;
+        self.folio_head_mut(folio).refcount += n;
     }
     /// A folio's LRU links (its head's, the kernel's folio->lru).
     #[inline(always)]
     pub fn lru_links(&self, folio: Pfn) -> Links {
-        let p = self.page(folio);
-        if p.flags.contains(PageFlags::HEAD) {
-            self.large[p.word as usize].lru
-        } else {
-            self.small[folio.0 as usize].lru
-        }
+        self.folio_head(folio).lru
     }
     #[inline(always)]
     pub fn lru_links_mut(&mut self, folio: Pfn) -> &mut Links {
-        let p = self.page(folio);
-        if p.flags.contains(PageFlags::HEAD) {
-            let slot = p.word as usize;
-            &mut self.large[slot].lru
-        } else {
-            &mut self.small[folio.0 as usize].lru
-        }
+        &mut self.folio_head_mut(folio).lru
     }
     /// page->index (page_pgoff): a large folio's head keeps it in the folio's record.
     #[inline]
@@ -530,7 +522,7 @@ impl MemMap {
     #[inline(never)]
     fn prep_compound_page(&mut self, pfn: Pfn, order: u32) {
         let slot = self.new_large_slot();
-        self.large[slot as usize].refcount = 1;
+        self.large[slot as usize].head.refcount = 1;
         let head = self.page_mut(pfn);
         head.flags |= PageFlags::HEAD;
         head.order = order as u8;
@@ -552,9 +544,9 @@ impl MemMap {
     /// in `keep`, plus `inherit`; the first holds `pins` references and the folio's
     /// place on its LRU list, the others none. The folio's record is given back.
     pub fn split_to_order_0(&mut self, folio: Pfn, keep: PageFlags, inherit: PageFlags, pins: i32) {
-        let (index, lru) = {
+        let (index, head) = {
             let lf = self.large(folio);
-            (lf.index, lf.lru)
+            (lf.index, lf.head)
         };
         self.release_large(folio);
         let nr = 1u64 << self.page(folio).order;
@@ -569,9 +561,13 @@ impl MemMap {
                 word: if i == 0 { index } else { p.word },
                 ..Page::default()
             };
-            self.small[pfn.0 as usize] = SmallFolio {
-                refcount: if i == 0 { pins } else { 0 },
-                lru: if i == 0 { lru } else { Links::NONE },
+            self.small[pfn.0 as usize] = if i == 0 {
+                FolioHead { refcount: pins, ..head }
+            } else {
+                FolioHead {
+                    refcount: 0,
+                    lru: Links::NONE,
+                }
             };
         }
     }
@@ -696,7 +692,10 @@ mod tests {
         mm.large_mut(Pfn(0)).large_mapcount = 16;
         assert_eq!(mm.folio_mapcount(Pfn(0)), 16);
         let new = LargeFolio {
-            refcount: 1,
+            head: FolioHead {
+                refcount: 1,
+                lru: Links::NONE,
+            },
             ..LargeFolio::default()
         };
         assert_eq!(mm.large(Pfn(16)), &new);
@@ -744,7 +743,7 @@ mod tests {
         mm.folio_ref_add(Pfn(64), 2);
         *mm.lru_links_mut(Pfn(64)) = Links { prev: 80, next: NIL };
         *mm.lru_links_mut(Pfn(80)) = Links { prev: NIL, next: 64 };
-        assert_eq!(mm.large(Pfn(64)).refcount, 3);
+        assert_eq!(mm.large(Pfn(64)).head.refcount, 3);
         assert_eq!(mm.lru_links(Pfn(64)), Links { prev: 80, next: NIL });
         assert_eq!(mm.lru_links(Pfn(80)), Links { prev: NIL, next: 64 });
         // A split leaves the head its refcount (the pins), place and index.

@@ -433,7 +433,7 @@ impl Kernel {
     fn folio_ref_sub_and_test(&mut self, folio: Pfn, refs: i32) -> bool {
         self.arch.kc.inc(KernelEvent::FolioRefAtomic);
         let reserved = self.memmap.folio_test(folio, PageFlags::RESERVED);
-        let r = self.memmap.refcount_mut(folio);
+        let r = &mut self.memmap.folio_head_mut(folio).refcount;
         *r -= refs;
         debug_assert!(*r >= 0, "folio {folio:?} refcount underflow");
         *r == 0 && !reserved
