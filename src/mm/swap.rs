@@ -99,8 +99,8 @@ impl Default for Lruvec {
 }
 
 impl Lruvec {
-    /// Host bytes the LRU state of one page takes beyond its struct page (where a
-    /// folio's links live): its byte of LRU flags beside the memmap.
+    /// Host bytes the LRU state of one page takes beside the memmap: its byte of LRU
+    /// flags (a folio's links are in its `FolioHead`, counted with the memmap).
     pub const HOST_BYTES_PER_PAGE: u64 = std::mem::size_of::<crate::mm::folio::LruFlags>() as u64;
 
     /// lruvec_page_state(NR_LRU_BASE + lru): pages on `lru`.
