@@ -230,9 +230,9 @@ impl MemMap {
             // for which all-zero bytes are valid. All-zero is Page::default(), a page
             // no list or folio holds, which is all a page of a newly online section is.
             pages: unsafe { HugeBuf::zeroed(nr_pages as usize, Some(HEAD)) },
-            // SAFETY: every field of FolioHead is an integer or a pair of them. An entry is read only
-            // for an order-0 folio, whose refcount its allocation wrote, and its links
-            // only while it is on a list, which wrote them.
+            // SAFETY: every field of FolioHead is an integer or a pair of them. An
+            // entry is read only for an order-0 folio, whose refcount its allocation
+            // wrote, and its links only while it is on a list, which wrote them.
             small: unsafe { HugeBuf::zeroed(nr_pages as usize, Some(HEAD)) },
             // SAFETY: all-zero bytes are LruFlags::empty(), every page's state until
             // its folio is added to an LRU list. 4K host pages back it, a section's
@@ -518,6 +518,15 @@ impl MemMap {
         };
     }
 
+    /// A page-table page about to go back to the buddy allocator (pagetable_free).
+    /// Only its struct page is reset: it has no entry in the order-0 array, and
+    /// touching one for each table among a run's folios would have the host back
+    /// that whole array.
+    pub fn clear_pgtable_page(&mut self, pfn: Pfn) {
+        debug_assert!(self.page(pfn).flags.contains(PageFlags::PGTABLE));
+        *self.page_mut(pfn) = Page::default();
+    }
+
     /// prep_compound_page: a large folio's head record and tail pages.
     #[inline(never)]
     fn prep_compound_page(&mut self, pfn: Pfn, order: u32) {
@@ -540,22 +549,23 @@ impl MemMap {
     }
 
     /// __split_folio_to_order(0)'s struct pages: every page of large folio `folio`
-    /// becomes an order-0 folio, in use, with its own index and contents and its flags
-    /// in `keep`, plus `inherit`; the first holds `pins` references and the folio's
-    /// place on its LRU list, the others none. The folio's record is given back.
-    pub fn split_to_order_0(&mut self, folio: Pfn, keep: PageFlags, inherit: PageFlags, pins: i32) {
+    /// becomes an order-0 folio, in use, with its own index, contents and
+    /// PageAnonExclusive, plus the folio's flags `inherit`; the first holds `pins`
+    /// references and the folio's place on its LRU list, the others none. The folio's
+    /// record is given back.
+    pub fn split_to_order_0(&mut self, folio: Pfn, inherit: PageFlags, pins: i32) {
         let (index, head) = {
             let lf = self.large(folio);
             (lf.index, lf.head)
         };
         self.release_large(folio);
         let nr = 1u64 << self.page(folio).order;
-        for (i, index) in (0..nr).zip(index..) {
+        for i in 0..nr {
             let pfn = Pfn(folio.0 + i);
             let p = self.page_mut(pfn);
             debug_assert_eq!(p.mapcount, 0, "page {i} still mapped after unmap_folio");
             *p = Page {
-                flags: (p.flags & keep) | inherit | PageFlags::INUSE,
+                flags: (p.flags & PageFlags::ANON_EXCLUSIVE) | inherit | PageFlags::INUSE,
                 nonzero: p.nonzero,
                 // A tail's word is its index already; the head's is the record's.
                 word: if i == 0 { index } else { p.word },
@@ -572,15 +582,10 @@ impl MemMap {
         }
     }
 
-    /// Reset the pages of a folio or page table about to go back to the buddy
-    /// allocator. A page table's refcount was never kept, so its frame's entry beside
-    /// the memmap is left alone: page tables lie among the folios of a run, and
-    /// touching their entries would have the host back that whole array.
-    pub fn clear_folio(&mut self, pfn: Pfn, order: u32) {
-        if self.page(pfn).flags.contains(PageFlags::PGTABLE) {
-            *self.page_mut(pfn) = Page::default();
-            return;
-        }
+    /// Reset the pages of a folio about to go back to the buddy allocator (the
+    /// allocator's tests; the kernel's frees go through `Kernel::free_folios`).
+    #[cfg(test)]
+    pub(crate) fn clear_folio(&mut self, pfn: Pfn, order: u32) {
         self.release_large(pfn);
         self.clear_pages(pfn, 1 << order, order);
     }
@@ -747,7 +752,7 @@ mod tests {
         assert_eq!(mm.lru_links(Pfn(64)), Links { prev: 80, next: NIL });
         assert_eq!(mm.lru_links(Pfn(80)), Links { prev: NIL, next: 64 });
         // A split leaves the head its refcount (the pins), place and index.
-        mm.split_to_order_0(Pfn(64), PageFlags::empty(), PageFlags::ANON, 3);
+        mm.split_to_order_0(Pfn(64), PageFlags::ANON, 3);
         assert_eq!(mm.nr_large(), 0);
         assert_eq!(mm.folio_ref_count(Pfn(64)), 3);
         assert_eq!(mm.folio_ref_count(Pfn(65)), 0);

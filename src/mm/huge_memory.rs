@@ -846,8 +846,7 @@ fn __split_folio_to_order_0(k: &mut Kernel, folio: Pfn, pins: i32) {
         k.memmap.page(folio).flags & (PageFlags::ANON | PageFlags::SWAPBACKED | PageFlags::DIRTY | PageFlags::MLOCKED);
     // The head keeps its place on its LRU list (lru_add_split_folio puts the tails
     // beside it).
-    k.memmap
-        .split_to_order_0(folio, PageFlags::ANON_EXCLUSIVE, inherit, pins);
+    k.memmap.split_to_order_0(folio, inherit, pins);
 }
 
 /// deferred_split_scan: take every queued folio off the queue and split the partially

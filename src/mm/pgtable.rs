@@ -65,7 +65,7 @@ impl Kernel {
         self.arch.hw.mem.release_table(pfn);
         self.arch.hw.ev.inc(Event::TableFree);
         self.memcg_kmem_uncharge_page(pfn);
-        self.memmap.clear_folio(pfn, 0);
+        self.memmap.clear_pgtable_page(pfn);
         self.free_pages_to_node(pfn, 0);
     }
 
