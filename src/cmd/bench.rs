@@ -93,7 +93,7 @@ pub fn main(a: Args) -> super::CmdResult {
                     m = m.min(spawn("model", c.name)?);
                 }
                 println!(
-                    "{:<7} model {:.3} s wall, {:.3} s CPU; host not compared: {why}",
+                    "{:<7} model {:.4} s wall, {:.4} s CPU; host not compared: {why}",
                     c.name,
                     m.wall.as_secs_f64(),
                     m.cpu.as_secs_f64()
@@ -243,7 +243,7 @@ fn verdict(c: &Case, model: Times, host: Times) -> Verdict {
     };
     Verdict {
         line: format!(
-            "{:<7} wall: model {:.3} s host {:.3} s = {:.3}; CPU: model {:.3} s host {:.3} s = {:.3} \
+            "{:<7} wall: model {:.4} s host {:.4} s = {:.3}; CPU: model {:.4} s host {:.4} s = {:.3} \
              (target {}, fails above {}): {status}",
             c.name,
             model.wall.as_secs_f64(),
