@@ -212,11 +212,13 @@ pub struct MemMap {
 /// 1,170 slots (past the head, `populate_to` backs a 2 MiB page at a time).
 const LARGE_POPULATE_BYTES: usize = 64 << 10;
 
-/// The large-folio records' 4K-page head: 18,724 slots, 1.1 GiB of 64K folios. A
-/// 1 GiB touch of 64K folios takes 16,384 slots (896 KiB); with the records half
-/// as large and a 256 KiB head, the host cleared a 2 MiB page for 192 KiB of them
-/// (tasks/speed.md, eighteenth round).
-const LARGE_HEAD: usize = 1 << 20;
+/// The large-folio records' 4K-page head: 4,681 slots, 292 MiB of 64K folios. It
+/// was 1 MiB (18,724 slots) from the eighteenth round, when a 2 MiB host page cost
+/// more than the 4K pages it replaced; on the AMD EPYC host of the twenty-fifth round a
+/// 4K page cost 1.2-1.7 µs to populate and a 2 MiB one 31-225 µs, and a 1 GiB touch
+/// of 64K folios (16,384 slots, 896 KiB) took 0.25 ms less with this head run after
+/// run (tasks/speed.md).
+const LARGE_HEAD: usize = HEAD;
 
 impl MemMap {
     /// Host bytes each frame can take: its struct page and its order-0 folio entry.
