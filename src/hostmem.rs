@@ -18,8 +18,9 @@
 //! large one gets one host fault, and one TLB entry, per 2 MiB from there on, where
 //! the host's THP policy allows. On the development host a 4K host page cost 3.5 µs
 //! to fault in (16 MiB: 15.0 ms), a 2 MiB page about 0.4 ms (16 MiB: 3.0 ms). A
-//! sparse array (a byte per page) is left to 4K host pages throughout, and an array whose
-//! common use ends a little past the head has a larger head (the large-folio records).
+//! sparse array (a byte per page) is left to 4K host pages throughout. On a later host
+//! (tasks/speed.md, twenty-fifth round) a 4K page cost 1.2-1.7 µs to populate and a 2 MiB
+//! page 31-225 µs, so no array has a head larger than `HEAD`.
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;

@@ -212,14 +212,6 @@ pub struct MemMap {
 /// 1,170 slots (past the head, `populate_to` backs a 2 MiB page at a time).
 const LARGE_POPULATE_BYTES: usize = 64 << 10;
 
-/// The large-folio records' 4K-page head: 4,681 slots, 292 MiB of 64K folios. It
-/// was 1 MiB (18,724 slots) from the eighteenth round, when a 2 MiB host page cost
-/// more than the 4K pages it replaced; on the AMD EPYC host of the twenty-fifth round a
-/// 4K page cost 1.2-1.7 µs to populate and a 2 MiB one 31-225 µs, and a 1 GiB touch
-/// of 64K folios (16,384 slots, 896 KiB) took 0.25 ms less with this head run after
-/// run (tasks/speed.md).
-const LARGE_HEAD: usize = HEAD;
-
 impl MemMap {
     /// Host bytes each frame can take: its struct page and its order-0 folio entry.
     pub const HOST_BYTES_PER_FRAME: u64 = (std::mem::size_of::<Page>() + std::mem::size_of::<FolioHead>()) as u64;
@@ -243,8 +235,13 @@ impl MemMap {
             online: vec![false; n],
             // SAFETY: every field of LargeFolio is an integer or a pair of them. A slot
             // is written whole (`LargeFolio::default()`) when it is handed out, from the
-            // first up: 2 MiB host pages past the array's first `LARGE_HEAD` bytes.
-            large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1), Some(LARGE_HEAD)) },
+            // first up: 2 MiB host pages past the array's first `HEAD` bytes (4,681
+            // slots). The head was 1 MiB from the eighteenth round, when a 2 MiB host
+            // page cost more than the 4K pages it replaced; on the twenty-fifth round's
+            // host a 4K page cost 1.2-1.7 µs to populate and a 2 MiB one 31-225 µs, and
+            // the 64K bench child (16,384 slots, 896 KiB) took 4.08 -> 3.81 ms of CPU
+            // at best with this head, run after run (tasks/speed.md).
+            large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1), Some(HEAD)) },
             large_used: 0,
             large_free: NIL,
             large_live: 0,
