@@ -1,13 +1,13 @@
 //! Host memory: the budget every command checks before it starts and keeps to while it
 //! runs (`Budget`, `Watch`), and the model's largest array, the memmap (`HugeBuf`).
 //!
-//! The memmap of a gigabyte of model RAM is 8 MiB that the zap and fault paths touch
+//! The memmap of a gigabyte of model RAM is 4 MiB that the zap and fault paths touch
 //! page by page. `HugeBuf` reserves the whole array at once as anonymous, lazily
 //! backed host memory (like the kernel's vmemmap: a terabyte machine reserves
 //! address space, not memory), so an element is one index away with no section
-//! table in between. An array used densely from its start (the memmap, table
-//! storage, large-folio slots) is laid out so that past its first `HEAD` bytes it
-//! lies in 2 MiB-aligned memory advised MADV_HUGEPAGE:
+//! table in between. Each array is used densely from its start (the memmap, the
+//! order-0 folio entries, table storage, large-folio slots) and laid out so that past
+//! its first `HEAD` bytes it lies in 2 MiB-aligned memory advised MADV_HUGEPAGE:
 //!
 //! ```text
 //!   ptr          ptr + HEAD (2 MiB aligned)
@@ -17,10 +17,11 @@
 //! A small run uses only the head and has the host clear no 2 MiB page for it; a
 //! large one gets one host fault, and one TLB entry, per 2 MiB from there on, where
 //! the host's THP policy allows. On the development host a 4K host page cost 3.5 µs
-//! to fault in (16 MiB: 15.0 ms), a 2 MiB page about 0.4 ms (16 MiB: 3.0 ms). A
-//! sparse array (a byte per page) is left to 4K host pages throughout. On a later host
-//! (tasks/speed.md, twenty-fifth round) a 4K page cost 1.2-1.7 µs to populate and a 2 MiB
-//! page 31-225 µs, so no array has a head larger than `HEAD`.
+//! to fault in (16 MiB: 15.0 ms), a 2 MiB page about 0.4 ms (16 MiB: 3.0 ms); on a
+//! later one (tasks/speed.md, twenty-fifth round) a 4K page cost 1.2-1.7 µs to
+//! populate and a 2 MiB page 31-225 µs. Every array has this one layout: the last that
+//! kept to 4K pages throughout, the LRU flags, and the one with a larger head, the
+//! large-folio records, each cost the host more 4K pages than they saved.
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -29,7 +30,7 @@ use std::ptr::NonNull;
 const HUGE: usize = 2 << 20;
 
 /// The first bytes of a huge-page `HugeBuf`, left to 4K host pages.
-pub const HEAD: usize = 256 << 10;
+const HEAD: usize = 256 << 10;
 
 /// The most host memory a `HugeBuf` backs beyond the elements it was asked for: the
 /// rest of a 2 MiB page (`populate_to` backs whole ones past the head).
@@ -41,8 +42,6 @@ pub struct HugeBuf<T: Copy> {
     len: usize,
     /// Bytes mapped at `ptr` (a whole number of host pages).
     bytes: usize,
-    /// Bytes from `ptr` on which the host may back with 2 MiB pages (`bytes` for none).
-    huge_from: usize,
     /// Elements [0, populated) were backed by `populate_to`.
     populated: usize,
 }
@@ -54,20 +53,18 @@ unsafe impl<T: Copy + Sync> Sync for HugeBuf<T> {}
 
 impl<T: Copy> HugeBuf<T> {
     /// `len` elements of all-zero bytes. The host backs a page of them only when it
-    /// is first touched; with `huge_past` (a whole number of 4K pages, `HEAD` for most
-    /// arrays), past that many bytes, with a 2 MiB huge page where the host allows.
+    /// is first touched: 4K pages in the first `HEAD` bytes, past them a 2 MiB huge
+    /// page where the host allows.
     ///
     /// # Safety
     /// All-zero bytes must be a valid `T`.
-    pub unsafe fn zeroed(len: usize, huge_past: Option<usize>) -> HugeBuf<T> {
+    pub unsafe fn zeroed(len: usize) -> HugeBuf<T> {
         assert!(std::mem::align_of::<T>() <= 4096, "HugeBuf alignment");
         let size = std::mem::size_of::<T>()
             .checked_mul(len)
             .expect("HugeBuf size overflows")
             .max(1);
-        let thp = huge_past.is_some();
-        let head = huge_past.unwrap_or(0);
-        assert!(head.is_multiple_of(4096), "HugeBuf head of {head} bytes");
+        let head = HEAD;
         // Whole 2 MiB pages after the head, so the last one can be huge too.
         let bytes = head + size.saturating_sub(head).next_multiple_of(HUGE);
         let span = bytes + HUGE;
@@ -96,7 +93,7 @@ impl<T: Copy> HugeBuf<T> {
             if base + span > start + bytes {
                 libc::munmap((start + bytes) as *mut libc::c_void, base + span - start - bytes);
             }
-            if thp && bytes > head {
+            if bytes > head {
                 libc::madvise((start + head) as *mut libc::c_void, bytes - head, libc::MADV_HUGEPAGE);
             }
         }
@@ -104,7 +101,6 @@ impl<T: Copy> HugeBuf<T> {
             ptr: NonNull::new(start as *mut T).expect("mmap returned null"),
             len,
             bytes,
-            huge_from: if thp { head } else { bytes },
             populated: 0,
         }
     }
@@ -115,7 +111,7 @@ impl<T: Copy> HugeBuf<T> {
     /// call (MADV_POPULATE_WRITE) instead of one host fault per 4K page at the first
     /// store to each. Where the host has no MADV_POPULATE_WRITE (before Linux 5.14),
     /// a store to each page does it; the elements keep their values either way.
-    pub fn populate(&mut self, range: std::ops::Range<usize>) {
+    fn populate(&mut self, range: std::ops::Range<usize>) {
         const HOST_PAGE: usize = 4096;
         let size = std::mem::size_of::<T>();
         let base = self.ptr.as_ptr() as usize;
@@ -154,7 +150,7 @@ impl<T: Copy> HugeBuf<T> {
         let size = std::mem::size_of::<T>();
         let per = (chunk / size).max(1);
         let mut to = need.next_multiple_of(per).min(self.len);
-        if to * size > self.huge_from {
+        if to * size > HEAD {
             // The elements that end by the next 2 MiB boundary: the huge page the last
             // chunk falls in, and none of the next.
             let base = self.ptr.as_ptr() as usize;
@@ -411,7 +407,7 @@ mod tests {
     #[test]
     fn populating_backs_pages_at_once_and_keeps_their_contents() {
         // SAFETY: all-zero bytes are a valid u64.
-        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(1 << 20, None) };
+        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(1 << 20) };
         // SAFETY: advice on b's own mapping: 4K host pages whatever the host's THP
         // settings, so a store backs exactly one page.
         unsafe { libc::madvise(b.as_ptr() as *mut libc::c_void, 8 << 20, libc::MADV_NOHUGEPAGE) };
@@ -438,7 +434,7 @@ mod tests {
     #[test]
     fn populating_to_a_need_backs_whole_chunks_beyond_it_once() {
         // SAFETY: all-zero bytes are a valid u64.
-        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(10_000, None) };
+        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(10_000) };
         b.populate_to(1, 4096);
         assert_eq!(b.populated(), 512, "the first chunk of 4 KiB");
         b[511] = 9;
@@ -453,7 +449,7 @@ mod tests {
     #[test]
     fn past_the_head_populating_backs_a_whole_huge_page() {
         // SAFETY: all-zero bytes are a valid u64.
-        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(1 << 20, Some(HEAD)) };
+        let mut b: HugeBuf<u64> = unsafe { HugeBuf::zeroed(1 << 20) };
         b.populate_to(1, 4096);
         assert_eq!(b.populated(), 512, "in the head: a chunk");
         b.populate_to(HEAD / 8 + 1, 4096);
@@ -534,24 +530,19 @@ mod tests {
     #[test]
     fn buffers_are_huge_page_aligned_past_their_head_and_zeroed() {
         // SAFETY: zero is a valid u64.
-        let mut b = unsafe { HugeBuf::<u64>::zeroed(HUGE / 8 + 3, Some(HEAD)) };
+        let mut b = unsafe { HugeBuf::<u64>::zeroed(HUGE / 8 + 3) };
         assert_eq!((b.as_ptr() as usize + HEAD) % HUGE, 0);
         assert!(b.iter().all(|&x| x == 0));
         b[HUGE / 8 + 2] = 5;
         assert_eq!(b[HUGE / 8 + 2], 5);
         assert_eq!(b.len(), HUGE / 8 + 3);
-        // A larger head moves the first huge page out with it.
-        // SAFETY: zero is a valid u64.
-        let b = unsafe { HugeBuf::<u64>::zeroed(HUGE / 4, Some(1 << 20)) };
-        assert_eq!((b.as_ptr() as usize + (1 << 20)) % HUGE, 0);
-        assert_eq!(b.huge_from, 1 << 20);
     }
 
     #[test]
     fn a_terabyte_memmap_reserves_address_space_only() {
         // 2^28 struct pages of 16 bytes: 4 GiB reserved, nothing touched.
         // SAFETY: zero is a valid [u64; 2].
-        let b = unsafe { HugeBuf::<[u64; 2]>::zeroed(1 << 28, Some(HEAD)) };
+        let b = unsafe { HugeBuf::<[u64; 2]>::zeroed(1 << 28) };
         assert_eq!(b[(1 << 28) - 1], [0; 2]);
     }
 }

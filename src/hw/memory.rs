@@ -94,7 +94,7 @@ impl PhysMem {
             // reservation is address space; the host backs it, zeroed, as slots are
             // first used. Slots are handed out from the first up, so huge pages past
             // the head: a 1 GiB order-0 run's 2 MiB of tables is one host fault there.
-            words: unsafe { HugeBuf::zeroed(max_slots << table_bits, Some(crate::hostmem::HEAD)) },
+            words: unsafe { HugeBuf::zeroed(max_slots << table_bits) },
             max_slots,
             table_bits,
             frame_pfn: Vec::new(),

@@ -11,7 +11,7 @@
 //!  +-------+-------+-------+-------+   every page holds its own pte mapcount
 //! ```
 
-use crate::hostmem::{HugeBuf, HEAD};
+use crate::hostmem::HugeBuf;
 use crate::hw::Pfn;
 use bitflags::bitflags;
 
@@ -56,8 +56,8 @@ bitflags! {
 
 bitflags! {
     /// A folio's LRU page flags (PG_lru, PG_active, PG_referenced, PG_workingset) and
-    /// which list it is counted on, one byte per page beside the memmap: struct page's
-    /// own flags word is full, and this keeps it 32 bytes. Meaningful on a folio's head.
+    /// which list it is counted on, in its `FolioHead` with its links: struct page's
+    /// own flags word is full.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
     pub struct LruFlags: u8 {
         /// PG_lru: on a list (not isolated, not waiting in the lru_add batch).
@@ -133,15 +133,27 @@ impl Links {
     pub const NONE: Links = Links { prev: NIL, next: NIL };
 }
 
-/// A folio's refcount and its place on its LRU list, which the kernel keeps in its
-/// head struct page: a large folio's in its record, an order-0 folio's in an array
-/// beside the memmap, one entry per frame, so a run of large folios never touches
-/// that array. A page-table page has none: it holds the one reference its
-/// allocation gave it, which nothing takes or drops.
+/// A folio's refcount, its place on its LRU list and its LRU flags, which the kernel
+/// keeps in its head struct page: a large folio's in its record, an order-0 folio's in
+/// an array beside the memmap, one entry per frame, so a run of large folios never
+/// touches that array. A page-table page has none: it holds the one reference its
+/// allocation gave it, which nothing takes or drops. The flags were a byte per frame
+/// in an array of their own, which the host backed with 4K pages: 64 of them a GiB,
+/// at 1.2-1.7 µs each on the twenty-fifth round's host (tasks/speed.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FolioHead {
     pub refcount: i32,
     pub lru: Links,
+    pub flags: LruFlags,
+}
+
+impl FolioHead {
+    /// A free frame's, and a new folio's before its refcount is set.
+    pub const NONE: FolioHead = FolioHead {
+        refcount: 0,
+        lru: Links::NONE,
+        flags: LruFlags::empty(),
+    };
 }
 
 /// A large folio's record: its folio-wide mapping counts (the kernel keeps them in
@@ -175,10 +187,7 @@ impl Default for LargeFolio {
             nr_pages_mapped: 0,
             mm_id: [0; 2],
             mm_id_mapcount: [-1; 2],
-            head: FolioHead {
-                refcount: 0,
-                lru: Links::NONE,
-            },
+            head: FolioHead::NONE,
             index: 0,
             deferred: Links::NONE,
         }
@@ -195,7 +204,6 @@ pub struct MemMap {
     nr_pages: u64,
     pages: HugeBuf<Page>,
     small: HugeBuf<FolioHead>,
-    lru: HugeBuf<LruFlags>,
     online: Vec<bool>,
     /// One slot per large folio that can exist (order >= 1: half the frames), handed
     /// out from the front, so no growing array is moved (and its new pages faulted in
@@ -223,15 +231,13 @@ impl MemMap {
             // SAFETY: every field of Page is an integer, a bool or a bitflags integer,
             // for which all-zero bytes are valid. All-zero is Page::default(), a page
             // no list or folio holds, which is all a page of a newly online section is.
-            pages: unsafe { HugeBuf::zeroed(nr_pages as usize, Some(HEAD)) },
-            // SAFETY: every field of FolioHead is an integer or a pair of them. An
-            // entry is read only for an order-0 folio, whose refcount its allocation
-            // wrote, and its links only while it is on a list, which wrote them.
-            small: unsafe { HugeBuf::zeroed(nr_pages as usize, Some(HEAD)) },
-            // SAFETY: all-zero bytes are LruFlags::empty(), every page's state until
-            // its folio is added to an LRU list. 4K host pages back it, a section's
-            // worth (64 KiB) at once when the section comes online.
-            lru: unsafe { HugeBuf::zeroed(nr_pages as usize, None) },
+            pages: unsafe { HugeBuf::zeroed(nr_pages as usize) },
+            // SAFETY: every field of FolioHead is an integer, a pair of them or a
+            // bitflags integer; all-zero flags are LruFlags::empty(), every frame's
+            // until its folio is added to an LRU list. An entry is read only for an
+            // order-0 folio, whose refcount its allocation wrote, and its links only
+            // while it is on a list, which wrote them.
+            small: unsafe { HugeBuf::zeroed(nr_pages as usize) },
             online: vec![false; n],
             // SAFETY: every field of LargeFolio is an integer or a pair of them. A slot
             // is written whole (`LargeFolio::default()`) when it is handed out, from the
@@ -241,7 +247,7 @@ impl MemMap {
             // host a 4K page cost 1.2-1.7 µs to populate and a 2 MiB one 31-225 µs, and
             // the 64K bench child (16,384 slots, 896 KiB) took 4.08 -> 3.81 ms of CPU
             // at best with this head, run after run (tasks/speed.md).
-            large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1), Some(HEAD)) },
+            large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1)) },
             large_used: 0,
             large_free: NIL,
             large_live: 0,
@@ -251,22 +257,13 @@ impl MemMap {
         self.nr_pages
     }
     /// Bring the sections covering [start, end) online (done before pages there are used).
-    /// Their struct pages and LRU flags are left the zeros they were created as (see
-    /// `new`), so the host backs a page of them only when the model first uses it
-    /// instead of the model writing a whole section at once. A new section's LRU flags
-    /// are backed in one call (`HugeBuf::populate`) rather than by a host fault per
-    /// 4 KiB as folios are added: a 1 GiB touch took 130 host faults there.
+    /// Their struct pages are left the zeros they were created as (see `new`), so the
+    /// host backs a page of them only when the model first uses it instead of the
+    /// model writing a whole section at once.
     pub fn online(&mut self, start: Pfn, end: Pfn) {
         let first = (start.0 >> SECTION_SHIFT) as usize;
         let last = ((end.0 - 1) >> SECTION_SHIFT) as usize;
-        for s in first..=last {
-            if !self.online[s] {
-                self.online[s] = true;
-                let from = s << SECTION_SHIFT;
-                self.lru
-                    .populate(from..(from + SECTION_PAGES).min(self.nr_pages as usize));
-            }
-        }
+        self.online[first..=last].fill(true);
     }
     #[inline]
     fn is_online(&self, pfn: Pfn) -> bool {
@@ -293,21 +290,27 @@ impl MemMap {
     pub fn try_page(&self, pfn: Pfn) -> Option<&Page> {
         self.is_online(pfn).then(|| &self.pages[pfn.0 as usize])
     }
-    /// The LRU flags of folio `folio` (its head page).
+    /// The LRU flags of folio `folio`.
     #[inline]
     pub fn lru(&self, folio: Pfn) -> LruFlags {
-        debug_assert!(self.is_online(folio), "page {folio:?} in an offline section");
-        self.lru[folio.0 as usize]
+        self.folio_head(folio).flags
     }
     #[inline]
     pub fn lru_mut(&mut self, folio: Pfn) -> &mut LruFlags {
-        debug_assert!(self.is_online(folio), "page {folio:?} in an offline section");
-        &mut self.lru[folio.0 as usize]
+        &mut self.folio_head_mut(folio).flags
     }
-    /// The LRU flags of the pages at pfns `run`.
+    /// Clear the LRU flags of the folios of `order` filling pfns `run` (being freed).
     #[inline]
-    pub fn lru_range_mut(&mut self, run: std::ops::Range<u64>) -> &mut [LruFlags] {
-        &mut self.lru[run.start as usize..run.end as usize]
+    pub fn lru_clear_run(&mut self, run: std::ops::Range<u64>, order: u32) {
+        if order == 0 {
+            for s in &mut self.small[run.start as usize..run.end as usize] {
+                s.flags = LruFlags::empty();
+            }
+        } else {
+            for pfn in run.step_by(1 << order) {
+                self.folio_head_mut(Pfn(pfn)).flags = LruFlags::empty();
+            }
+        }
     }
     /// The struct page of a buddy block, None past the end of RAM. A block and its
     /// buddy share a section (the largest block is smaller than one), so the block
@@ -573,10 +576,7 @@ impl MemMap {
             self.small[pfn.0 as usize] = if i == 0 {
                 FolioHead { refcount: pins, ..head }
             } else {
-                FolioHead {
-                    refcount: 0,
-                    lru: Links::NONE,
-                }
+                FolioHead::NONE
             };
         }
     }
@@ -698,7 +698,7 @@ mod tests {
         let new = LargeFolio {
             head: FolioHead {
                 refcount: 1,
-                lru: Links::NONE,
+                ..FolioHead::NONE
             },
             ..LargeFolio::default()
         };

@@ -99,10 +99,6 @@ impl Default for Lruvec {
 }
 
 impl Lruvec {
-    /// Host bytes the LRU state of one page takes beside the memmap: its byte of LRU
-    /// flags (a folio's links are in its `FolioHead`, counted with the memmap).
-    pub const HOST_BYTES_PER_PAGE: u64 = std::mem::size_of::<crate::mm::folio::LruFlags>() as u64;
-
     /// lruvec_page_state(NR_LRU_BASE + lru): pages on `lru`.
     pub fn size(&self, lru: LruList) -> u64 {
         self.nr_pages[lru as usize]
@@ -376,7 +372,7 @@ impl Kernel {
                 }
             }
         }
-        self.memmap.lru_range_mut(run).fill(LruFlags::empty());
+        self.memmap.lru_clear_run(run, order);
     }
 
     /// lru_add_split_folio for every new folio of a split (`folio` now order 0): each
@@ -568,8 +564,13 @@ mod tests {
         k.do_munmap(mm, BASE, BASE + (40 << 12));
         assert_eq!(k.lruvec.size(LruList::InactiveAnon), 0);
         assert!(k.lruvec.fbatch.is_empty());
-        assert!(
-            (0..k.memmap.nr_pages()).all(|p| k.memmap.try_page(Pfn(p)).is_none() || k.memmap.lru(Pfn(p)).is_empty())
-        );
+        // No folio, and no freed frame, has LRU flags left (a tail or a page table has
+        // none of its own).
+        assert!((0..k.memmap.nr_pages()).all(|p| k
+            .memmap
+            .try_page(Pfn(p))
+            .is_none_or(
+                |pg| pg.flags.intersects(PageFlags::TAIL | PageFlags::PGTABLE) || k.memmap.lru(Pfn(p)).is_empty()
+            )));
     }
 }

@@ -267,9 +267,9 @@ pub fn budget(w: &Workload, cfg: &MachineConfig) -> crate::hostmem::Budget {
 }
 
 /// The most host memory a model run can take when it maps at most `frames` frames
-/// (capped by the machine's RAM) in `mmaps` regions: each frame costs its struct page,
-/// its order-0 folio entry and its byte of LRU flags beside the memmap, a mapped one its
-/// share of a pte table, and every two frames at most one large folio's record (order 1
+/// (capped by the machine's RAM) in `mmaps` regions: each frame costs its struct page
+/// and its order-0 folio entry (refcount, LRU links and flags) beside the memmap, a
+/// mapped one its share of a pte table, and every two frames at most one large folio's record (order 1
 /// is the smallest large folio). Measured (4K pages, peak RSS above a run mapping 4K):
 /// 11.1 MiB per GiB touched nohugepage, 10.8 with 16K mTHP; this bound is 20.3
 /// (`tests/hostile_inputs.rs`).
@@ -278,7 +278,7 @@ pub fn host_bytes_for(cfg: &MachineConfig, frames: u64, mmaps: u64) -> u64 {
     let frames = frames.min(cfg.ram_bytes >> g.page_shift());
     // A pte table per PTRS_PER_PTE frames, and one per level for each region's ends.
     let tables = frames.div_ceil(g.ptrs_per_table() as u64) + mmaps.saturating_add(1).saturating_mul(2 * 4);
-    let per_frame = crate::mm::folio::MemMap::HOST_BYTES_PER_FRAME + crate::mm::swap::Lruvec::HOST_BYTES_PER_PAGE;
+    let per_frame = crate::mm::folio::MemMap::HOST_BYTES_PER_FRAME;
     // At most a record per two frames, and the rest of the 2 MiB page the last is in.
     let large = frames
         .div_ceil(2)
