@@ -423,6 +423,17 @@ impl MemMap {
             (false, pfn) => &self.small[pfn],
         }
     }
+    /// The `FolioHead` of a folio its caller knows to be of `order`: an order-0 one's
+    /// without reading its struct page first (a run of freed folios).
+    #[inline(always)]
+    pub fn folio_head_of_order(&self, folio: Pfn, order: u32) -> &FolioHead {
+        if order == 0 {
+            debug_assert!(self.page(folio).order == 0 && !self.page(folio).flags.contains(PageFlags::HEAD));
+            &self.small[folio.0 as usize]
+        } else {
+            self.folio_head(folio)
+        }
+    }
     #[inline(always)]
     pub fn folio_head_mut(&mut self, folio: Pfn) -> &mut FolioHead {
         match self.head_at(folio) {

@@ -8,10 +8,11 @@
 //! file list (lru_lazyfree).
 //!
 //! A folio's LRU state is kept by pfn, as the kernel keeps it in the folio: the
-//! list links (`MemMap::lru_links`: a large folio's in its record, an order-0
-//! folio's beside the memmap) and PG_lru, PG_active, PG_referenced and
-//! PG_workingset (`LruFlags`, a byte per page beside the memmap, as struct page's
-//! own flags word is full), so every list operation is a few indexed loads. The lru_add batch takes no reference here (the kernel's does): a
+//! list links (`MemMap::lru_links`) and PG_lru, PG_active, PG_referenced and
+//! PG_workingset (`LruFlags`; struct page's own flags word is full) are in its
+//! `FolioHead`, a large folio's in its record, an order-0 folio's beside the memmap,
+//! so every list operation is a few indexed loads. The lru_add batch takes no
+//! reference here (the kernel's does): a
 //! reference more would change every refcount test the model already matches; a
 //! folio freed while waiting in it just leaves it.
 
@@ -126,10 +127,14 @@ impl Lruvec {
         let mut older = old_head;
         let mut pages = 0;
         for (i, &folio) in folios.iter().enumerate() {
-            let f = mm.lru_mut(folio);
-            debug_assert!(!f.contains(LruFlags::LRU), "folio {folio:?} already on an LRU list");
-            *f = (*f - (LruFlags::ON_ACTIVE | LruFlags::ON_FILE)) | lru.flags();
-            *mm.lru_links_mut(folio) = Links {
+            // Flags and links in one FolioHead: one look-up of where it is.
+            let h = mm.folio_head_mut(folio);
+            debug_assert!(
+                !h.flags.contains(LruFlags::LRU),
+                "folio {folio:?} already on an LRU list"
+            );
+            h.flags = (h.flags - (LruFlags::ON_ACTIVE | LruFlags::ON_FILE)) | lru.flags();
+            h.lru = Links {
                 prev: folios.get(i + 1).map_or(NIL, |n| n.0 as u32),
                 next: older,
             };
@@ -157,9 +162,9 @@ impl Lruvec {
     #[inline(always)]
     pub fn del(&mut self, mm: &mut MemMap, folio: Pfn) {
         let l = Self::list_of(mm, folio) as usize;
-        mm.lru_mut(folio)
-            .remove(LruFlags::LRU | LruFlags::ON_ACTIVE | LruFlags::ON_FILE);
-        let Links { prev, next } = std::mem::replace(mm.lru_links_mut(folio), Links::NONE);
+        let h = mm.folio_head_mut(folio);
+        h.flags.remove(LruFlags::LRU | LruFlags::ON_ACTIVE | LruFlags::ON_FILE);
+        let Links { prev, next } = std::mem::replace(&mut h.lru, Links::NONE);
         self.join(mm, l, prev, next);
         self.nr_pages[l] -= mm.folio_nr_pages(folio);
     }
@@ -189,19 +194,20 @@ impl Lruvec {
         // NIL is no pfn of a run: pfns fit below it in the links.
         let inside = |p: u32| run.contains(&u64::from(p));
         for pfn in run.clone().step_by(1 << order) {
-            let f = mm.lru(Pfn(pfn));
+            let h = mm.folio_head_of_order(Pfn(pfn), order);
+            let f = h.flags;
             if !f.contains(LruFlags::LRU) {
                 continue;
             }
             let l = LruList::of(f.contains(LruFlags::ON_FILE), f.contains(LruFlags::ON_ACTIVE)) as usize;
             self.nr_pages[l] -= 1 << order;
-            let Links { prev, mut next } = mm.lru_links(Pfn(pfn));
+            let Links { prev, mut next } = h.lru;
             if inside(prev) {
                 continue;
             }
             // The first of a stretch: its end is the first folio after it outside the run.
             while inside(next) {
-                next = mm.lru_links(Pfn(u64::from(next))).next;
+                next = mm.folio_head_of_order(Pfn(u64::from(next)), order).lru.next;
             }
             self.join(mm, l, prev, next);
         }
