@@ -29,7 +29,7 @@ use std::ptr::NonNull;
 /// The host's PMD size on x86-64 and arm64 with 4K pages.
 const HUGE: usize = 2 << 20;
 
-/// The first bytes of a huge-page `HugeBuf`, left to 4K host pages.
+/// The first bytes of every `HugeBuf`, left to 4K host pages.
 const HEAD: usize = 256 << 10;
 
 /// The most host memory a `HugeBuf` backs beyond the elements it was asked for: the
@@ -64,9 +64,8 @@ impl<T: Copy> HugeBuf<T> {
             .checked_mul(len)
             .expect("HugeBuf size overflows")
             .max(1);
-        let head = HEAD;
         // Whole 2 MiB pages after the head, so the last one can be huge too.
-        let bytes = head + size.saturating_sub(head).next_multiple_of(HUGE);
+        let bytes = HEAD + size.saturating_sub(HEAD).next_multiple_of(HUGE);
         let span = bytes + HUGE;
         // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
         // NORESERVE: the reservation is address space, charged only as it is touched.
@@ -82,10 +81,10 @@ impl<T: Copy> HugeBuf<T> {
         };
         assert_ne!(raw, libc::MAP_FAILED, "cannot reserve {bytes} bytes of host memory");
         let base = raw as usize;
-        let start = (base + head).next_multiple_of(HUGE) - head;
+        let start = (base + HEAD).next_multiple_of(HUGE) - HEAD;
         // SAFETY: [base, start) and [start + bytes, base + span) lie inside the mapping
         // just made and nothing refers to them; madvise only changes how the host backs
-        // [start + head, start + bytes), and failing (no THP) is harmless.
+        // [start + HEAD, start + bytes), and failing (no THP) is harmless.
         unsafe {
             if start > base {
                 libc::munmap(raw, start - base);
@@ -93,8 +92,8 @@ impl<T: Copy> HugeBuf<T> {
             if base + span > start + bytes {
                 libc::munmap((start + bytes) as *mut libc::c_void, base + span - start - bytes);
             }
-            if bytes > head {
-                libc::madvise((start + head) as *mut libc::c_void, bytes - head, libc::MADV_HUGEPAGE);
+            if bytes > HEAD {
+                libc::madvise((start + HEAD) as *mut libc::c_void, bytes - HEAD, libc::MADV_HUGEPAGE);
             }
         }
         HugeBuf {
@@ -142,7 +141,7 @@ impl<T: Copy> HugeBuf<T> {
     /// For an array used from its start up, as slots are handed out: have the host
     /// back elements [0, `need`) now, `chunk` bytes beyond what was backed at a time
     /// (`populate`), so a run that uses n chunks makes n calls instead of a host fault
-    /// per 4K page; past the head of a huge-page array, a whole 2 MiB page a call.
+    /// per 4K page; past the head, a whole 2 MiB page a call.
     pub fn populate_to(&mut self, need: usize, chunk: usize) {
         if need <= self.populated {
             return;

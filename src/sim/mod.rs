@@ -270,9 +270,9 @@ pub fn budget(w: &Workload, cfg: &MachineConfig) -> crate::hostmem::Budget {
 /// (capped by the machine's RAM) in `mmaps` regions: each frame costs its struct page
 /// and its order-0 folio entry (refcount, LRU links and flags) beside the memmap, a
 /// mapped one its share of a pte table, and every two frames at most one large
-/// folio's record (order 1 is the smallest large folio). Measured (4K pages, peak RSS above a run mapping 4K):
-/// 10.6 MiB per GiB touched nohugepage, 10.6 with 16K mTHP; this bound is 22.1
-/// (`tests/hostile_inputs.rs`).
+/// folio's record (order 1 is the smallest large folio). Measured (4K pages, peak RSS
+/// above a run mapping 4K): 10.6 MiB per GiB touched nohugepage, 10.6 with 16K mTHP;
+/// this bound is 22.1 (`tests/hostile_inputs.rs`).
 pub fn host_bytes_for(cfg: &MachineConfig, frames: u64, mmaps: u64) -> u64 {
     let g = cfg.granule;
     let frames = frames.min(cfg.ram_bytes >> g.page_shift());
