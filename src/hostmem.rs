@@ -22,6 +22,13 @@
 //! populate and a 2 MiB page 31-225 µs. Every array has this one layout: the last that
 //! kept to 4K pages throughout, the LRU flags, and the one with a larger head, the
 //! large-folio records, each cost the host more 4K pages than they saved.
+//!
+//! The head is 64 KiB (it was 256 KiB, about where 4K pages and a 2 MiB page cost the
+//! host the same). Each array of a large run fills its head, so every 4K page of it is
+//! paid on top of the huge pages; 256 KiB heads cost the 1 GiB runs 150 host faults
+//! more. A run that fills an array between 64 and 256 KiB (about 16-64 MiB touched)
+//! now has the host clear a 2 MiB page for it instead (tasks/speed.md, twenty-sixth
+//! round: +0.2 ms at 32 MiB, -0.2 to -0.6 ms from 64 MiB up).
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -30,7 +37,7 @@ use std::ptr::NonNull;
 const HUGE: usize = 2 << 20;
 
 /// The first bytes of every `HugeBuf`, left to 4K host pages.
-const HEAD: usize = 256 << 10;
+const HEAD: usize = 64 << 10;
 
 /// The most host memory a `HugeBuf` backs beyond the elements it was asked for: the
 /// rest of a 2 MiB page (`populate_to` backs whole ones past the head).

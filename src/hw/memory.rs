@@ -23,8 +23,8 @@ use super::addr::{Granule, Pfn, PhysAddr};
 use super::descriptor::Desc;
 use crate::hostmem::HugeBuf;
 
-/// Table storage the host is asked to back at once when a new slot needs it, in the
-/// first 256 KiB (`hostmem`'s head): 16 host pages, so a small run has the host clear
+/// Table storage the host is asked to back at once when a new slot needs it: in one
+/// call, the 16 host pages of `hostmem`'s 64 KiB head, so a small run has the host clear
 /// at most 60 KiB it does not use; past them, a 2 MiB page at a time.
 const POPULATE_BYTES: usize = 64 << 10;
 

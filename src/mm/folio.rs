@@ -217,7 +217,8 @@ pub struct MemMap {
 }
 
 /// Large-folio slots the host is asked to back at once in the array's 4K-page head:
-/// 1,170 slots (past the head, `populate_to` backs a 2 MiB page at a time).
+/// the whole 64 KiB head, 1,024 slots (past it, `populate_to` backs a 2 MiB page at a
+/// time).
 const LARGE_POPULATE_BYTES: usize = 64 << 10;
 
 impl MemMap {
@@ -241,12 +242,10 @@ impl MemMap {
             online: vec![false; n],
             // SAFETY: every field of LargeFolio is an integer or a pair of them. A slot
             // is written whole (`LargeFolio::default()`) when it is handed out, from the
-            // first up: 2 MiB host pages past the array's first `HEAD` bytes (4,681
+            // first up: 2 MiB host pages past the array's first `HEAD` bytes (1,024
             // slots). The head was 1 MiB from the eighteenth round, when a 2 MiB host
-            // page cost more than the 4K pages it replaced; on the twenty-fifth round's
-            // host a 4K page cost 1.2-1.7 µs to populate and a 2 MiB one 31-225 µs, and
-            // the 64K bench child (16,384 slots, 896 KiB) took 4.08 -> 3.81 ms of CPU
-            // at best with this head, run after run (tasks/speed.md).
+            // page cost more than the 4K pages it replaced, and `hostmem`'s 256 KiB
+            // from the twenty-fifth; 64 KiB from the twenty-sixth (tasks/speed.md).
             large: unsafe { HugeBuf::zeroed((nr_pages as usize / 2).max(1)) },
             large_used: 0,
             large_free: NIL,
