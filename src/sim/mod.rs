@@ -864,20 +864,7 @@ impl Sim<'_> {
         for (pname, mm, regions) in names {
             for (rname, addr, size) in regions {
                 let mut b = RunBuilder::default();
-                let mut i = 0;
-                while i < size / ps {
-                    // A mapped page walks once; only an unmapped one asks for its hole.
-                    match self.k.page_kind(mm, addr + i * ps) {
-                        Some(kind) => b.push(i, kind),
-                        None => {
-                            if let Some(end) = self.k.hole_end(mm, addr + i * ps) {
-                                i = (end - addr).div_ceil(ps);
-                                continue;
-                            }
-                        }
-                    }
-                    i += 1;
-                }
+                self.k.layout_pages(mm, addr, size / ps, &mut b);
                 out.insert(format!("{pname}/{rname}"), b.finish());
             }
         }
@@ -1033,90 +1020,162 @@ fn page_written(k: &mut Kernel, pa: u64) {
     }
 }
 
+/// Where a walk of the page tables for an address stops (no events counted).
+enum WalkEnd {
+    /// The entry at `index` of `table`, at `level`, is not a table descriptor: a leaf,
+    /// a swap or PROT_NONE pte, a huge pmd, or an empty entry.
+    Entry {
+        table: crate::hw::TableId,
+        index: usize,
+        level: u8,
+    },
+    /// The table descriptor at `level` names no table storage: nothing maps the span
+    /// under it.
+    Dangling { level: u8 },
+}
+
 impl Kernel {
-    /// Whether `addr`'s pte holds a swap entry (no events counted).
-    fn is_swapped(&self, mm: MmId, addr: u64) -> bool {
+    /// The walk for `addr` down to its first entry that is not a table descriptor.
+    fn walk_entry(&self, mm: MmId, addr: u64) -> WalkEnd {
         use crate::hw::DescKind;
         let g = self.arch.granule();
         let mem = &self.arch.hw.mem;
         let mut table = self.mm(mm).pgd_table;
         for level in g.start_level()..3 {
-            match mem.read(table, g.index(addr, level)).kind(level, g) {
+            let index = g.index(addr, level);
+            match mem.read(table, index).kind(level, g) {
                 DescKind::Table(pa) => match mem.table_id_of(pa) {
                     Some(t) => table = t,
-                    None => return false,
+                    None => return WalkEnd::Dangling { level },
                 },
-                _ => return false,
+                _ => return WalkEnd::Entry { table, index, level },
             }
         }
-        crate::arch::arm64::pgtable::Pte(mem.read(table, g.index(addr, 3))).is_swap_pte()
+        WalkEnd::Entry {
+            table,
+            index: g.index(addr, 3),
+            level: 3,
+        }
     }
 
-    /// Where the hole `addr` lies in ends, when no page table covers it: an upper-level
-    /// entry that is neither a table nor a mapping (nor a huge pmd) leaves every page
-    /// under it without a pfn or a swap entry, so a layout skips it whole rather than
-    /// walk each of its pages (200 regions of 32G mapped and never touched are 1.6 G
-    /// pages).
-    fn hole_end(&self, mm: MmId, addr: u64) -> Option<u64> {
+    /// The pfn entry `d` at `level` maps at `addr`: a block or page, a PROT_NONE pte
+    /// (present to the kernel and to pagemap, invalid to hardware) or a huge pmd.
+    fn entry_pfn(&self, d: crate::hw::Desc, level: u8, addr: u64) -> Option<crate::hw::Pfn> {
+        use crate::arch::arm64::pgtable::{pmd_trans_huge, Pte};
         use crate::hw::DescKind;
         let g = self.arch.granule();
-        let mem = &self.arch.hw.mem;
-        let mut table = self.mm(mm).pgd_table;
-        for level in g.start_level()..3 {
-            let d = mem.read(table, g.index(addr, level));
-            let next = match d.kind(level, g) {
-                DescKind::Table(pa) => mem.table_id_of(pa),
-                DescKind::Block(_) => return None,
-                _ if level == 2 && crate::arch::arm64::pgtable::pmd_trans_huge(d) => return None,
-                _ => None,
-            };
-            match next {
-                Some(t) => table = t,
-                None => {
-                    let span = 1u64 << g.level_shift(level);
-                    return Some((addr & !(span - 1)) + span);
-                }
-            }
+        let leaf = match d.kind(level, g) {
+            DescKind::Block(_) | DescKind::Page(_) => true,
+            DescKind::Table(_) => false,
+            _ => (level == 3 && Pte(d).pte_present()) || (level == 2 && pmd_trans_huge(d)),
+        };
+        leaf.then(|| {
+            let off = (addr & ((1u64 << g.level_shift(level)) - 1)) >> g.page_shift();
+            crate::hw::Pfn(d.pfn(g).0 + off)
+        })
+    }
+
+    /// What entry `d` at `level` maps at `addr`, for layouts: a folio of some order, the
+    /// zero page, a swap entry (a pte's only), or nothing.
+    fn entry_kind(&self, d: crate::hw::Desc, level: u8, addr: u64) -> Option<PageKind> {
+        match self.entry_pfn(d, level, addr) {
+            Some(pfn) => Some(self.pfn_kind(pfn).0),
+            None => (level == 3 && crate::arch::arm64::pgtable::Pte(d).is_swap_pte()).then_some(PageKind::Swap),
         }
-        None
+    }
+
+    /// What mapped frame `pfn` is, and the frames [lo, hi) around it that are the same
+    /// for the same reason (its folio; the zero page alone).
+    fn pfn_kind(&self, pfn: crate::hw::Pfn) -> (PageKind, u64, u64) {
+        if self.is_zero_pfn(pfn) {
+            return (PageKind::Zero, pfn.0, pfn.0 + 1);
+        }
+        let folio = self.memmap.folio_of(pfn);
+        let order = self.memmap.folio_order(folio);
+        let kind = if self.huge_zero_folio == Some(folio) {
+            PageKind::Zero
+        } else {
+            PageKind::Order(order)
+        };
+        (kind, folio.0, folio.0 + (1 << order))
     }
 
     /// The pfn a user address translates to in the page tables (no events counted).
     pub fn page_table_pfn(&self, mm: MmId, addr: u64) -> Option<crate::hw::Pfn> {
-        use crate::hw::DescKind;
-        let g = self.arch.granule();
-        let mem = &self.arch.hw.mem;
-        let mut table = self.mm(mm).pgd_table;
-        for level in g.start_level()..=3 {
-            let d = mem.read(table, g.index(addr, level));
-            match d.kind(level, g) {
-                DescKind::Table(pa) => table = mem.table_id_of(pa)?,
-                DescKind::Block(_) | DescKind::Page(_) => {
-                    let off = (addr & ((1u64 << g.level_shift(level)) - 1)) >> g.page_shift();
-                    return Some(crate::hw::Pfn(d.pfn(g).0 + off));
-                }
-                // PROT_NONE: present to the kernel (and to pagemap), invalid to hardware.
-                _ if level == 3 && crate::arch::arm64::pgtable::Pte(d).pte_present() => return Some(d.pfn(g)),
-                _ if level == 2 && crate::arch::arm64::pgtable::pmd_trans_huge(d) => {
-                    let off = (addr & ((1u64 << g.level_shift(level)) - 1)) >> g.page_shift();
-                    return Some(crate::hw::Pfn(d.pfn(g).0 + off));
-                }
-                _ => return None,
-            }
+        match self.walk_entry(mm, addr) {
+            WalkEnd::Entry { table, index, level } => self.entry_pfn(self.arch.hw.mem.read(table, index), level, addr),
+            WalkEnd::Dangling { .. } => None,
         }
-        None
     }
 
     /// What maps `addr` (for layouts): read without counting events.
     pub fn page_kind(&self, mm: MmId, addr: u64) -> Option<PageKind> {
-        let Some(pfn) = self.page_table_pfn(mm, addr) else {
-            return self.is_swapped(mm, addr).then_some(PageKind::Swap);
-        };
-        let folio = self.memmap.folio_of(pfn);
-        if self.is_zero_pfn(pfn) || self.huge_zero_folio == Some(folio) {
-            return Some(PageKind::Zero);
+        match self.walk_entry(mm, addr) {
+            WalkEnd::Entry { table, index, level } => self.entry_kind(self.arch.hw.mem.read(table, index), level, addr),
+            WalkEnd::Dangling { .. } => None,
         }
-        Some(PageKind::Order(self.memmap.folio_order(folio)))
+    }
+
+    /// The `n` pages from `addr` page by page, as `page_kind` gives each, into `b`
+    /// (page `i` at `addr + i` pages), the tables walked once per entry the walk stops
+    /// at, not once per page: a pte table's pages are read from it in turn, and the
+    /// span of an upper-level entry that maps nothing is skipped whole (200 regions of
+    /// 32G mapped and never touched are 1.6 G pages).
+    fn layout_pages(&self, mm: MmId, addr: u64, n: u64, b: &mut RunBuilder) {
+        let g = self.arch.granule();
+        let ps = g.page_size();
+        let mem = &self.arch.hw.mem;
+        let mut i = 0;
+        while i < n {
+            let va = addr + i * ps;
+            let (level, end) = match self.walk_entry(mm, va) {
+                WalkEnd::Entry { table, index, level: 3 } => {
+                    // This table's ptes from `index`, up to its last or the region's;
+                    // a pte mapping the folio the last one did is that folio's kind
+                    // without its struct pages read again.
+                    let left = (g.entries_at(3) - index) as u64;
+                    let mut last = (PageKind::Zero, 0, 0);
+                    for k in 0..left.min(n - i) {
+                        let d = mem.read(table, index + k as usize);
+                        let kind = match self.entry_pfn(d, 3, va + k * ps) {
+                            Some(pfn) => {
+                                if !(last.1..last.2).contains(&pfn.0) {
+                                    last = self.pfn_kind(pfn);
+                                }
+                                Some(last.0)
+                            }
+                            None => crate::arch::arm64::pgtable::Pte(d)
+                                .is_swap_pte()
+                                .then_some(PageKind::Swap),
+                        };
+                        if let Some(kind) = kind {
+                            b.push(i + k, kind);
+                        }
+                    }
+                    i += left;
+                    continue;
+                }
+                WalkEnd::Entry { table, index, level } => {
+                    let d = mem.read(table, index);
+                    let span = 1u64 << g.level_shift(level);
+                    let end = ((va & !(span - 1)) + span - addr).div_ceil(ps).min(n);
+                    if self.entry_pfn(d, level, va).is_some() {
+                        for k in i..end {
+                            if let Some(kind) = self.entry_kind(d, level, addr + k * ps) {
+                                b.push(k, kind);
+                            }
+                        }
+                    }
+                    (level, end)
+                }
+                WalkEnd::Dangling { level } => {
+                    let span = 1u64 << g.level_shift(level);
+                    (level, ((va & !(span - 1)) + span - addr).div_ceil(ps).min(n))
+                }
+            };
+            debug_assert!(level < 3 && end > i);
+            i = end;
+        }
     }
 }
 

@@ -263,6 +263,70 @@ mod checker {
     }
 }
 
+mod layout {
+    use super::*;
+    use crate::report::RunBuilder;
+
+    /// Runs of `n` pages from `start` as a layout gives them, and as `page_kind` gives
+    /// each page.
+    fn both(k: &Kernel, mm: MmId, start: u64, n: u64) -> (Vec<crate::report::Run>, Vec<crate::report::Run>) {
+        let mut walked = RunBuilder::default();
+        k.layout_pages(mm, start, n, &mut walked);
+        let mut paged = RunBuilder::default();
+        for (i, kind) in kinds(k, mm, start, n).into_iter().enumerate() {
+            if let Some(kind) = kind {
+                paged.push(i as u64, kind);
+            }
+        }
+        (walked.finish(), paged.finish())
+    }
+
+    #[test]
+    fn a_layout_walks_to_what_page_kind_finds_page_by_page() {
+        let (mut k, mm) = boot(&[
+            ("hugepages-64kB/enabled", "always"),
+            ("hugepages-2048kB/enabled", "madvise"),
+        ]);
+        k.sys_swapon(16 << 20).unwrap();
+        // 8 MiB from a 2 MiB boundary: a huge pmd; order-0 pages, the zero page, swap
+        // entries, PROT_NONE ptes and a hole in one pte table; a pmd with no table
+        // under it; 64K folios from part way into their table.
+        let len = 8u64 << 20;
+        let (pmd1, pmd2, pmd3) = (BASE + (2 << 20), BASE + (4 << 20), BASE + (6 << 20));
+        k.do_mmap(mm, BASE, len, rw()).unwrap();
+        k.do_madvise(mm, BASE, pmd1, Madv::HugePage).unwrap();
+        touch(&mut k, mm, BASE, 2 << 20, true);
+        k.do_madvise(mm, pmd1, pmd2, Madv::NoHugePage).unwrap();
+        touch(&mut k, mm, pmd1, 256 * K4, true);
+        touch(&mut k, mm, pmd1 + 300 * K4, 64 * K4, false);
+        k.do_madvise(mm, pmd1 + 32 * K4, pmd1 + 48 * K4, Madv::PageOut).unwrap();
+        k.do_madvise(mm, pmd1 + 100 * K4, pmd1 + 120 * K4, Madv::DontNeed)
+            .unwrap();
+        k.do_mprotect(mm, pmd1 + 128 * K4, pmd1 + 144 * K4, VmFlags::empty())
+            .unwrap();
+        touch(&mut k, mm, pmd3 + 21 * K4, 40 * K4, true);
+        assert_clean(&k);
+        let n = len / K4;
+        let (walked, paged) = both(&k, mm, BASE, n);
+        assert_eq!(walked, paged);
+        let has = |kind| paged.iter().any(|r| r.kind == kind);
+        for kind in [
+            PageKind::Order(9),
+            PageKind::Order(4),
+            PageKind::Order(0),
+            PageKind::Zero,
+            PageKind::Swap,
+        ] {
+            assert!(has(kind), "no {kind:?} in {paged:?}");
+        }
+        // From inside a pte table and a huge pmd, to ends inside them.
+        for (from, pages) in [(3, 700), (513, 1000), (1000, 500), (1536, 37)] {
+            let (walked, paged) = both(&k, mm, BASE + from * K4, pages);
+            assert_eq!(walked, paged, "{pages} pages from page {from}");
+        }
+    }
+}
+
 mod fork_exit {
     use super::*;
     use crate::mm::huge_memory::deferred_split_scan;
