@@ -57,7 +57,7 @@ const CASES: [Case; 2] = [
         mthp_64k: true,
         unenforced: Some(
             "printed, not enforced: a quarter of the model's side is the host faulting in its fresh memory, which took 4-7 \
-             times as long when the hypervisor had reclaimed it (CPU ratio 0.032-0.046 on three hosts, fail line 0.06)",
+             times as long when the hypervisor had reclaimed it (CPU ratio 0.031-0.046 on four hosts, fail line 0.06)",
         ),
     },
 ];
