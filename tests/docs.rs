@@ -148,20 +148,32 @@ fn unavailable(flags: &[&str]) -> Option<String> {
     None
 }
 
-/// An exclusive lock on `/tmp/foliolab-guide`, released when dropped (or when the
-/// process dies).
-struct GuideLock {
+/// An exclusive lock on a file, released when dropped (or when the process dies).
+struct FileLock {
     _file: std::fs::File,
 }
 
-impl GuideLock {
-    fn take() -> GuideLock {
+impl FileLock {
+    fn take(path: &str) -> FileLock {
         use std::os::fd::AsRawFd;
-        let f = std::fs::File::create("/tmp/foliolab-guide.lock").unwrap();
+        let f = std::fs::File::create(path).unwrap();
         // SAFETY: flock on a descriptor this process owns; it changes no memory.
         let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-        assert_eq!(r, 0, "flock /tmp/foliolab-guide.lock");
-        GuideLock { _file: f }
+        assert_eq!(r, 0, "flock {path}");
+        FileLock { _file: f }
+    }
+
+    /// `/tmp/foliolab-guide`, which the guide's commands write into.
+    fn guide() -> FileLock {
+        FileLock::take("/tmp/foliolab-guide.lock")
+    }
+
+    /// The host, for one command that runs work on it (a `root` one). `validate` judges
+    /// a global counter exactly when its idle window saw the host still; another of
+    /// these tests' host runs (a calibration's, a recorded program) starting after that
+    /// window moves the counter and fails it. Each such command here runs alone.
+    fn host() -> FileLock {
+        FileLock::take("/tmp/foliolab-docs-host.lock")
     }
 }
 
@@ -177,7 +189,7 @@ fn bin_dir(scratch: &Path) -> PathBuf {
 
 #[test]
 fn every_documented_command_runs_and_prints_what_the_text_shows() {
-    let _lock = GuideLock::take();
+    let _lock = FileLock::guide();
     let guide = PathBuf::from("/tmp/foliolab-guide");
     let _ = std::fs::remove_dir_all(&guide);
     std::fs::create_dir_all(&guide).unwrap();
@@ -208,6 +220,7 @@ fn every_documented_command_runs_and_prints_what_the_text_shows() {
                 }
                 continue;
             }
+            let _host = flags.contains(&"root").then(FileLock::host);
             for s in steps(&f) {
                 let out = Command::new("sh")
                     .arg("-c")
@@ -223,7 +236,7 @@ fn every_documented_command_runs_and_prints_what_the_text_shows() {
                 let at = format!("{}:{}: `{}`", page.display(), f.line, s.cmd);
                 if out.status.code() != Some(status) {
                     failures.push(format!(
-                        "{at}: exit {:?}, the text expects {status}\n{}",
+                        "{at}: exit {:?}, the text expects {status}\n{}{stdout}",
                         out.status.code(),
                         String::from_utf8_lossy(&out.stderr)
                     ));
@@ -489,12 +502,16 @@ fn every_help_ends_with_examples_that_run() {
                         println!("SKIP `{cmd}`: {why}");
                         continue;
                     }
-                    let out = sh(&cmd, &db);
+                    let out = {
+                        let _host = flags.contains(&"root").then(FileLock::host);
+                        sh(&cmd, &db)
+                    };
                     if !out.status.success() {
                         failures.lock().unwrap().push(format!(
-                            "`{cmd}`: exit {:?}\n{}",
+                            "`{cmd}`: exit {:?}\n{}{}",
                             out.status.code(),
-                            String::from_utf8_lossy(&out.stderr)
+                            String::from_utf8_lossy(&out.stderr),
+                            String::from_utf8_lossy(&out.stdout)
                         ));
                     }
                 }
