@@ -28,7 +28,7 @@
 //! paid on top of the huge pages; 256 KiB heads cost the 1 GiB runs 150 host faults
 //! more. A run that fills an array between 64 and 256 KiB (about 16-64 MiB touched)
 //! now has the host clear a 2 MiB page for it instead (tasks/speed.md, twenty-sixth
-//! round: +0.2 ms at 32 MiB, -0.2 to -0.6 ms from 64 MiB up).
+//! round: 32 MiB touched took 0.1-0.3 ms more, every larger size measured less).
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
