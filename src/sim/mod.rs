@@ -1076,10 +1076,23 @@ impl Kernel {
     }
 
     /// What entry `d` at `level` maps at `addr`, for layouts: a folio of some order, the
-    /// zero page, a swap entry (a pte's only), or nothing.
-    fn entry_kind(&self, d: crate::hw::Desc, level: u8, addr: u64) -> Option<PageKind> {
+    /// zero page, a swap entry (a pte's only), or nothing. `near` is the last frame
+    /// span `pfn_kind` named (empty at first): a frame inside it takes its kind without
+    /// its struct pages read again.
+    fn entry_kind(
+        &self,
+        d: crate::hw::Desc,
+        level: u8,
+        addr: u64,
+        near: &mut (PageKind, u64, u64),
+    ) -> Option<PageKind> {
         match self.entry_pfn(d, level, addr) {
-            Some(pfn) => Some(self.pfn_kind(pfn).0),
+            Some(pfn) => {
+                if !(near.1..near.2).contains(&pfn.0) {
+                    *near = self.pfn_kind(pfn);
+                }
+                Some(near.0)
+            }
             None => (level == 3 && crate::arch::arm64::pgtable::Pte(d).is_swap_pte()).then_some(PageKind::Swap),
         }
     }
@@ -1111,7 +1124,12 @@ impl Kernel {
     /// What maps `addr` (for layouts): read without counting events.
     pub fn page_kind(&self, mm: MmId, addr: u64) -> Option<PageKind> {
         match self.walk_entry(mm, addr) {
-            WalkEnd::Entry { table, index, level } => self.entry_kind(self.arch.hw.mem.read(table, index), level, addr),
+            WalkEnd::Entry { table, index, level } => self.entry_kind(
+                self.arch.hw.mem.read(table, index),
+                level,
+                addr,
+                &mut (PageKind::Zero, 0, 0),
+            ),
             WalkEnd::Dangling { .. } => None,
         }
     }
@@ -1125,30 +1143,17 @@ impl Kernel {
         let g = self.arch.granule();
         let ps = g.page_size();
         let mem = &self.arch.hw.mem;
+        let mut near = (PageKind::Zero, 0, 0);
         let mut i = 0;
         while i < n {
             let va = addr + i * ps;
-            let (level, end) = match self.walk_entry(mm, va) {
+            let (level, leaf) = match self.walk_entry(mm, va) {
                 WalkEnd::Entry { table, index, level: 3 } => {
-                    // This table's ptes from `index`, up to its last or the region's;
-                    // a pte mapping the folio the last one did is that folio's kind
-                    // without its struct pages read again.
+                    // This table's ptes from `index`, up to its last or the region's.
                     let left = (g.entries_at(3) - index) as u64;
-                    let mut last = (PageKind::Zero, 0, 0);
                     for k in 0..left.min(n - i) {
                         let d = mem.read(table, index + k as usize);
-                        let kind = match self.entry_pfn(d, 3, va + k * ps) {
-                            Some(pfn) => {
-                                if !(last.1..last.2).contains(&pfn.0) {
-                                    last = self.pfn_kind(pfn);
-                                }
-                                Some(last.0)
-                            }
-                            None => crate::arch::arm64::pgtable::Pte(d)
-                                .is_swap_pte()
-                                .then_some(PageKind::Swap),
-                        };
-                        if let Some(kind) = kind {
+                        if let Some(kind) = self.entry_kind(d, 3, va + k * ps, &mut near) {
                             b.push(i + k, kind);
                         }
                     }
@@ -1157,23 +1162,21 @@ impl Kernel {
                 }
                 WalkEnd::Entry { table, index, level } => {
                     let d = mem.read(table, index);
-                    let span = 1u64 << g.level_shift(level);
-                    let end = ((va & !(span - 1)) + span - addr).div_ceil(ps).min(n);
-                    if self.entry_pfn(d, level, va).is_some() {
-                        for k in i..end {
-                            if let Some(kind) = self.entry_kind(d, level, addr + k * ps) {
-                                b.push(k, kind);
-                            }
-                        }
-                    }
-                    (level, end)
+                    (level, self.entry_pfn(d, level, va).is_some().then_some(d))
                 }
-                WalkEnd::Dangling { level } => {
-                    let span = 1u64 << g.level_shift(level);
-                    (level, ((va & !(span - 1)) + span - addr).div_ceil(ps).min(n))
-                }
+                WalkEnd::Dangling { level } => (level, None),
             };
-            debug_assert!(level < 3 && end > i);
+            // An upper-level entry: its pages to the end of its span, one by one where
+            // it maps them.
+            let span = 1u64 << g.level_shift(level);
+            let end = ((va & !(span - 1)) + span - addr).div_ceil(ps).min(n);
+            if let Some(d) = leaf {
+                for k in i..end {
+                    if let Some(kind) = self.entry_kind(d, level, addr + k * ps, &mut near) {
+                        b.push(k, kind);
+                    }
+                }
+            }
             i = end;
         }
     }
