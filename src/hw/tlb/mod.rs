@@ -267,9 +267,12 @@ pub struct Tlb {
     /// Per span shift, its index in `spans` (NO_CLASS where the granule has no such leaf).
     class_of: [u8; 64],
     l1: L1,
-    /// Per L2 slot, its entry (meaningful while the slot's tag is non-zero); empty
-    /// until the first entry reaches L2, so the CPUs a run never schedules on do not
-    /// have the host clear 40 KiB each (their tags and stamps are zero-allocated).
+    /// Per L2 slot, its entry (meaningful while the slot's tag is non-zero). This and
+    /// the two arrays below are empty until the first entry reaches L2 (`alloc_l2`),
+    /// so a CPU a run never schedules on costs the host no pages for them: glibc's
+    /// calloc clears a zeroed request it carves from reused heap, which faulted in 40
+    /// KiB for each of the seven idle CPUs of an eight-CPU machine. Every other reader
+    /// of them goes through a present span class, which an entry in L2 makes.
     l2: Vec<TlbEntry>,
     /// Per L2 slot, `l2_tag_of` its entry (0 when empty): a lookup scans a set's tags,
     /// one cache line, and reads an entry only on a tag match.
@@ -301,8 +304,8 @@ impl Tlb {
             class_of,
             l1: L1::new(cfg.l1_entries, &shifts),
             l2: Vec::new(),
-            l2_tag: vec![0; cfg.l2_sets * cfg.l2_ways],
-            l2_stamp: vec![0; cfg.l2_sets * cfg.l2_ways],
+            l2_tag: Vec::new(),
+            l2_stamp: Vec::new(),
             l2_pending: Vec::new(),
             scratch: Vec::new(),
             clock: 0,
@@ -501,6 +504,9 @@ impl Tlb {
     /// L1's victim is read where it lies rather than passed whole through the stack.
     #[inline(always)]
     fn place_l2(&mut self, slot: Slot, res: &mut Residency) -> bool {
+        if self.l2.is_empty() {
+            self.alloc_l2();
+        }
         let e = slot.entry;
         let shift = u32::from(e.span_shift);
         let set = self.l2_set(e.va, shift);
@@ -521,19 +527,19 @@ impl Tlb {
         if e.pending {
             self.l2_pending.push(i as u32);
         }
-        if self.l2.is_empty() {
-            self.alloc_l2();
-        }
         self.l2[i] = e;
         self.l2_stamp[i] = slot.stamp;
         evicted
     }
 
-    /// The L2 entry array, at the first entry that reaches L2.
+    /// L2's arrays, at the first entry that reaches L2.
     #[cold]
     #[inline(never)]
     fn alloc_l2(&mut self) {
-        self.l2 = vec![TlbEntry::EMPTY; self.l2_tag.len()];
+        let slots = self.cfg.l2_sets * self.cfg.l2_ways;
+        self.l2 = vec![TlbEntry::EMPTY; slots];
+        self.l2_tag = vec![0; slots];
+        self.l2_stamp = vec![0; slots];
     }
 
     fn take_l2(&mut self, i: usize) -> Slot {
