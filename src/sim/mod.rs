@@ -74,13 +74,25 @@ struct Sim<'w> {
     exited_faults: BTreeMap<String, (u64, u64)>,
     phases: Vec<Phase>,
     phase_label: String,
+    /// The kernel's counters' names, in `for_each_kernel_counter`'s order: a snapshot
+    /// keeps their values only.
+    kernel_names: Vec<String>,
     /// The counters at the run's start, and at the current phase's when a mark began it
     /// (None: the run's start, so a run without marks keeps one snapshot, not a copy).
-    initial: Counters,
-    phase_start: Option<Counters>,
+    initial: Snapshot,
+    phase_start: Option<Snapshot>,
     progress: progress::Progress,
     /// Keeps the run inside the host memory its budget was checked against.
     watch: crate::hostmem::Watch,
+}
+
+/// The run's counters at one moment. The kernel's ~350 are values in the order of
+/// `Sim::kernel_names`, named only in the phases and the report that show them: named,
+/// a snapshot cost as many allocations (and about 25 host faults a run for the maps).
+struct Snapshot {
+    kernel: Vec<i64>,
+    /// `proc.<name>.minflt` and `.majflt`: the processes vary from phase to phase.
+    procs: Counters,
 }
 
 /// Run `w` on a fresh model machine configured by `v`.
@@ -127,11 +139,16 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         exited_faults: BTreeMap::new(),
         phases: Vec::new(),
         phase_label: "start".into(),
-        initial: Counters::new(),
+        kernel_names: Vec::new(),
+        initial: Snapshot {
+            kernel: Vec::new(),
+            procs: Counters::new(),
+        },
         phase_start: None,
         progress: progress::Progress::new(progress::total_ops(&w.stmts)),
         watch,
     };
+    for_each_kernel_counter(&sim.k, |name, _| sim.kernel_names.push(name()));
     sim.initial = sim.counters();
     sim.exec_all(&w.stmts)?;
     let fin = sim.counters();
@@ -144,7 +161,10 @@ pub fn run(w: &Workload, v: &Variants) -> Result<Report, SimError> {
         source: "model".into(),
         workload: w.path.clone(),
         variants: v.all().clone(),
-        counters: diff(&fin, &sim.initial).map(|(k, v)| (k.clone(), v)).collect(),
+        counters: sim
+            .named_diff(&fin, &sim.initial)
+            .map(|(k, v)| (k.clone(), v))
+            .collect(),
         phases: sim.phases,
         layout,
         unavailable: BTreeMap::new(),
@@ -809,7 +829,7 @@ impl Sim<'_> {
         Ok(n)
     }
 
-    fn counters(&self) -> Counters {
+    fn counters(&self) -> Snapshot {
         let mut c = Counters::new();
         // A process's major faults are shown only when it took some, as the output
         // always did before the host measured them.
@@ -824,13 +844,21 @@ impl Sim<'_> {
                 *c.entry(format!("proc.{name}.majflt")).or_default() += maj as i64;
             }
         }
-        kernel_counters(&self.k, &mut c);
-        c
+        let mut kernel = Vec::with_capacity(self.kernel_names.len());
+        for_each_kernel_counter(&self.k, |_, v| kernel.push(v));
+        Snapshot { kernel, procs: c }
     }
 
-    fn close_phase(&mut self, now: &Counters) {
+    /// Every counter of `now` by name, less its value in `then` (0 where absent).
+    fn named_diff<'a>(&'a self, now: &'a Snapshot, then: &'a Snapshot) -> impl Iterator<Item = (&'a String, i64)> + 'a {
+        let kernel = now.kernel.iter().zip(&then.kernel).map(|(n, t)| n - t);
+        diff(&now.procs, &then.procs).chain(self.kernel_names.iter().zip(kernel))
+    }
+
+    fn close_phase(&mut self, now: &Snapshot) {
         let start = self.phase_start.as_ref().unwrap_or(&self.initial);
-        let d: Counters = diff(now, start)
+        let d: Counters = self
+            .named_diff(now, start)
             .filter(|(k, v)| *v != 0 || !(k.starts_with("arch.") || k.starts_with("kernel.")))
             .map(|(k, v)| (k.clone(), v))
             .collect();
@@ -874,26 +902,33 @@ impl Sim<'_> {
 
 /// The kernel-wide counters of a report: vmstat, mthp, hardware and kernel events.
 pub fn kernel_counters(k: &Kernel, c: &mut Counters) {
-    // Keys joined from their parts, not formatted: a run takes this twice a phase.
+    for_each_kernel_counter(k, |name, v| {
+        c.insert(name(), v);
+    });
+}
+
+/// Each kernel-wide counter, as what makes its name and its value, in one order fixed
+/// for a kernel (its granule's sizes): a caller that takes only the values makes no
+/// name.
+fn for_each_kernel_counter(k: &Kernel, mut f: impl FnMut(&dyn Fn() -> String, i64)) {
     for e in VmEvent::ALL {
-        c.insert(["vmstat.", e.name()].concat(), k.stat.event(*e));
+        f(&|| ["vmstat.", e.name()].concat(), k.stat.event(*e));
     }
+    let mthp = |order: u32, s: MthpStat| format!("mthp.{}kB.{}", k.knobs.size_kb(order), s.name());
     for order in k.knobs.anon_orders() {
-        let dir = format!("mthp.{}kB.", k.knobs.size_kb(order));
         for s in MthpStat::ALL {
-            c.insert([dir.as_str(), s.name()].concat(), k.stat.mthp(order, *s));
+            f(&|| mthp(order, *s), k.stat.mthp(order, *s));
         }
     }
     // Order 1 is a file (shmem) size only: its directory has no anon stats.
-    let dir = format!("mthp.{}kB.", k.knobs.size_kb(1));
     for s in MthpStat::ALL.iter().filter(|s| !s.anon_only()) {
-        c.insert([dir.as_str(), s.name()].concat(), k.stat.mthp(1, *s));
+        f(&|| mthp(1, *s), k.stat.mthp(1, *s));
     }
     for e in Event::ALL {
-        c.insert(e.name().to_string(), k.arch.hw.ev.get(*e) as i64);
+        f(&|| e.name().to_string(), k.arch.hw.ev.get(*e) as i64);
     }
     for e in KernelEvent::ALL {
-        c.insert(e.name().to_string(), k.arch.kc.get(*e) as i64);
+        f(&|| e.name().to_string(), k.arch.kc.get(*e) as i64);
     }
 }
 

@@ -855,6 +855,21 @@ mod kernel_counters {
     }
 
     #[test]
+    fn each_kernel_counter_has_a_name_of_its_own() {
+        // A run's snapshots keep values by position and name them in order, which is
+        // the map `kernel_counters` builds only when no two share a name.
+        for g in ["4K", "16K", "64K"] {
+            let v = Variants::from_sets(&[format!("granule={g}")]).unwrap();
+            let k = crate::sim::boot_kernel(&v);
+            let mut names = Vec::new();
+            crate::sim::for_each_kernel_counter(&k, |name, _| names.push(name()));
+            let distinct: std::collections::BTreeSet<_> = names.iter().collect();
+            assert_eq!(distinct.len(), names.len(), "granule {g}");
+            assert!(names.len() > 300, "granule {g}: {} counters", names.len());
+        }
+    }
+
+    #[test]
     fn kernel_counters_are_deterministic() {
         let src = "set hugepages-64kB/enabled always\nmmap buf 8M populate\nmadvise buf 0 8M free\nmadvise buf 0 8M pageout\nmunmap buf\n";
         for sets in [
