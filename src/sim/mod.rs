@@ -86,9 +86,10 @@ struct Sim<'w> {
     watch: crate::hostmem::Watch,
 }
 
-/// The run's counters at one moment. The kernel's ~350 are values in the order of
-/// `Sim::kernel_names`, named only in the phases and the report that show them: named,
-/// a snapshot cost as many allocations (and about 25 host faults a run for the maps).
+/// The run's counters at one moment. The kernel's (343 with 4K pages) are values in
+/// the order of `Sim::kernel_names`, named only in the phases and the report that show
+/// them: a named snapshot cost an allocation a counter, and a one-page run took 7 host
+/// faults more for them.
 struct Snapshot {
     kernel: Vec<i64>,
     /// `proc.<name>.minflt` and `.majflt`: the processes vary from phase to phase.
