@@ -270,9 +270,9 @@ pub struct Tlb {
     /// Per L2 slot, its entry (meaningful while the slot's tag is non-zero). This and
     /// the two arrays below are empty until the first entry reaches L2 (`alloc_l2`),
     /// so a CPU a run never schedules on costs the host no pages for them: glibc's
-    /// calloc clears a zeroed request it carves from reused heap, which faulted in 40
-    /// KiB for each of the seven idle CPUs of an eight-CPU machine. Every other reader
-    /// of them goes through a present span class, which an entry in L2 makes.
+    /// calloc clears a zeroed request it carves from reused heap, which faulted in the
+    /// 20 KiB of tags and stamps of each idle CPU of an eight-CPU machine. Every other
+    /// reader of them goes through a present span class, which an entry in L2 makes.
     l2: Vec<TlbEntry>,
     /// Per L2 slot, `l2_tag_of` its entry (0 when empty): a lookup scans a set's tags,
     /// one cache line, and reads an entry only on a tag match.
