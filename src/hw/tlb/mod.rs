@@ -272,7 +272,8 @@ pub struct Tlb {
     /// so a CPU a run never schedules on costs the host no pages for them: glibc's
     /// calloc clears a zeroed request it carves from reused heap, which faulted in the
     /// 20 KiB of tags and stamps of each idle CPU of an eight-CPU machine. Every other
-    /// reader of them goes through a present span class, which an entry in L2 makes.
+    /// reader of them either goes through a present span class, which only an entry
+    /// placed in L2 makes, or walks them whole (TLBI by ASID or all, `iter`).
     l2: Vec<TlbEntry>,
     /// Per L2 slot, `l2_tag_of` its entry (0 when empty): a lookup scans a set's tags,
     /// one cache line, and reads an entry only on a tag match.
