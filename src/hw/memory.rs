@@ -213,15 +213,17 @@ impl PhysMem {
         self.desc_gen += 1;
         self.words[w] = d.0;
     }
-    /// Write `nr` level-3 entries from `index`, the `i`th `word(i)`: what `nr` calls of
-    /// `write_leaf` leave, in one pass over the table.
+    /// Write `nr` level-3 entries from `index`, the `i`th `first + i * step` (a run of
+    /// pages' ptes, each the next frame's, or of empty ones): what `nr` calls of
+    /// `write_leaf` leave, in one pass over the table. A progression, not a word per
+    /// index from the caller, so the pass is vector stores.
     #[inline]
-    pub fn write_leaf_run(&mut self, id: TableId, index: usize, nr: usize, mut word: impl FnMut(usize) -> u64) {
+    pub fn write_leaf_run(&mut self, id: TableId, index: usize, nr: usize, first: u64, step: u64) {
         debug_assert!(index + nr <= 1 << self.table_bits);
         let w = self.word(id, index);
         self.desc_gen += nr as u64;
         for (i, slot) in self.words[w..w + nr].iter_mut().enumerate() {
-            *slot = word(i);
+            *slot = first.wrapping_add(step.wrapping_mul(i as u64));
         }
     }
     /// Changes whenever a descriptor above level 3 may have.

@@ -496,13 +496,9 @@ impl Arch {
             // Nothing to check between the stores: written and counted as `nr` calls
             // of __set_pte would, in one pass.
             self.hw.ev.add(Event::PteWrite, nr as u64);
-            let (mut next, step) = (pte.raw(), 1 << self.granule().page_shift());
-            self.hw.mem.write_leaf_run(ptep.table, ptep.index, nr, |_| {
-                // pte_advance_pfn by one page each.
-                let w = next;
-                next += step;
-                w
-            });
+            // pte_advance_pfn by one page each.
+            let step = 1 << self.granule().page_shift();
+            self.hw.mem.write_leaf_run(ptep.table, ptep.index, nr, pte.raw(), step);
             return;
         }
         self.__set_ptes_checked(addr, ptep, pte, nr);
@@ -683,7 +679,7 @@ impl Arch {
         self.hw.ev.add(Event::PteWrite, nr as u64);
         self.hw
             .mem
-            .write_leaf_run(ptep.table, ptep.index, nr, |_| Pte::NONE.0 .0);
+            .write_leaf_run(ptep.table, ptep.index, nr, Pte::NONE.0 .0, 0);
     }
 
     /// get_and_clear_full_ptes: clear `nr` ptes, returning the first with the young and

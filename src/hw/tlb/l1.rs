@@ -265,6 +265,14 @@ impl L1 {
         self.live_slots().map(|i| &self.slots[i].entry)
     }
 
+    /// Each live entry in slot order, for a scan whose result no order changes: one
+    /// pass over the slots, not a walk of the LRU ring's links one after another.
+    pub(super) fn iter_unordered(&self) -> impl Iterator<Item = &TlbEntry> {
+        (self.slots.iter().zip(&self.live))
+            .filter(|(_, &live)| live)
+            .map(|(s, _)| &s.entry)
+    }
+
     /// Mark pending every live entry `f` selects and is not pending yet; returns how many.
     pub(super) fn mark_pending(&mut self, f: impl Fn(&TlbEntry) -> bool) -> u64 {
         let mut n = 0;

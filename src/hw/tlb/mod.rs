@@ -390,7 +390,7 @@ impl Tlb {
     /// no lookup there can hit.
     pub fn first_answered(&self, asid: Asid, first: u64, last: u64) -> Option<u64> {
         let answers = |e: &TlbEntry| e.asid.is_none_or(|a| a == asid);
-        let mut lowest = (self.l1.iter())
+        let mut lowest = (self.l1.iter_unordered())
             .filter(|e| e.overlaps(first, last) && answers(e))
             .map(|e| e.va.max(first))
             .min();
